@@ -1,0 +1,198 @@
+"""What the analysis returns: pydantic models that the CLI and the MCP server render as they are.
+
+Every number here can be recomputed with SQL over the store; `Evidence.sql` carries the query.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Severity = Literal["HIGH", "MEDIUM", "LOW"]
+
+
+class TimeWindow(BaseModel):
+    """A closed interval of trace time, ns since the epoch."""
+
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns)
+
+
+class OpStats(BaseModel):
+    """One CUDA runtime/driver operation over the window; percentiles are exact over its rows."""
+
+    op: str
+    api: str
+    count: int = Field(description="calls stored as rows in the window")
+    total_count: int | None = Field(None, description="calls counted, where a sample was stored (imports)")
+    total_ns: int
+    share_of_span: float = Field(description="total_ns / trace span (can exceed 1 with many threads)")
+    p50_ns: int
+    p95_ns: int
+    p99_ns: int
+    max_ns: int
+    min_ns: int
+    mean_ns: float
+    bytes_total: int | None = None
+    from_sample: bool = False
+
+
+class TraceStats(BaseModel):
+    window: TimeWindow
+    ops: list[OpStats]
+    calls: int
+    pids: list[int]
+    sampled: bool = Field(False, description="cuda_calls holds a sample (Ingero import): counts from aggregates")
+    notes: list[str] = []
+
+
+class ProcessOp(BaseModel):
+    op: str
+    count: int
+    total_ns: int
+    p50_ns: int
+    p99_ns: int
+    max_ns: int
+
+
+class ProcessBreakdown(BaseModel):
+    pid: int
+    ppid: int | None = None
+    comm: str | None = None
+    cmdline: str | None = None
+    ops: list[ProcessOp] = []
+    context_switches: int = 0
+    off_cpu_ns: int = 0
+    preempted_ns: int | None = None
+    blocked_ns: int | None = None
+    worst_stall_ns: int | None = None
+    worst_stall_ts_ns: int | None = None
+    page_allocs: int = 0
+    page_alloc_bytes: int = 0
+    children: list[int] = []
+    exit_ns: int | None = None
+    counts_from: Literal["rows", "aggregates"] = "rows"
+
+
+class Evidence(BaseModel):
+    """One fact a chain rests on, with the SQL that recomputes it."""
+
+    name: str
+    value: float | int | str
+    unit: str = ""
+    sql: str | None = None
+
+
+class TimelineEntry(BaseModel):
+    ts_ns: int
+    pid: int | None = None
+    tid: int | None = None
+    kind: str
+    description: str
+    duration_ns: int | None = None
+
+
+class CausalChain(BaseModel):
+    id: str
+    origin: Literal["ingero-mcp", "ingero"] = "ingero-mcp"
+    op: str
+    severity: Severity
+    summary: str
+    root_cause: str
+    explanation: str
+    count: int | None = None
+    p50_ns: int | None = None
+    p99_ns: int | None = None
+    max_ns: int | None = None
+    tail_ratio: float | None = None
+    pids: list[int] = []
+    evidence: list[Evidence] = []
+    recommendations: list[str] = []
+    timeline: list[TimelineEntry] = []
+    from_sample: bool = False
+
+
+class Snapshot(BaseModel):
+    ts_ns: int
+    cpu_percent: float | None = None
+    procs_running: int | None = None
+    load1: float | None = None
+    mem_used_percent: float | None = None
+    mem_available_bytes: int | None = None
+    swap_used_bytes: int | None = None
+    gpu_util_percent: float | None = None
+    gpu_mem_used_bytes: int | None = None
+
+
+class SystemContext(BaseModel):
+    window: TimeWindow
+    points: list[Snapshot]
+    downsampled_from: int | None = None
+    cpu_percent_max: float | None = None
+    cpu_percent_mean: float | None = None
+    mem_used_percent_max: float | None = None
+    swap_used_bytes_max: int | None = None
+    gpu_util_percent_mean: float | None = None
+
+
+class Timeline(BaseModel):
+    window: TimeWindow
+    entries: list[TimelineEntry]
+    truncated: bool = False
+    total_in_window: int = 0
+
+
+class SourceStats(BaseModel):
+    source: str
+    events_seen: int
+    events_stored: int
+    events_lost: int
+    events_aggregated: int = 0
+
+
+class SessionInfo(BaseModel):
+    session_id: int
+    source: str
+    host: str | None = None
+    kernel: str | None = None
+    cpu_count: int | None = None
+    memory_bytes: int | None = None
+    gpu_model: str | None = None
+    gpu_driver: str | None = None
+    cuda_runtime_version: str | None = None
+    collector_version: str | None = None
+    collector_flags: str | None = None
+    attached: str | None = None
+    started_ns: int
+    stopped_ns: int | None = None
+    sources: list[SourceStats] = []
+
+
+class TableCoverage(BaseModel):
+    table_name: str
+    complete: bool
+    note: str | None = None
+
+
+class TraceInfo(BaseModel):
+    sessions: list[SessionInfo]
+    window: TimeWindow | None
+    coverage: list[TableCoverage]
+    row_counts: dict[str, int]
+    live: bool = False
+
+
+class Report(BaseModel):
+    """The incident report: what `explain --json` prints."""
+
+    window: TimeWindow
+    info: TraceInfo
+    stats: list[OpStats]
+    processes: list[ProcessBreakdown]
+    chains: list[CausalChain]
+    notes: list[str] = []

@@ -1,0 +1,5 @@
+import sys
+
+from ingero_mcp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,5 @@
+"""Errors a user can act on: each message says what is wrong and what to do."""
+
+
+class StoreError(Exception):
+    """A trace store that is missing, corrupt, of the wrong kind, or locked."""

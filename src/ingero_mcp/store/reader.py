@@ -1,0 +1,137 @@
+"""Opens a trace store read-only, whether finished (one DuckDB file) or still being recorded.
+
+A finished store is opened in DuckDB's read-only mode. A recording in progress (or one whose
+collector was killed) also has Parquet segments beside the file; they are merged with the file
+into a private snapshot that is then opened read-only, so every reader sees one set of tables
+with the same names. External access (files, network, ATTACH, extensions) is switched off on
+every reader connection and the setting is locked, so SQL from a user or a model cannot reach
+outside the trace.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+
+from ingero_mcp.store.errors import StoreError
+from ingero_mcp.store.schema import REPLACE_TABLES, SCHEMA_VERSION, TABLES, current_version, migrate
+from ingero_mcp.store.writer import segment_dir
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_LOCK_RETRY_S = 10.0
+
+
+def _describe_missing(path: Path) -> str:
+    return (
+        f"no trace store at {path}. Record one with `sudo ingero-mcp trace --db {path}`, "
+        "import an Ingero database with `ingero-mcp import SRC.db --db OUT.duckdb`, "
+        "or make a synthetic one with `ingero-mcp demo dataloader --db demo.duckdb`."
+    )
+
+
+def _check_file(path: Path) -> None:
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not a trace store file")
+    with path.open("rb") as fh:
+        head = fh.read(16)
+    if head == _SQLITE_MAGIC:
+        raise StoreError(
+            f"{path} is a SQLite database (an Ingero trace?), not an ingero-mcp store. "
+            f"Import it first: `ingero-mcp import {path} --db {path.with_suffix('.duckdb')}`"
+        )
+
+
+def _lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    con.execute("SET enable_external_access = false").fetchall()
+    con.execute("SET lock_configuration = true").fetchall()
+    return con
+
+
+def _connect_read_only(path: Path) -> duckdb.DuckDBPyConnection:
+    deadline = time.monotonic() + _LOCK_RETRY_S
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=True)
+        except duckdb.IOException as exc:
+            # The collector holds the file for the second it takes to fold its segments.
+            message = str(exc)
+            if "lock" in message.lower() and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            if "not a valid DuckDB database" in message:
+                raise StoreError(f"{path} is not a readable DuckDB trace store (corrupt or another kind of file)") from exc
+            raise StoreError(f"cannot open {path}: {message}") from exc
+        except duckdb.Error as exc:
+            raise StoreError(f"{path} is not a readable DuckDB trace store ({exc})") from exc
+
+
+def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    version = current_version(con)
+    if version == 0:
+        raise StoreError(f"{path} is a DuckDB file but not an ingero-mcp trace store (no schema_version table)")
+    if version > SCHEMA_VERSION:
+        raise StoreError(f"{path} has schema version {version}; this ingero-mcp reads up to {SCHEMA_VERSION}: upgrade it")
+
+
+def open_store(db_path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
+    """A read-only connection on the trace at `db_path`, live segments included."""
+    path = Path(db_path)
+    segments = segment_dir(path)
+    has_segments = segments.is_dir() and any(segments.glob("*/*.parquet"))
+    if not path.exists() and not has_segments:
+        raise StoreError(_describe_missing(path))
+    if path.exists():
+        _check_file(path)
+    if not has_segments:
+        con = _connect_read_only(path)
+        _check_version(con, path)
+        return _lock_down(con)
+    return _lock_down(_live_snapshot(path, segments))
+
+
+def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
+    """Merge the store file and its segments into a private read-only snapshot."""
+    fd, tmp_name = tempfile.mkstemp(prefix="ingero-live-", suffix=".duckdb")
+    os.close(fd)
+    os.unlink(tmp_name)  # DuckDB wants to create the file itself
+    tmp = Path(tmp_name)
+    try:
+        build = duckdb.connect(str(tmp))
+        migrate(build)
+        if path.exists():
+            src = _connect_read_only(path)
+            _check_version(src, path)
+            src.close()
+            build.execute(f"ATTACH '{_sql_quote(str(path))}' AS recorded (READ_ONLY)").fetchall()
+            for table in TABLES:
+                build.execute(f"INSERT INTO {table} BY NAME SELECT * FROM recorded.{table}").fetchall()
+            build.execute("DETACH recorded").fetchall()
+        for table in TABLES:
+            table_dir = segments / table
+            if not table_dir.is_dir():
+                continue
+            files = sorted(str(p) for p in table_dir.glob("*.parquet"))
+            if not files:
+                continue
+            if table in REPLACE_TABLES:
+                latest = [f for f in files if Path(f).name.startswith("latest-")]
+                for file in latest:
+                    build.execute(
+                        f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM read_parquet(?))", [file]
+                    ).fetchall()
+            build.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)", [files]).fetchall()
+        build.close()
+        con = duckdb.connect(str(tmp), read_only=True)
+    finally:
+        # The open connection keeps the snapshot alive; the name goes now so nothing is left behind.
+        for leftover in (tmp, Path(f"{tmp}.wal")):
+            leftover.unlink(missing_ok=True)
+    return con
+
+
+def _sql_quote(text: str) -> str:
+    return text.replace("'", "''")
