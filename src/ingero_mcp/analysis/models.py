@@ -42,11 +42,25 @@ class OpStats(BaseModel):
     from_sample: bool = False
 
 
+class HostTotal(BaseModel):
+    """A host event counted in the kernel (host_aggregates): exact totals over the window."""
+
+    source: str
+    op: str
+    count: int
+    pids: int = Field(description="distinct pids (or task ids) with events")
+    sum_duration_ns: int | None = None
+    sum_bytes: int | None = None
+
+
 class TraceStats(BaseModel):
+    """Per-operation statistics over a window, plus the host event totals."""
+
     window: TimeWindow
     ops: list[OpStats]
     calls: int
     pids: list[int]
+    host: list[HostTotal] = []
     sampled: bool = Field(False, description="cuda_calls holds a sample (Ingero import): counts from aggregates")
     notes: list[str] = []
 
@@ -193,6 +207,7 @@ class Report(BaseModel):
     window: TimeWindow
     info: TraceInfo
     stats: list[OpStats]
+    host: list[HostTotal] = []
     processes: list[ProcessBreakdown]
     chains: list[CausalChain]
     notes: list[str] = []

@@ -1,0 +1,87 @@
+"""SQL building blocks shared by the analysis modules: window and pid predicates, coverage, errors.
+
+Every analysis query is composed from these so that the SQL attached to evidence is the SQL that ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import duckdb
+
+from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.store.errors import StoreError
+
+
+class AnalysisError(StoreError):
+    """A request the analysis cannot answer (bad window, unknown pid); shown as one line."""
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] | None = None) -> list[tuple]:
+    """Run `sql` and fetch the whole result (DuckDB 2.0 wants results drained before the next call)."""
+    return con.execute(sql, list(params) if params else []).fetchall()
+
+
+def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] | None = None) -> object:
+    """The first column of the first row, or None."""
+    got = rows(con, sql, params)
+    return got[0][0] if got else None
+
+
+def pid_list(pids: Iterable[int] | None) -> str:
+    """A literal list for `pid IN (...)`, ints only (so it can be inlined in recomputable SQL)."""
+    return ", ".join(str(int(p)) for p in pids or [])
+
+
+def where(*clauses: str) -> str:
+    """Join non-empty clauses into a WHERE clause ('' when none)."""
+    kept = [c for c in clauses if c]
+    return f"WHERE {' AND '.join(kept)}" if kept else ""
+
+
+def ts_in(window: TimeWindow | None, column: str = "ts_ns") -> str:
+    """Rows whose timestamp lies inside the window (inclusive)."""
+    if window is None:
+        return ""
+    return f"{column} BETWEEN {int(window.start_ns)} AND {int(window.end_ns)}"
+
+
+def bucket_in(window: TimeWindow | None) -> str:
+    """host_aggregates buckets that overlap the window (their counts are exact per bucket)."""
+    if window is None:
+        return ""
+    return f"bucket_start_ns <= {int(window.end_ns)} AND bucket_start_ns + bucket_ns > {int(window.start_ns)}"
+
+
+def interval_in(window: TimeWindow | None) -> str:
+    """sched_intervals that overlap the window."""
+    if window is None:
+        return ""
+    return f"off_ns <= {int(window.end_ns)} AND coalesce(on_ns, off_ns) >= {int(window.start_ns)}"
+
+
+def pid_in(pids: Iterable[int] | None, column: str = "pid") -> str:
+    """Rows of the given pids ('' for all)."""
+    listed = pid_list(pids)
+    return f"{column} IN ({listed})" if listed else ""
+
+
+def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether the store has `table` (older or partial stores may lack one)."""
+    return bool(scalar(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]))
+
+
+def table_complete(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """False when table_coverage says `table` holds a sample (e.g. an Ingero import)."""
+    got = scalar(con, "SELECT bool_and(complete) FROM table_coverage WHERE table_name = ?", [table])
+    return True if got is None else bool(got)
+
+
+def has_rows(con: duckdb.DuckDBPyConnection, table: str, predicate: str = "") -> bool:
+    """Whether any row of `table` matches the predicate (cheap: LIMIT 1)."""
+    return bool(rows(con, f"SELECT 1 FROM {table} {where(predicate)} LIMIT 1"))
+
+
+def tidy(sql: str) -> str:
+    """One-line SQL for evidence (whitespace collapsed)."""
+    return " ".join(sql.split())

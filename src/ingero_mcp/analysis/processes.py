@@ -1,0 +1,142 @@
+"""Per-process breakdown: CUDA ops with percentiles, context switches, off-CPU time, page allocations, children.
+
+Scheduler numbers come from sched_intervals rows when the store has them complete for that pid
+(preempted/blocked split and the worst stall are then known); otherwise from the exact per-bucket
+counts in host_aggregates (op 'sched_switch'). Page allocations come from host_aggregates
+(op 'mm_page_alloc': count and bytes), else from the per-call attribution in cuda_calls.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import duckdb
+
+from ingero_mcp.analysis._sql import bucket_in, interval_in, pid_in, rows, table_complete, tidy, ts_in, where
+from ingero_mcp.analysis.calls import CallGroup, call_groups
+from ingero_mcp.analysis.models import ProcessBreakdown, ProcessOp, TimeWindow
+
+
+def sched_rows_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
+    """Context switches and off-CPU time per pid from sched_intervals rows."""
+    return tidy(f"""
+        SELECT pid, count(*) AS switches,
+               sum(coalesce(off_cpu_ns, on_ns - off_ns, 0)) AS off_cpu_ns,
+               sum(CASE WHEN prev_state = 'preempted' THEN coalesce(off_cpu_ns, on_ns - off_ns, 0) ELSE 0 END) AS preempted_ns,
+               sum(CASE WHEN prev_state <> 'preempted' THEN coalesce(off_cpu_ns, on_ns - off_ns, 0) ELSE 0 END) AS blocked_ns,
+               max(coalesce(off_cpu_ns, on_ns - off_ns, 0)) AS worst_ns,
+               arg_max(off_ns, coalesce(off_cpu_ns, on_ns - off_ns, 0)) AS worst_ts_ns
+        FROM sched_intervals {where(interval_in(window), pid_in(pids))}
+        GROUP BY pid
+    """)
+
+
+def aggregates_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
+    """sched_switch and mm_page_alloc totals per pid from host_aggregates (exact counts)."""
+    return tidy(f"""
+        SELECT pid, op, sum(count) AS events, sum(sum_duration_ns) AS sum_duration_ns,
+               max(max_duration_ns) AS max_duration_ns, sum(sum_bytes) AS sum_bytes, max(comm) AS comm
+        FROM host_aggregates
+        {where("op IN ('sched_switch', 'mm_page_alloc')", bucket_in(window), pid_in(pids))}
+        GROUP BY pid, op
+    """)
+
+
+def call_pages_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
+    """Page allocations attributed to CUDA calls per pid (fallback when no aggregates)."""
+    return tidy(f"""
+        SELECT pid, sum(page_allocs) AS pages, sum(page_alloc_bytes) AS bytes
+        FROM cuda_calls {where(ts_in(window), pid_in(pids), "page_allocs IS NOT NULL")}
+        GROUP BY pid
+    """)
+
+
+def _identity(con: duckdb.DuckDBPyConnection, pids: list[int] | None) -> dict[int, tuple]:
+    got = rows(
+        con,
+        f"SELECT pid, any_value(ppid), any_value(comm), any_value(cmdline), max(exit_ns) "
+        f"FROM processes {where(pid_in(pids))} GROUP BY pid",
+    )
+    return {int(r[0]): r[1:] for r in got}
+
+
+def _children(con: duckdb.DuckDBPyConnection, pids: list[int] | None) -> dict[int, list[int]]:
+    got = rows(
+        con,
+        f"""
+        SELECT parent, list(DISTINCT child ORDER BY child) FROM (
+            SELECT ppid AS parent, pid AS child FROM processes WHERE ppid IS NOT NULL
+            UNION SELECT pid, child_pid FROM process_events WHERE event = 'fork' AND child_pid IS NOT NULL
+        ) {where(pid_in(pids, "parent"))} GROUP BY parent
+        """,
+    )
+    return {int(p): [int(c) for c in kids if c != p] for p, kids in got}
+
+
+def _event_comms(con: duckdb.DuckDBPyConnection, pids: list[int] | None) -> dict[int, str]:
+    got = rows(
+        con,
+        f"SELECT pid, any_value(comm) FROM process_events {where(pid_in(pids), 'comm IS NOT NULL')} GROUP BY pid",
+    )
+    return {int(p): c for p, c in got}
+
+
+def per_process_breakdown(
+    con: duckdb.DuckDBPyConnection,
+    window: TimeWindow | None = None,
+    pids: list[int] | None = None,
+    *,
+    groups: list[CallGroup] | None = None,
+) -> list[ProcessBreakdown]:
+    """One entry per pid seen in the window: CUDA-active processes first, then by context switches."""
+    groups = call_groups(con, window, pids) if groups is None else groups
+    ops: dict[int, list[ProcessOp]] = defaultdict(list)
+    for g in groups:
+        if g.pid is not None:
+            ops[g.pid].append(
+                ProcessOp(op=g.op, count=g.count, total_ns=g.total_ns, p50_ns=g.p50_ns, p99_ns=g.p99_ns, max_ns=g.max_ns)
+            )
+    sched = {int(r[0]): r[1:] for r in rows(con, sched_rows_sql(window, pids))}
+    rows_complete = table_complete(con, "sched_intervals")
+    aggs: dict[tuple[int, str], tuple] = {}
+    agg_comm: dict[int, str] = {}
+    for pid, op, n, dur, mx, nbytes, comm in rows(con, aggregates_sql(window, pids)):
+        aggs[(int(pid), op)] = (int(n), dur, mx, nbytes)
+        if comm:
+            agg_comm[int(pid)] = comm
+    call_pages = {int(r[0]): r[1:] for r in rows(con, call_pages_sql(window, pids))}
+    ident = _identity(con, pids)
+    kids = _children(con, pids)
+    event_comm = _event_comms(con, pids)
+
+    seen = set(ops) | set(sched) | {p for p, _ in aggs} | (set(kids) & set(ident))
+    if pids:
+        seen |= set(ident) & set(pids)
+    out: list[ProcessBreakdown] = []
+    for pid in seen:
+        ppid, comm, cmdline, exit_ns = ident.get(pid, (None, None, None, None))
+        entry = ProcessBreakdown(
+            pid=pid, ppid=ppid, comm=comm or agg_comm.get(pid) or event_comm.get(pid), cmdline=cmdline,
+            ops=sorted(ops.get(pid, []), key=lambda o: (-o.total_ns, o.op)),
+            children=kids.get(pid, []), exit_ns=exit_ns,
+        )
+        agg_sched = aggs.get((pid, "sched_switch"))
+        if pid in sched and (rows_complete or agg_sched is None):
+            n, off, pre, blk, worst, worst_ts = sched[pid]
+            entry.context_switches, entry.off_cpu_ns = int(n), int(off or 0)
+            entry.preempted_ns, entry.blocked_ns = int(pre or 0), int(blk or 0)
+            entry.worst_stall_ns, entry.worst_stall_ts_ns = int(worst or 0), None if worst_ts is None else int(worst_ts)
+            entry.counts_from = "rows"
+        elif agg_sched is not None:
+            n, dur, mx, _ = agg_sched
+            entry.context_switches, entry.off_cpu_ns = n, int(dur or 0)
+            entry.worst_stall_ns = None if mx is None else int(mx)
+            entry.counts_from = "aggregates"
+        pages = aggs.get((pid, "mm_page_alloc"))
+        if pages is not None:
+            entry.page_allocs, entry.page_alloc_bytes = pages[0], int(pages[3] or 0)
+        elif pid in call_pages:
+            entry.page_allocs, entry.page_alloc_bytes = int(call_pages[pid][0] or 0), int(call_pages[pid][1] or 0)
+        out.append(entry)
+    out.sort(key=lambda e: (not e.ops, -sum(o.total_ns for o in e.ops), -e.context_switches, e.pid))
+    return out

@@ -1,0 +1,35 @@
+"""The incident report: trace info, per-op stats, per-process breakdown and causal chains in one model.
+
+The report runs the one cuda_calls pass (calls.call_groups) once and hands it to every part.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from ingero_mcp.analysis.calls import call_groups
+from ingero_mcp.analysis.chains import causal_chains
+from ingero_mcp.analysis.info import trace_info
+from ingero_mcp.analysis.models import Report, TimeWindow
+from ingero_mcp.analysis.processes import per_process_breakdown
+from ingero_mcp.analysis.stats import trace_stats
+from ingero_mcp.analysis.window import trace_window
+
+
+def build_report(
+    con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, pids: list[int] | None = None
+) -> Report:
+    """Everything `explain` shows, computed once over the window (default: the whole trace)."""
+    info = trace_info(con)
+    groups = call_groups(con, window, pids)
+    stats = trace_stats(con, window, pids, groups=groups)
+    processes = per_process_breakdown(con, window, pids, groups=groups)
+    chains = causal_chains(con, window, pids, groups=groups, stats=stats)
+    whole = window or trace_window(con) or TimeWindow(start_ns=0, end_ns=0)
+    notes = list(stats.notes)
+    if info.live:
+        notes.append("the trace is still being recorded (or its collector stopped without closing it)")
+    lost = sum(s.events_lost for sess in info.sessions for s in sess.sources)
+    if lost:
+        notes.append(f"{lost:,} events were lost by the collector (collector_stats.events_lost)")
+    return Report(window=whole, info=info, stats=stats.ops, host=stats.host, processes=processes, chains=chains, notes=notes)

@@ -1,0 +1,82 @@
+"""What happened around a moment: CUDA calls, scheduler intervals, process events and snapshots in time order.
+
+When more entries than the limit fall in the window, the longest calls and stalls are kept (process
+events and snapshots always are), then shown in time order.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from ingero_mcp.analysis._sql import AnalysisError, interval_in, pid_in, rows, tidy, ts_in, where
+from ingero_mcp.analysis.models import Timeline, TimelineEntry, TimeWindow
+from ingero_mcp.analysis.window import trace_window
+
+AROUND_NS = 500_000_000  # +-0.5 s around a moment when no window is given
+
+
+def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None) -> str:
+    """All timestamped rows of the window, one shape: ts, pid, tid, kind, description, duration, weight."""
+    pids = [pid] if pid is not None else None
+    tids = [tid] if tid is not None else None
+    calls = where(ts_in(window), pid_in(pids), pid_in(tids, "tid"))
+    sched = where(interval_in(window), pid_in(pids), pid_in(tids, "tid"))
+    events = where(ts_in(window), pid_in(pids), pid_in(tids, "tid"))
+    return tidy(f"""
+        SELECT ts_ns, pid, tid, 'cuda' AS kind,
+               op || coalesce(' ' || memcpy_kind, '') || coalesce(' ' || bytes || ' B', '')
+                  || CASE WHEN return_code IS NOT NULL AND return_code <> 0 THEN ' rc=' || return_code ELSE '' END
+                  || CASE WHEN off_cpu_ns > 0 THEN ' (off-CPU ' || off_cpu_ns || ' ns, preempted ' || coalesce(preempted_ns, 0)
+                          || ' ns, blocked ' || coalesce(blocked_ns, 0) || ' ns)' ELSE '' END AS description,
+               duration_ns, duration_ns AS weight
+        FROM cuda_calls {calls}
+        UNION ALL
+        SELECT off_ns, pid, tid, 'sched',
+               'off-CPU ' || prev_state || coalesce(' (CPU taken by ' || coalesce(preemptor_comm, '?') || '[' || preemptor_pid || '])', '')
+                  || coalesce(' on cpu ' || cpu, ''),
+               coalesce(off_cpu_ns, on_ns - off_ns), coalesce(off_cpu_ns, on_ns - off_ns, 0)
+        FROM sched_intervals {sched}
+        UNION ALL
+        SELECT ts_ns, pid, tid, 'process', event || coalesce(' child ' || child_pid, '') || coalesce(' ' || comm, '')
+                  || coalesce(' ' || filename, '') || coalesce(' exit ' || exit_code, ''), NULL, 9e18
+        FROM process_events {events}
+        UNION ALL
+        SELECT ts_ns, NULL, NULL, 'snapshot',
+               'CPU ' || round(cpu_percent, 1) || '%' || coalesce(', load ' || round(load1, 2), '')
+                  || coalesce(', mem ' || round(mem_used_percent, 1) || '%', '') || coalesce(', GPU ' || round(gpu_util_percent, 1) || '%', ''),
+               NULL, 9e18
+        FROM snapshots {where(ts_in(window))}
+    """)
+
+
+def timeline(
+    con: duckdb.DuckDBPyConnection,
+    pid: int | None = None,
+    tid: int | None = None,
+    window: TimeWindow | None = None,
+    around_ns: int | None = None,
+    limit: int = 200,
+) -> Timeline:
+    """Entries of the window (or +-0.5 s around `around_ns`), at most `limit`, most significant kept."""
+    if window is None:
+        if around_ns is not None:
+            window = TimeWindow(start_ns=around_ns - AROUND_NS, end_ns=around_ns + AROUND_NS)
+        else:
+            window = trace_window(con)
+            if window is None:
+                raise AnalysisError("the trace is empty")
+    limit = max(1, int(limit))
+    base = timeline_sql(window, pid, tid)
+    total = int(rows(con, f"SELECT count(*) FROM ({base})")[0][0])
+    got = rows(
+        con,
+        f"SELECT * FROM (SELECT * FROM ({base}) ORDER BY weight DESC NULLS LAST, ts_ns LIMIT {limit}) ORDER BY ts_ns",
+    )
+    entries = [
+        TimelineEntry(
+            ts_ns=int(ts), pid=None if p is None else int(p), tid=None if t is None else int(t), kind=kind,
+            description=desc or kind, duration_ns=None if dur is None else int(dur),
+        )
+        for ts, p, t, kind, desc, dur, _ in got
+    ]
+    return Timeline(window=window, entries=entries, truncated=total > limit, total_in_window=total)
