@@ -1,0 +1,532 @@
+"""Synthetic trace scenarios: each one a host problem that a real collector would record, with its ground truth.
+
+`generate(name, db)` writes a complete session through `TraceWriter` (no root, no GPU): every
+table filled as the collector fills it. `EXPECTED[name]` says which causal chain the analysis
+must find in it (the op and root-cause keywords), so the scenarios are test fixtures as well as
+the `ingero-mcp demo` command. `scale` stretches the trace in time (events grow linearly), which
+is how the benchmarks make 1M- and 10M-event traces.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ingero_mcp.demo.synth import (
+    MS,
+    SEC,
+    T0_NS,
+    US,
+    OpSpec,
+    Proc,
+    TraceBuilder,
+    lognormal,
+    loop_calls,
+    pick,
+)
+from ingero_mcp.store import TraceWriter
+
+GiB = 1 << 30
+MiB = 1 << 20
+CHUNK_NS = 60 * SEC  # calls are generated a minute of trace at a time, to bound memory
+
+
+@dataclass(frozen=True)
+class Expected:
+    """Ground truth of a scenario: the chain the analysis must report, and what it must blame."""
+
+    op: str  # the CUDA op whose tail the scenario makes heavy
+    pid: int  # the process making those calls
+    cause: str  # short id of the cause
+    keywords: tuple[str, ...]  # at least one appears (case-insensitive) in the chain's root cause
+    related_ops: tuple[str, ...] = ()  # other ops that may get a chain for the same cause
+    competitor: str | None = None  # comm of the process the evidence should name, if any
+    severity: str = "HIGH"
+    description: str = ""
+
+
+EXPECTED: dict[str, Expected] = {
+    "dataloader": Expected(
+        op="cudaStreamSynchronize", pid=4100, cause="cpu-contention",
+        keywords=("preempt", "contention", "runnable", "cpu"),
+        related_ops=("cudaMemcpyAsync", "cudaLaunchKernel"), competitor="pt_data_worker",
+        description="4 DataLoader workers + the main thread on 4 CPUs: the main thread's sync and "
+        "memcpy calls are slow because it is preempted by its own workers (CPU 100 %, GPU ~15 %).",
+    ),
+    "cold-start": Expected(
+        op="cudaMalloc", pid=5300, cause="cold-start",
+        keywords=("cold", "first", "initiali", "warm", "startup", "start-up", "lazy"),
+        related_ops=("cudaLaunchKernel",),
+        description="A server starts inside the trace: its first cudaMalloc (context creation) takes "
+        "~1.4 s and the first launch of each kernel ~2-25 ms (lazy module loading); then all is normal.",
+    ),
+    "memcpy-bottleneck": Expected(
+        op="cudaMemcpy", pid=6100, cause="pageable-memcpy",
+        keywords=("pageable", "bandwidth", "transfer", "gb/s", "pinned", "copy"),
+        description="Each step copies a 256 MiB batch host-to-device from pageable memory at ~3 GB/s "
+        "with a synchronous cudaMemcpy; the thread sleeps (blocked), it is not preempted.",
+    ),
+    "allocator-spike": Expected(
+        op="cudaMalloc", pid=7100, cause="page-alloc-storm",
+        keywords=("page", "alloc", "memory", "reclaim"),
+        description="Every 5 s the caching allocator is emptied and refilled: bursts of cudaMalloc "
+        "calls of 20-60 ms, each with tens of thousands of page allocations during the call.",
+    ),
+    "cpu-contention": Expected(
+        op="cudaStreamSynchronize", pid=8100, cause="cpu-contention",
+        keywords=("preempt", "contention", "runnable", "cpu"),
+        related_ops=("cudaMemcpyAsync", "cudaLaunchKernel"), competitor="ffmpeg",
+        description="An unrelated ffmpeg transcode (not traced) takes all 4 CPUs for the middle half of "
+        "the trace; the inference loop's calls made then are preempted by it.",
+    ),
+    "gpu-shared": Expected(
+        op="cudaStreamSynchronize", pid=9100, cause="gpu-shared",
+        keywords=("gpu", "shared", "another process", "other process", "blocked"),
+        competitor="python3",
+        description="A second process (serve.py) runs inference bursts on the same GPU; the trainer's "
+        "syncs wait for the GPU (blocked, no preemption, CPUs idle).",
+    ),
+}
+
+SCENARIOS: tuple[str, ...] = tuple(EXPECTED)
+
+_SYSTEM = [
+    (1, 0, "systemd", "/sbin/init", 2.0, 40.0),
+    (190, 2, "kworker/u8:2", "", 35.0, 0.0),
+    (812, 1, "sshd", "sshd: /usr/sbin/sshd -D", 3.0, 20.0),
+    (905, 1, "containerd", "/usr/bin/containerd", 25.0, 60.0),
+    (1210, 1, "nvidia-persiste", "/usr/bin/nvidia-persistenced --user nvidia-persistenced", 1.0, 0.0),
+]
+
+
+def _system_processes(b: TraceBuilder) -> None:
+    """The usual background of a host: counted in host_aggregates, never traced."""
+    for pid, ppid, comm, cmd, sched_rate, mm_rate in _SYSTEM:
+        b.proc(Proc(pid, comm, cmd, ppid=ppid))
+        b.background(pid, "sched_switch", sched_rate)
+        if mm_rate:
+            b.background(pid, "mm_page_alloc", mm_rate)
+
+
+def _chunks(b: TraceBuilder, start_ns: int, end_ns: int) -> list[tuple[int, int]]:
+    return [(s, min(s + CHUNK_NS, end_ns)) for s in range(start_ns, end_ns, CHUNK_NS)]
+
+
+def _mask(calls_spec: np.ndarray, rng: np.random.Generator, probs: dict[int, float]) -> dict[int, np.ndarray]:
+    u = rng.random(calls_spec.size)
+    return {i: (calls_spec == i) & (u < p) for i, p in probs.items()}
+
+
+def _secs(b: TraceBuilder) -> np.ndarray:
+    """Seconds since the trace start at the middle of each snapshot bucket."""
+    return np.arange(b.n_buckets) + 0.5
+
+
+# --------------------------------------------------------------------------------------------
+def _dataloader(b: TraceBuilder) -> tuple[int, int, str | None, str]:
+    rng = b.rng
+    cpus = 4
+    epoch_ns = 10 * SEC
+    _system_processes(b)
+    b.proc(Proc(4000, "bash", "-bash", ppid=812))
+    main = b.proc(Proc(4100, "python3", "python3 train.py --epochs 3 --batch-size 64 --num-workers 4",
+                       ppid=4000, traced=True))
+    n_epochs = math.ceil((b.end_ns - b.start_ns) / epoch_ns)
+
+    def worker_pid(epoch: np.ndarray | int, k: np.ndarray | int) -> np.ndarray | int:
+        return 4101 + 5 * epoch + k
+
+    for e in range(n_epochs):
+        e0 = b.start_ns + e * epoch_ns
+        e1 = e0 + epoch_ns
+        for k in range(4):
+            exit_ns = e1 - 5 * MS if e1 - 5 * MS < b.end_ns else None
+            b.fork_exec_exit(main.pid, Proc(int(worker_pid(e, k)), "pt_data_worker",
+                                            main.cmdline, traced=True, exit_ns=exit_ns,
+                                            exit_code=0 if exit_ns else None),
+                             fork_ns=e0 + 2 * MS + k * 1 * MS)
+
+    def worker_at(ts: np.ndarray, r: np.random.Generator) -> np.ndarray:
+        epoch = np.clip((ts - b.start_ns) // epoch_ns, 0, n_epochs - 1)
+        return np.asarray(worker_pid(epoch, r.integers(0, 4, ts.size)))
+
+    # Workers: CPU-bound (decode + augment), preempted by each other and by the main thread.
+    for pid, p in list(b.procs.items()):
+        if p.comm != "pt_data_worker":
+            continue
+        k = (pid - 4101) % 5
+        epoch = (pid - 4101) // 5
+
+        def other(ts: np.ndarray, r: np.random.Generator, k: int = k, epoch: int = epoch) -> np.ndarray:
+            slot = (k + r.integers(1, 5, ts.size)) % 5
+            return np.where(slot == 4, main.pid, worker_pid(epoch, slot))
+
+        start = (p.first_seen_ns or b.start_ns) + 1 * MS
+        end = p.exit_ns or b.end_ns
+        b.renewal_intervals(pid, pid, start, end, on_median_ns=3 * MS, pre_median_ns=1.2 * MS,
+                            blk_median_ns=300 * US, pre_frac=0.75, preemptor=other, blocked_next=other, cpus=cpus)
+        b.background(pid, "mm_page_alloc", 14_000.0)
+
+    template = [
+        OpSpec("cudaMemcpyAsync", 14 * US, bytes=64 * 3 * 224 * 224, kind="H2D", gap_ns=150 * US, block_ns=5 * MS),
+        OpSpec("cudaMemcpyAsync", 8 * US, 0.25, bytes=512, kind="H2D", gap_ns=15 * US),
+        OpSpec("cudaLaunchKernel", 5 * US, 0.35, gap_ns=35 * US, repeat=40),
+        OpSpec("cudaMemcpyAsync", 9 * US, 0.25, bytes=4, kind="D2H", gap_ns=20 * US),
+        OpSpec("cudaStreamSynchronize", 40 * US, 0.5, gap_ns=10 * US),
+    ]
+    for c0, c1 in _chunks(b, b.start_ns + 200 * MS, b.end_ns):
+        calls = loop_calls(rng, template, c0, c1)
+        m = _mask(calls.spec_idx, rng, {0: 0.03, 2: 0.002, 4: 0.05})
+        for i, med in ((0, 6 * MS), (2, 4 * MS), (4, 9 * MS)):
+            k = int(m[i].sum())
+            pre = np.clip(lognormal(rng, med, 0.7, k), 1.5 * MS, 90 * MS)
+            calls.add_stall(m[i], pre=pre, n_pre=rng.integers(1, 4, k))
+        sync_slow = m[4] & (rng.random(calls.spec_idx.size) < 0.5)
+        calls.add_stall(sync_slow, blk=lognormal(rng, 150 * US, 0.5, int(sync_slow.sum())))
+        gap_pre = rng.random(calls.spec_idx.size) < 0.02
+        calls.gap_pre[gap_pre] = lognormal(rng, 3 * MS, 0.6, int(gap_pre.sum())).astype(np.int64)
+        calls.layout(c0)
+        calls.keep(calls.ts + calls.dur <= c1)
+        b.emit_calls(main.pid, main.pid, template, calls, preemptor=worker_at, blocked_next=worker_at, cpus=cpus)
+    b.background(main.pid, "mm_page_alloc", 1_500.0)
+
+    t = _secs(b)
+    in_epoch = (t % 10)
+    cpu = np.where(in_epoch < 1, 72, 98.5) + rng.normal(0, 1.2, t.size)
+    gpu = 15 + rng.normal(0, 3, t.size)
+    mem = 0.38 + 0.02 * np.sin(t / 7)
+    b.write_snapshots(cpu, cpus, 32 * GiB, mem, gpu, np.full(t.size, 9 * GiB), 24 * GiB)
+    return cpus, 32 * GiB, "NVIDIA A10G", EXPECTED["dataloader"].description
+
+
+# --------------------------------------------------------------------------------------------
+def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
+    rng = b.rng
+    cpus = 8
+    _system_processes(b)
+    b.proc(Proc(5200, "bash", "-bash", ppid=812))
+    exec_ns = b.start_ns + 300 * MS
+    srv = b.fork_exec_exit(5200, Proc(5300, "python3", "python3 serve.py --model resnet50 --port 8080",
+                                      traced=True), fork_ns=exec_ns - 1 * MS, exec_file="/usr/bin/python3.11",
+                           exec_ns=exec_ns)
+    blocked_idle = pick([0])
+    first_ns = exec_ns + 900 * MS  # imports, then torch initialises CUDA
+    n_kernels = 60
+    # Start-up: context creation inside the first cudaMalloc, model weights allocated and copied.
+    warm = [
+        OpSpec("cudaMalloc", 70 * US, 0.4, bytes=8 * MiB, gap_ns=250 * US),
+        OpSpec("cudaMemcpyAsync", 15 * US, 0.3, bytes=8 * MiB, kind="H2D", gap_ns=200 * US, stream=0),
+    ]
+    wc = loop_calls(rng, warm, first_ns, first_ns + 2 * SEC)
+    wc.keep(np.arange(wc.spec_idx.size) < 320)
+    is_malloc = wc.spec_idx == 0
+    first = np.zeros(wc.spec_idx.size, bool)
+    first[0] = True
+    # Context creation: ~1.4 s, mostly on CPU (driver init), some of it reading files (blocked).
+    wc.dur[0] = 1_150 * MS
+    wc.add_stall(first, blk=np.array([230 * MS]), n_blk=np.array([24]))
+    wc.pages[0] = 2_400
+    # The next few allocations map fresh device memory: milliseconds each.
+    early = is_malloc & (np.cumsum(is_malloc) > 1) & (np.cumsum(is_malloc) <= 6)
+    wc.dur[early] = lognormal(rng, 6 * MS, 0.5, int(early.sum())).astype(np.int64)
+    wc.layout(first_ns)
+    b.emit_calls(srv.pid, srv.pid, warm, wc, preemptor=blocked_idle, blocked_next=blocked_idle, cpus=cpus)
+    serve_start = int(wc.ts[-1] + wc.dur[-1] + 50 * MS)
+
+    template = [
+        OpSpec("cudaMemcpyAsync", 12 * US, 0.3, bytes=3 * 224 * 224 * 4 * 8, kind="H2D", gap_ns=400 * US, block_ns=60 * MS),
+        OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=40 * US, repeat=24),
+        OpSpec("cudaMemcpyAsync", 10 * US, 0.3, bytes=8 * 1000 * 4, kind="D2H", gap_ns=20 * US),
+        OpSpec("cudaStreamSynchronize", 1_800 * US, 0.25, gap_ns=10 * US),
+    ]
+    for n_chunk, (c0, c1) in enumerate(_chunks(b, serve_start, b.end_ns)):
+        calls = loop_calls(rng, template, c0, c1)
+        # The sync waits for the GPU: the thread sleeps once (blocking sync).
+        sync = calls.spec_idx == 3
+        blk = (calls.dur[sync] * 0.85).astype(np.int64)
+        calls.dur[sync] -= blk
+        calls.add_stall(sync, blk=blk)
+        if n_chunk == 0:
+            # Lazy module loading: the first launch of each of the model's kernels loads it.
+            launch_pos = np.nonzero(calls.spec_idx == 1)[0]
+            cold = launch_pos[: n_kernels]
+            calls.dur[cold] = lognormal(rng, 4 * MS, 0.7, cold.size).astype(np.int64)
+            calls.dur[cold[0]] = 25_800 * US
+            calls.pages[cold] = rng.integers(20, 120, cold.size)
+            n_io = np.zeros(calls.spec_idx.size, bool)
+            n_io[cold[::6]] = True
+            calls.add_stall(n_io, blk=lognormal(rng, 400 * US, 0.4, int(n_io.sum())))
+        calls.layout(c0)
+        calls.keep(calls.ts + calls.dur <= c1)
+        b.emit_calls(srv.pid, srv.pid, template, calls, preemptor=pick([190, 905]), blocked_next=blocked_idle, cpus=cpus)
+    b.background(srv.pid, "mm_page_alloc", np.where(np.arange(b.n_buckets) < 3, 60_000.0, 800.0))
+
+    t = _secs(b)
+    busy_init = (t > 0.3) & (t < 3.5)
+    cpu = np.where(busy_init, 13.5, 6.0) + rng.normal(0, 0.8, t.size)
+    gpu = np.where(t < 3.5, 0.0, 22 + rng.normal(0, 3, t.size))
+    gmem = np.where(t < 1.5, 0.3 * GiB, 3.1 * GiB)
+    mem = np.where(t < 1.2, 0.21, 0.27) + 0.002 * rng.standard_normal(t.size)
+    b.write_snapshots(cpu, cpus, 64 * GiB, mem, gpu, gmem, 24 * GiB)
+    return cpus, 64 * GiB, "NVIDIA L4", EXPECTED["cold-start"].description
+
+
+# --------------------------------------------------------------------------------------------
+def _memcpy_bottleneck(b: TraceBuilder) -> tuple[int, int, str | None, str]:
+    rng = b.rng
+    cpus = 8
+    _system_processes(b)
+    b.proc(Proc(6000, "bash", "-bash", ppid=812))
+    main = b.proc(Proc(6100, "python3", "python3 train_tabular.py --batch 4194304", ppid=6000, traced=True))
+    idle = pick([0])
+    batch_bytes = 256 * MiB
+    template = [
+        OpSpec("cudaMemcpy", 20 * US, 0.3, bytes=batch_bytes, kind="H2D", gap_ns=3 * MS),
+        OpSpec("cudaMemcpy", 18 * US, 0.3, bytes=2048, kind="H2D", gap_ns=40 * US),
+        OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=30 * US, repeat=30),
+        OpSpec("cudaDeviceSynchronize", 4 * MS, 0.2, gap_ns=10 * US),
+        OpSpec("cudaMemcpy", 22 * US, 0.3, bytes=4, kind="D2H", gap_ns=20 * US),
+        OpSpec("cudaMemcpy", 21 * US, 0.3, bytes=4, kind="D2H", gap_ns=20 * US),
+    ]
+    for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns):
+        calls = loop_calls(rng, template, c0, c1)
+        big = calls.spec_idx == 0
+        k = int(big.sum())
+        # Pageable H2D: the driver stages through a pinned bounce buffer, ~2.6-3.4 GB/s here.
+        bw = rng.uniform(2.6e9, 3.4e9, k)
+        total = (batch_bytes / bw * SEC).astype(np.int64)
+        blk = (total * rng.uniform(0.62, 0.72, k)).astype(np.int64)
+        calls.dur[big] = total - blk
+        calls.add_stall(big, blk=blk, n_blk=(total // (2 * MS)).astype(np.int64))
+        calls.pages[big] = rng.integers(0, 6, k)
+        sync = calls.spec_idx == 3
+        sblk = (calls.dur[sync] * 0.9).astype(np.int64)
+        calls.dur[sync] -= sblk
+        calls.add_stall(sync, blk=sblk)
+        calls.layout(c0)
+        calls.keep(calls.ts + calls.dur <= c1)
+        b.emit_calls(main.pid, main.pid, template, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
+    b.background(main.pid, "mm_page_alloc", 2_500.0)
+    t = _secs(b)
+    cpu = 14 + rng.normal(0, 1, t.size)
+    gpu = 7 + rng.normal(0, 1.5, t.size)
+    b.write_snapshots(cpu, cpus, 128 * GiB, 0.45 + 0.003 * rng.standard_normal(t.size), gpu,
+                      np.full(t.size, 6 * GiB), 80 * GiB)
+    return cpus, 128 * GiB, "NVIDIA A100-SXM4-80GB", EXPECTED["memcpy-bottleneck"].description
+
+
+# --------------------------------------------------------------------------------------------
+def _allocator_spike(b: TraceBuilder) -> tuple[int, int, str | None, str]:
+    rng = b.rng
+    cpus = 8
+    period_ns = 5 * SEC
+    _system_processes(b)
+    b.proc(Proc(7000, "bash", "-bash", ppid=812))
+    main = b.proc(Proc(7100, "python3", "python3 train_seg.py --variable-size-inputs", ppid=7000, traced=True))
+    idle = pick([0])
+    template = [
+        OpSpec("cudaMemcpyAsync", 14 * US, 0.3, bytes=16 * MiB, kind="H2D", gap_ns=2 * MS),
+        OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=40 * US, repeat=40),
+        OpSpec("cudaMalloc", 90 * US, 0.5, bytes=32 * MiB, gap_ns=30 * US),
+        OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=40 * US, repeat=20),
+        OpSpec("cudaStreamSynchronize", 9 * MS, 0.15, gap_ns=10 * US),
+    ]
+    spike_pages_total = np.zeros(b.n_buckets)
+    for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns):
+        calls = loop_calls(rng, template, c0, c1)
+        sync = calls.spec_idx == 4
+        sblk = (calls.dur[sync] * 0.9).astype(np.int64)
+        calls.dur[sync] -= sblk
+        calls.add_stall(sync, blk=sblk)
+        # The caching allocator usually serves from its pool: only 1 step in 5 reaches cudaMalloc.
+        malloc = calls.spec_idx == 2
+        drop = malloc & (rng.random(calls.spec_idx.size) < 0.8)
+        calls.keep(~drop)
+        calls.layout(c0)
+        # Every 5 s (after empty_cache), the next 8 cudaMallocs are slow and allocate pages in a storm.
+        malloc = np.nonzero(calls.spec_idx == 2)[0]
+        phase = (calls.ts[malloc] - b.start_ns) % period_ns
+        cycle = (calls.ts[malloc] - b.start_ns) // period_ns
+        after = phase > 1 * SEC  # first spike 1 s into each period
+        first_of_cycle = np.zeros(malloc.size, bool)
+        if malloc.size:
+            key = np.where(after, cycle, -1)
+            for_rank = np.zeros(malloc.size, np.int64)
+            # rank of each malloc among the ones after the spike point of its cycle
+            order_key = key
+            change = np.r_[True, order_key[1:] != order_key[:-1]]
+            grp = np.cumsum(change) - 1
+            start_idx = np.nonzero(change)[0]
+            for_rank = np.arange(malloc.size) - start_idx[grp]
+            first_of_cycle = after & (for_rank < 8)
+        spike = np.zeros(calls.spec_idx.size, bool)
+        spike[malloc[first_of_cycle]] = True
+        k = int(spike.sum())
+        oncpu = lognormal(rng, 30 * MS, 0.35, k).astype(np.int64)
+        calls.dur[spike] = oncpu
+        calls.add_stall(spike, blk=(oncpu * rng.uniform(0.05, 0.15, k)).astype(np.int64), n_blk=rng.integers(2, 8, k))
+        calls.pages[spike] = rng.integers(20_000, 60_000, k)
+        calls.layout(c0)
+        calls.keep(calls.ts + calls.dur <= c1)
+        b.emit_calls(main.pid, main.pid, template, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
+        sp = spike[: calls.ts.size]
+        spike_pages_total += np.bincount(np.clip((calls.ts[sp] - b.start_ns) // SEC, 0, b.n_buckets - 1),
+                                         weights=calls.pages[sp], minlength=b.n_buckets)
+    b.background(main.pid, "mm_page_alloc", 3_000.0)
+    t = _secs(b)
+    cpu = 13 + rng.normal(0, 1, t.size) + np.minimum(spike_pages_total / 50_000, 8)
+    gpu = 45 + rng.normal(0, 4, t.size) - np.minimum(spike_pages_total / 20_000, 20)
+    mem = 0.30 + 0.03 * ((t % 5) > 1)
+    gmem = np.where((t % 5) > 1, 14 * GiB, 6 * GiB)
+    b.write_snapshots(cpu, cpus, 64 * GiB, mem, gpu, gmem, 24 * GiB)
+    return cpus, 64 * GiB, "NVIDIA RTX A5000", EXPECTED["allocator-spike"].description
+
+
+# --------------------------------------------------------------------------------------------
+def _cpu_contention(b: TraceBuilder) -> tuple[int, int, str | None, str]:
+    rng = b.rng
+    cpus = 4
+    span = b.end_ns - b.start_ns
+    hog_start = b.start_ns + int(span * 0.27)
+    hog_end = b.start_ns + int(span * 0.73)
+    _system_processes(b)
+    b.proc(Proc(8000, "bash", "-bash", ppid=812))
+    main = b.proc(Proc(8100, "python3", "python3 infer.py --stream rtsp://cam1", ppid=8000, traced=True))
+    b.proc(Proc(8150, "bash", "-bash", ppid=812))
+    ffmpeg = b.fork_exec_exit(8150, Proc(8200, "ffmpeg", "ffmpeg -i /data/raw.mkv -c:v libx264 -preset slow out.mp4",
+                                         exit_ns=hog_end, exit_code=0),
+                              fork_ns=hog_start - 1 * MS, exec_file="/usr/bin/ffmpeg", exec_ns=hog_start)
+    secs_start = np.arange(b.n_buckets) * SEC + b.start_ns
+    hog_frac = np.clip((np.minimum(secs_start + SEC, hog_end) - np.maximum(secs_start, hog_start)) / SEC, 0, 1)
+    b.background(ffmpeg.pid, "sched_switch", 2_400.0 * hog_frac)
+    b.background(ffmpeg.pid, "mm_page_alloc", 9_000.0 * hog_frac)
+
+    def who(ts: np.ndarray, r: np.random.Generator) -> np.ndarray:
+        inside = (ts >= hog_start) & (ts < hog_end)
+        return np.where(inside, ffmpeg.pid, np.array([190, 905])[r.integers(0, 2, ts.size)])
+
+    idle_or_hog = lambda ts, r: np.where((ts >= hog_start) & (ts < hog_end), ffmpeg.pid, 0)  # noqa: E731
+    template = [
+        OpSpec("cudaMemcpyAsync", 12 * US, 0.3, bytes=3 * 640 * 640 * 4, kind="H2D", gap_ns=1_200 * US, block_ns=8 * MS),
+        OpSpec("cudaLaunchKernel", 5 * US, 0.35, gap_ns=30 * US, repeat=30),
+        OpSpec("cudaMemcpyAsync", 10 * US, 0.3, bytes=25_200 * 4, kind="D2H", gap_ns=15 * US),
+        OpSpec("cudaStreamSynchronize", 180 * US, 0.4, gap_ns=10 * US),
+    ]
+    for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns):
+        calls = loop_calls(rng, template, c0, c1)
+        inside = (calls.ts >= hog_start) & (calls.ts < hog_end)
+        m = _mask(calls.spec_idx, rng, {0: 0.05, 1: 0.01, 3: 0.16})
+        for i, med in ((0, 5 * MS), (1, 3 * MS), (3, 6 * MS)):
+            sel = m[i] & inside
+            k = int(sel.sum())
+            calls.add_stall(sel, pre=np.clip(lognormal(rng, med, 0.6, k), 1 * MS, 60 * MS), n_pre=rng.integers(1, 4, k))
+        gp = inside & (rng.random(calls.spec_idx.size) < 0.03)
+        calls.gap_pre[gp] = lognormal(rng, 4 * MS, 0.5, int(gp.sum())).astype(np.int64)
+        calls.layout(c0)
+        calls.keep(calls.ts + calls.dur <= c1)
+        b.emit_calls(main.pid, main.pid, template, calls, preemptor=who, blocked_next=idle_or_hog, cpus=cpus)
+    b.background(main.pid, "mm_page_alloc", 900.0)
+    t = _secs(b)
+    cpu = np.where(hog_frac > 0.5, 99.0, 24.0) + rng.normal(0, 1, t.size)
+    gpu = np.where(hog_frac > 0.5, 14.0, 38.0) + rng.normal(0, 2, t.size)
+    b.write_snapshots(cpu, cpus, 16 * GiB, 0.52 + 0.004 * rng.standard_normal(t.size), gpu,
+                      np.full(t.size, 2 * GiB), 16 * GiB)
+    return cpus, 16 * GiB, "NVIDIA T4", EXPECTED["cpu-contention"].description
+
+
+# --------------------------------------------------------------------------------------------
+def _gpu_shared(b: TraceBuilder) -> tuple[int, int, str | None, str]:
+    rng = b.rng
+    cpus = 16
+    period_ns = 4 * SEC
+    burst_ns = 600 * MS
+    _system_processes(b)
+    b.proc(Proc(9000, "bash", "-bash", ppid=812))
+    trainer = b.proc(Proc(9100, "python3", "python3 train.py --model bert-base", ppid=9000, traced=True))
+    server = b.proc(Proc(9200, "python3", "python3 serve.py --model llama-7b --port 9000", ppid=1, traced=True))
+    idle = pick([0])
+
+    def in_burst(ts: np.ndarray) -> np.ndarray:
+        return ((ts - b.start_ns) % period_ns) >= period_ns - burst_ns
+
+    train_t = [
+        OpSpec("cudaMemcpyAsync", 13 * US, 0.3, bytes=32 * 512 * 8, kind="H2D", gap_ns=600 * US),
+        OpSpec("cudaLaunchKernel", 5 * US, 0.35, gap_ns=25 * US, repeat=40),
+        OpSpec("cudaStreamSynchronize", 3 * MS, 0.15, gap_ns=10 * US),
+    ]
+    serve_t = [
+        OpSpec("cudaMemcpyAsync", 11 * US, 0.3, bytes=4096 * 4, kind="H2D", gap_ns=300 * US),
+        OpSpec("cudaLaunchKernel", 5 * US, 0.35, gap_ns=20 * US, repeat=24),
+        OpSpec("cudaStreamSynchronize", 6 * MS, 0.15, gap_ns=10 * US),
+        OpSpec("cudaMemcpyAsync", 9 * US, 0.3, bytes=4096 * 4, kind="D2H", gap_ns=20 * US),
+    ]
+    for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns):
+        calls = loop_calls(rng, train_t, c0, c1)
+        sync = calls.spec_idx == 2
+        # A sync that overlaps the other process's burst waits for its kernels too: 5-10x longer.
+        slow = sync & in_burst(calls.ts)
+        calls.dur[slow] = (calls.dur[slow] * rng.uniform(5, 10, int(slow.sum()))).astype(np.int64)
+        blk = (calls.dur[sync] * 0.92).astype(np.int64)
+        calls.dur[sync] -= blk
+        calls.add_stall(sync, blk=blk)
+        calls.layout(c0)
+        calls.keep(calls.ts + calls.dur <= c1)
+        b.emit_calls(trainer.pid, trainer.pid, train_t, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
+
+        s = loop_calls(rng, serve_t, c0, c1)
+        s.keep(in_burst(s.ts))
+        ssync = s.spec_idx == 2
+        sblk = (s.dur[ssync] * 0.9).astype(np.int64)
+        s.dur[ssync] -= sblk
+        s.add_stall(ssync, blk=sblk)
+        # Keep the server's calls where they were (bursts); they are independent of each other.
+        s.keep(s.ts + s.dur <= c1)
+        b.emit_calls(server.pid, server.pid, serve_t, s, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
+    b.background(trainer.pid, "mm_page_alloc", 1_200.0)
+    b.background(server.pid, "mm_page_alloc", 400.0)
+    t = _secs(b)
+    burst = ((t % 4) >= 3.4)
+    cpu = np.where(burst, 13.0, 8.0) + rng.normal(0, 0.7, t.size)
+    gpu = np.where(burst, 99.0, 58.0) + rng.normal(0, 2, t.size)
+    b.write_snapshots(cpu, cpus, 256 * GiB, 0.31 + 0.002 * rng.standard_normal(t.size), gpu,
+                      np.full(t.size, 61 * GiB), 80 * GiB)
+    return cpus, 256 * GiB, "NVIDIA H100 80GB HBM3", EXPECTED["gpu-shared"].description
+
+
+_BUILDERS: dict[str, tuple[Callable[[TraceBuilder], tuple[int, int, str | None, str]], float]] = {
+    "dataloader": (_dataloader, 30.0),
+    "cold-start": (_cold_start, 20.0),
+    "memcpy-bottleneck": (_memcpy_bottleneck, 30.0),
+    "allocator-spike": (_allocator_spike, 30.0),
+    "cpu-contention": (_cpu_contention, 30.0),
+    "gpu-shared": (_gpu_shared, 30.0),
+}
+
+
+def base_duration_s(name: str) -> float:
+    """Length of the scenario's trace at scale 1.0, in seconds."""
+    return _BUILDERS[name][1]
+
+
+def generate(name: str, db: Path, *, seed: int = 0, scale: float = 1.0) -> int:
+    """Write scenario `name` as a new session of the store at `db`; returns its session id.
+
+    The trace starts at a fixed instant and lasts `base_duration_s(name) * scale` seconds; the
+    same (name, seed, scale) always gives the same trace.
+    """
+    if name not in _BUILDERS:
+        raise ValueError(f"unknown demo scenario {name!r}; scenarios: {', '.join(SCENARIOS)}")
+    if scale <= 0:
+        raise ValueError("scale must be > 0")
+    build, base_s = _BUILDERS[name]
+    start = T0_NS
+    end = start + int(base_s * scale * SEC)
+    with TraceWriter(db) as writer:
+        b = TraceBuilder(writer, start, end, seed=seed * 1000 + SCENARIOS.index(name))
+        cpus, mem, gpu, description = build(b)
+        b.write_session(name, seed, scale, cpus, mem, gpu, notes=f"synthetic demo scenario {name!r}: {description}")
+        return writer.session_id
