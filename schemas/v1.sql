@@ -165,3 +165,61 @@ CREATE TABLE IF NOT EXISTS imported_chains (
     timeline          VARCHAR,             -- JSON, as the origin wrote it
     node              VARCHAR
 );
+
+-- ============================================================================================
+-- Imported from other tools, kept verbatim
+-- What another tool's trace holds beyond the tables above, so that an import loses nothing.
+-- Rows here are the origin's own values (ids, raw arguments); the tables above hold the same
+-- facts mapped to this store's meaning where a mapping exists. `origin` names the tool ('ingero').
+-- ============================================================================================
+
+-- Every event row of an imported trace as the origin stored it, whether or not it was also
+-- mapped to cuda_calls / sched_intervals / process_events (mapped_to says where, NULL: only here).
+CREATE TABLE IF NOT EXISTS imported_events (
+    session_id     INTEGER NOT NULL,
+    origin         VARCHAR NOT NULL,
+    event_id       VARCHAR NOT NULL,   -- the origin's id (Ingero 0.8: integer; 0.9: '{node}:{seq}')
+    ts_ns          BIGINT  NOT NULL,
+    duration_ns    BIGINT,
+    pid            INTEGER,
+    tid            INTEGER,
+    source         VARCHAR,            -- the origin's source name, e.g. 'CUDA', 'HOST', 'DRIVER', 'IO'
+    op             VARCHAR,            -- the origin's op name, e.g. 'sched_switch', 'block_read'
+    source_id      INTEGER,            -- the origin's numeric codes, as stored
+    op_id          INTEGER,
+    gpu_id         INTEGER,
+    arg0           BIGINT,             -- raw, meaning depends on op (Ingero: bytes, pointer, ...)
+    arg1           BIGINT,
+    ret_code       BIGINT,
+    stack_hash     BIGINT,             -- -> imported_stacks.stack_hash (0: no stack)
+    stack_ips      VARCHAR,
+    cgroup_id      BIGINT,             -- -> imported_rows of table 'cgroup_metadata'
+    node           VARCHAR,            -- multi-node traces (Ingero >= 0.9)
+    rank           INTEGER,
+    local_rank     INTEGER,
+    world_size     INTEGER,
+    mapped_to      VARCHAR             -- 'cuda_calls', 'sched_intervals', 'process_events' or NULL
+);
+
+-- Call stacks, deduplicated by the origin's hash.
+CREATE TABLE IF NOT EXISTS imported_stacks (
+    session_id     INTEGER NOT NULL,
+    origin         VARCHAR NOT NULL,
+    stack_hash     BIGINT  NOT NULL,
+    ips            VARCHAR,            -- JSON array of hex instruction pointers
+    frames         VARCHAR             -- JSON array of resolved frames, as the origin wrote them
+);
+
+-- Any other row of an imported trace (catalogues, metadata, per-cgroup statistics, the origin's
+-- own session and process-name rows), one JSON object per row, keyed by the origin's table name.
+-- Query with DuckDB's JSON operators: row_json ->> 'container_id'.
+CREATE TABLE IF NOT EXISTS imported_rows (
+    session_id     INTEGER NOT NULL,
+    origin         VARCHAR NOT NULL,
+    table_name     VARCHAR NOT NULL,   -- the origin's table, e.g. 'cgroup_metadata', 'schema_info'
+    row_number     BIGINT  NOT NULL,   -- order within the origin's table (its rowid order)
+    row_json       VARCHAR NOT NULL
+);
+
+-- How a chain's numbers were made, where the origin's columns do not say it themselves.
+ALTER TABLE imported_chains ADD COLUMN IF NOT EXISTS notes VARCHAR;

@@ -1,0 +1,143 @@
+"""Reads an Ingero SQLite trace database (schema 0.8, 0.9): validation, catalogue, chunked rows.
+
+Ingero stores numeric source/op codes with a `sources`/`ops` catalogue inside each file, a small
+sample of events as rows, and exact per-minute counts in `event_aggregates`. This module only
+reads; the mapping to the store lives in `ingero.py`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ingero_mcp.store.errors import StoreError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+# Without these an Ingero file cannot be read meaningfully.
+REQUIRED_TABLES = ("events", "sources", "ops")
+REQUIRED_EVENT_COLUMNS = ("timestamp", "pid", "tid", "source", "op", "duration")
+KNOWN_SCHEMAS = ("0.8", "0.9")
+
+
+class IngeroImportError(StoreError):
+    """An input that is not an Ingero trace database (the CLI prints it as one line, exit 2)."""
+
+
+@dataclass
+class IngeroSession:
+    """One row of Ingero's `sessions` table (one `ingero trace` run)."""
+
+    ingero_id: int
+    row: dict[str, Any]
+    node: str
+    started_ns: int
+    stopped_ns: int | None
+
+
+@dataclass
+class IngeroSource:
+    """An open, validated Ingero database: its schema version, catalogue and table layout."""
+
+    path: Path
+    con: sqlite3.Connection
+    schema_version: str
+    tables: dict[str, list[str]]  # table -> column names
+    source_names: dict[int, str] = field(default_factory=dict)
+    op_names: dict[tuple[int, int], str] = field(default_factory=dict)
+    sessions: list[IngeroSession] = field(default_factory=list)
+
+    def count(self, table: str) -> int:
+        """Rows in `table` (0 when the file lacks it)."""
+        if table not in self.tables:
+            return 0
+        return int(self.con.execute(f'SELECT count(*) FROM "{table}"').fetchall()[0][0])
+
+    def select(self, table: str, wanted: Sequence[str], order: str = "rowid") -> tuple[list[str], str]:
+        """A SELECT of `wanted` columns; columns this file lacks come back as NULL (older/newer schemas)."""
+        have = set(self.tables[table])
+        exprs = [f'"{c}"' if c in have else f'NULL AS "{c}"' for c in wanted]
+        return list(wanted), f'SELECT {", ".join(exprs)} FROM "{table}" ORDER BY {order}'
+
+    def chunks(self, table: str, wanted: Sequence[str], size: int = 100_000) -> Iterator[dict[str, list[Any]]]:
+        """Rows of `table` as column lists, `size` rows at a time (bounded memory on large files)."""
+        names, sql = self.select(table, wanted)
+        cur = self.con.execute(sql)
+        while True:
+            rows = cur.fetchmany(size)
+            if not rows:
+                return
+            cols = list(zip(*rows, strict=True))
+            yield {n: list(c) for n, c in zip(names, cols, strict=True)}
+
+    def all_rows(self, table: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Every row of a small table, all columns, in rowid order (WITHOUT ROWID tables: key order)."""
+        cols = self.tables[table]
+        quoted = ", ".join(f'"{c}"' for c in cols)
+        try:
+            rows = self.con.execute(f'SELECT {quoted} FROM "{table}" ORDER BY rowid').fetchall()
+        except sqlite3.OperationalError:
+            rows = self.con.execute(f'SELECT {quoted} FROM "{table}"').fetchall()
+        return cols, rows
+
+
+def open_ingero(path: Path) -> IngeroSource:
+    """Open `path` read-only and check that it is an Ingero trace database; one-line errors otherwise."""
+    if not path.exists():
+        raise IngeroImportError(f"{path}: no such file")
+    if not path.is_file():
+        raise IngeroImportError(f"{path}: not a file")
+    with path.open("rb") as fh:
+        head = fh.read(len(SQLITE_MAGIC))
+    if head != SQLITE_MAGIC:
+        raise IngeroImportError(f"{path}: not an SQLite database (expected an Ingero trace .db file)")
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
+        tables = {t: [r[1] for r in con.execute(f'PRAGMA table_info("{t}")').fetchall()] for t in names}
+    except sqlite3.DatabaseError as exc:
+        raise IngeroImportError(f"{path}: unreadable SQLite database ({exc})") from exc
+    missing = [t for t in REQUIRED_TABLES if t not in tables]
+    if missing:
+        con.close()
+        raise IngeroImportError(
+            f"{path}: not an Ingero trace database (missing table(s) {', '.join(missing)})"
+        )
+    missing_cols = [c for c in REQUIRED_EVENT_COLUMNS if c not in tables["events"]]
+    if missing_cols:
+        con.close()
+        raise IngeroImportError(f"{path}: events table lacks Ingero column(s) {', '.join(missing_cols)}")
+    version = "unknown"
+    if "schema_info" in tables:
+        rows = con.execute("SELECT value FROM schema_info WHERE key = 'version'").fetchall()
+        if rows:
+            version = str(rows[0][0])
+    src = IngeroSource(path=path, con=con, schema_version=version, tables=tables)
+    src.source_names = {int(i): str(n) for i, n in con.execute("SELECT id, name FROM sources").fetchall()}
+    src.op_names = {
+        (int(s), int(o)): str(n) for s, o, n in con.execute("SELECT source_id, op_id, name FROM ops").fetchall()
+    }
+    src.sessions = _sessions(src)
+    return src
+
+
+def _sessions(src: IngeroSource) -> list[IngeroSession]:
+    if "sessions" not in src.tables:
+        return []
+    cols, rows = src.all_rows("sessions")
+    out = []
+    for row in rows:
+        d = dict(zip(cols, row, strict=True))
+        stopped = int(d.get("stopped_at") or 0)
+        out.append(
+            IngeroSession(
+                ingero_id=int(d.get("id") or len(out) + 1),
+                row=d,
+                node=str(d.get("node") or ""),
+                started_ns=int(d.get("started_at") or 0),
+                stopped_ns=stopped or None,  # Ingero writes 0 while recording / when killed
+            )
+        )
+    return out
