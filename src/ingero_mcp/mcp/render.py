@@ -1,0 +1,330 @@
+"""Compact text a model reads well, rendered from the bounded tool results.
+
+Summaries come first, then one line per item; traced strings go through `sanitize.quote`. Times
+are shown as seconds from the trace start (`+12.345678 s`), which `get_timeline(around=...)`
+accepts back; durations in adaptive units (ns, us, ms, s); counts as plain integers so that every
+number can be found again in `explain --json` or with SQL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.mcp.results import (
+    BreakdownResult,
+    ChainsResult,
+    ContextResult,
+    InfoResult,
+    SqlRows,
+    StatsResult,
+    TimelineResult,
+)
+from ingero_mcp.mcp.sanitize import DATA_NOTE, quote
+
+TEXT_BUDGET = 24_000  # characters of text per tool result (~6-8k tokens)
+
+
+def fmt_ns(ns: float | int | None) -> str:
+    """A duration in the largest unit that keeps it >= 1, three decimals."""
+    if ns is None:
+        return "-"
+    value = float(ns)
+    if abs(value) < 1_000:
+        return f"{int(value)} ns"
+    if abs(value) < 1_000_000:
+        return f"{value / 1e3:.3f} us"
+    if abs(value) < 1_000_000_000:
+        return f"{value / 1e6:.3f} ms"
+    return f"{value / 1e9:.3f} s"
+
+
+def fmt_bytes(n: int | None) -> str:
+    """Bytes in binary units."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def fmt_rel(ts_ns: int | None, origin_ns: int) -> str:
+    """A moment as seconds after the trace start."""
+    if ts_ns is None:
+        return "-"
+    return f"{(ts_ns - origin_ns) / 1e9:+.6f} s"
+
+
+def fmt_wall(ts_ns: int) -> str:
+    """A moment as UTC wall-clock time."""
+    return datetime.fromtimestamp(ts_ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def fmt_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def window_line(window: TimeWindow, whole: TimeWindow | None) -> str:
+    """The window as offsets into the trace, and the trace's own span."""
+    origin = whole.start_ns if whole else window.start_ns
+    span = f" of a {fmt_ns(whole.duration_ns)} trace starting {fmt_wall(whole.start_ns)}" if whole else ""
+    return (
+        f"window {fmt_rel(window.start_ns, origin)} .. {fmt_rel(window.end_ns, origin)} "
+        f"({fmt_ns(window.duration_ns)}{span})"
+    )
+
+
+def fit_lines(header: list[str], items: Iterable[str], total: int, budget: int = TEXT_BUDGET) -> tuple[str, int]:
+    """Header plus as many item lines as fit in `budget` characters; says how many were left out."""
+    out = list(header)
+    used = sum(len(line) + 1 for line in out)
+    shown = 0
+    for line in items:
+        if used + len(line) + 1 > budget - 200:
+            break
+        out.append(line)
+        used += len(line) + 1
+        shown += 1
+    if shown < total:
+        out.append(f"[{total - shown} more not shown: narrow the window (since), filter by pid, or lower the count]")
+    return "\n".join(out), shown
+
+
+def _notes(notes: list[str]) -> list[str]:
+    return [f"note: {n}" for n in notes]
+
+
+def render_stats(r: StatsResult) -> str:
+    """get_trace_stats as text."""
+    head = [
+        f"CUDA operation statistics, {window_line(r.window, r.trace_window)}",
+        DATA_NOTE,
+        f"calls: {r.calls} from {len(r.pids)} pid(s)" + (": " + ", ".join(map(str, r.pids[:50])) if r.pids else "")
+        + (" ..." if len(r.pids) > 50 else "")
+        + (" | cuda_calls holds a SAMPLE: counts come from exact aggregates, percentiles from the sample" if r.sampled else ""),
+    ]
+    if r.coverage or r.row_counts:
+        captured = []
+        complete = {c.table_name: c.complete for c in r.coverage}
+        for table, n in r.row_counts.items():
+            if n:
+                tag = "" if table not in complete else (" complete" if complete[table] else " SAMPLE")
+                captured.append(f"{table} {n} rows{tag}")
+        head.append("captured: " + "; ".join(captured))
+    head += _notes(r.notes)
+    head.append(f"ops ({r.shown} of {r.total}, by total time): op | api | count | p50 | p95 | p99 | max | total | share of span")
+    lines = []
+    for s in r.ops:
+        count = f"{s.count}" + (f" (of {s.total_count} counted)" if s.total_count is not None and s.total_count != s.count else "")
+        extra = f" | {fmt_bytes(s.bytes_total)}" if s.bytes_total else ""
+        lines.append(
+            f"{quote(s.op, 80)} | {s.api} | {count} | {fmt_ns(s.p50_ns)} | {fmt_ns(s.p95_ns)} | {fmt_ns(s.p99_ns)} | "
+            f"{fmt_ns(s.max_ns)} | {fmt_ns(s.total_ns)} | {s.share_of_span * 100:.2f}%{extra}"
+        )
+    if r.host:
+        lines.append("host events (exact in-kernel counts): source/op | count | pids | total duration")
+        for h in r.host:
+            lines.append(f"{quote(h.source, 40)}/{quote(h.op, 60)} | {h.count} | {h.pids} | {fmt_ns(h.sum_duration_ns)}")
+    text, _ = fit_lines(head, lines, len(lines))
+    return text
+
+
+def render_chains(r: ChainsResult, whole: TimeWindow | None) -> str:
+    """get_causal_chains as text: one block per chain."""
+    origin = whole.start_ns if whole else r.window.start_ns
+    head = [
+        f"causal chains: {r.shown} of {r.total}, most severe first, {window_line(r.window, whole)}",
+        DATA_NOTE,
+    ] + _notes(r.notes)
+    if not r.chains:
+        head.append("no causal chain found in this window.")
+    blocks = []
+    for c in r.chains:
+        lines = [
+            f"[{c.severity}] {c.id} ({'imported from Ingero' if c.origin == 'ingero' else 'ingero-mcp'}) op {quote(c.op, 80)}",
+            f"  summary: {quote(c.summary, 400)}",
+            f"  root cause: {quote(c.root_cause, 400)}",
+            f"  explanation: {quote(c.explanation, 800)}",
+        ]
+        nums = [
+            f"count {c.count}" if c.count is not None else "",
+            f"p50 {fmt_ns(c.p50_ns)}" if c.p50_ns is not None else "",
+            f"p99 {fmt_ns(c.p99_ns)}" if c.p99_ns is not None else "",
+            f"max {fmt_ns(c.max_ns)}" if c.max_ns is not None else "",
+            f"tail ratio {c.tail_ratio:.1f}x" if c.tail_ratio is not None else "",
+            "from a SAMPLE of calls" if c.from_sample else "",
+        ]
+        lines.append("  numbers: " + ", ".join(n for n in nums if n) + (f"; pids {c.pids[:20]}" if c.pids else ""))
+        for e in c.evidence:
+            value = quote(e.value, 120) if isinstance(e.value, str) else e.value
+            lines.append(f"  evidence: {e.name} = {value}{(' ' + e.unit) if e.unit else ''}")
+        for rec in c.recommendations:
+            lines.append(f"  recommendation: {quote(rec, 400)}")
+        for t in c.timeline:
+            lines.append(
+                f"  timeline {fmt_rel(t.ts_ns, origin)} pid {t.pid} tid {t.tid} {t.kind}: {quote(t.description, 160)}"
+                + (f" ({fmt_ns(t.duration_ns)})" if t.duration_ns is not None else "")
+            )
+        blocks.append("\n".join(lines))
+    text, _ = fit_lines(head, blocks, len(blocks))
+    return text
+
+
+def render_breakdown(r: BreakdownResult, whole: TimeWindow | None) -> str:
+    """get_per_process_breakdown as text: one block per pid."""
+    origin = whole.start_ns if whole else r.window.start_ns
+    head = [
+        f"per-process breakdown: {r.shown} of {r.total} pids (CUDA-active first), {window_line(r.window, whole)}",
+        DATA_NOTE,
+    ] + _notes(r.notes)
+    blocks = []
+    for p in r.processes:
+        lines = [
+            f"pid {p.pid} comm {quote(p.comm, 64)} ppid {p.ppid if p.ppid is not None else '-'}"
+            + (f" exited {fmt_rel(p.exit_ns, origin)}" if p.exit_ns else "")
+            + (f" children {p.children[:30]}{' ...' if len(p.children) > 30 else ''}" if p.children else ""),
+        ]
+        if p.cmdline:
+            lines.append(f"  cmdline {quote(p.cmdline, 200)}")
+        sched = (
+            f"  context switches {p.context_switches}, off-CPU {fmt_ns(p.off_cpu_ns)}"
+            f" (preempted {fmt_ns(p.preempted_ns)}, blocked {fmt_ns(p.blocked_ns)})"
+            f", worst stall {fmt_ns(p.worst_stall_ns)}"
+            + (f" at {fmt_rel(p.worst_stall_ts_ns, origin)}" if p.worst_stall_ts_ns else "")
+            + f", page allocs {p.page_allocs} ({fmt_bytes(p.page_alloc_bytes)})"
+            + (" [from in-kernel aggregates]" if p.counts_from == "aggregates" else "")
+        )
+        lines.append(sched)
+        for o in p.ops[:15]:
+            lines.append(
+                f"  {quote(o.op, 80)}: {o.count} calls, total {fmt_ns(o.total_ns)}, p50 {fmt_ns(o.p50_ns)}, "
+                f"p99 {fmt_ns(o.p99_ns)}, max {fmt_ns(o.max_ns)}"
+            )
+        if len(p.ops) > 15:
+            lines.append(f"  [{len(p.ops) - 15} more ops in the structured content]")
+        blocks.append("\n".join(lines))
+    if not blocks:
+        head.append("no process has data in this window" + (" for the pids asked" if r.notes else "") + ".")
+    text, _ = fit_lines(head, blocks, len(blocks))
+    return text
+
+
+def render_timeline(r: TimelineResult, whole: TimeWindow | None) -> str:
+    """get_timeline as text: one line per event."""
+    t = r.timeline
+    origin = whole.start_ns if whole else t.window.start_ns
+    head = [
+        f"timeline: {r.shown} of {t.total_in_window} events in the {window_line(t.window, whole)}",
+        DATA_NOTE,
+        "time (from trace start) | pid | tid | kind | description | duration",
+    ] + _notes(r.notes)
+    lines = [
+        f"{fmt_rel(e.ts_ns, origin)} | {e.pid if e.pid is not None else '-'} | {e.tid if e.tid is not None else '-'} | "
+        f"{e.kind} | {quote(e.description, 160)} | {fmt_ns(e.duration_ns)}"
+        for e in t.entries
+    ]
+    if not lines:
+        head.append("no events in this window for this pid/thread.")
+    text, _ = fit_lines(head, lines, len(lines))
+    return text
+
+
+def render_context(r: ContextResult, whole: TimeWindow | None) -> str:
+    """get_system_context as text: summary, then one line per (downsampled) snapshot."""
+    c = r.context
+    origin = whole.start_ns if whole else c.window.start_ns
+    head = [
+        f"system context: {len(c.points)} snapshots"
+        + (f" (downsampled from {c.downsampled_from})" if c.downsampled_from else "")
+        + f", {window_line(c.window, whole)}",
+        f"CPU max {fmt_pct(c.cpu_percent_max)}, mean {fmt_pct(c.cpu_percent_mean)}; memory used max "
+        f"{fmt_pct(c.mem_used_percent_max)}; swap used max {fmt_bytes(c.swap_used_bytes_max)}; "
+        f"GPU utilisation mean {fmt_pct(c.gpu_util_percent_mean)}",
+        "time | cpu % | procs running | load1 | mem used % | mem available | swap used | gpu util % | gpu mem used",
+    ] + _notes(r.notes)
+    lines = [
+        f"{fmt_rel(p.ts_ns, origin)} | {fmt_pct(p.cpu_percent)} | {p.procs_running if p.procs_running is not None else '-'} | "
+        f"{'-' if p.load1 is None else f'{p.load1:.2f}'} | {fmt_pct(p.mem_used_percent)} | {fmt_bytes(p.mem_available_bytes)} | "
+        f"{fmt_bytes(p.swap_used_bytes)} | {fmt_pct(p.gpu_util_percent)} | {fmt_bytes(p.gpu_mem_used_bytes)}"
+        for p in c.points
+    ]
+    if not lines:
+        head.append("no snapshots in this window.")
+    text, _ = fit_lines(head, lines, len(lines))
+    return text
+
+
+def render_info(r: InfoResult) -> str:
+    """get_trace_info as text: sessions, sources, coverage, row counts."""
+    i = r.info
+    head = [
+        "trace info" + (" (LIVE: still being recorded, or its collector stopped without closing it)" if i.live else ""),
+        DATA_NOTE,
+    ]
+    if i.window:
+        head.append(
+            f"span {fmt_wall(i.window.start_ns)} .. {fmt_wall(i.window.end_ns)} ({fmt_ns(i.window.duration_ns)}); "
+            f"start_ns {i.window.start_ns}, end_ns {i.window.end_ns}"
+        )
+    else:
+        head.append("the trace is empty")
+    head += _notes(r.notes)
+    lines = []
+    for s in i.sessions:
+        dur = fmt_ns(s.stopped_ns - s.started_ns) if s.stopped_ns else "still recording"
+        lines.append(
+            f"session {s.session_id} source {quote(s.source, 60)} host {quote(s.host, 80)} kernel {quote(s.kernel, 80)} "
+            f"cpus {s.cpu_count if s.cpu_count is not None else '-'} memory {fmt_bytes(s.memory_bytes)}"
+        )
+        lines.append(
+            f"  GPU {quote(s.gpu_model, 80)} driver {quote(s.gpu_driver, 40)} CUDA runtime {quote(s.cuda_runtime_version, 40)}; "
+            f"collector {quote(s.collector_version, 40)}; started {fmt_wall(s.started_ns)}; duration {dur}"
+        )
+        if s.collector_flags:
+            lines.append(f"  collector flags {quote(s.collector_flags, 300)}")
+        if s.attached:
+            lines.append(f"  attached {quote(s.attached, 600)}")
+        for src in s.sources:
+            lines.append(
+                f"  source {quote(src.source, 40)}: seen {src.events_seen}, stored {src.events_stored}, "
+                f"lost {src.events_lost}, aggregated {src.events_aggregated}"
+            )
+    if i.coverage:
+        lines.append("coverage (complete = every event is a row; SAMPLE = totals live in host_aggregates):")
+        for c in i.coverage:
+            lines.append(f"  {c.table_name}: {'complete' if c.complete else 'SAMPLE'}" + (f" ({quote(c.note, 200)})" if c.note else ""))
+    lines.append("rows: " + ", ".join(f"{t} {n}" for t, n in i.row_counts.items()))
+    text, _ = fit_lines(head, lines, len(lines))
+    return text
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return quote(value, 200)
+    if isinstance(value, list | dict):
+        return quote(json.dumps(value, ensure_ascii=False, default=str), 200)
+    return str(value)
+
+
+def render_sql(r: SqlRows, render_cell: Callable[[Any], str] = _cell) -> str:
+    """run_sql as text: a header of columns, one line per row (pipe-separated)."""
+    head = [
+        f"{r.shown} row(s) shown"
+        + (f" of {r.total} fetched" if r.total != r.shown else "")
+        + (f"; the query had more than limit={r.limit} rows" if r.more_rows else "")
+        + f"; {r.elapsed_ms:.0f} ms",
+        DATA_NOTE,
+    ] + _notes(r.notes)
+    if r.columns:
+        head.append(" | ".join(f"{c} ({t})" for c, t in zip(r.columns, r.types, strict=True)))
+    lines = [" | ".join(render_cell(v) for v in row) for row in r.rows]
+    text, _ = fit_lines(head, lines, len(lines))
+    return text

@@ -1,0 +1,89 @@
+"""The structured content of each tool: the analysis models, bounded, with what was left out.
+
+Each result carries the analysis model(s) unchanged in shape (so a program reads the same fields
+as `explain --json`), plus `shown`/`total`/`truncated` and notes saying what a cap removed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ingero_mcp.analysis.models import (
+    CausalChain,
+    HostTotal,
+    OpStats,
+    ProcessBreakdown,
+    SystemContext,
+    TableCoverage,
+    TimeWindow,
+    Timeline,
+    TraceInfo,
+)
+
+
+class Bounds(BaseModel):
+    """How much of the answer is shown, and why the rest is not."""
+
+    shown: int = 0
+    total: int = 0
+    truncated: bool = False
+    notes: list[str] = []
+
+
+class StatsResult(Bounds):
+    """get_trace_stats: per-op statistics over the window, the trace span, pids and what was captured."""
+
+    window: TimeWindow
+    trace_window: TimeWindow | None
+    calls: int
+    pids: list[int]
+    ops: list[OpStats]
+    host: list[HostTotal] = []
+    sampled: bool = False
+    coverage: list[TableCoverage] = []
+    row_counts: dict[str, int] = {}
+
+
+class ChainsResult(Bounds):
+    """get_causal_chains: the chains, most severe first, capped at top_n."""
+
+    window: TimeWindow
+    chains: list[CausalChain]
+
+
+class BreakdownResult(Bounds):
+    """get_per_process_breakdown: one entry per pid, capped at top_n."""
+
+    window: TimeWindow
+    processes: list[ProcessBreakdown]
+
+
+class TimelineResult(Bounds):
+    """get_timeline: events of a pid/thread in the window, newest first or nearest a moment."""
+
+    timeline: Timeline
+
+
+class ContextResult(Bounds):
+    """get_system_context: host snapshots over the window (downsampled) and their summary."""
+
+    context: SystemContext
+
+
+class InfoResult(Bounds):
+    """get_trace_info: sessions, collector statistics, coverage, row counts."""
+
+    info: TraceInfo
+
+
+class SqlRows(Bounds):
+    """run_sql: the rows a read-only query returned, at most `limit`, fewer if the size budget cut them."""
+
+    columns: list[str]
+    types: list[str]
+    rows: list[list[Any]]
+    limit: int
+    more_rows: bool = Field(description="the query had more rows than `limit`")
+    elapsed_ms: float

@@ -1,0 +1,143 @@
+"""Read-only SQL for the `run_sql` tool: the schema text, a row limit, a timeout, bounded output.
+
+The engine enforces the safety, not a filter on the SQL text: the connection comes from
+`open_store` (DuckDB read-only mode, external access off and the setting locked), so writes,
+ATTACH, COPY, file readers and extension loading fail however the query is phrased. A query
+that runs longer than the timeout is interrupted from a timer thread.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+import threading
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+
+from ingero_mcp.store.schema import SCHEMA_VERSION, TABLES, ddl
+
+DEFAULT_LIMIT = 1_000
+MAX_LIMIT = 10_000
+DEFAULT_TIMEOUT_S = 10.0
+
+_COLUMN_RE = re.compile(r"^\s+(\w+)\s+([A-Z]+)[^-]*?(?:--\s*(.*))?$")
+
+
+def _column_notes() -> dict[tuple[str, str], str]:
+    """(table, column) -> the comment beside that column in the versioned DDL."""
+    notes: dict[tuple[str, str], str] = {}
+    table = None
+    for line in ddl(SCHEMA_VERSION).splitlines():
+        start = re.match(r"CREATE TABLE IF NOT EXISTS (\w+)", line)
+        if start:
+            table = start.group(1)
+            continue
+        match = _COLUMN_RE.match(line)
+        if table and match and match.group(3):
+            notes[(table, match.group(1))] = match.group(3).strip()
+    return notes
+
+
+def describe_schema(con: duckdb.DuckDBPyConnection) -> str:
+    """The store's tables and columns as compact text, read from the store's own catalog."""
+    rows = con.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position"
+    ).fetchall()
+    columns: dict[str, list[tuple[str, str]]] = {}
+    for table, column, dtype in rows:
+        columns.setdefault(str(table), []).append((str(column), str(dtype)))
+    notes = _column_notes()
+    ordered = [t for t in TABLES if t in columns] + sorted(t for t in columns if t not in TABLES)
+    lines = []
+    for table in ordered:
+        parts = []
+        for column, dtype in columns[table]:
+            if column == "session_id" and table != "sessions":
+                continue
+            note = notes.get((table, column))
+            short = note[:80] if note else ""
+            parts.append(f"{column} {dtype}" + (f" [{short}]" if short else ""))
+        lines.append(f"- {table}(" + ", ".join(parts) + ")")
+    return "\n".join(lines)
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time | dt.timedelta | uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"<{len(bytes(value))} bytes>"
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
+@dataclass
+class SqlResult:
+    """Rows of one query, at most `limit`, and whether more were there."""
+
+    columns: list[str]
+    types: list[str]
+    rows: list[list[Any]]
+    more_rows: bool
+    elapsed_s: float
+    notes: list[str] = field(default_factory=list)
+
+
+class SqlError(Exception):
+    """A query the engine refused or that failed; the message is for the model to read."""
+
+
+def run_query(
+    con: duckdb.DuckDBPyConnection, sql: str, limit: int = DEFAULT_LIMIT, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> SqlResult:
+    """Run `sql` on a cursor of the read-only store connection; at most `limit` rows, stopped at `timeout_s`."""
+    import time
+
+    if not sql.strip():
+        raise SqlError("empty query")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise SqlError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    cursor = con.cursor()
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        cursor.interrupt()
+
+    timer = threading.Timer(timeout_s, stop)
+    started = time.monotonic()
+    timer.start()
+    try:
+        cursor.execute(sql)
+        if cursor.description is None:
+            return SqlResult([], [], [], False, time.monotonic() - started, ["the statement returned no rows"])
+        columns = [str(d[0]) for d in cursor.description]
+        types = [str(d[1]) for d in cursor.description]
+        fetched = cursor.fetchmany(limit + 1)
+    except duckdb.InterruptException as exc:
+        if fired.is_set():
+            raise SqlError(f"query stopped after the {timeout_s:g} s timeout; aggregate or filter more") from exc
+        raise SqlError(f"query interrupted: {exc}") from exc
+    except duckdb.Error as exc:
+        if fired.is_set():
+            raise SqlError(f"query stopped after the {timeout_s:g} s timeout; aggregate or filter more") from exc
+        raise SqlError(f"{type(exc).__name__}: {exc}") from exc
+    finally:
+        timer.cancel()
+        try:
+            cursor.close()
+        except duckdb.Error:
+            pass
+    rows = [[_jsonable(v) for v in row] for row in fetched[:limit]]
+    return SqlResult(columns, types, rows, len(fetched) > limit, time.monotonic() - started)
