@@ -47,6 +47,7 @@ def _check_file(path: Path) -> None:
 
 def _lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     con.execute("SET enable_external_access = false").fetchall()
+    con.execute("SET enable_progress_bar = false").fetchall()  # no bar over explain's output on a terminal
     con.execute("SET lock_configuration = true").fetchall()
     return con
 
