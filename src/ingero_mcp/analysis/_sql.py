@@ -85,3 +85,8 @@ def has_rows(con: duckdb.DuckDBPyConnection, table: str, predicate: str = "") ->
 def tidy(sql: str) -> str:
     """One-line SQL for evidence (whitespace collapsed)."""
     return " ".join(sql.split())
+
+
+def sql_str(text: str) -> str:
+    """A SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
