@@ -84,3 +84,23 @@ def test_clear_errors_for_bad_stores(tmp_path: Path) -> None:
     duckdb.connect(str(other)).execute("CREATE TABLE t(a INT)").close()
     with pytest.raises(StoreError, match="not an ingero-mcp trace store"):
         open_store(other)
+
+
+def test_live_writer_without_duckdb_leaves_segments_that_fold_later(tmp_path: Path) -> None:
+    """A bare GPU host may have pyarrow but not DuckDB: recording must still work."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "bare.duckdb"
+    script = (
+        "import sys; sys.modules['duckdb'] = None\n"  # makes `import duckdb` raise ImportError
+        "from ingero_mcp.store import writer\n"
+        f"w = writer.TraceWriter({str(db)!r}, live=True)\n"
+        "w.append('cuda_calls', {'ts_ns': [1], 'duration_ns': [2], 'pid': [3], 'tid': [3], 'api': ['runtime'], 'op': ['cudaFree']})\n"
+        "w.close()\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True)
+    assert not db.exists() and segment_dir(db).is_dir()
+    assert open_store(db).execute("SELECT op FROM cuda_calls").fetchall() == [("cudaFree",)]
+    assert fold_segments(db) == 1
+    assert open_store(db).execute("SELECT count(*) FROM cuda_calls").fetchall() == [(1,)]

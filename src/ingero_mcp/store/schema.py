@@ -8,7 +8,10 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-import duckdb
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
 
 SCHEMA_VERSION = 1
 

@@ -6,7 +6,8 @@ the Arrow memory without a copy, which is what makes >1M rows/s possible (row-by
 open while recording: each flush writes one Parquet file per table under a temporary name and
 renames it into `<db>.segments/<table>/`, so readers in other processes see everything up to the
 last flush, and a SIGKILL loses at most one flush interval. `close()` folds the segments into the
-DuckDB file in one transaction.
+DuckDB file in one transaction. Live recording needs only pyarrow: where DuckDB is not installed
+(a bare GPU host), the segments stay on disk and fold later on any machine that has it.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import REPLACE_TABLES, TABLES, migrate
+
+if TYPE_CHECKING:
+    import duckdb
 
 Batch = pa.Table | pa.RecordBatch | Mapping[str, Sequence[Any]]
 
@@ -47,7 +50,17 @@ def _check_table(table: str) -> None:
         raise ValueError(f"unknown store table {table!r}; tables: {', '.join(TABLES)}")
 
 
+def _duckdb_available() -> bool:
+    try:
+        import duckdb  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _connect_writable(path: Path) -> duckdb.DuckDBPyConnection:
+    import duckdb
+
     try:
         con = duckdb.connect(str(path))
     except duckdb.IOException as exc:
@@ -91,11 +104,15 @@ class TraceWriter:
         self._closed = False
         self.rows_written: dict[str, int] = defaultdict(int)
         if live:
-            # Create the store (schema only) up front so readers can open it during recording.
-            con = _connect_writable(self.path)
-            self.session_id = session_id or _next_session_id(con)
-            con.close()
             self.segments = segment_dir(self.path)
+            self.fold_on_close = _duckdb_available()
+            if self.fold_on_close:
+                # Create the store (schema only) up front so readers can open it during recording.
+                con = _connect_writable(self.path)
+                self.session_id = session_id or _next_session_id(con)
+                con.close()
+            else:
+                self.session_id = session_id or 1
             self.segments.mkdir(parents=True, exist_ok=True)
             self._seq = _last_segment_seq(self.segments)
             self._con: duckdb.DuckDBPyConnection | None = None
@@ -160,7 +177,8 @@ class TraceWriter:
         self._closed = True
         if self.live:
             self.flush()
-            fold_segments(self.path)
+            if self.fold_on_close:
+                fold_segments(self.path)
         elif self._con is not None:
             self._con.close()
 
