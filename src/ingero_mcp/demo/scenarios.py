@@ -112,8 +112,17 @@ def _system_processes(b: TraceBuilder) -> None:
             b.background(pid, "mm_page_alloc", mm_rate)
 
 
-def _chunks(b: TraceBuilder, start_ns: int, end_ns: int) -> list[tuple[int, int]]:
-    return [(s, min(s + CHUNK_NS, end_ns)) for s in range(start_ns, end_ns, CHUNK_NS)]
+def _chunks(b: TraceBuilder, start_ns: int, end_ns: int, cuts: list[int] | None = None) -> list[tuple[int, int]]:
+    """[start, end) split at `cuts` (phase changes of a scenario) and into pieces of at most CHUNK_NS.
+
+    Calls are laid out from the start of each piece, so a phase change is exact in time even though
+    stalls lengthen the calls before it.
+    """
+    edges = sorted({start_ns, end_ns, *(c for c in (cuts or []) if start_ns < c < end_ns)})
+    out = []
+    for a, z in zip(edges, edges[1:]):
+        out.extend((s, min(s + CHUNK_NS, z)) for s in range(a, z, CHUNK_NS))
+    return out
 
 
 def _mask(calls_spec: np.ndarray, rng: np.random.Generator, probs: dict[int, float]) -> dict[int, np.ndarray]:
@@ -336,7 +345,8 @@ def _allocator_spike(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         OpSpec("cudaStreamSynchronize", 9 * MS, 0.15, gap_ns=10 * US),
     ]
     spike_pages_total = np.zeros(b.n_buckets)
-    for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns):
+    cuts = list(range(b.start_ns, b.end_ns, period_ns)) + list(range(b.start_ns + SEC, b.end_ns, period_ns))
+    for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns, cuts):
         calls = loop_calls(rng, template, c0, c1)
         sync = calls.spec_idx == 4
         sblk = (calls.dur[sync] * 0.9).astype(np.int64)
@@ -346,23 +356,11 @@ def _allocator_spike(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         malloc = calls.spec_idx == 2
         drop = malloc & (rng.random(calls.spec_idx.size) < 0.8)
         calls.keep(~drop)
-        calls.layout(c0)
-        # Every 5 s (after empty_cache), the next 8 cudaMallocs are slow and allocate pages in a storm.
+        # 1 s into every 5 s period (after empty_cache), the next 8 cudaMallocs are slow and
+        # allocate pages in a storm: the pool is refilled.
         malloc = np.nonzero(calls.spec_idx == 2)[0]
-        phase = (calls.ts[malloc] - b.start_ns) % period_ns
-        cycle = (calls.ts[malloc] - b.start_ns) // period_ns
-        after = phase > 1 * SEC  # first spike 1 s into each period
-        first_of_cycle = np.zeros(malloc.size, bool)
-        if malloc.size:
-            key = np.where(after, cycle, -1)
-            for_rank = np.zeros(malloc.size, np.int64)
-            # rank of each malloc among the ones after the spike point of its cycle
-            order_key = key
-            change = np.r_[True, order_key[1:] != order_key[:-1]]
-            grp = np.cumsum(change) - 1
-            start_idx = np.nonzero(change)[0]
-            for_rank = np.arange(malloc.size) - start_idx[grp]
-            first_of_cycle = after & (for_rank < 8)
+        refill = (c0 - b.start_ns) % period_ns == SEC
+        first_of_cycle = np.arange(malloc.size) < (8 if refill else 0)
         spike = np.zeros(calls.spec_idx.size, bool)
         spike[malloc[first_of_cycle]] = True
         k = int(spike.sum())
@@ -373,7 +371,7 @@ def _allocator_spike(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
         b.emit_calls(main.pid, main.pid, template, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
-        sp = spike[: calls.ts.size]
+        sp = calls.pages >= 20_000
         spike_pages_total += np.bincount(np.clip((calls.ts[sp] - b.start_ns) // SEC, 0, b.n_buckets - 1),
                                          weights=calls.pages[sp], minlength=b.n_buckets)
     b.background(main.pid, "mm_page_alloc", 3_000.0)
@@ -391,8 +389,8 @@ def _cpu_contention(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     rng = b.rng
     cpus = 4
     span = b.end_ns - b.start_ns
-    hog_start = b.start_ns + int(span * 0.27)
-    hog_end = b.start_ns + int(span * 0.73)
+    hog_start = b.start_ns + round(span * 0.27 / SEC) * SEC
+    hog_end = b.start_ns + round(span * 0.73 / SEC) * SEC
     _system_processes(b)
     b.proc(Proc(8000, "bash", "-bash", ppid=812))
     main = b.proc(Proc(8100, "python3", "python3 infer.py --stream rtsp://cam1", ppid=8000, traced=True))
@@ -416,9 +414,9 @@ def _cpu_contention(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         OpSpec("cudaMemcpyAsync", 10 * US, 0.3, bytes=25_200 * 4, kind="D2H", gap_ns=15 * US),
         OpSpec("cudaStreamSynchronize", 180 * US, 0.4, gap_ns=10 * US),
     ]
-    for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns):
+    for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns, [hog_start, hog_end]):
         calls = loop_calls(rng, template, c0, c1)
-        inside = (calls.ts >= hog_start) & (calls.ts < hog_end)
+        inside = np.full(calls.ts.size, hog_start <= c0 < hog_end)
         m = _mask(calls.spec_idx, rng, {0: 0.05, 1: 0.01, 3: 0.16})
         for i, med in ((0, 5 * MS), (1, 3 * MS), (3, 6 * MS)):
             sel = m[i] & inside
@@ -431,8 +429,8 @@ def _cpu_contention(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         b.emit_calls(main.pid, main.pid, template, calls, preemptor=who, blocked_next=idle_or_hog, cpus=cpus)
     b.background(main.pid, "mm_page_alloc", 900.0)
     t = _secs(b)
-    cpu = np.where(hog_frac > 0.5, 99.0, 24.0) + rng.normal(0, 1, t.size)
-    gpu = np.where(hog_frac > 0.5, 14.0, 38.0) + rng.normal(0, 2, t.size)
+    cpu = 24.0 + 75.0 * hog_frac + rng.normal(0, 1, t.size)
+    gpu = 38.0 - 24.0 * hog_frac + rng.normal(0, 2, t.size)
     b.write_snapshots(cpu, cpus, 16 * GiB, 0.52 + 0.004 * rng.standard_normal(t.size), gpu,
                       np.full(t.size, 2 * GiB), 16 * GiB)
     return cpus, 16 * GiB, "NVIDIA T4", EXPECTED["cpu-contention"].description
@@ -464,11 +462,14 @@ def _gpu_shared(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         OpSpec("cudaStreamSynchronize", 6 * MS, 0.15, gap_ns=10 * US),
         OpSpec("cudaMemcpyAsync", 9 * US, 0.3, bytes=4096 * 4, kind="D2H", gap_ns=20 * US),
     ]
-    for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns):
+    cuts = [b.start_ns + p + off for p in range(0, b.end_ns - b.start_ns, period_ns)
+            for off in (period_ns - burst_ns, period_ns)]
+    for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns, cuts):
+        burst = bool(in_burst(np.array([c0]))[0])
         calls = loop_calls(rng, train_t, c0, c1)
         sync = calls.spec_idx == 2
-        # A sync that overlaps the other process's burst waits for its kernels too: 5-10x longer.
-        slow = sync & in_burst(calls.ts)
+        # A sync during the other process's burst waits for its kernels too: 5-10x longer.
+        slow = sync & burst
         calls.dur[slow] = (calls.dur[slow] * rng.uniform(5, 10, int(slow.sum()))).astype(np.int64)
         blk = (calls.dur[sync] * 0.92).astype(np.int64)
         calls.dur[sync] -= blk
@@ -477,13 +478,14 @@ def _gpu_shared(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         calls.keep(calls.ts + calls.dur <= c1)
         b.emit_calls(trainer.pid, trainer.pid, train_t, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
 
+        if not burst:
+            continue
         s = loop_calls(rng, serve_t, c0, c1)
-        s.keep(in_burst(s.ts))
         ssync = s.spec_idx == 2
         sblk = (s.dur[ssync] * 0.9).astype(np.int64)
         s.dur[ssync] -= sblk
         s.add_stall(ssync, blk=sblk)
-        # Keep the server's calls where they were (bursts); they are independent of each other.
+        s.layout(c0)
         s.keep(s.ts + s.dur <= c1)
         b.emit_calls(server.pid, server.pid, serve_t, s, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
     b.background(trainer.pid, "mm_page_alloc", 1_200.0)
