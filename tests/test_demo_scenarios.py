@@ -217,3 +217,28 @@ def test_scale_stretches_the_trace(tmp_path: Path) -> None:
 def test_unknown_scenario_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="dataloader"):
         generate("no-such", tmp_path / "x.duckdb")
+
+
+def test_demo_command_writes_store_and_prints_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingero_mcp.cli import main
+
+    db = tmp_path / "d.duckdb"
+    assert main(["demo", "cpu-contention", "--db", str(db), "--scale", "0.2"]) == 0
+    out, err = capsys.readouterr()
+    assert str(db) in err and "cudaStreamSynchronize" in out
+    # Running again replaces the demo store (one session, not two).
+    assert main(["demo", "cpu-contention", "--db", str(db), "--scale", "0.2", "--no-report"]) == 0
+    c = open_store(db)
+    assert one(c, "SELECT count(*), any_value(source) FROM sessions") == (1, "demo:cpu-contention")
+    c.close()
+
+
+def test_demo_command_refuses_to_overwrite_other_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingero_mcp.cli import main
+
+    other = tmp_path / "notes.duckdb"
+    other.write_text("my notes")
+    assert main(["demo", "--db", str(other), "--no-report"]) == 2
+    assert "not a demo trace store" in capsys.readouterr().err
+    assert other.read_text() == "my notes"
+    assert main(["demo", "no-such-scenario", "--db", str(tmp_path / "x.duckdb")]) == 2
