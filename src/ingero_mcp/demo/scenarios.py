@@ -21,6 +21,7 @@ from ingero_mcp.demo.synth import (
     SEC,
     T0_NS,
     US,
+    Calls,
     OpSpec,
     Proc,
     TraceBuilder,
@@ -128,6 +129,12 @@ def _chunks(b: TraceBuilder, start_ns: int, end_ns: int, cuts: list[int] | None 
 def _mask(calls_spec: np.ndarray, rng: np.random.Generator, probs: dict[int, float]) -> dict[int, np.ndarray]:
     u = rng.random(calls_spec.size)
     return {i: (calls_spec == i) & (u < p) for i, p in probs.items()}
+
+
+def _noise(calls: Calls, rng: np.random.Generator, prob: float = 0.002) -> None:
+    """Rare short preemptions between calls (kworkers, daemons): every real thread has some."""
+    hit = rng.random(calls.spec_idx.size) < prob
+    calls.gap_pre[hit] += lognormal(rng, 60 * US, 0.6, int(hit.sum())).astype(np.int64)
 
 
 def _secs(b: TraceBuilder) -> np.ndarray:
@@ -269,6 +276,7 @@ def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
             n_io = np.zeros(calls.spec_idx.size, bool)
             n_io[cold[::6]] = True
             calls.add_stall(n_io, blk=lognormal(rng, 400 * US, 0.4, int(n_io.sum())))
+        _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
         b.emit_calls(srv.pid, srv.pid, template, calls, preemptor=pick([190, 905]), blocked_next=blocked_idle, cpus=cpus)
@@ -316,6 +324,7 @@ def _memcpy_bottleneck(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         sblk = (calls.dur[sync] * 0.9).astype(np.int64)
         calls.dur[sync] -= sblk
         calls.add_stall(sync, blk=sblk)
+        _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
         b.emit_calls(main.pid, main.pid, template, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
@@ -368,6 +377,7 @@ def _allocator_spike(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         calls.dur[spike] = oncpu
         calls.add_stall(spike, blk=(oncpu * rng.uniform(0.05, 0.15, k)).astype(np.int64), n_blk=rng.integers(2, 8, k))
         calls.pages[spike] = rng.integers(20_000, 60_000, k)
+        _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
         b.emit_calls(main.pid, main.pid, template, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
@@ -424,6 +434,7 @@ def _cpu_contention(b: TraceBuilder) -> tuple[int, int, str | None, str]:
             calls.add_stall(sel, pre=np.clip(lognormal(rng, med, 0.6, k), 1 * MS, 60 * MS), n_pre=rng.integers(1, 4, k))
         gp = inside & (rng.random(calls.spec_idx.size) < 0.03)
         calls.gap_pre[gp] = lognormal(rng, 4 * MS, 0.5, int(gp.sum())).astype(np.int64)
+        _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
         b.emit_calls(main.pid, main.pid, template, calls, preemptor=who, blocked_next=idle_or_hog, cpus=cpus)
@@ -474,6 +485,7 @@ def _gpu_shared(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         blk = (calls.dur[sync] * 0.92).astype(np.int64)
         calls.dur[sync] -= blk
         calls.add_stall(sync, blk=blk)
+        _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
         b.emit_calls(trainer.pid, trainer.pid, train_t, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
