@@ -46,6 +46,13 @@ def _check_file(path: Path) -> None:
 
 
 def _lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    # DuckDB shares one database instance per file within a process: a second open_store of the
+    # same file while the first is open gets the instance the first one already locked down.
+    locked, external = con.execute(
+        "SELECT current_setting('lock_configuration'), current_setting('enable_external_access')"
+    ).fetchall()[0]
+    if locked and not external:
+        return con
     con.execute("SET enable_external_access = false").fetchall()
     con.execute("SET enable_progress_bar = false").fetchall()  # no bar over explain's output on a terminal
     con.execute("SET lock_configuration = true").fetchall()
