@@ -18,11 +18,12 @@ DATA_NOTE = (
 )
 
 DEFAULT_CAP = 200
-# Unicode categories removed outright: format characters (zero-width spaces and joiners, bidi
+# Unicode categories removed outright (with the control characters, Cc): format characters (zero-width spaces and joiners, bidi
 # embeddings/overrides/isolates, BOM, soft hyphen), surrogates, private use, unassigned.
 _DROP_CATEGORIES = frozenset({"Cf", "Cs", "Co", "Cn"})
-# Categories replaced by a space: control characters (newlines included) and line/paragraph seps.
-_SPACE_CATEGORIES = frozenset({"Cc", "Zl", "Zp"})
+# Replaced by a space: line breaks, tabs and other separators (so words stay apart); every other
+# control character (NUL, BEL, ESC, DEL, C1 controls) is removed.
+_SPACE_CHARS = frozenset("\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\u2028\u2029")
 
 
 def clean(text: str, cap: int = DEFAULT_CAP) -> str:
@@ -31,12 +32,12 @@ def clean(text: str, cap: int = DEFAULT_CAP) -> str:
     last_space = False
     for ch in text:
         category = unicodedata.category(ch)
-        if category in _DROP_CATEGORIES:
-            continue
-        if category in _SPACE_CATEGORIES or category == "Zs":
+        if ch in _SPACE_CHARS or category == "Zs":
             if not last_space:
                 out.append(" ")
             last_space = True
+            continue
+        if category in _DROP_CATEGORIES or category == "Cc":
             continue
         out.append(ch)
         last_space = False

@@ -20,7 +20,8 @@ from typing import Annotated, Any, TypeVar
 import duckdb
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from ingero_mcp import __version__
@@ -57,8 +58,9 @@ INSTRUCTIONS = (
 class StoreHandle:
     """The read-only connection the tools share, reopened when the store changes on disk (a live trace)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, reopen_min_s: float = _REOPEN_MIN_S) -> None:
         self.path = Path(path)
+        self.reopen_min_s = reopen_min_s
         self._lock = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = None
         self._stamp: tuple[Any, ...] | None = None
@@ -84,7 +86,7 @@ class StoreHandle:
         """The connection, held for one tool call; a changed store is reopened first."""
         with self._lock:
             stamp = self._fingerprint()
-            stale = self._con is None or (stamp != self._stamp and time.monotonic() - self._opened_at >= _REOPEN_MIN_S)
+            stale = self._con is None or (stamp != self._stamp and time.monotonic() - self._opened_at >= self.reopen_min_s)
             if stale:
                 con = open_store(self.path)
                 if self._con is not None:
@@ -169,9 +171,14 @@ PIDS = Annotated[
 ]
 
 
-def build_server(db_path: str | Path, sql_timeout_s: float = DEFAULT_TIMEOUT_S) -> MCPServer:
-    """An MCPServer over the trace at `db_path`, opened now (StoreError if it cannot be read)."""
-    store = StoreHandle(db_path)
+def build_server(
+    db_path: str | Path, sql_timeout_s: float = DEFAULT_TIMEOUT_S, reopen_min_s: float = _REOPEN_MIN_S
+) -> MCPServer:
+    """An MCPServer over the trace at `db_path`, opened now (StoreError if it cannot be read).
+
+    A store that changes on disk (a live recording) is reopened at most every `reopen_min_s`.
+    """
+    store = StoreHandle(db_path, reopen_min_s)
     with store.connection() as con:
         schema_text = describe_schema(con)
     server = MCPServer(
@@ -447,7 +454,7 @@ def build_server(db_path: str | Path, sql_timeout_s: float = DEFAULT_TIMEOUT_S) 
         pid_value = None
         if pid is not None and pid.strip():
             if not pid.strip().isdigit():
-                raise ValueError(f"pid must be a process id (digits), got {clean(pid, 40)!r}")
+                raise MCPError(INVALID_PARAMS, f"pid must be a process id (digits), got {clean(pid, 40)!r}")
             pid_value = int(pid.strip())
         return investigate_text(pid_value, clean(focus, 500) if focus else None)
 
