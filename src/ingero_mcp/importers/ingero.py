@@ -193,8 +193,9 @@ def _split(arrow: pa.Table, sids: np.ndarray) -> Iterator[tuple[int, pa.Table]]:
         yield int(sid), arrow.filter(pa.array(sids == sid))
 
 
-def _nullable_int(values: list[Any]) -> pa.Array:
-    return pa.array(values, pa.int64())
+def _ints(values: list[Any]) -> np.ndarray:
+    """An int64 column with NULL (a column the file lacks) as 0."""
+    return pa.array(values, pa.int64()).fill_null(0).to_numpy()
 
 
 def _json_default(value: Any) -> Any:
@@ -319,93 +320,114 @@ class _Import:
             self._advance("events", n)
 
     def _event_chunk(self, c: dict[str, list[Any]]) -> None:
-        src_ids = [int(x) for x in c["source"]]
-        op_ids = [int(x) for x in c["op"]]
-        src_names, op_names = self._names(src_ids, op_ids)
-        ts = np.array(c["timestamp"], dtype=np.int64)
-        dur = np.array([d or 0 for d in c["duration"]], dtype=np.int64)
-        pid = np.array(c["pid"], dtype=np.int64)
-        tid = np.array([t if t else p for t, p in zip(c["tid"], c["pid"], strict=True)], dtype=np.int64)
-        arg0 = [a or 0 for a in c["arg0"]]
-        arg1 = [a or 0 for a in c["arg1"]]
+        """Map one chunk of event rows: verbatim copy, then the rows each store table takes (vectorised)."""
+        n = len(c["timestamp"])
+        ts = _ints(c["timestamp"])
+        dur = _ints(c["duration"])
+        pid = _ints(c["pid"])
+        tid_raw = _ints(c["tid"])
+        tid = np.where(tid_raw != 0, tid_raw, pid)  # 0 = not recorded: the process's own id
+        arg0 = _ints(c["arg0"])
+        arg1 = _ints(c["arg1"])
+        src_ids = _ints(c["source"])
+        op_ids = _ints(c["op"])
+        # Names per distinct (source, op) code, then spread over the rows.
+        encoded = pa.array(src_ids * 65_536 + op_ids).dictionary_encode()  # hashing: few distinct codes
+        keys, inv = encoded.dictionary.to_numpy(), encoded.indices.to_numpy()
+        u_src = [self.src.source_names.get(int(k) >> 16, f"source-{int(k) >> 16}") for k in keys]
+        u_op = [self.src.op_names.get((int(k) >> 16, int(k) & 0xFFFF), f"op-{int(k) >> 16}-{int(k) & 0xFFFF}") for k in keys]
+        codes = pa.array(inv.astype(np.int32))
+        src_col = pa.DictionaryArray.from_arrays(codes, pa.array(u_src, pa.string()))
+        op_col = pa.DictionaryArray.from_arrays(codes, pa.array(u_op, pa.string()))
+        u_cuda = np.array([sn in CUDA_SOURCES for sn in u_src])
+        u_sched = np.array([sn == "HOST" and on == "sched_switch" for sn, on in zip(u_src, u_op, strict=True)])
+        u_proc = np.array([sn == "HOST" and on in PROCESS_EVENT_OPS for sn, on in zip(u_src, u_op, strict=True)])
+        is_cuda, is_sched, is_proc = u_cuda[inv], u_sched[inv], u_proc[inv]
+        u_mapped = np.where(u_cuda, 1, 0) + np.where(u_sched, 2, 0) + np.where(u_proc, 3, 0)
+        mapped = pa.DictionaryArray.from_arrays(
+            pa.array(u_mapped[inv].astype(np.int32) - 1, mask=u_mapped[inv] == 0),
+            pa.array(["cuda_calls", "sched_intervals", "process_events"]),
+        )
         sids = self.assigner.assign(ts, ts, c["node"])
-        op_arr = np.array(op_names, dtype=object)
-        src_arr = np.array(src_names, dtype=object)
 
-        is_cuda = np.isin(src_arr, list(CUDA_SOURCES))
-        is_sched = (src_arr == "HOST") & (op_arr == "sched_switch")
-        is_proc = (src_arr == "HOST") & np.isin(op_arr, list(PROCESS_EVENT_OPS))
-        mapped = np.full(len(ts), None, dtype=object)
-        mapped[is_cuda] = "cuda_calls"
-        mapped[is_sched] = "sched_intervals"
-        mapped[is_proc] = "process_events"
-
+        ids = pa.array(c["id"])
         self._append("imported_events", pa.table({
-            "origin": pa.array([ORIGIN] * len(ts)),
-            "event_id": pa.array([str(x) for x in c["id"]], pa.string()),
+            "origin": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([ORIGIN])),
+            "event_id": ids if pa.types.is_string(ids.type) else ids.cast(pa.string()),
             "ts_ns": pa.array(ts),
             "duration_ns": pa.array(c["duration"], pa.int64()),
             "pid": pa.array(c["pid"], pa.int32()),
             "tid": pa.array(c["tid"], pa.int32()),
-            "source": pa.array(src_names, pa.string()),
-            "op": pa.array(op_names, pa.string()),
-            "source_id": pa.array(src_ids, pa.int32()),
-            "op_id": pa.array(op_ids, pa.int32()),
+            "source": src_col,
+            "op": op_col,
+            "source_id": pa.array(c["source"], pa.int32()),
+            "op_id": pa.array(c["op"], pa.int32()),
             "gpu_id": pa.array(c["gpu_id"], pa.int32()),
-            "arg0": _nullable_int(c["arg0"]),
-            "arg1": _nullable_int(c["arg1"]),
-            "ret_code": _nullable_int(c["ret_code"]),
-            "stack_hash": _nullable_int(c["stack_hash"]),
+            "arg0": pa.array(c["arg0"], pa.int64()),
+            "arg1": pa.array(c["arg1"], pa.int64()),
+            "ret_code": pa.array(c["ret_code"], pa.int64()),
+            "stack_hash": pa.array(c["stack_hash"], pa.int64()),
             "stack_ips": pa.array(c["stack_ips"], pa.string()),
-            "cgroup_id": _nullable_int(c["cgroup_id"]),
+            "cgroup_id": pa.array(c["cgroup_id"], pa.int64()),
             "node": pa.array([x if x else None for x in c["node"]], pa.string()),
             "rank": pa.array(c["rank"], pa.int32()),
             "local_rank": pa.array(c["local_rank"], pa.int32()),
             "world_size": pa.array(c["world_size"], pa.int32()),
-            "mapped_to": pa.array(mapped.tolist(), pa.string()),
+            "mapped_to": mapped,
         }), sids)
 
         if is_cuda.any():
             idx = np.flatnonzero(is_cuda)
-            ops = [op_names[i] for i in idx]
+            u_bytes = np.array([on in BYTE_OPS for on in u_op])[inv[idx]]
+            u_kind = np.array([on in MEMCPY_KIND_OPS for on in u_op])[inv[idx]]
+            kind_arg = arg1[idx]
+            has_kind = u_kind & (kind_arg >= 0) & (kind_arg < len(MEMCPY_KINDS))
             self._append("cuda_calls", pa.table({
                 "ts_ns": pa.array(ts[idx]),
                 "duration_ns": pa.array(dur[idx]),
                 "pid": pa.array(pid[idx].astype(np.int32)),
                 "tid": pa.array(tid[idx].astype(np.int32)),
-                "api": pa.array([CUDA_SOURCES[src_names[i]] for i in idx], pa.string()),
-                "op": pa.array(ops, pa.string()),
-                "bytes": pa.array([arg0[i] if op_names[i] in BYTE_OPS else None for i in idx], pa.int64()),
-                "memcpy_kind": pa.array(
-                    [MEMCPY_KINDS.get(arg1[i]) if op_names[i] in MEMCPY_KIND_OPS else None for i in idx], pa.string()
+                "api": pa.DictionaryArray.from_arrays(
+                    pa.array(np.array([CUDA_SOURCES.get(sn, "") == "driver" for sn in u_src])[inv[idx]].astype(np.int32)),
+                    pa.array(["runtime", "driver"]),
                 ),
-                "return_code": pa.array([c["ret_code"][i] for i in idx], pa.int32()),
-                "gpu_id": pa.array([c["gpu_id"][i] for i in idx], pa.int32()),
+                "op": op_col.take(pa.array(idx)),
+                "bytes": pa.array(arg0[idx], mask=~u_bytes),
+                "memcpy_kind": pa.DictionaryArray.from_arrays(
+                    pa.array(np.where(has_kind, kind_arg, 0).astype(np.int32), mask=~has_kind),
+                    pa.array([MEMCPY_KINDS[k] for k in range(len(MEMCPY_KINDS))]),
+                ),
+                "return_code": pa.array(c["ret_code"], pa.int32()).take(pa.array(idx)),
+                "gpu_id": pa.array(c["gpu_id"], pa.int32()).take(pa.array(idx)),
             }), sids[idx])
-            for i in idx:
-                self.traced.add((int(sids[i]), int(pid[i])))
 
         if is_sched.any():
             idx = np.flatnonzero(is_sched)
-            t = tid[idx]
-            preemptor = [arg1[i] if arg1[i] not in (0, int(tid[i])) else None for i in idx]
+            # arg1 is Ingero's "next task"; in every published row it is the thread itself: no preemptor then.
+            other = (arg1[idx] != 0) & (arg1[idx] != tid[idx])
+            preemptor = pa.array(arg1[idx].astype(np.int32), mask=~other)
             self._append("sched_intervals", pa.table({
                 "pid": pa.array(pid[idx].astype(np.int32)),
-                "tid": pa.array(t.astype(np.int32)),
+                "tid": pa.array(tid[idx].astype(np.int32)),
                 "off_ns": pa.array(ts[idx] - dur[idx]),
                 "on_ns": pa.array(ts[idx]),
                 "off_cpu_ns": pa.array(dur[idx]),
-                "prev_state": pa.array(["unknown"] * len(idx), pa.string()),
-                "preemptor_pid": pa.array(preemptor, pa.int32()),
-                "preemptor_comm": pa.array([self.comm.get(p) if p else None for p in preemptor], pa.string()),
+                "prev_state": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(idx), np.int32)), pa.array(["unknown"])),
+                "preemptor_pid": preemptor,
+                "preemptor_comm": pa.array(
+                    [self.comm.get(int(p)) if o else None for p, o in zip(arg1[idx], other, strict=True)], pa.string()
+                ) if other.any() else pa.nulls(len(idx), pa.string()),
             }), sids[idx])
-            for i in idx:
-                self.traced.add((int(sids[i]), int(pid[i])))
+
+        traced = is_cuda | is_sched
+        if traced.any():
+            pairs = pa.array(sids[traced] * (1 << 32) + pid[traced]).unique().to_numpy()
+            self.traced.update((int(v) >> 32, int(v) & 0xFFFFFFFF) for v in pairs)
 
         if is_proc.any():
             idx = np.flatnonzero(is_proc)
-            kinds = [PROCESS_EVENT_OPS[op_names[i]] for i in idx]
-            child = [arg1[i] if k == "fork" and arg1[i] else None for i, k in zip(idx, kinds, strict=True)]
+            kinds = [PROCESS_EVENT_OPS[u_op[inv[i]]] for i in idx]
+            child = [int(arg1[i]) if k == "fork" and arg1[i] else None for i, k in zip(idx, kinds, strict=True)]
             self._append("process_events", pa.table({
                 "ts_ns": pa.array(ts[idx]),
                 "event": pa.array(kinds, pa.string()),
@@ -417,7 +439,7 @@ class _Import:
             for i, k, ch in zip(idx, kinds, child, strict=True):
                 sid, p = int(sids[i]), int(pid[i])
                 if k == "fork" and ch is not None:
-                    self.forks.setdefault(int(ch), (p, int(ts[i]), sid))
+                    self.forks.setdefault(ch, (p, int(ts[i]), sid))
                 elif k == "exit" and int(tid[i]) == p:  # the main thread's exit is the process's
                     self.exits[(sid, p)] = int(ts[i])
 
