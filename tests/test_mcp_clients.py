@@ -1,0 +1,138 @@
+"""Clients this project did not write use the server: the MCP Inspector CLI (npm) and the mcp 1.x
+Python SDK (what ollmcp is built on), each installed by .ci/run in its own folder.
+
+Both start the server from a copy of examples/mcp-config.json whose paths are made absolute and
+whose --db points at a test store. A missing client is a failure that says how to install it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from analysis_fixtures import contention_store
+
+REPO = Path(__file__).resolve().parents[1]
+INSPECTOR = REPO / ".mcp-clients" / "node_modules" / ".bin" / "mcp-inspector"
+MCP1_PYTHON = REPO / ".venv-mcp1" / "bin" / "python"
+TOOLS = {
+    "get_trace_stats", "get_causal_chains", "get_per_process_breakdown", "get_timeline",
+    "get_system_context", "get_trace_info", "run_sql",
+}
+
+
+def require(path: Path, what: str) -> Path:
+    if not path.exists():
+        pytest.fail(f"{what} is not installed at {path}: run .ci/run (its 'mcp clients block') to install it")
+    return path
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/mcp-config.json with absolute paths and a test store."""
+    tmp = tmp_path_factory.mktemp("clients")
+    db = contention_store(tmp / "trace.duckdb")
+    config = json.loads((REPO / "examples" / "mcp-config.json").read_text())
+    for entry in config["mcpServers"].values():
+        entry["command"] = str(REPO / entry["command"])
+        args = entry["args"]
+        args[args.index("--db") + 1] = str(db)
+    path = tmp / "mcp-config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+def inspector(config: Path, *args: str) -> dict[str, Any]:
+    exe = require(INSPECTOR, "the MCP Inspector CLI")
+    (server,) = json.loads(config.read_text())["mcpServers"]
+    proc = subprocess.run(
+        [str(exe), "--cli", "--config", str(config), "--server", server, *args],
+        capture_output=True, text=True, timeout=120, cwd=config.parent,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    return json.loads(proc.stdout)
+
+
+def test_inspector_cli_lists_and_calls_tools(config: Path) -> None:
+    listed = inspector(config, "--method", "tools/list")
+    tools = {t["name"]: t for t in listed["tools"]}
+    assert set(tools) == TOOLS
+    assert all(t["annotations"]["readOnlyHint"] is True for t in tools.values())
+
+    stats = inspector(config, "--method", "tools/call", "--tool-name", "get_trace_stats", "--tool-arg", "since=5s")
+    assert stats.get("isError") is not True
+    assert "CUDA operation statistics" in stats["content"][0]["text"]
+    assert stats["structuredContent"]["window"]["end_ns"] - stats["structuredContent"]["window"]["start_ns"] == 5 * 10**9
+
+    procs = inspector(config, "--method", "tools/call", "--tool-name", "get_per_process_breakdown",
+                      "--tool-arg", "pid=100", "--tool-arg", "top_n=1")
+    assert procs["structuredContent"]["processes"][0]["pid"] == 100
+
+    sql = inspector(config, "--method", "tools/call", "--tool-name", "run_sql",
+                    "--tool-arg", "sql=SELECT count(*) AS n FROM cuda_calls")
+    assert sql["structuredContent"]["rows"] == [[2000]]
+
+    refused = inspector(config, "--method", "tools/call", "--tool-name", "run_sql",
+                        "--tool-arg", "sql=COPY cuda_calls TO '/tmp/ingero-mcp-inspector-leak.csv'")
+    assert refused["isError"] is True and "disabled" in refused["content"][0]["text"]
+
+    prompts = inspector(config, "--method", "prompts/list")
+    assert [p["name"] for p in prompts["prompts"]] == ["investigate"]
+    prompt = inspector(config, "--method", "prompts/get", "--prompt-name", "investigate", "--prompt-args", "pid=100")
+    assert "process 100" in prompt["messages"][0]["content"]["text"]
+
+
+MCP1_CLIENT = r'''
+import json, sys
+import anyio
+from importlib.metadata import version
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+async def main():
+    entry = next(iter(json.load(open(sys.argv[1]))["mcpServers"].values()))
+    params = StdioServerParameters(command=entry["command"], args=entry["args"])
+    out = {"sdk": version("mcp")}
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            out["protocol"] = init.protocolVersion
+            out["tools"] = sorted(t.name for t in (await session.list_tools()).tools)
+            out["prompts"] = [p.name for p in (await session.list_prompts()).prompts]
+            calls = {}
+            for name, args in [
+                ("get_trace_info", {}), ("get_trace_stats", {}), ("get_causal_chains", {"top_n": 2}),
+                ("get_per_process_breakdown", {"pid": 100}), ("get_timeline", {"pid": 100, "limit": 5}),
+                ("get_system_context", {}), ("run_sql", {"sql": "SELECT count(*) FROM cuda_calls"}),
+                ("run_sql", {"sql": "SELECT 1", "limit": 100000}),
+            ]:
+                r = await session.call_tool(name, args)
+                calls[f"{name} {json.dumps(args)}"] = {
+                    "isError": r.isError, "text": r.content[0].text, "structured": r.structuredContent,
+                }
+            out["calls"] = calls
+    print(json.dumps(out))
+
+anyio.run(main)
+'''
+
+
+def test_mcp_1x_python_client_lists_and_calls_tools(config: Path) -> None:
+    python = require(MCP1_PYTHON, "the mcp 1.x client venv (.venv-mcp1)")
+    proc = subprocess.run([str(python), "-c", MCP1_CLIENT, str(config)], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["sdk"].startswith("1."), out["sdk"]
+    assert set(out["tools"]) == TOOLS and out["prompts"] == ["investigate"]
+    calls = out["calls"]
+    for key, result in calls.items():
+        if "100000" in key:
+            assert result["isError"] is True and "less than or equal to 10000" in result["text"]
+        else:
+            assert result["isError"] is False, (key, result["text"])
+            assert result["structured"] is not None
+    assert calls['run_sql {"sql": "SELECT count(*) FROM cuda_calls"}']["structured"]["rows"] == [[2000]]
+    assert calls['get_per_process_breakdown {"pid": 100}']["structured"]["processes"][0]["comm"] == "python"

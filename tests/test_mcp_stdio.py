@@ -1,0 +1,156 @@
+"""The server over stdio, started the way a client starts it from examples/mcp-config.json.
+
+The config's command and arguments are used as written, run from the repository root (where
+Claude Code or ollmcp would be started); only the --db value is swapped for a test store.
+The environment is the SDK's minimal one, as MCP clients give their servers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from analysis_fixtures import contention_store
+
+from mcp import Client, StdioServerParameters
+
+from ingero_mcp.mcp.sanitize import DATA_NOTE
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "examples" / "mcp-config.json"
+INGERO_MCP = REPO / ".venv" / "bin" / "ingero-mcp"
+
+
+def server_entry() -> dict[str, Any]:
+    config = json.loads(CONFIG.read_text())
+    assert set(config) == {"mcpServers"}
+    (entry,) = config["mcpServers"].values()
+    assert set(entry) <= {"command", "args", "env", "type"}
+    return entry
+
+
+def with_db(args: list[str], db: Path) -> list[str]:
+    """The config's args with the --db value replaced."""
+    i = args.index("--db")
+    return [*args[: i + 1], str(db), *args[i + 2 :]]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return contention_store(tmp_path_factory.mktemp("stdio") / "trace.duckdb")
+
+
+def test_config_shape_points_at_the_demo_trace() -> None:
+    entry = server_entry()
+    assert entry["command"] == ".venv/bin/ingero-mcp"
+    assert entry["args"][:1] == ["mcp"] and "--db" in entry["args"]
+    assert entry["args"][entry["args"].index("--db") + 1] == "demo.duckdb"
+    assert (REPO / entry["command"]).exists(), "the config's command is the venv's console script"
+
+
+async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
+    entry = server_entry()
+    params = StdioServerParameters(command=entry["command"], args=with_db(entry["args"], store), cwd=REPO)
+    async with Client(params) as client:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        prompts = [p.name for p in (await client.list_prompts()).prompts]
+        results = {
+            "get_trace_info": await client.call_tool("get_trace_info", {}),
+            "get_trace_stats": await client.call_tool("get_trace_stats", {"since": "5s"}),
+            "get_causal_chains": await client.call_tool("get_causal_chains", {"top_n": 3}),
+            "get_per_process_breakdown": await client.call_tool("get_per_process_breakdown", {"pid": 100}),
+            "get_timeline": await client.call_tool("get_timeline", {"pid": 100, "around": "+5.003s", "limit": 20}),
+            "get_system_context": await client.call_tool("get_system_context", {"max_points": 4}),
+            "run_sql": await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls"}),
+        }
+        unknown = await client.call_tool("get_per_process_breakdown", {"pid": 424242})
+        empty = await client.call_tool("get_trace_stats", {"since": "0s"})
+        too_many = await client.call_tool("run_sql", {"sql": "SELECT 1", "limit": 100_000})
+        none = await client.call_tool("run_sql", {"sql": "SELECT 1", "limit": 0})
+        write = await client.call_tool("run_sql", {"sql": "DELETE FROM cuda_calls"})
+        read_file = await client.call_tool("run_sql", {"sql": "SELECT * FROM read_csv('/etc/passwd')"})
+        prompt = await client.get_prompt("investigate", {"pid": "100"})
+    assert len(tools) == 7 and set(results) == tools
+    assert prompts == ["investigate"]
+    for name, result in results.items():
+        assert not result.is_error, (name, result.content)
+        assert result.structured_content is not None
+    assert DATA_NOTE in results["get_trace_info"].content[0].text
+    assert results["get_trace_stats"].structured_content["window"]["end_ns"] - results["get_trace_stats"].structured_content["window"]["start_ns"] == 5_000_000_000
+    assert results["get_per_process_breakdown"].structured_content["processes"][0]["comm"] == "python"
+    assert results["run_sql"].structured_content["rows"] == [[2000]]
+    assert results["get_timeline"].structured_content["shown"] <= 20
+    assert not unknown.is_error and "424242" in " ".join(unknown.structured_content["notes"])
+    assert empty.structured_content["calls"] == 0
+    assert too_many.is_error and "less than or equal to 10000" in too_many.content[0].text
+    assert none.is_error and "greater than or equal to 1" in none.content[0].text
+    assert write.is_error and "read-only" in write.content[0].text
+    assert read_file.is_error and "disabled" in read_file.content[0].text
+    assert "process 100" in prompt.messages[0].content.text
+
+
+def test_stdout_carries_only_protocol(store: Path) -> None:
+    """Raw JSON-RPC over the pipes: every stdout line is a JSON-RPC message, logs go to stderr."""
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "run_sql", "arguments": {"sql": "SELEC"}}},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get_trace_stats", "arguments": {}}},
+    ]
+    proc = subprocess.Popen(
+        [str(INGERO_MCP), "mcp", "--db", str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")},
+    )
+    watchdog = threading.Timer(120, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
+        proc.stdin.flush()
+        messages = []
+        while not {1, 2, 3, 4} <= {m.get("id") for m in messages}:
+            line = proc.stdout.readline()
+            assert line, "server closed stdout early"
+            messages.append(json.loads(line))  # anything but a JSON-RPC line fails here
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        assert proc.wait() == 0
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert rest.strip() == ""
+    assert all(m.get("jsonrpc") == "2.0" for m in messages)
+    by_id = {m["id"]: m for m in messages if "id" in m}
+    assert set(by_id) == {1, 2, 3, 4}
+    assert by_id[1]["result"]["serverInfo"]["name"] == "ingero-mcp"
+    assert len(by_id[2]["result"]["tools"]) == 7
+    assert by_id[3]["result"]["isError"] is True
+    assert by_id[4]["result"]["structuredContent"]["calls"] == 2000
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory", "not-duckdb", "sqlite"])
+def test_unusable_store_is_one_line_on_stderr_and_exit_2(tmp_path: Path, ingero_dir: Path, kind: str) -> None:
+    db = {
+        "missing": tmp_path / "nope.duckdb",
+        "directory": tmp_path,
+        "not-duckdb": tmp_path / "junk.duckdb",
+        "sqlite": ingero_dir / "pytorch-dataloader-starvation.db",
+    }[kind]
+    if kind == "not-duckdb":
+        db.write_bytes(b"this is not a database\n" * 100)
+    proc = subprocess.run(
+        [str(INGERO_MCP), "mcp", "--db", str(db)], input="", capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ingero-mcp mcp: ") and str(db) in lines[0]
