@@ -86,7 +86,8 @@ CREATE TABLE IF NOT EXISTS sched_intervals (
     prev_state         VARCHAR NOT NULL,   -- 'preempted' (runnable) or 'blocked' (sleeping)
     preemptor_pid      INTEGER,            -- task that took the CPU at switch-out
     preemptor_comm     VARCHAR,
-    cpu                INTEGER
+    cpu                INTEGER,
+    wakeup_ns          BIGINT              -- blocked: when it was woken; runnable (waiting for a CPU) from then to on_ns
 );
 
 -- Host events counted in the kernel per (pid, time bucket), exact counts. Covers everything on

@@ -1,0 +1,77 @@
+"""The `top`-like view while recording: per-op counts and latency, host context, lost events."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ingero_mcp.collector import records as R
+from ingero_mcp.collector.tracer import Tracer
+
+
+def _ns(v: float) -> str:
+    if v >= 1e9:
+        return f"{v / 1e9:.2f} s"
+    if v >= 1e6:
+        return f"{v / 1e6:.2f} ms"
+    if v >= 1e3:
+        return f"{v / 1e3:.1f} us"
+    return f"{v:.0f} ns"
+
+
+class LiveView:
+    """Re-renders after each flush of the tracer (about once a second)."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+        self.console = Console(stderr=True)
+        self.live = Live(console=self.console, refresh_per_second=2, transient=False)
+        self.t0 = time.monotonic()
+        self.prev: tuple[float, Any] | None = None
+
+    def __enter__(self) -> LiveView:
+        self.live.__enter__()
+        self.tracer.on_flush = self.render
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.tracer.on_flush = None
+        self.live.__exit__(None, None, None)
+
+    def render(self, tracer: Tracer) -> None:
+        """Rebuild the view from the tracer's running totals."""
+        now = time.monotonic()
+        c = tracer.counter_snapshot
+        rates = ""
+        if self.prev is not None:
+            dt = now - self.prev[0]
+            pc = self.prev[1]
+            sw = (c[R.C_SWITCH_TOTAL] - pc[R.C_SWITCH_TOTAL]) / dt
+            pg = (c[R.C_PAGE_TOTAL] - pc[R.C_PAGE_TOTAL]) / dt
+            rates = f"context switches {sw:,.0f}/s   page allocs {pg:,.0f}/s   "
+        self.prev = (now, c.copy())
+        ops = Table(title=None, expand=False)
+        for col in ("op", "calls", "p50 (~)", "p99 (~)", "max"):
+            ops.add_column(col, justify="right" if col != "op" else "left")
+        for op, n, p50, p99, mx in tracer.op_summary()[:20]:
+            ops.add_row(op, f"{n:,}", _ns(p50), _ns(p99), _ns(mx))
+        snap = tracer.snapshot
+        cpu = snap.get("cpu_percent")
+        mem = snap.get("mem_used_percent")
+        gpu = snap.get("gpu_util_percent")
+        host = (f"{rates}CPU {cpu:.0f}%   " if cpu is not None else rates) + (f"mem {mem:.0f}%   " if mem is not None else "")
+        if gpu is not None:
+            host += f"GPU {gpu:.0f}%"
+        lost = tracer.lost()
+        lost_text = "   ".join(f"{k} {v}" for k, v in lost.items())
+        traced = sum(1 for p in tracer.procs.values() if p["traced"] and p["exit_ns"] is None)
+        head = (f"ingero-mcp trace -> {tracer.opts.db}   {now - self.t0:,.0f} s   traced processes {traced}   "
+                f"libraries {len(tracer.libs)}   rows: {tracer.stored['cuda_calls']:,} calls, "
+                f"{tracer.stored['sched_intervals']:,} sched intervals")
+        self.live.update(Group(Text(head, style="bold"), ops, Text(host), Text(f"lost: {lost_text}",
+                               style="red" if sum(lost.values()) else "green")))

@@ -1,0 +1,143 @@
+"""The layouts of the eBPF records (mirrors of the C structs) and their conversion to store batches.
+
+Conversion is columnar: a numpy array of records becomes one Arrow table per flush, with op names,
+memcpy kinds and states looked up by vectorised `take`, never per event.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingero_mcp.collector.ops import MEMCPY_KINDS, OP_APIS, OP_NAMES
+
+_HDR = [("_len", "<u4"), ("_pgoff", "<u4")]
+
+CUDA_DTYPE = np.dtype(
+    _HDR
+    + [
+        ("ts", "<u8"), ("dur", "<u8"), ("bytes", "<u8"), ("stream", "<u8"),
+        ("pre_ns", "<u8"), ("blk_ns", "<u8"), ("pg_bytes", "<u8"),
+        ("pid", "<u4"), ("tid", "<u4"), ("switches", "<u4"), ("pages", "<u4"),
+        ("ret", "<i4"), ("op", "<u2"), ("kind", "u1"), ("flags", "u1"),
+    ]
+)
+SCHED_DTYPE = np.dtype(
+    _HDR
+    + [
+        ("off_ts", "<u8"), ("on_ts", "<u8"), ("wake_ts", "<u8"),
+        ("pid", "<u4"), ("tid", "<u4"), ("preemptor_pid", "<u4"), ("cpu", "<u4"),
+        ("preemptor_comm", "S16"), ("state", "u1"), ("_pad", "V7"),
+    ]
+)
+PROC_DTYPE = np.dtype(
+    _HDR
+    + [
+        ("ts", "<u8"), ("kind", "<u4"), ("pid", "<u4"), ("tid", "<u4"), ("child", "<u4"),
+        ("exit_code", "<i4"), ("flags", "<u4"), ("comm", "S16"), ("filename", "S128"),
+    ]
+)
+assert CUDA_DTYPE.itemsize == 88 and SCHED_DTYPE.itemsize == 72 and PROC_DTYPE.itemsize == 184
+
+# counters[] indices (C_* in ingero.bpf.c)
+C_CUDA_SEEN, C_CUDA_DROP, C_CUDA_DEPTH, C_CUDA_ORPHAN = 0, 1, 2, 3
+C_SCHED_SEEN, C_SCHED_DROP, C_PROC_SEEN, C_PROC_DROP = 4, 5, 6, 7
+C_AGG_DROP_SWITCH, C_SWITCH_TOTAL, C_PAGE_TOTAL, C_TSTATE_FULL = 8, 9, 10, 11
+C_WAKEUP_SEEN, C_AGG_DROP_PAGE = 12, 13
+N_COUNTERS = 16
+
+F_BYTES, F_STREAM = 1, 2
+PROC_KINDS: tuple[str | None, ...] = (None, "fork", "exec", "exit", "oom_kill")
+STATES: tuple[str | None, ...] = (None, "preempted", "blocked")
+AGG_KINDS = {1: ("sched", "sched_switch"), 2: ("mm", "mm_page_alloc")}
+
+_OP_NAMES = pa.array(OP_NAMES, pa.string())
+_OP_APIS = pa.array(OP_APIS, pa.string())
+_KINDS = pa.array(MEMCPY_KINDS, pa.string())
+_STATES = pa.array(STATES, pa.string())
+_PROC_KINDS = pa.array(PROC_KINDS, pa.string())
+
+
+def comm_array(raw: np.ndarray) -> pa.Array:
+    """Fixed-width C strings -> Arrow strings (invalid UTF-8 replaced)."""
+    binary = pa.array(raw)
+    try:
+        return binary.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([b.decode("utf-8", "replace") for b in raw.tolist()], pa.string())
+
+
+def _masked(values: np.ndarray, valid: np.ndarray, typ: pa.DataType) -> pa.Array:
+    return pa.array(values, typ, mask=~valid)
+
+
+def cuda_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
+    """cuda_calls rows from CUDA call records."""
+    op = pa.array(ev["op"].astype(np.int32))
+    has_bytes = (ev["flags"] & F_BYTES) != 0
+    has_stream = (ev["flags"] & F_STREAM) != 0
+    pre = ev["pre_ns"].astype(np.int64)
+    blk = ev["blk_ns"].astype(np.int64)
+    return pa.table(
+        {
+            "ts_ns": pa.array(ev["ts"].astype(np.int64) + offset_ns, pa.int64()),
+            "duration_ns": pa.array(ev["dur"].astype(np.int64), pa.int64()),
+            "pid": pa.array(ev["pid"].astype(np.int32), pa.int32()),
+            "tid": pa.array(ev["tid"].astype(np.int32), pa.int32()),
+            "api": pc.take(_OP_APIS, op),
+            "op": pc.take(_OP_NAMES, op),
+            "bytes": _masked(ev["bytes"].astype(np.int64), has_bytes, pa.int64()),
+            "memcpy_kind": pc.take(_KINDS, pa.array(ev["kind"].astype(np.int32))),
+            "stream": _masked(ev["stream"], has_stream, pa.uint64()),
+            "return_code": pa.array(ev["ret"], pa.int32()),
+            "off_cpu_ns": pa.array(pre + blk, pa.int64()),
+            "preempted_ns": pa.array(pre, pa.int64()),
+            "blocked_ns": pa.array(blk, pa.int64()),
+            "context_switches": pa.array(ev["switches"].astype(np.int32), pa.int32()),
+            "page_allocs": pa.array(ev["pages"].astype(np.int32), pa.int32()),
+            "page_alloc_bytes": pa.array(ev["pg_bytes"].astype(np.int64), pa.int64()),
+        }
+    )
+
+
+def sched_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
+    """sched_intervals rows from switch-out/switch-in records of traced threads."""
+    off = ev["off_ts"].astype(np.int64)
+    on = ev["on_ts"].astype(np.int64)
+    wake = ev["wake_ts"].astype(np.int64)
+    return pa.table(
+        {
+            "pid": pa.array(ev["pid"].astype(np.int32), pa.int32()),
+            "tid": pa.array(ev["tid"].astype(np.int32), pa.int32()),
+            "off_ns": pa.array(off + offset_ns, pa.int64()),
+            "on_ns": pa.array(on + offset_ns, pa.int64()),
+            "off_cpu_ns": pa.array(on - off, pa.int64()),
+            "prev_state": pc.take(_STATES, pa.array(ev["state"].astype(np.int32))),
+            "preemptor_pid": pa.array(ev["preemptor_pid"].astype(np.int32), pa.int32()),
+            "preemptor_comm": comm_array(ev["preemptor_comm"]),
+            "cpu": pa.array(ev["cpu"].astype(np.int32), pa.int32()),
+            "wakeup_ns": _masked(wake + offset_ns, wake != 0, pa.int64()),
+        }
+    )
+
+
+def proc_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
+    """process_events rows from fork/exec/exit/oom records."""
+    kind = ev["kind"]
+    is_fork = kind == 1
+    is_exit = kind == 3
+    exit_valid = is_exit & ((ev["flags"] & 1) != 0)
+    filenames = comm_array(ev["filename"])
+    return pa.table(
+        {
+            "ts_ns": pa.array(ev["ts"].astype(np.int64) + offset_ns, pa.int64()),
+            "event": pc.take(_PROC_KINDS, pa.array(kind.astype(np.int32))),
+            "pid": pa.array(ev["pid"].astype(np.int32), pa.int32()),
+            "tid": pa.array(ev["tid"].astype(np.int32), pa.int32()),
+            "child_pid": _masked(ev["child"].astype(np.int32), is_fork, pa.int32()),
+            "comm": comm_array(ev["comm"]),
+            "filename": pc.if_else(pa.array(kind == 2), filenames, pa.scalar(None, pa.string())),
+            "exit_code": _masked(ev["exit_code"], exit_valid, pa.int32()),
+        }
+    )

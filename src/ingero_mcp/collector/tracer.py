@@ -1,0 +1,606 @@
+"""The collector: loads the eBPF program, attaches CUDA uprobes, drains the rings into the store.
+
+One thread does everything, on a timer: every ~20 ms it drains the three ring buffers (bulk mmap
+reads, no per-event Python); every second it converts what it drained into Arrow batches, harvests
+the finished per-(pid, second) aggregate buckets, takes a system snapshot, rewrites the latest-state
+tables and flushes a store segment; every second or two it rescans /proc for CUDA libraries and
+traced processes. SIGINT, SIGTERM, --duration and the exit of every traced process all end the same
+way: probes detached, rings drained, everything written, the store folded and closed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import pyarrow as pa
+
+from ingero_mcp.collector import records as R
+from ingero_mcp.collector.discovery import (
+    CudaLibrary,
+    alive,
+    descendants,
+    read_cmdline,
+    read_stat,
+    resolve_library,
+    runtime_version,
+    scan_cuda_libraries,
+)
+from ingero_mcp.collector.ops import OP_NAMES, OPS, entry_functions_c, ops_for
+from ingero_mcp.collector.preflight import tracefs_dir
+from ingero_mcp.collector.ringbuf import RingReader
+from ingero_mcp.collector.sampler import Nvml, SystemSampler, host_info
+
+CUDA_RB_PAGES = 8192  # 32 MiB: ~380k call records of headroom
+SCHED_RB_PAGES = 4096  # 16 MiB
+PROC_RB_PAGES = 256  # 1 MiB
+AGG_ENTRIES = 65536
+BUCKET_NS = 1_000_000_000
+HIST_BINS = 256  # log2 durations, 4 bins per octave (live view only; the store keeps every value)
+
+
+def collectors_dir() -> Path:
+    """`collectors/` in a source checkout, or the copy packed into the wheel."""
+    repo = Path(__file__).resolve().parents[3] / "collectors"
+    if (repo / "ingero.bpf.c").is_file():
+        return repo
+    return Path(str(resources.files("ingero_mcp") / "collectors"))
+
+
+def clock_offset_ns() -> int:
+    """Wall clock minus CLOCK_MONOTONIC (bpf_ktime_get_ns), measured once, best of several reads."""
+    best: tuple[int, int] | None = None
+    for _ in range(9):
+        m0 = time.monotonic_ns()
+        wall = time.time_ns()
+        m1 = time.monotonic_ns()
+        if best is None or m1 - m0 < best[0]:
+            best = (m1 - m0, wall - (m0 + m1) // 2)
+    assert best is not None
+    return best[1]
+
+
+@dataclass
+class TraceOptions:
+    """What `ingero-mcp trace` was asked to do."""
+
+    db: Path
+    duration_s: float | None = None
+    pids: list[int] = field(default_factory=list)
+    cuda_libs: list[str] = field(default_factory=list)
+    quiet: bool = False
+    flush_interval_s: float = 1.0
+    poll_interval_s: float = 0.02
+    rescan_interval_s: float = 1.0
+
+
+@dataclass
+class AttachedLibrary:
+    """What was attached in one library file, and what could not be."""
+
+    lib: CudaLibrary
+    attached: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    optional_missing: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    forced: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form for the sessions row."""
+        return {
+            "path": self.lib.path,
+            "attach_path": self.lib.attach_path,
+            "api": self.lib.api,
+            "pids": sorted(self.lib.pids)[:64],
+            "forced": self.forced,
+            "attached": self.attached,
+            "not_attached": self.missing,
+            "optional_not_present": self.optional_missing,
+            "errors": self.errors,
+        }
+
+
+class Tracer:
+    """One recording: from compiling the eBPF program to the folded store."""
+
+    def __init__(self, opts: TraceOptions, *, log: TextIO | None = None, argv: list[str] | None = None) -> None:
+        self.opts = opts
+        self.log = log or sys.stderr
+        self.argv = argv or []
+        self.trace_all = not opts.pids
+        self._stop_reason: str | None = None
+        self.libs: dict[tuple[int, int], AttachedLibrary] = {}
+        self.procs: dict[int, dict[str, Any]] = {}
+        self.live_targets: set[int] = set()
+        self.cuda_only_pids: set[int] = set()  # libcuda mapped without libcudart: static runtime?
+        self.pending: dict[str, list[np.ndarray]] = {"cuda": [], "sched": [], "proc": []}
+        self.stored: dict[str, int] = {"cuda_calls": 0, "sched_intervals": 0, "process_events": 0,
+                                       "host_aggregates": 0, "snapshots": 0}
+        self.aggregated = {1: 0, 2: 0}
+        self.op_hist = np.zeros((len(OPS), HIST_BINS), np.int64)
+        self.op_count = np.zeros(len(OPS), np.int64)
+        self.op_max = np.zeros(len(OPS), np.int64)
+        self.on_flush: Callable[[Tracer], None] | None = None
+        self.started_ns = 0
+        self.stopped_ns: int | None = None
+        self.snapshot: dict[str, Any] = {}
+        self._procs_dirty = True
+
+    # ---- start ----------------------------------------------------------------------------
+
+    def _compile(self) -> None:
+        from ingero_mcp.collector.bccload import import_bcc
+
+        bcc = import_bcc()
+        root = tracefs_dir()
+        events = root / "events" if root else Path("/sys/kernel/tracing/events")
+        cflags = [
+            f"-DCUDA_RB_PAGES={CUDA_RB_PAGES}",
+            f"-DSCHED_RB_PAGES={SCHED_RB_PAGES}",
+            f"-DPROC_RB_PAGES={PROC_RB_PAGES}",
+            f"-DAGG_ENTRIES={AGG_ENTRIES}",
+            "-Wno-macro-redefined",
+        ]
+        exit_fmt = events / "sched" / "sched_process_exit" / "format"
+        if exit_fmt.is_file() and "group_dead" in exit_fmt.read_text():
+            cflags.append("-DHAVE_GROUP_DEAD")
+        if (events / "oom" / "mark_victim" / "format").is_file():
+            cflags.append("-DHAVE_OOM")
+        if (events / "syscalls" / "sys_enter_exit_group" / "format").is_file():
+            cflags.append("-DHAVE_EXIT_GROUP")
+        self.features = [f[2:] for f in cflags if f.startswith("-DHAVE_")]
+        text = (collectors_dir() / "ingero.bpf.c").read_text() + "\n" + entry_functions_c()
+        self.bpf_version = getattr(bcc, "__version__", "?")
+        self.bpf = bcc.BPF(text=text, cflags=cflags)
+        self.bpf["config"][self.bpf["config"].Key(0)] = self.bpf["config"].Leaf(1 if self.trace_all else 0)
+        self.traced_map = self.bpf["traced"]
+        self.agg = self.bpf["agg"]
+        self.counters = self.bpf["counters"]
+        self.rings = {
+            "cuda": RingReader(self.bpf["cuda_events"].map_fd, CUDA_RB_PAGES * 4096, R.CUDA_DTYPE),
+            "sched": RingReader(self.bpf["sched_events"].map_fd, SCHED_RB_PAGES * 4096, R.SCHED_DTYPE),
+            "proc": RingReader(self.bpf["proc_events"].map_fd, PROC_RB_PAGES * 4096, R.PROC_DTYPE),
+        }
+
+    def _trace_pid(self, pid: int, *, target: bool) -> None:
+        """Mark a process traced in the kernel and remember it."""
+        self.traced_map[self.traced_map.Key(pid)] = self.traced_map.Leaf(1)
+        if target:
+            self.live_targets.add(pid)
+        self._note_proc(pid, traced=True)
+
+    def _note_proc(self, pid: int, **fields: Any) -> dict[str, Any]:
+        rec = self.procs.get(pid)
+        if rec is None:
+            rec = {"pid": pid, "ppid": None, "comm": None, "cmdline": None, "first_seen_ns": time.time_ns(),
+                   "last_seen_ns": None, "exit_ns": None, "exit_code": None, "traced": False}
+            st = read_stat(pid)
+            if st is not None:
+                rec["comm"], rec["ppid"] = st
+            self.procs[pid] = rec
+        for key, value in fields.items():
+            if value is not None:
+                rec[key] = value
+        if rec["traced"] and rec["cmdline"] is None and rec["exit_ns"] is None:
+            rec["cmdline"] = read_cmdline(pid)
+        self._procs_dirty = True
+        return rec
+
+    def _say(self, message: str) -> None:
+        print(f"ingero-mcp trace: {message}", file=self.log, flush=True)
+
+    def attach_library(self, lib: CudaLibrary, *, forced: bool = False) -> AttachedLibrary | None:
+        """Uprobe + uretprobe every known symbol of one library file (once per file)."""
+        known = self.libs.get(lib.key)
+        if known is not None:
+            known.lib.pids |= lib.pids
+            return None
+        rec = AttachedLibrary(lib, forced=forced)
+        self.libs[lib.key] = rec
+        for op in ops_for(lib.api):
+            try:
+                self.bpf.attach_uprobe(name=lib.attach_path, sym=op.name, fn_name=op.fn_name)
+            except Exception as exc:  # noqa: BLE001 - BCC raises bare Exception for a missing symbol
+                (rec.optional_missing if op.optional else rec.missing).append(op.name)
+                if "could not determine address" not in str(exc):
+                    rec.errors[op.name] = str(exc)
+                continue
+            try:
+                self.bpf.attach_uretprobe(name=lib.attach_path, sym=op.name, fn_name="on_return")
+            except Exception as exc:  # noqa: BLE001
+                rec.errors[op.name] = f"uretprobe: {exc}"
+                rec.missing.append(op.name)
+                try:
+                    self.bpf.detach_uprobe(name=lib.attach_path, sym=op.name)
+                except Exception:  # noqa: BLE001
+                    pass
+                continue
+            rec.attached.append(op.name)
+        required = len([op for op in ops_for(lib.api) if not op.optional])
+        got = len([n for n in rec.attached if not n.endswith(("_ptsz", "_ptds")) and n != "cuMemHostAlloc"])
+        missing = f"; not attached: {', '.join(rec.missing)}" if rec.missing else ""
+        self._say(f"attached {lib.path} ({lib.api}: {got}/{required} symbols, {len(rec.attached)} probes pairs){missing}")
+        return rec
+
+    def _discover(self) -> None:
+        """Attach libraries mapped by the processes we trace (all processes without --pid)."""
+        if self.trace_all:
+            found = scan_cuda_libraries()
+        else:
+            found = scan_cuda_libraries(sorted(self.live_targets))
+        per_pid: dict[int, set[str]] = {}
+        for lib in found:
+            self.attach_library(lib)
+            for pid in lib.pids:
+                per_pid.setdefault(pid, set()).add(lib.api)
+                if self.trace_all and pid not in self.procs:
+                    self._trace_pid(pid, target=False)
+                elif self.trace_all and not self.procs[pid]["traced"]:
+                    self._trace_pid(pid, target=False)
+        for pid, apis in per_pid.items():
+            if apis == {"driver"}:
+                self.cuda_only_pids.add(pid)
+            else:
+                self.cuda_only_pids.discard(pid)
+
+    def start(self) -> None:
+        """Compile, seed the traced set, attach, open the store, write the session row."""
+        from ingero_mcp.store import TraceWriter
+
+        self.offset_ns = clock_offset_ns()
+        self.nvml = Nvml()
+        self.sampler = SystemSampler(self.nvml)
+        self.host = host_info(self.nvml)
+        self._compile()
+        for pid in self.opts.pids:
+            if not alive(pid):
+                raise ProcessLookupError(f"no process {pid}")
+        for pid in sorted(descendants(self.opts.pids)) if self.opts.pids else []:
+            self._trace_pid(pid, target=True)
+        for path in self.opts.cuda_libs:
+            lib = resolve_library(path)
+            if lib is None:
+                raise FileNotFoundError(f"--cuda-lib {path}: not a readable libcudart.so*/libcuda.so* file")
+            self.attach_library(lib, forced=True)
+        self._discover()
+        self.started_ns = time.time_ns()
+        self.writer = TraceWriter(self.opts.db, live=True)
+        self._write_latest()
+        self.writer.flush()
+        probes = sum(len(rec.attached) for rec in self.libs.values())
+        who = f"pids {', '.join(map(str, self.opts.pids))} and their children" if self.opts.pids else \
+            "every process that uses libcudart/libcuda"
+        self._say(f"recording to {self.opts.db} (session {self.writer.session_id}): {who}; "
+                  f"{len(self.libs)} libraries, {probes} symbols attached; Ctrl-C to stop")
+
+    # ---- loop -----------------------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the loop to finish (signal handlers call this)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+
+    def _drain(self) -> None:
+        for name, ring in self.rings.items():
+            batch = ring.read()
+            if len(batch):
+                self.pending[name].append(batch)
+
+    def _counters(self) -> np.ndarray:
+        out = np.zeros(R.N_COUNTERS, np.int64)
+        for i in range(R.N_COUNTERS):
+            out[i] = sum(self.counters[self.counters.Key(i)])
+        return out
+
+    def _harvest(self, *, everything: bool = False) -> None:
+        """Move finished (pid, second) buckets from the kernel map to host_aggregates."""
+        cutoff = (time.monotonic_ns() // BUCKET_NS) - 1
+        rows: dict[str, list[Any]] = {k: [] for k in ("bucket_start_ns", "pid", "comm", "source", "op", "count", "sum_bytes")}
+        done = []
+        for key, val in self.agg.items_lookup_batch():
+            if not everything and key.sec >= cutoff:
+                continue
+            done.append(key)
+            source, op = R.AGG_KINDS.get(key.kind, ("?", "?"))
+            rows["bucket_start_ns"].append(key.sec * BUCKET_NS + self.offset_ns)
+            rows["pid"].append(key.pid)
+            rows["comm"].append(bytes(val.comm).rstrip(b"\0").decode("utf-8", "replace"))
+            rows["source"].append(source)
+            rows["op"].append(op)
+            rows["count"].append(val.count)
+            rows["sum_bytes"].append(val.sum if key.kind == 2 else None)
+            self.aggregated[key.kind] = self.aggregated.get(key.kind, 0) + val.count
+        if not done:
+            return
+        keys = (self.agg.Key * len(done))(*done)
+        try:
+            self.agg.items_delete_batch(keys)
+        except Exception:  # noqa: BLE001 - kernels without batch ops
+            for key in done:
+                del self.agg[key]
+        table = pa.table({**rows, "bucket_ns": [BUCKET_NS] * len(done), "stored": [0] * len(done)},
+                         schema=_AGG_SCHEMA)
+        self.writer.append("host_aggregates", table)
+        self.stored["host_aggregates"] += table.num_rows
+
+    def _process_cuda(self, ev: np.ndarray) -> None:
+        self.writer.append("cuda_calls", R.cuda_table(ev, self.offset_ns))
+        self.stored["cuda_calls"] += len(ev)
+        op = ev["op"].astype(np.int64)
+        dur = ev["dur"].astype(np.int64)
+        bins = np.clip((np.log2(np.maximum(dur, 1)) * 4).astype(np.int64), 0, HIST_BINS - 1)
+        self.op_hist += np.bincount(op * HIST_BINS + bins, minlength=len(OPS) * HIST_BINS).reshape(len(OPS), HIST_BINS)
+        self.op_count += np.bincount(op, minlength=len(OPS))
+        np.maximum.at(self.op_max, op, dur)
+        for pid in np.unique(ev["pid"]).tolist():
+            rec = self.procs.get(pid)
+            if rec is None or not rec["traced"]:
+                self._note_proc(pid, traced=True)
+
+    def _process_proc(self, ev: np.ndarray) -> None:
+        self.writer.append("process_events", R.proc_table(ev, self.offset_ns))
+        self.stored["process_events"] += len(ev)
+        for row in ev.tolist():
+            ts = row[2] + self.offset_ns
+            kind, pid, child, code, flags = row[3], row[4], row[6], row[7], row[8]
+            comm = row[9].decode("utf-8", "replace")
+            traced = bool(flags & 2)
+            if kind == 1:  # fork
+                if traced or pid in self.procs:
+                    self._note_proc(child, ppid=pid, comm=comm, first_seen_ns=ts, traced=traced or None)
+                if traced and (pid in self.live_targets or not self.trace_all):
+                    self.live_targets.add(child)
+            elif kind == 2:  # exec
+                if traced or pid in self.procs:
+                    self._note_proc(pid, comm=comm, traced=traced or None, last_seen_ns=ts)
+                    if traced:
+                        self.procs[pid]["cmdline"] = read_cmdline(pid) or self.procs[pid]["cmdline"]
+            elif kind == 3:  # exit
+                if pid in self.procs or traced:
+                    self._note_proc(pid, comm=comm if pid not in self.procs else None, exit_ns=ts, last_seen_ns=ts,
+                                    exit_code=code if flags & 1 else None)
+                self.live_targets.discard(pid)
+
+    def _flush(self) -> None:
+        for name in ("proc", "cuda", "sched"):
+            parts = self.pending[name]
+            if not parts:
+                continue
+            ev = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            self.pending[name] = []
+            if name == "cuda":
+                self._process_cuda(ev)
+            elif name == "sched":
+                self.writer.append("sched_intervals", R.sched_table(ev, self.offset_ns))
+                self.stored["sched_intervals"] += len(ev)
+            else:
+                self._process_proc(ev)
+        self._harvest()
+        self.snapshot = self.sampler.sample()
+        self.writer.append("snapshots", {k: [v] for k, v in self.snapshot.items()})
+        self.stored["snapshots"] += 1
+        self._write_latest()
+        self.writer.flush()
+        if self.on_flush:
+            self.on_flush(self)
+
+    def _check_targets(self) -> None:
+        if self.trace_all:
+            return
+        for pid in list(self.live_targets):
+            if not alive(pid):
+                self.live_targets.discard(pid)
+        if not self.live_targets:
+            self.request_stop("every traced process exited")
+
+    def run(self) -> int:
+        """Record until stopped; returns 0."""
+        start = time.monotonic()
+        next_flush = start + self.opts.flush_interval_s
+        next_scan = start + self.opts.rescan_interval_s
+        while self._stop_reason is None:
+            time.sleep(self.opts.poll_interval_s)
+            self._drain()
+            now = time.monotonic()
+            if now >= next_flush:
+                self._flush()
+                next_flush = now + self.opts.flush_interval_s
+            if now >= next_scan:
+                self._discover()
+                self._check_targets()
+                next_scan = now + self.opts.rescan_interval_s * (2 if self.trace_all else 1)
+            if self.opts.duration_s is not None and now - start >= self.opts.duration_s:
+                self.request_stop(f"--duration {self.opts.duration_s:g}s reached")
+        self.finish()
+        return 0
+
+    # ---- stop -----------------------------------------------------------------------------
+
+    def _detach(self) -> None:
+        for ev_name in list(self.bpf.uprobe_fds):
+            try:
+                self.bpf.detach_uprobe_event(ev_name)
+            except Exception:  # noqa: BLE001 - keep detaching the rest
+                pass
+        for tp in list(self.bpf.tracepoint_fds):
+            try:
+                self.bpf.detach_tracepoint(tp)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def finish(self) -> None:
+        """Detach, drain, write the final state, fold and close the store."""
+        self._detach()
+        self._drain()
+        self.stopped_ns = time.time_ns()
+        self._flush_final()
+        lost = self.lost()
+        self.writer.close()
+        for ring in self.rings.values():
+            ring.close()
+        self.bpf.cleanup()
+        self._say(f"stopped ({self._stop_reason}): {self.stored['cuda_calls']:,} CUDA calls, "
+                  f"{self.stored['sched_intervals']:,} scheduler intervals, "
+                  f"{self.stored['process_events']:,} process events; lost {sum(lost.values())}; "
+                  f"store {self.opts.db}")
+
+    def _flush_final(self) -> None:
+        for name in ("proc", "cuda", "sched"):
+            parts = self.pending[name]
+            if parts:
+                self.pending[name] = []
+                ev = np.concatenate(parts)
+                if name == "cuda":
+                    self._process_cuda(ev)
+                elif name == "sched":
+                    self.writer.append("sched_intervals", R.sched_table(ev, self.offset_ns))
+                    self.stored["sched_intervals"] += len(ev)
+                else:
+                    self._process_proc(ev)
+        self._harvest(everything=True)
+        self.snapshot = self.sampler.sample()
+        self.writer.append("snapshots", {k: [v] for k, v in self.snapshot.items()})
+        self.stored["snapshots"] += 1
+        self._write_latest()
+
+    # ---- latest-state tables --------------------------------------------------------------
+
+    def lost(self) -> dict[str, int]:
+        """Records lost per source so far (ring full, map full, call stack too deep)."""
+        c = self._counters()
+        return {
+            "cuda_calls": int(c[R.C_CUDA_DROP] + c[R.C_CUDA_DEPTH]),
+            "sched_intervals": int(c[R.C_SCHED_DROP]),
+            "process_events": int(c[R.C_PROC_DROP]),
+            "sched_switch": int(c[R.C_AGG_DROP_SWITCH]),
+            "mm_page_alloc": int(c[R.C_AGG_DROP_PAGE]),
+        }
+
+    def _stats_table(self) -> dict[str, list[Any]]:
+        c = self._counters()
+        lost = self.lost()
+        rows = [
+            ("cuda_calls", int(c[R.C_CUDA_SEEN] + c[R.C_CUDA_DEPTH]), self.stored["cuda_calls"], lost["cuda_calls"], 0),
+            ("sched_intervals", int(c[R.C_SCHED_SEEN]), self.stored["sched_intervals"], lost["sched_intervals"], 0),
+            ("process_events", int(c[R.C_PROC_SEEN]), self.stored["process_events"], lost["process_events"], 0),
+            ("sched_switch", int(c[R.C_SWITCH_TOTAL]), 0, lost["sched_switch"], self.aggregated.get(1, 0)),
+            ("mm_page_alloc", int(c[R.C_PAGE_TOTAL]), 0, lost["mm_page_alloc"], self.aggregated.get(2, 0)),
+            ("snapshots", self.sampler.samples, self.stored["snapshots"], 0, 0),
+        ]
+        self.counter_snapshot = c
+        return {
+            "source": [r[0] for r in rows],
+            "events_seen": [r[1] for r in rows],
+            "events_stored": [r[2] for r in rows],
+            "events_lost": [r[3] for r in rows],
+            "events_aggregated": [r[4] for r in rows],
+        }
+
+    def _coverage_table(self) -> dict[str, list[Any]]:
+        lost = self.lost()
+        rows = [
+            ("cuda_calls", lost["cuda_calls"] == 0,
+             f"every call of traced processes to the attached symbols (see sessions.attached); lost {lost['cuda_calls']}"),
+            ("sched_intervals", lost["sched_intervals"] == 0,
+             f"every switch-out/switch-in of threads of traced processes; lost {lost['sched_intervals']}"),
+            ("host_aggregates", lost["sched_switch"] + lost["mm_page_alloc"] == 0,
+             "exact per (pid, 1 s bucket) counts of sched_switch and mm_page_alloc for every process on the host"),
+            ("process_events", lost["process_events"] == 0, "every fork/exec/exit/oom_kill on the host"),
+            ("snapshots", True, "one system snapshot per second"),
+            ("processes", True, "every traced process (targets, their children, CUDA users); other processes appear in host_aggregates and process_events"),
+        ]
+        return {"table_name": [r[0] for r in rows], "complete": [r[1] for r in rows], "note": [r[2] for r in rows]}
+
+    def attached_json(self) -> str:
+        """What was attached where, and what was not, for the sessions row."""
+        libs = [rec.as_dict() for rec in self.libs.values()]
+        static = sorted(self.cuda_only_pids)
+        notes = []
+        if static:
+            notes.append(f"pids {static[:16]} map libcuda but no libcudart: a statically linked CUDA runtime "
+                         "is invisible to uprobes; only their driver API calls are recorded")
+        if not any(rec.lib.api == "runtime" for rec in self.libs.values()):
+            notes.append("no libcudart attached: runtime API calls not recorded")
+        if not any(rec.lib.api == "driver" for rec in self.libs.values()):
+            notes.append("no libcuda attached: driver API calls not recorded")
+        return json.dumps({"libraries": libs, "static_cudart_pids": static, "notes": notes})
+
+    def _write_latest(self) -> None:
+        versions = sorted({v for rec in self.libs.values() if rec.lib.api == "runtime"
+                           for v in [runtime_version(rec.lib.path)] if v})
+        c = self._counters()
+        flags = {
+            "argv": self.argv, "db": str(self.opts.db), "duration_s": self.opts.duration_s, "pids": self.opts.pids,
+            "cuda_libs": self.opts.cuda_libs, "quiet": self.opts.quiet, "trace_all": self.trace_all,
+            "flush_interval_s": self.opts.flush_interval_s, "bucket_ns": BUCKET_NS, "kernel_features": self.features,
+            "clock_offset_ns": self.offset_ns,
+        }
+        from ingero_mcp import __version__
+
+        notes = {"stop_reason": self._stop_reason, "unreturned_calls": int(c[R.C_CUDA_ORPHAN]),
+                 "thread_state_map_full": int(c[R.C_TSTATE_FULL]), "nvml": self.nvml.error or "ok"}
+        self.writer.replace("sessions", {
+            "source": ["collector"],
+            **{k: [v] for k, v in self.host.items()},
+            "cuda_runtime_version": [", ".join(versions) or None],
+            "collector_version": [f"ingero-mcp {__version__}, bcc {self.bpf_version}"],
+            "collector_flags": [json.dumps(flags)],
+            "attached": [self.attached_json()],
+            "started_ns": [self.started_ns or time.time_ns()],
+            "stopped_ns": [self.stopped_ns],
+            "notes": [json.dumps(notes)],
+        })
+        self.writer.replace("collector_stats", self._stats_table())
+        self.writer.replace("table_coverage", self._coverage_table())
+        if self._procs_dirty:
+            cols = ("pid", "ppid", "comm", "cmdline", "first_seen_ns", "last_seen_ns", "exit_ns", "exit_code", "traced")
+            procs = list(self.procs.values())
+            self.writer.replace("processes", pa.table({c: [p[c] for p in procs] for c in cols}, schema=_PROC_SCHEMA))
+            self._procs_dirty = False
+
+    # ---- live view support ----------------------------------------------------------------
+
+    def op_summary(self) -> list[tuple[str, int, float, float, int]]:
+        """(op, calls, ~p50 ns, ~p99 ns, max ns) per op seen so far (percentiles from log histograms)."""
+        out = []
+        for i in np.nonzero(self.op_count)[0].tolist():
+            hist = self.op_hist[i]
+            cum = np.cumsum(hist)
+            total = cum[-1]
+            p50 = 2 ** ((np.searchsorted(cum, 0.50 * total) + 0.5) / 4)
+            p99 = 2 ** ((np.searchsorted(cum, 0.99 * total) + 0.5) / 4)
+            out.append((OP_NAMES[i], int(self.op_count[i]), float(p50), float(p99), int(self.op_max[i])))
+        return sorted(out, key=lambda r: -r[1])
+
+
+_AGG_SCHEMA = pa.schema([
+    ("bucket_start_ns", pa.int64()), ("pid", pa.int32()), ("comm", pa.string()), ("source", pa.string()),
+    ("op", pa.string()), ("count", pa.int64()), ("sum_bytes", pa.int64()), ("bucket_ns", pa.int64()),
+    ("stored", pa.int64()),
+])
+_PROC_SCHEMA = pa.schema([
+    ("pid", pa.int32()), ("ppid", pa.int32()), ("comm", pa.string()), ("cmdline", pa.string()),
+    ("first_seen_ns", pa.int64()), ("last_seen_ns", pa.int64()), ("exit_ns", pa.int64()), ("exit_code", pa.int32()),
+    ("traced", pa.bool_()),
+])
+
+
+def install_signal_handlers(tracer: Tracer) -> None:
+    """SIGINT and SIGTERM end the recording cleanly (second SIGINT: Python's default)."""
+
+    def handler(signum: int, _frame: object) -> None:
+        tracer.request_stop(signal.Signals(signum).name)
+        signal.signal(signum, signal.SIG_DFL)
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
