@@ -23,7 +23,8 @@ def sched_rows_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
         SELECT pid, count(*) AS switches,
                sum(coalesce(off_cpu_ns, on_ns - off_ns, 0)) AS off_cpu_ns,
                sum(CASE WHEN prev_state = 'preempted' THEN coalesce(off_cpu_ns, on_ns - off_ns, 0) ELSE 0 END) AS preempted_ns,
-               sum(CASE WHEN prev_state <> 'preempted' THEN coalesce(off_cpu_ns, on_ns - off_ns, 0) ELSE 0 END) AS blocked_ns,
+               sum(CASE WHEN prev_state = 'blocked' THEN coalesce(off_cpu_ns, on_ns - off_ns, 0) ELSE 0 END) AS blocked_ns,
+               count(*) FILTER (WHERE prev_state IN ('preempted', 'blocked')) AS known_state,
                max(coalesce(off_cpu_ns, on_ns - off_ns, 0)) AS worst_ns,
                arg_max(off_ns, coalesce(off_cpu_ns, on_ns - off_ns, 0)) AS worst_ts_ns
         FROM sched_intervals {where(interval_in(window), pid_in(pids))}
@@ -122,9 +123,10 @@ def per_process_breakdown(
         )
         agg_sched = aggs.get((pid, "sched_switch"))
         if pid in sched and (rows_complete or agg_sched is None):
-            n, off, pre, blk, worst, worst_ts = sched[pid]
+            n, off, pre, blk, known, worst, worst_ts = sched[pid]
             entry.context_switches, entry.off_cpu_ns = int(n), int(off or 0)
-            entry.preempted_ns, entry.blocked_ns = int(pre or 0), int(blk or 0)
+            if known:  # Ingero imports do not know prev_state: no split then
+                entry.preempted_ns, entry.blocked_ns = int(pre or 0), int(blk or 0)
             entry.worst_stall_ns, entry.worst_stall_ts_ns = int(worst or 0), None if worst_ts is None else int(worst_ts)
             entry.counts_from = "rows"
         elif agg_sched is not None:

@@ -1,0 +1,66 @@
+"""Recommendations keyed by root cause; each one is filled in with the numbers it rests on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+# Root-cause ids used by the chain engine.
+CPU_CONTENTION = "cpu-contention"
+BLOCKED = "blocked"
+GPU_SHARED = "gpu-shared"
+PAGE_ALLOC_STORM = "page-alloc-storm"
+COLD_START = "cold-start"
+MEMCPY_BANDWIDTH = "memcpy-bandwidth"
+UNEXPLAINED = "unexplained"
+
+CATALOGUE: dict[str, list[str]] = {
+    CPU_CONTENTION: [
+        "Give the thread that feeds the GPU its own CPU: the slow {op} calls spent {preempted_pct}% of their time "
+        "runnable but not running, the CPU taken by {competitors}. Run fewer busy processes than the {cpus} CPUs "
+        "(e.g. DataLoader num_workers <= {cpus} - 1) or pin them away from the main thread (taskset / os.sched_setaffinity).",
+        "Lower the priority of the competing work (nice -n 19 / a cgroup cpu.weight) so that it stops preempting "
+        "the training loop; CPU was {cpu_at_slow}% in the snapshots at the slow calls vs {cpu_mean}% on average.",
+    ],
+    BLOCKED: [
+        "The slow {op} calls slept {blocked_pct}% of their time (blocked, not preempted): the thread waits on the "
+        "GPU, a lock or IO. Check what the GPU runs at those moments (nsys / torch.profiler) and avoid "
+        "synchronising every step (e.g. .item() or .cpu() in the loop).",
+    ],
+    GPU_SHARED: [
+        "Another process uses the GPU during the slow {op} calls ({others}, in {shared_pct}% of them): run it on "
+        "another GPU, or isolate them with MPS / MIG, or schedule the two jobs apart.",
+        "GPU utilisation in the snapshots at the slow calls: {gpu_at_slow}% (vs {gpu_mean}% over the trace).",
+    ],
+    PAGE_ALLOC_STORM: [
+        "The slow {op} calls allocated {pages_per_call} pages each (vs {pages_per_call_all} per other call): the allocator's pool is being emptied and refilled. Keep the PyTorch caching allocator warm "
+        "(no torch.cuda.empty_cache() in the loop), use fixed / bucketed input sizes, or set "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+        "Pin and pre-allocate host buffers once (pin_memory=True) rather than per step.",
+    ],
+    COLD_START: [
+        "The {op} tail is start-up cost: the slowest call ({slowest_ms} ms) is call #{call_index} of that op by "
+        "pid {pid}. Warm up before timing or serving (run one step / a dummy batch first) and exclude it from "
+        "latency figures.",
+        "If start-up itself matters: initialise CUDA early and once (torch.cuda.init()), enable lazy loading "
+        "(CUDA_MODULE_LOADING=LAZY) or keep the process alive between jobs.",
+    ],
+    MEMCPY_BANDWIDTH: [
+        "The slow {op} calls moved {gb_per_call} GB each at {bandwidth_gbs} GB/s: use pinned host memory "
+        "(pin_memory=True / cudaHostAlloc) and non_blocking copies on a side stream so they overlap compute.",
+        "Move less data per step (keep data on the GPU, transfer compressed or lower-precision tensors).",
+    ],
+    UNEXPLAINED: [
+        "The host evidence does not explain the {op} tail (off-CPU {off_cpu_pct}% of the slow calls' time, "
+        "no start-up pattern): look at the GPU side (nsys, torch.profiler) around {first_slow}.",
+    ],
+}
+
+
+class _Missing(dict):
+    def __missing__(self, key: str) -> str:
+        return "?"
+
+
+def recommend(cause: str, numbers: Mapping[str, object]) -> list[str]:
+    """The catalogue's recommendations for a root cause, citing the given numbers."""
+    return [text.format_map(_Missing(numbers)) for text in CATALOGUE.get(cause, [])]
