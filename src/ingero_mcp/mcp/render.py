@@ -25,7 +25,7 @@ from ingero_mcp.mcp.results import (
 )
 from ingero_mcp.mcp.sanitize import DATA_NOTE, quote
 
-TEXT_BUDGET = 24_000  # characters of text per tool result (~6-8k tokens)
+TEXT_BUDGET = 20_000  # characters of text per tool result (~5-7k tokens)
 
 
 def fmt_ns(ns: float | int | None) -> str:
@@ -148,9 +148,9 @@ def render_chains(r: ChainsResult, whole: TimeWindow | None) -> str:
     for c in r.chains:
         lines = [
             f"[{c.severity}] {c.id} ({'imported from Ingero' if c.origin == 'ingero' else 'ingero-mcp'}) op {quote(c.op, 80)}",
-            f"  summary: {quote(c.summary, 400)}",
+            f"  summary: {quote(c.summary, 800)}",
             f"  root cause: {quote(c.root_cause, 400)}",
-            f"  explanation: {quote(c.explanation, 800)}",
+            f"  explanation: {quote(c.explanation, 1500)}",
         ]
         nums = [
             f"count {c.count}" if c.count is not None else "",

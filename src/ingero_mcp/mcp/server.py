@@ -41,7 +41,7 @@ from ingero_mcp.mcp.sanitize import clean, clean_data
 from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, SqlError, describe_schema, run_query
 from ingero_mcp.store import StoreError, open_store, segment_dir
 
-STRUCTURED_BUDGET = 36_000  # characters of JSON per structured result (with the text: well under 20k tokens)
+STRUCTURED_BUDGET = 30_000  # characters of JSON per structured result (with the text: < ~17k tokens)
 _REOPEN_MIN_S = 1.0
 
 R = TypeVar("R", bound=BaseModel)

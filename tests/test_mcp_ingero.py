@@ -1,0 +1,109 @@
+"""On Ingero's published DataLoader-starvation trace (imported), the tools carry the numbers that
+`ingero-mcp explain --json` prints: the server renders the same analysis, it computes nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+
+from ingero_mcp.mcp.render import fmt_ns
+from ingero_mcp.mcp.sanitize import clean_data
+from ingero_mcp.mcp.server import build_server
+
+REPO = Path(__file__).resolve().parents[1]
+INGERO_MCP = REPO / ".venv" / "bin" / "ingero-mcp"
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory: pytest.TempPathFactory, ingero_dir: Path) -> Path:
+    db = tmp_path_factory.mktemp("ingero") / "dataloader.duckdb"
+    src = ingero_dir / "pytorch-dataloader-starvation.db"
+    proc = subprocess.run([str(INGERO_MCP), "import", str(src), "--db", str(db)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return db
+
+
+@pytest.fixture(scope="module")
+def explained(imported: Path) -> dict[str, Any]:
+    proc = subprocess.run([str(INGERO_MCP), "explain", "--json", "--db", str(imported)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return clean_data(json.loads(proc.stdout), cap=4000)
+
+
+@pytest.fixture(scope="module")
+def tools(imported: Path) -> dict[str, Any]:
+    """Each tool's result on the imported trace, asked through the in-process client."""
+
+    async def ask() -> dict[str, Any]:
+        server = build_server(imported)
+        try:
+            async with Client(server) as client:
+                return {
+                    "stats": await client.call_tool("get_trace_stats", {"top_n": 200}),
+                    "procs": await client.call_tool("get_per_process_breakdown", {"top_n": 200}),
+                    "chains": await client.call_tool("get_causal_chains", {"top_n": 50}),
+                    "info": await client.call_tool("get_trace_info", {}),
+                }
+        finally:
+            server.store.close()
+
+    return anyio.run(ask)
+
+
+def test_stats_are_explains_numbers(tools: dict[str, Any], explained: dict[str, Any]) -> None:
+    stats = tools["stats"]
+    got = stats.structured_content
+    assert not stats.is_error
+    assert got["window"] == explained["window"]
+    assert got["ops"] == explained["stats"] and got["ops"]
+    assert got["host"] == explained["host"]
+    assert got["sampled"] is True  # Ingero stores a sample of calls; the tool says so
+    text = stats.content[0].text
+    assert "SAMPLE" in text
+    for op in explained["stats"]:
+        line = next(l for l in text.splitlines() if l.startswith(json.dumps(op["op"])))
+        assert fmt_ns(op["p50_ns"]) in line and fmt_ns(op["p99_ns"]) in line and fmt_ns(op["max_ns"]) in line
+        assert f"| {op['count']}" in line
+
+
+def test_processes_are_explains_numbers(tools: dict[str, Any], explained: dict[str, Any]) -> None:
+    got = tools["procs"].structured_content
+    assert got["total"] == len(explained["processes"])
+    assert got["processes"] == explained["processes"][: got["shown"]]
+    text = tools["procs"].content[0].text
+    main = explained["processes"][0]
+    assert f"pid {main['pid']} " in text and f"context switches {main['context_switches']}," in text
+
+
+def test_chains_are_explains_chains(tools: dict[str, Any], explained: dict[str, Any]) -> None:
+    got = tools["chains"].structured_content
+    want = explained["chains"]
+    assert got["total"] == len(want) and want
+    for mine, theirs in zip(got["chains"], want, strict=False):
+        assert mine["timeline"] == theirs["timeline"][: len(mine["timeline"])]
+        assert {k: v for k, v in mine.items() if k not in ("timeline", "evidence")} == {
+            k: v for k, v in theirs.items() if k not in ("timeline", "evidence")
+        }
+        assert mine["evidence"] == theirs["evidence"][: len(mine["evidence"])]
+    text = tools["chains"].content[0].text
+    first = got["chains"][0]
+    assert f"[{first['severity']}] {first['id']}" in text
+    if first["p99_ns"] is not None:
+        assert f"p99 {fmt_ns(first['p99_ns'])}" in text
+    assert any(c["origin"] == "ingero" for c in want), "Ingero's own chains are imported and served"
+
+
+def test_info_is_explains_info(tools: dict[str, Any], explained: dict[str, Any]) -> None:
+    got = tools["info"].structured_content["info"]
+    assert got == explained["info"]
+    text = tools["info"].content[0].text
+    assert '"RTX 4090' in text or "RTX 4090" in text
+    for source in explained["info"]["sessions"][0]["sources"]:
+        assert f"seen {source['events_seen']}, stored {source['events_stored']}" in text
