@@ -31,7 +31,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingero_mcp.importers.ingero_source import IngeroSession, IngeroSource, open_ingero
+from ingero_mcp.importers.ingero_source import IngeroSession, IngeroSource, open_ingero, prefetch
 from ingero_mcp.store import TABLES, TraceWriter
 from ingero_mcp.store.schema import SCHEMA_VERSION, ddl, migrate
 
@@ -124,7 +124,7 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None) -> Imp
                 raise
         summary = ImportSummary(
             src=src, dst=dst, session_ids=job.session_ids, ingero_version=job.ingero_version,
-            schema_version=source.schema_version, rows_read=job.rows_read, rows_written=dict(writer.rows_written),
+            schema_version=source.schema_version, rows_read=job.rows_read, rows_written=job.written,
         )
     finally:
         source.con.close()
@@ -218,6 +218,7 @@ class _Import:
         self.assigner = _Assigner(self.sessions, self.session_ids)
         self.ingero_version = str(self.sessions[0].row.get("ingero_ver") or "unknown") if source.sessions else "unknown"
         self.rows_read: dict[str, int] = {}
+        self.written: dict[str, int] = {}  # store table -> rows written by this import
         self.total = sum(source.count(t) for t in source.tables)
         self.done = 0
         self.comm = self._process_names()
@@ -237,10 +238,12 @@ class _Import:
         for sid, part in parts:
             self.writer.session_id = sid
             self.writer.append(table, part)
+        self.written[table] = self.written.get(table, 0) + arrow.num_rows
 
     def _replace(self, table: str, sid: int, data: dict[str, list[Any]] | pa.Table) -> None:
         self.writer.session_id = sid
         self.writer.replace(table, data)
+        self.written[table] = self.written.get(table, 0) + (data.num_rows if isinstance(data, pa.Table) else len(next(iter(data.values()))))
 
     def _advance(self, stage: str, rows: int) -> None:
         self.done += rows
@@ -313,7 +316,7 @@ class _Import:
             })
 
     def _events(self) -> None:
-        for chunk in self.src.chunks("events", EVENT_COLUMNS, CHUNK_ROWS):
+        for chunk in prefetch(self.src.chunks("events", EVENT_COLUMNS, CHUNK_ROWS)):
             n = len(chunk["timestamp"])
             self._read("events", n)
             self._event_chunk(chunk)

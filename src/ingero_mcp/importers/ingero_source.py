@@ -8,6 +8,8 @@ reads; the mapping to the store lives in `ingero.py`.
 from __future__ import annotations
 
 import sqlite3
+import queue
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +96,8 @@ def open_ingero(path: Path) -> IngeroSource:
     if head != SQLITE_MAGIC:
         raise IngeroImportError(f"{path}: not an SQLite database (expected an Ingero trace .db file)")
     try:
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        # check_same_thread off: the event rows are read by a prefetch thread (one user at a time).
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
         names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
         tables = {t: [r[1] for r in con.execute(f'PRAGMA table_info("{t}")').fetchall()] for t in names}
     except sqlite3.DatabaseError as exc:
@@ -141,3 +144,43 @@ def _sessions(src: IngeroSource) -> list[IngeroSession]:
             )
         )
     return out
+
+
+def prefetch(chunks: Iterator[dict[str, list[Any]]], depth: int = 2) -> Iterator[dict[str, list[Any]]]:
+    """Read the next chunks in a thread while the caller maps and writes the current one.
+
+    sqlite3 releases the GIL inside SQLite and DuckDB releases it while inserting, so reading and
+    writing overlap. The generator must not be abandoned half-way by a caller that keeps running:
+    an exception in the caller stops the reader at its next chunk.
+    """
+    q: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            for chunk in chunks:
+                while not stop.is_set():
+                    try:
+                        q.put(("chunk", chunk), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(("end", None))
+        except BaseException as exc:  # handed to the caller, raised there
+            q.put(("error", exc))
+
+    thread = threading.Thread(target=reader, name="ingero-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = q.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
