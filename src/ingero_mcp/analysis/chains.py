@@ -178,6 +178,7 @@ class _Verdict:
     lost_ns: int
     because: list[str]
     numbers: dict[str, object]
+    short: list[str] = field(default_factory=list)  # the links of the one-line summary
 
 
 def _classify(c: Candidate, span_ns: int, cpus: int | None, cpu_mean: float | None, gpu_mean: float | None,
@@ -196,6 +197,7 @@ def _classify(c: Candidate, span_ns: int, cpus: int | None, cpu_mean: float | No
         pre, blk, unknown = c.sched.get("preempted", 0), c.sched.get("blocked", 0), c.sched.get("unknown", 0)
         off = pre + blk + unknown
         source = "scheduler rows inside the calls"
+    weak = source != "per-call attribution" and (sched_sampled or unknown > 0)  # rows are a sample / no prev_state
     pre_s, blk_s, off_s = (pre / base, blk / base, off / base) if base else (0.0, 0.0, 0.0)
     numbers.update(preempted_pct=_pct(pre, base), blocked_pct=_pct(blk, base), off_cpu_pct=_pct(off, base))
     slowest = c.top[0]
@@ -242,44 +244,64 @@ def _classify(c: Candidate, span_ns: int, cpus: int | None, cpu_mean: float | No
                            + (": not CPU contention" if off_s < 0.25 else ""))
         if c.cpu_at_slow is not None and c.cpu_at_slow < 90:
             because.append(f"CPU was {c.cpu_at_slow:.1f}% in the snapshot at the slow call{'s' if c.n > 1 else ''}")
-        return _Verdict(rc.COLD_START, "cold start (the process's first calls)", cold_s, cold_ns, because, numbers)
+        short = [f"one {_ms(slowest.duration_ns)} ms call: {which}" if c.n == 1 else
+                 f"{len(cold)} of the {len(c.top)} slowest calls are pid {slowest.pid}'s first {stored}calls of the op "
+                 f"(slowest {_ms(slowest.duration_ns)} ms: {which})",
+                 "cold start" + (
+                     (f", not CPU contention (off-CPU {_pct(off, base)}% of the call{'s' if c.n > 1 else ''} in the stored "
+                      "scheduler rows" + (f"; CPU {c.cpu_at_slow:.0f}% then)" if c.cpu_at_slow is not None else ")")) if weak
+                     else f", not CPU contention (off-CPU {_pct(off, base)}%)") if base and off_s < 0.25 else ""]
+        return _Verdict(rc.COLD_START, "cold start (the process's first calls)", cold_s, cold_ns, because, numbers, short)
     if pre_s >= 0.25:
         because.append(f"the calling thread was runnable but not running (preempted) {_pct(pre, base)}% of the slow "
                        f"calls' time ({source})")
         if comp:
             because.append("competing for the CPUs then: " + ", ".join(f"{n}[{p}] ({w})" for p, n, w in comp[:4]))
-        return _Verdict(rc.CPU_CONTENTION, "CPU contention: the calling thread was preempted", pre_s, lost, because, numbers)
+        short = [f"calling thread preempted (runnable, not running) {_pct(pre, base)}% of the slow calls' time",
+                 f"CPU taken by {_group_names(comp)}" + (f" on {cpus} CPUs" if cpus else "")
+                 + (f" (CPU {c.cpu_at_slow:.0f}% at the slow calls)" if c.cpu_at_slow is not None else "")]
+        return _Verdict(rc.CPU_CONTENTION, "CPU contention: the calling thread was preempted", pre_s, lost, because, numbers, short)
     if c.trigger == "bandwidth" and not (bw is not None and bw < SLOW_MEMCPY_BPS):
         return _Verdict(rc.UNEXPLAINED, "", 0.0, 0, [], numbers)  # only a bandwidth question was asked
     if pages_per_call >= 1024 and pages_per_call >= 3 * max(pages_all, 1.0):
         because.append(f"{round(pages_per_call):,} page allocations per slow call ({pages_per_call * 4096 / 2**20:,.0f} MiB) "
                        f"vs {pages_all:,.1f} per other call of the op")
+        short = [f"{round(pages_per_call):,} page allocations per slow call vs {pages_all:,.1f} per other call",
+                 "page-allocation storm (allocator pool refilled)"]
         return _Verdict(rc.PAGE_ALLOC_STORM, "page-allocation storm during the calls", min(1.0, 0.5 + pages_per_call / 20000),
-                        lost, because, numbers)
+                        lost, because, numbers, short)
     if bw is not None and "emcpy" in c.op and per_call >= 1 << 20 and bw < SLOW_MEMCPY_BPS:
         because.append(f"the slow copies moved {per_call / 1e9:.3f} GB each at {bw / 1e9:.2f} GB/s (pageable-memory "
                        f"speed; pinned host memory reaches 12-25 GB/s over PCIe)")
-        if base:
+        if base and not weak:
             because.append(f"preempted only {_pct(pre, base)}% of the time: the copy itself is the cost")
+        short = [f"{per_call / 1e9:.3f} GB copies at {bw / 1e9:.2f} GB/s",
+                 "pageable-memory copy bandwidth" + (f", not CPU contention (preempted {_pct(pre, base)}%)"
+                                                     if base and pre_s < 0.25 and not weak else "")]
         return _Verdict(rc.MEMCPY_BANDWIDTH, "memcpy bandwidth: large copies at pageable-memory speed",
-                        1.0 if bw < 4e9 else 0.6, lost if c.trigger != "bandwidth" else g.total_ns, because, numbers)
+                        1.0 if bw < 4e9 else 0.6, lost if c.trigger != "bandwidth" else g.total_ns, because, numbers, short)
     if blk_s >= 0.5 and shared_s >= 0.5:
         because.append(f"the thread slept (blocked) {_pct(blk, base)}% of the slow calls' time, and another process "
                        f"made CUDA calls during {_pct(c.gpu_hit, len(c.top))}% of them: {numbers['others']}")
         if c.gpu_at_slow is not None:
             because.append(f"GPU utilisation at the slow calls {c.gpu_at_slow:.1f}% vs {gpu_mean}% over the trace")
-        return _Verdict(rc.GPU_SHARED, "the GPU is shared with another process", min(blk_s, shared_s), lost, because, numbers)
+        short = [f"calling thread blocked (waiting) {_pct(blk, base)}% of the slow calls' time",
+                 f"{numbers['others']} using the GPU during {_pct(c.gpu_hit, len(c.top))}% of them"
+                 + (f" (GPU {c.gpu_at_slow:.0f}% then)" if c.gpu_at_slow is not None else "")]
+        return _Verdict(rc.GPU_SHARED, "the GPU is shared with another process", min(blk_s, shared_s), lost, because, numbers, short)
     if blk_s >= 0.5:
         because.append(f"the thread slept (blocked) {_pct(blk, base)}% of the slow calls' time: waiting on the GPU, "
                        "a lock or IO, not on a CPU")
-        return _Verdict(rc.BLOCKED, "blocked: the thread waits (GPU, lock or IO)", blk_s, lost, because, numbers)
+        short = [f"calling thread blocked (sleeping) {_pct(blk, base)}% of the slow calls' time", "waiting on the GPU, a lock or IO"]
+        return _Verdict(rc.BLOCKED, "blocked: the thread waits (GPU, lock or IO)", blk_s, lost, because, numbers, short)
     if not base or (not c.attributed and not c.sched):
         because.append("no per-call attribution and no scheduler rows inside the slow calls"
                        + (" (the store holds a sample)" if sampled else ""))
     else:
         because.append(f"off-CPU {_pct(off, base)}% of the slow calls' time ({source}); no start-up pattern, "
                        "no page-allocation burst")
-    return _Verdict(rc.UNEXPLAINED, "not explained by host evidence", 0.0, lost, because, numbers)
+    return _Verdict(rc.UNEXPLAINED, "not explained by host evidence", 0.0, lost, because, numbers,
+                    ["not explained by host evidence: " + because[0]])
 
 
 def _top_competitors(c: Candidate, names: dict[int, str]) -> list[tuple[int, str, str]]:
@@ -294,8 +316,20 @@ def _top_competitors(c: Candidate, names: dict[int, str]) -> list[tuple[int, str
     for _, pid, comm, during, during_ns, overall, overall_ns in sorted(switches, key=lambda x: -x[3]):
         rate = during / (during_ns / 1e9) if during_ns else 0.0
         base = overall / (overall_ns / 1e9) if overall_ns else 0.0
-        out.append((pid, comm or names.get(pid, "?"), f"{rate:,.0f} switches/s then vs {base:,.0f}/s overall"))
+        # background that switches as often as ever is not a competitor; a task busier then, or busy at all
+        # when nothing better is known, is
+        if rate >= 1.5 * base or (not c.preemptors and rate >= 100):
+            out.append((pid, comm or names.get(pid, "?"), f"{rate:,.0f} switches/s then vs {base:,.0f}/s overall"))
     return out[:6]
+
+
+def _group_names(comp: list[tuple[int, str, str]]) -> str:
+    """'pt_data_worker x4, ffmpeg[8200]': competitors grouped by name."""
+    by: dict[str, list[int]] = {}
+    for pid, name, _ in comp:
+        by.setdefault(name, []).append(pid)
+    parts = [f"{n} x{len(p)}" if len(p) > 1 else f"{n}[{p[0]}]" for n, p in by.items()]
+    return ", ".join(parts[:3]) or "other tasks"
 
 
 def _severity(v: _Verdict, c: Candidate, span_ns: int) -> str:
@@ -412,7 +446,7 @@ def _summary(c: Candidate, v: _Verdict, sampled: bool) -> str:
     ratio = g.p99_ns / g.p50_ns if g.p50_ns else 0.0
     head = f"{c.op} p99 {_ms(g.p99_ns)} ms ({ratio:,.1f}x p50 {_ms(g.p50_ns)} ms, max {_ms(g.max_ns)} ms, {g.count:,} calls"
     head += ", stored sample)" if sampled else ")"
-    return f"{head} <- {v.title} <- " + "; ".join(v.because[:2])
+    return f"{head} <- " + " <- ".join(v.short or [v.title])
 
 
 def causal_chains(

@@ -1,0 +1,1 @@
+"""Terminal rendering with rich, shared by the commands: number formats, safe traced strings, report views."""

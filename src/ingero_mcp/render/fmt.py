@@ -1,0 +1,70 @@
+"""Number, time and string formats for the terminal; traced strings are cleaned before they are shown.
+
+Process names and command lines come from the traced host: they are data, so control and invisible
+characters are removed and they are always printed as plain text (never as rich markup).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from datetime import UTC, datetime
+
+_INVISIBLE = re.compile(r"[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+
+
+def clean(text: object, limit: int = 120) -> str:
+    """A traced string made safe to print: no control/format characters, bounded length."""
+    if text is None:
+        return ""
+    out = _INVISIBLE.sub("", str(text))
+    out = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in out)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
+def ns(value: float | int | None) -> str:
+    """A duration in the unit that reads best: 850 ns, 12.3 us, 4.56 ms, 1.23 s."""
+    if value is None:
+        return "-"
+    v = float(value)
+    if abs(v) < 1_000:
+        return f"{v:,.0f} ns"
+    if abs(v) < 1_000_000:
+        return f"{v / 1e3:,.1f} us"
+    if abs(v) < 1_000_000_000:
+        return f"{v / 1e6:,.2f} ms"
+    return f"{v / 1e9:,.2f} s"
+
+
+def nbytes(value: float | int | None) -> str:
+    """Bytes in binary units."""
+    if value is None:
+        return "-"
+    v = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:,.0f} {unit}" if unit == "B" else f"{v:,.1f} {unit}"
+        v /= 1024
+    return f"{v:,.1f} TiB"
+
+
+def count(value: int | None) -> str:
+    """An integer with thousands separators."""
+    return "-" if value is None else f"{int(value):,}"
+
+
+def pct(value: float | None) -> str:
+    """A fraction (0..1+) as a percentage."""
+    return "-" if value is None else f"{100 * value:,.1f}%"
+
+
+def utc(ts_ns: int | None) -> str:
+    """ns since the epoch as a UTC time with milliseconds."""
+    if ts_ns is None:
+        return "-"
+    return datetime.fromtimestamp(ts_ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def rel(ts_ns: int, start_ns: int) -> str:
+    """A moment as seconds from the trace start, e.g. +12.345 s."""
+    return f"+{(ts_ns - start_ns) / 1e9:,.3f} s"

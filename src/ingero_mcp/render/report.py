@@ -1,0 +1,185 @@
+"""Renders the analysis models (Report and its parts) as rich text for `explain` and `demo`."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ingero_mcp.analysis.models import CausalChain, OpStats, ProcessBreakdown, Report, TimeWindow
+from ingero_mcp.render import fmt
+
+SEVERITY_STYLE = {"HIGH": "bold red", "MEDIUM": "bold yellow", "LOW": "cyan"}
+
+
+def make_console(file: object = None) -> Console:
+    """A console that keeps tables readable when output is piped (fixed width, no colour codes)."""
+    out = file or sys.stdout
+    tty = hasattr(out, "isatty") and out.isatty()
+    return Console(file=out, width=None if tty else 160, no_color=not tty, highlight=False, soft_wrap=False)
+
+
+def header(report: Report, db: str) -> Text:
+    """Which trace, which host, which window."""
+    t = Text()
+    t.append(f"ingero-mcp explain: {fmt.clean(db, 200)}\n", style="bold")
+    for s in report.info.sessions:
+        bits = [fmt.clean(s.source)]
+        if s.host:
+            bits.append(f"host {fmt.clean(s.host)}")
+        if s.cpu_count:
+            bits.append(f"{s.cpu_count} CPUs")
+        if s.gpu_model:
+            bits.append(fmt.clean(s.gpu_model))
+        span = f"{fmt.utc(s.started_ns)} .. {fmt.utc(s.stopped_ns) if s.stopped_ns else 'recording'}"
+        t.append(f"session {s.session_id}: {', '.join(bits)}; {span}\n")
+    w = report.window
+    whole = report.info.window
+    label = "whole trace" if whole and whole == w else f"{fmt.rel(w.start_ns, whole.start_ns) if whole else ''} .. " \
+        f"{fmt.rel(w.end_ns, whole.start_ns) if whole else ''} of the trace"
+    t.append(f"window: {fmt.utc(w.start_ns)} .. {fmt.utc(w.end_ns)} ({w.duration_ns / 1e9:,.1f} s, {label})\n")
+    for note in report.notes:
+        t.append(f"note: {note}\n", style="italic")
+    return t
+
+
+def chain_panel(chain: CausalChain, start_ns: int, show_sql: bool = False) -> Panel:
+    """One causal chain: summary, root cause, evidence, timeline, fix."""
+    parts: list[object] = []
+    t = Text()
+    t.append(fmt.clean(chain.summary, 2000) + "\n", style="bold")
+    t.append("Root cause: ", style="bold")
+    t.append(fmt.clean(chain.root_cause, 500) + "\n")
+    if chain.explanation:
+        t.append(fmt.clean(chain.explanation, 4000) + "\n")
+    parts.append(t)
+    if chain.evidence:
+        ev = Table(title="Evidence", title_justify="left", show_edge=False, pad_edge=False, box=None)
+        ev.add_column("fact", style="dim")
+        ev.add_column("value", justify="right")
+        ev.add_column("unit")
+        if show_sql:
+            ev.add_column("recompute with", overflow="fold")
+        for e in chain.evidence:
+            value = f"{e.value:,}" if isinstance(e.value, int) else str(e.value)
+            row = [fmt.clean(e.name), value, fmt.clean(e.unit)]
+            if show_sql:
+                row.append(e.sql or "")
+            ev.add_row(*row)
+        parts.append(ev)
+    if chain.timeline:
+        tl = Text("Timeline\n", style="bold")
+        for e in chain.timeline:
+            when = fmt.rel(e.ts_ns, start_ns) if start_ns and e.ts_ns >= start_ns else fmt.utc(e.ts_ns)
+            tl.append(f"  {when:>14}  {fmt.utc(e.ts_ns)}  ", style="dim")
+            tl.append(fmt.clean(e.description, 400) + "\n")
+        parts.append(tl)
+    if chain.recommendations:
+        fix = Text("Fix\n", style="bold")
+        for i, r in enumerate(chain.recommendations, 1):
+            fix.append(f"  {i}. {fmt.clean(r, 1000)}\n")
+        parts.append(fix)
+    origin = "ingero-mcp" if chain.origin == "ingero-mcp" else f"{chain.origin} (imported, as {chain.origin} stored it)"
+    title = Text.assemble((f" {chain.severity} ", SEVERITY_STYLE.get(chain.severity, "")), f" {chain.op}  [{origin}] ")
+    return Panel(Group(*parts), title=title, title_align="left", expand=True)
+
+
+def stats_table(stats: list[OpStats], limit: int | None = 15) -> Table:
+    """Top CUDA ops by total time."""
+    sampled = any(s.from_sample for s in stats)
+    title = "Top CUDA ops" + (" (percentiles from the stored sample; counts and totals from aggregates)" if sampled else "")
+    table = Table(title=title, title_justify="left")
+    for col, just in (("op", "left"), ("api", "left"), ("calls", "right"), ("total", "right"), ("share", "right"),
+                      ("p50", "right"), ("p95", "right"), ("p99", "right"), ("max", "right"), ("p99/p50", "right")):
+        table.add_column(col, justify=just)
+    if sampled:
+        table.add_column("stored", justify="right")
+    for s in stats[:limit] if limit else stats:
+        calls = s.total_count if s.total_count is not None else s.count
+        row = [fmt.clean(s.op), s.api, fmt.count(calls), fmt.ns(s.total_ns), fmt.pct(s.share_of_span), fmt.ns(s.p50_ns),
+               fmt.ns(s.p95_ns), fmt.ns(s.p99_ns), fmt.ns(s.max_ns), f"{s.p99_ns / s.p50_ns:,.1f}x" if s.p50_ns else "-"]
+        if sampled:
+            row.append(fmt.count(s.count))
+        table.add_row(*row)
+    return table
+
+
+def processes_table(procs: list[ProcessBreakdown], limit: int | None = 12) -> Table:
+    """One line per process: CUDA calls, scheduler and memory numbers, children."""
+    table = Table(title="Processes", title_justify="left")
+    for col, just in (("pid", "right"), ("comm", "left"), ("ppid", "right"), ("CUDA calls", "right"),
+                      ("ctx switches", "right"), ("off-CPU", "right"), ("preempted", "right"), ("blocked", "right"),
+                      ("worst stall", "right"), ("page allocs", "right"), ("alloc bytes", "right"),
+                      ("children", "left"), ("from", "left")):
+        table.add_column(col, justify=just)
+    shown = procs[:limit] if limit else procs
+    for p in shown:
+        kids = ", ".join(str(k) for k in p.children[:6]) + (f" +{len(p.children) - 6}" if len(p.children) > 6 else "")
+        table.add_row(
+            str(p.pid), fmt.clean(p.comm, 24), "-" if p.ppid is None else str(p.ppid), fmt.count(sum(o.count for o in p.ops)),
+            fmt.count(p.context_switches), fmt.ns(p.off_cpu_ns), fmt.ns(p.preempted_ns), fmt.ns(p.blocked_ns),
+            fmt.ns(p.worst_stall_ns), fmt.count(p.page_allocs), fmt.nbytes(p.page_alloc_bytes), kids, p.counts_from,
+        )
+    if limit and len(procs) > limit:
+        table.caption = f"{len(procs) - limit} more processes: --per-process shows all"
+    return table
+
+
+def process_detail(p: ProcessBreakdown) -> Panel:
+    """A process with its CUDA ops (for --per-process)."""
+    t = Text()
+    t.append(f"{fmt.clean(p.cmdline or p.comm or '?', 300)}\n")
+    t.append(f"parent {p.ppid if p.ppid is not None else '-'}; children {', '.join(map(str, p.children)) or '-'}; "
+             f"context switches {fmt.count(p.context_switches)} ({p.counts_from}); off-CPU {fmt.ns(p.off_cpu_ns)} "
+             f"(preempted {fmt.ns(p.preempted_ns)}, blocked {fmt.ns(p.blocked_ns)}); worst stall {fmt.ns(p.worst_stall_ns)}"
+             + (f" at {fmt.utc(p.worst_stall_ts_ns)}" if p.worst_stall_ts_ns else "")
+             + f"; page allocations {fmt.count(p.page_allocs)} ({fmt.nbytes(p.page_alloc_bytes)})"
+             + (f"; exited {fmt.utc(p.exit_ns)}" if p.exit_ns else "") + "\n")
+    parts: list[object] = [t]
+    if p.ops:
+        ops = Table(box=None, show_edge=False)
+        for col in ("op", "calls", "total", "p50", "p99", "max"):
+            ops.add_column(col, justify="left" if col == "op" else "right")
+        for o in p.ops:
+            ops.add_row(fmt.clean(o.op), fmt.count(o.count), fmt.ns(o.total_ns), fmt.ns(o.p50_ns), fmt.ns(o.p99_ns), fmt.ns(o.max_ns))
+        parts.append(ops)
+    return Panel(Group(*parts), title=f"pid {p.pid} {fmt.clean(p.comm, 32)}", title_align="left")
+
+
+def render_report(console: Console, report: Report, db: str, *, per_process: bool = False, show_sql: bool = False,
+                  window: TimeWindow | None = None) -> None:
+    """The whole incident report: header, chains (ours, then imported), top ops, processes."""
+    start = report.info.window.start_ns if report.info.window else report.window.start_ns
+    console.print(header(report, db))
+    own = [c for c in report.chains if c.origin == "ingero-mcp"]
+    imported = [c for c in report.chains if c.origin != "ingero-mcp"]
+    if own:
+        console.print(Text(f"Causal chains found by ingero-mcp: {len(own)}", style="bold underline"))
+        for c in own:
+            console.print(chain_panel(c, start, show_sql))
+    else:
+        console.print(Text("No causal chain: no CUDA op has a heavy tail (p99/p50 >= 3 over >= 10 calls), an extreme "
+                           "outlier or a low copy bandwidth in this window.", style="bold green"))
+    if imported:
+        console.print(Text(f"Chains stored by {imported[0].origin} (imported; not recomputed): {len(imported)} kinds",
+                           style="bold underline"))
+        for c in imported:
+            console.print(chain_panel(c, start, show_sql))
+    if report.stats:
+        console.print(stats_table(report.stats))
+    if report.host:
+        host = Table(title="Host events (exact counts from host_aggregates)", title_justify="left")
+        for col in ("event", "source", "count", "pids", "total duration", "bytes"):
+            host.add_column(col, justify="left" if col in ("event", "source") else "right")
+        for h in report.host[:12]:
+            host.add_row(fmt.clean(h.op), fmt.clean(h.source), fmt.count(h.count), fmt.count(h.pids),
+                         fmt.ns(h.sum_duration_ns), fmt.nbytes(h.sum_bytes) if h.sum_bytes else "-")
+        console.print(host)
+    if report.processes:
+        console.print(processes_table(report.processes, None if per_process else 12))
+        if per_process:
+            for p in report.processes:
+                console.print(process_detail(p))
