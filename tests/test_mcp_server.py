@@ -381,3 +381,20 @@ def test_clean_removes_invisible_and_caps() -> None:
     assert capped.startswith("x" * 200) and capped.endswith("…[+100 chars]")
     for ch in clean(EVIL_COMM + EVIL_CMDLINE, 10_000):
         assert unicodedata.category(ch) not in {"Cc", "Cf"}
+
+
+async def test_a_store_replaced_on_disk_is_reread_and_a_vanished_one_is_a_tool_error(tmp_path: Path) -> None:
+    db = tmp_path / "swap.duckdb"
+    contention_store(db)
+    server = build_server(db, reopen_min_s=0.0)
+    async with Client(server) as client:
+        before = await client.call_tool("run_sql", {"sql": "SELECT count(*) FROM cuda_calls"})
+        assert before.structured_content["rows"] == [[2000]]
+        db.unlink()
+        gone = await client.call_tool("get_trace_stats", {})
+        contention_store(db, sampled=True)
+        back = await client.call_tool("get_trace_info", {})
+    server.store.close()
+    assert gone.is_error and "no trace store" in text_of(gone)
+    assert not back.is_error
+    assert {c["table_name"]: c["complete"] for c in back.structured_content["info"]["coverage"]}["cuda_calls"] is False

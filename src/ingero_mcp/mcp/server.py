@@ -88,10 +88,13 @@ class StoreHandle:
             stamp = self._fingerprint()
             stale = self._con is None or (stamp != self._stamp and time.monotonic() - self._opened_at >= self.reopen_min_s)
             if stale:
-                con = open_store(self.path)
+                # Close first: DuckDB keeps one instance per file while any connection to it is
+                # open, so opening before closing would hand back the old, unchanged instance.
                 if self._con is not None:
                     self._con.close()
-                self._con, self._stamp, self._opened_at = con, stamp, time.monotonic()
+                    self._con = None
+                self._con = open_store(self.path)
+                self._stamp, self._opened_at = stamp, time.monotonic()
             assert self._con is not None
             yield self._con
 
@@ -406,10 +409,14 @@ def build_server(
             if lost:
                 notes.append(f"{lost} events were lost by the collector (collector_stats.events_lost)")
             result = InfoResult(info=info, shown=len(info.sessions), total=len(info.sessions), notes=notes)
-            if len(info.sessions) > 20:
-                result.info.sessions = info.sessions[:20]
-                result.shown, result.truncated = 20, True
-                result.notes.append(f"{result.total - 20} of {result.total} sessions left out")
+            keep = min(20, len(info.sessions))
+            result.info.sessions = info.sessions[:keep]
+            while keep > 1 and _size(result) > STRUCTURED_BUDGET:
+                keep //= 2
+                result.info.sessions = info.sessions[:keep]
+            if keep < len(info.sessions):
+                result.shown, result.truncated = keep, True
+                result.notes.append(f"{result.total - keep} of {result.total} sessions left out; run_sql reads the sessions table")
             return _result(render.render_info(result), result)
 
         return _guard(run)
