@@ -83,8 +83,8 @@ static void child(int mb) {
     void *p[3];
     for (int k = 0; k < 3; k++) cudaMalloc(&p[k], 1 << 20);
     size_t n = (size_t)mb << 20;
-    char *mem = malloc(n);
-    if (mem) memset(mem, 7, n);
+    volatile char *mem = malloc(n);  /* volatile: the compiler must not elide the touching */
+    for (size_t off = 0; mem && off < n; off += 4096) mem[off] = 7;
     for (int k = 0; k < 3; k++) cudaFree(p[k]);
     usleep(50000);
     _exit(7);

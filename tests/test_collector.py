@@ -1,0 +1,315 @@
+"""The collector, for real: eBPF uprobes on stand-in CUDA libraries, kernel tracepoints, the store.
+
+Needs root, BCC, kernel headers and tracefs (`.ci/run` installs them). Without root and without
+the CI variable the tests skip; in CI, or as root on a machine that lacks BCC, they fail and say
+what to install.
+
+One recording (`recorded`) traces four stand-in workloads at once:
+  mix   every probed op, 300 iterations, 3 forked children that allocate 32 MiB each;
+  busy  500 us CPU-bound calls pinned to CPU 0 next to two CPU hogs (contention);
+  calm  the same calls pinned to CPU 1 under SCHED_FIFO (no CFS task can preempt it);
+  hold  does nothing until the end, so the store can be read while the collector records.
+A second recording traces every CUDA process (no --pid), finds a workload started after it, and
+is killed with SIGKILL: what it wrote must stay readable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
+
+from harness import Collector, Hog, StandIn, Workload, build_standin, mix_expected, require_ebpf  # noqa: E402
+
+pytestmark = pytest.mark.ebpf
+
+MIX_N, MIX_CHILDREN, CHILD_MB = 300, 3, 32
+SPIN_N, SPIN_NS = 40, 500_000
+SYNC_SLEEP_NS = 200_000
+SPIN_OPS = ("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx", "cudaMalloc", "cudaFree", "cuMemAlloc_v2",
+            "cuMemFree_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoDAsync_v2", "cuMemcpyAsync")
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> StandIn:
+    """The stand-in libcudart.so.13 / libcuda.so.1 in a pip-like tree, and the workload."""
+    require_ebpf()
+    return build_standin(tmp_path_factory.mktemp("standin"))
+
+
+def _q(con: Any, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    return con.execute(sql, params or []).fetchall()
+
+
+@pytest.fixture(scope="module")
+def recorded(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One recording of the four workloads; also what the store showed while it was recording."""
+    from ingero_mcp.store import open_store
+
+    db = tmp_path_factory.mktemp("trace") / "run.duckdb"
+    mix = Workload(standin, "mix", str(MIX_N), "20000", str(SYNC_SLEEP_NS), str(MIX_CHILDREN), str(CHILD_MB))
+    busy = Workload(standin, "mix", str(SPIN_N), str(SPIN_NS), "0", "0", "0", cpu=0)
+    calm = Workload(standin, "mix", str(SPIN_N), str(SPIN_NS), "0", "0", "0", cpu=1, fifo=True)
+    hold = Workload(standin, "mix", "0", "0", "0", "0", "0")
+    hogs = [Hog(standin, 0), Hog(standin, 0)]
+    collector = Collector(db, *[a for w in (mix, busy, calm, hold) for a in ("--pid", str(w.pid))])
+    try:
+        collector.wait_for("recording to", timeout=120)
+        for w in (mix, busy, calm):
+            w.go()
+        rcs = {name: w.wait()[0] for name, w in (("mix", mix), ("busy", busy), ("calm", calm))}
+        for hog in hogs:
+            hog.stop()
+        # while recording: everything flushed a second ago is visible to a reader in another process
+        expected_parent, _, _ = mix_expected(MIX_N, MIX_CHILDREN)
+        want = sum(expected_parent.values())
+        deadline = time.monotonic() + 20
+        live: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            con = open_store(db)
+            live = {
+                "mix_calls": _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ?", [mix.pid])[0][0],
+                "stopped_ns": _q(con, "SELECT stopped_ns FROM sessions")[0][0],
+                "sessions": _q(con, "SELECT count(*) FROM sessions")[0][0],
+            }
+            con.close()
+            if live["mix_calls"] >= want:
+                break
+        live["collector_running"] = collector.proc.poll() is None
+        hold.go()
+        hold.wait()
+        rc = collector.wait(timeout=120)
+        yield {"db": db, "rc": rc, "workload_rcs": rcs, "live": live, "pids": {
+            "mix": mix.pid, "busy": busy.pid, "calm": calm.pid, "hold": hold.pid}, "hogs": [h.pid for h in hogs],
+            "stderr": collector.output()}
+    finally:
+        for w in (mix, busy, calm, hold):
+            w.kill()
+        for hog in hogs:
+            if hog.proc.poll() is None:
+                hog.stop()
+        collector.kill()
+
+
+@pytest.fixture(scope="module")
+def con(recorded: dict[str, Any]) -> Iterator[Any]:
+    """Read-only connection on the finished recording."""
+    from ingero_mcp.store import open_store
+
+    c = open_store(recorded["db"])
+    yield c
+    c.close()
+
+
+def test_collector_and_workloads_exit_cleanly(recorded: dict[str, Any]) -> None:
+    assert recorded["workload_rcs"] == {"mix": 0, "busy": 0, "calm": 0}, recorded["stderr"]
+    assert recorded["rc"] == 0, recorded["stderr"]
+    assert "every traced process exited" in recorded["stderr"]
+    assert not Path(f"{recorded['db']}.segments").exists(), "segments must be folded on a clean stop"
+
+
+def test_store_readable_while_recording(recorded: dict[str, Any]) -> None:
+    live = recorded["live"]
+    parent, _, _ = mix_expected(MIX_N, MIX_CHILDREN)
+    assert live["collector_running"], "the collector stopped before the live read"
+    assert live["sessions"] == 1 and live["stopped_ns"] is None
+    assert live["mix_calls"] == sum(parent.values())
+
+
+def test_exact_call_counts_per_op(recorded: dict[str, Any], con: Any) -> None:
+    parent, child, _ = mix_expected(MIX_N, MIX_CHILDREN)
+    got = dict(_q(con, "SELECT op, count(*) FROM cuda_calls WHERE pid = ? GROUP BY op", [recorded["pids"]["mix"]]))
+    assert got == dict(parent)
+    children = [r[0] for r in _q(con, "SELECT pid FROM processes WHERE ppid = ?", [recorded["pids"]["mix"]])]
+    assert len(children) == MIX_CHILDREN
+    for pid in children:
+        assert dict(_q(con, "SELECT op, count(*) FROM cuda_calls WHERE pid = ? GROUP BY op", [pid])) == dict(child)
+    spin_parent, _, _ = mix_expected(SPIN_N, 0)
+    for name in ("busy", "calm"):
+        got = dict(_q(con, "SELECT op, count(*) FROM cuda_calls WHERE pid = ? GROUP BY op", [recorded["pids"][name]]))
+        assert got == dict(spin_parent), name
+    assert _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ?", [recorded["pids"]["hold"]])[0][0] == 0
+
+
+def test_bytes_direction_stream_and_return_codes(recorded: dict[str, Any], con: Any) -> None:
+    pid = recorded["pids"]["mix"]
+    _, _, nbytes = mix_expected(MIX_N, MIX_CHILDREN)
+    rows = _q(con, "SELECT op, memcpy_kind, sum(bytes) FROM cuda_calls WHERE pid = ? AND bytes IS NOT NULL "
+              "AND op <> 'cudaHostAlloc' GROUP BY ALL", [pid])
+    assert {(op, kind): total for op, kind, total in rows} == nbytes
+    streams = dict(_q(con, "SELECT op, list(DISTINCT stream ORDER BY stream) FROM cuda_calls WHERE pid = ? "
+                      "AND stream IS NOT NULL GROUP BY op", [pid]))
+    assert streams["cudaLaunchKernel"] == [0x1000, 0x1001, 0x1002, 0x1003]  # 6th argument: on the stack
+    assert streams["cuLaunchKernel"] == [0x3000, 0x3001]  # 9th argument: on the stack
+    assert streams["cuLaunchKernelEx"] == [0x4000]  # inside CUlaunchConfig
+    assert streams["cudaMemcpyAsync"] == [0x2000]
+    assert streams["cuStreamSynchronize"] == [0x3000]
+    codes = dict(_q(con, "SELECT op, list(DISTINCT return_code) FROM cuda_calls WHERE pid = ? GROUP BY op", [pid]))
+    assert codes.pop("cudaEventSynchronize") == [400]
+    assert all(v == [0] for v in codes.values())
+    assert _q(con, "SELECT sum(bytes) FROM cuda_calls WHERE pid = ? AND op = 'cudaHostAlloc'", [pid])[0][0] == \
+        (1 << 20) * len(range(0, MIX_N, 10))
+
+
+def test_durations_and_nesting(recorded: dict[str, Any], con: Any) -> None:
+    pid = recorded["pids"]["mix"]
+    sync = _q(con, "SELECT op, min(duration_ns), median(duration_ns) FROM cuda_calls WHERE pid = ? AND op IN "
+              "('cudaStreamSynchronize','cudaDeviceSynchronize','cudaEventSynchronize','cuStreamSynchronize',"
+              "'cuCtxSynchronize') GROUP BY op", [pid])
+    assert len(sync) == 5
+    for op, lo, med in sync:
+        assert lo >= SYNC_SLEEP_NS, op  # sleeps 200 us
+        assert med < SYNC_SLEEP_NS + 50_000_000, op  # and not wildly more (tolerance for a shared machine)
+    for op, lo in _q(con, "SELECT op, min(duration_ns) FROM cuda_calls WHERE pid IN (?, ?) AND op IN "
+                     f"({','.join(repr(o) for o in SPIN_OPS)}) GROUP BY op",
+                     [recorded["pids"]["busy"], recorded["pids"]["calm"]]):
+        assert lo >= SPIN_NS, op  # each burns 500 us of CPU
+    # runtime copies call the driver: each nested driver call lies inside its runtime call, same thread
+    nested = _q(con, """
+        SELECT count(*) FROM cuda_calls d JOIN cuda_calls r
+          ON d.tid = r.tid AND r.op IN ('cudaMemcpy', 'cudaMemcpyAsync')
+         AND d.ts_ns >= r.ts_ns AND d.ts_ns + d.duration_ns <= r.ts_ns + r.duration_ns
+        WHERE d.pid = ? AND d.op IN ('cuMemcpyHtoD_v2', 'cuMemcpyDtoH_v2', 'cuMemcpyDtoD_v2', 'cuMemcpy')""", [pid])
+    parent, _, _ = mix_expected(MIX_N, MIX_CHILDREN)
+    assert nested[0][0] == sum(parent[o] for o in ("cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2", "cuMemcpy"))
+    started, stopped = _q(con, "SELECT started_ns, stopped_ns FROM sessions")[0]
+    lo, hi = _q(con, "SELECT min(ts_ns), max(ts_ns + duration_ns) FROM cuda_calls")[0]
+    assert started <= lo and hi <= stopped  # monotonic -> wall clock conversion
+
+
+def test_preempted_under_contention_and_not_without(recorded: dict[str, Any], con: Any) -> None:
+    sql = (f"SELECT sum(preempted_ns)::DOUBLE / sum(duration_ns), sum(blocked_ns), count(*) FILTER (preempted_ns > 0) "
+           f"FROM cuda_calls WHERE pid = ? AND op IN ({','.join(repr(o) for o in SPIN_OPS)})")
+    busy_share, busy_blocked, busy_n = _q(con, sql, [recorded["pids"]["busy"]])[0]
+    calm_share, calm_blocked, _ = _q(con, sql, [recorded["pids"]["calm"]])[0]
+    # two hogs on the same CPU: the calls spend most of their time runnable but not running
+    assert busy_share > 0.25 and busy_n > 0, (busy_share, busy_n)
+    assert calm_share < 0.05, calm_share
+    assert busy_blocked == 0 and calm_blocked == 0  # CPU-bound calls never sleep
+    hogs = recorded["hogs"]
+    preemptors = _q(con, "SELECT DISTINCT preemptor_pid FROM sched_intervals WHERE pid = ? AND prev_state = 'preempted'",
+                    [recorded["pids"]["busy"]])
+    assert {p for (p,) in preemptors} & set(hogs)
+    assert _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ? AND off_cpu_ns <> preempted_ns + blocked_ns",
+              [recorded["pids"]["busy"]])[0][0] == 0
+    # the sleeping sync calls of `mix` are blocked, with exactly one switch-out each at least
+    blocked = _q(con, "SELECT min(blocked_ns), min(context_switches) FROM cuda_calls WHERE pid = ? AND op = "
+                 "'cuCtxSynchronize'", [recorded["pids"]["mix"]])[0]
+    assert blocked[0] > 0 and blocked[1] >= 1
+
+
+def test_children_followed_and_pages_counted(recorded: dict[str, Any], con: Any) -> None:
+    mix = recorded["pids"]["mix"]
+    kids = _q(con, "SELECT pid, traced, exit_code, comm FROM processes WHERE ppid = ? ORDER BY pid", [mix])
+    assert len(kids) == MIX_CHILDREN and all(t and code == 7 for _, t, code, _ in kids), kids
+    forks = {r[0] for r in _q(con, "SELECT child_pid FROM process_events WHERE event = 'fork' AND pid = ?", [mix])}
+    assert forks == {k[0] for k in kids}
+    exits = _q(con, "SELECT pid, exit_code FROM process_events WHERE event = 'exit' AND pid IN (SELECT pid FROM processes "
+               "WHERE ppid = ?)", [mix])
+    assert sorted(exits) == [(k[0], 7) for k in kids]
+    for pid, *_ in kids:
+        pages = _q(con, "SELECT sum(sum_bytes) FROM host_aggregates WHERE pid = ? AND op = 'mm_page_alloc'", [pid])[0][0]
+        assert pages >= CHILD_MB << 20, (pid, pages)  # the child touched 32 MiB
+        assert _q(con, "SELECT count(*) FROM sched_intervals WHERE pid = ?", [pid])[0][0] > 0
+    host_alloc = _q(con, "SELECT sum(page_allocs), sum(page_alloc_bytes) FROM cuda_calls WHERE pid = ? "
+                    "AND op = 'cudaHostAlloc'", [mix])[0]
+    assert host_alloc[0] >= 256 and host_alloc[1] >= 1 << 20  # at least the first 1 MiB was touched in the call
+    # everything else on the host is counted too: the (untraced) hogs' context switches
+    hog_switches = _q(con, "SELECT sum(count) FROM host_aggregates WHERE op = 'sched_switch' AND pid IN (?, ?)",
+                      recorded["hogs"])[0][0]
+    assert hog_switches and hog_switches > 0
+
+
+def test_nothing_lost_and_accounting_adds_up(recorded: dict[str, Any], con: Any) -> None:
+    stats = {r[0]: r[1:] for r in _q(con, "SELECT source, events_seen, events_stored, events_lost, events_aggregated "
+                                           "FROM collector_stats")}
+    for source, (seen, stored, lost, aggregated) in stats.items():
+        assert lost == 0, source
+    assert stats["cuda_calls"][0] == stats["cuda_calls"][1] == _q(con, "SELECT count(*) FROM cuda_calls")[0][0]
+    assert stats["sched_intervals"][1] == _q(con, "SELECT count(*) FROM sched_intervals")[0][0]
+    for op in ("sched_switch", "mm_page_alloc"):
+        total = _q(con, "SELECT sum(count) FROM host_aggregates WHERE op = ?", [op])[0][0]
+        assert stats[op][0] == stats[op][3] == total, op  # every event counted once, in some bucket
+    assert all(c for (c,) in _q(con, "SELECT complete FROM table_coverage"))
+    assert _q(con, "SELECT count(*) FROM snapshots")[0][0] >= 2
+
+
+def test_session_records_what_was_attached(recorded: dict[str, Any], con: Any, standin: StandIn) -> None:
+    attached, runtime, flags, stopped = _q(con, "SELECT attached, cuda_runtime_version, collector_flags, stopped_ns "
+                                               "FROM sessions")[0]
+    libs = {Path(lib["path"]).name: lib for lib in json.loads(attached)["libraries"]}
+    assert set(libs) == {"libcudart.so.13", "libcuda.so.1"}
+    assert libs["libcudart.so.13"]["not_attached"] == [] and len(libs["libcudart.so.13"]["attached"]) == 9
+    assert libs["libcuda.so.1"]["not_attached"] == [] and "cuMemAlloc_v2" in libs["libcuda.so.1"]["attached"]
+    assert "cuLaunchKernel_ptsz" in libs["libcuda.so.1"]["optional_not_present"]
+    assert "site-packages/nvidia/cu13/lib" in libs["libcudart.so.13"]["path"]
+    assert runtime == "13" and stopped is not None
+    assert sorted(json.loads(flags)["pids"]) == sorted(recorded["pids"].values())
+
+
+def test_sigkill_leaves_a_readable_store_and_late_processes_are_found(standin: StandIn, tmp_path: Path) -> None:
+    from ingero_mcp.store import fold_segments, open_store
+
+    db = tmp_path / "killed.duckdb"
+    collector = Collector(db)  # no --pid: every process that uses CUDA, including ones that start later
+    late: Workload | None = None
+    try:
+        collector.wait_for("recording to", timeout=120)
+        late = Workload(standin, "mix", "50", "0", "0", "0", "0")
+        collector.wait_for("libcudart.so.13", timeout=30)  # the rescan found and attached it
+        late.go()
+        assert late.wait()[0] == 0
+        parent, _, _ = mix_expected(50, 0)
+        deadline = time.monotonic() + 20
+        seen = 0
+        while time.monotonic() < deadline and seen < sum(parent.values()):
+            time.sleep(1.0)
+            con = open_store(db)
+            seen = _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ?", [late.pid])[0][0]
+            con.close()
+        assert seen == sum(parent.values())
+        os.kill(collector.proc.pid, signal.SIGKILL)
+        collector.wait()
+    finally:
+        if late:
+            late.kill()
+        collector.kill()
+    con = open_store(db)
+    got = dict(_q(con, "SELECT op, count(*) FROM cuda_calls WHERE pid = ? GROUP BY op", [late.pid]))
+    assert got == dict(parent)
+    assert _q(con, "SELECT stopped_ns FROM sessions")[0][0] is None  # it never got to stop
+    assert _q(con, "SELECT traced FROM processes WHERE pid = ?", [late.pid]) == [(True,)]
+    con.close()
+    fold_segments(db)
+    con = open_store(db)
+    assert _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ?", [late.pid])[0][0] == sum(parent.values())
+    con.close()
+
+
+def test_check_reports_libraries_in_use(standin: StandIn) -> None:
+    import subprocess
+
+    w = Workload(standin, "mix", "0", "0", "0", "0", "0")
+    try:
+        out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "check", "--json"], capture_output=True, text=True,
+                             check=False)
+    finally:
+        w.go()
+        w.wait()
+    report = json.loads(out.stdout)
+    assert out.returncode == 0 and report["ok"]
+    status = {c["name"]: c for c in report["checks"]}
+    for name in ("kernel", "privileges", "bpf", "tracefs", "kernel_headers", "bcc"):
+        assert status[name]["status"] == "PASS", status[name]
+    libs = {Path(lib["path"]).name: lib["pids"] for lib in status["cuda_libraries"]["data"]["libraries"]}
+    assert w.pid in libs["libcudart.so.13"] and w.pid in libs["libcuda.so.1"]
