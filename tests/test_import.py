@@ -260,3 +260,28 @@ def test_cli_import_runs_as_a_user_runs_it(ingero_dir: Path, tmp_path: Path) -> 
     bad = subprocess.run([str(exe), "import", str(ingero_dir / "README.md"), "--db", str(dst)], capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "not an SQLite database" in bad.stderr
+
+
+def test_destination_that_is_not_a_store_is_refused(ingero_dir: Path, tmp_path: Path) -> None:
+    src = ingero_dir / NODE1
+    with pytest.raises(IngeroImportError, match="must not be the Ingero file"):
+        import_ingero(src, src)
+    other = tmp_path / "notes.txt"
+    other.write_text("keep me\n")
+    with pytest.raises(IngeroImportError, match="not a DuckDB trace store"):
+        import_ingero(src, other)
+    assert other.read_text() == "keep me\n"
+
+
+def test_reader_thread_errors_reach_the_caller() -> None:
+    from ingero_mcp.importers.ingero_source import prefetch
+
+    def chunks():  # type: ignore[no-untyped-def]
+        yield {"a": [1]}
+        raise sqlite3.DatabaseError("disk image is malformed")
+
+    got = []
+    with pytest.raises(sqlite3.DatabaseError, match="malformed"):
+        for chunk in prefetch(chunks()):
+            got.append(chunk)
+    assert got == [{"a": [1]}]

@@ -31,7 +31,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingero_mcp.importers.ingero_source import IngeroSession, IngeroSource, open_ingero, prefetch
+from ingero_mcp.importers.ingero_source import IngeroImportError, IngeroSession, IngeroSource, open_ingero, prefetch
 from ingero_mcp.store import TABLES, TraceWriter
 from ingero_mcp.store.schema import SCHEMA_VERSION, ddl, migrate
 
@@ -39,6 +39,7 @@ ORIGIN = "ingero"
 BUCKET_NS = 60_000_000_000  # Ingero's event_aggregates are per minute (bucket = minute-truncated ns)
 MIB = 1024 * 1024  # Ingero's "MB" values (mem_total, mem_avail, swap_mb) are /proc/meminfo kB / 1024
 CHUNK_ROWS = 100_000
+DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file
 
 # Ops whose arg0 is a byte count (Ingero's schema_info: "byte size for alloc/memcpy"; mm_page_alloc:
 # bytes = 4096 << order). For launches arg0 is a kernel function pointer, so it is not bytes.
@@ -113,6 +114,7 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None) -> Imp
     src, dst = Path(src), Path(dst)
     source = open_ingero(src)
     try:
+        _check_destination(src, dst)
         _ensure_tables(dst)
         with TraceWriter(dst) as writer:
             job = _Import(source, writer, progress)
@@ -132,9 +134,23 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None) -> Imp
     return summary
 
 
+def _check_destination(src: Path, dst: Path) -> None:
+    """Refuse a --db that would be destroyed or misread: the source itself, or a file that is not DuckDB."""
+    if dst.exists() and src.resolve() == dst.resolve():
+        raise IngeroImportError(f"{dst}: the store (--db) must not be the Ingero file being imported")
+    if dst.is_file() and dst.stat().st_size > 0:
+        with dst.open("rb") as fh:
+            head = fh.read(16)
+        if head[8:12] != DUCKDB_MAGIC:
+            raise IngeroImportError(f"{dst}: exists and is not a DuckDB trace store; choose a new --db path")
+
+
 def _ensure_tables(dst: Path) -> None:
     """Create/migrate the store, and add tables appended to the current schema after it was created."""
-    con = duckdb.connect(str(dst))
+    try:
+        con = duckdb.connect(str(dst))
+    except duckdb.Error as exc:
+        raise IngeroImportError(f"cannot open {dst} for writing: {str(exc).splitlines()[0]}") from exc
     try:
         migrate(con)
         con.execute(ddl(SCHEMA_VERSION)).fetchall()  # every statement is IF NOT EXISTS: idempotent
