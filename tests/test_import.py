@@ -285,3 +285,22 @@ def test_reader_thread_errors_reach_the_caller() -> None:
         for chunk in prefetch(chunks()):
             got.append(chunk)
     assert got == [{"a": [1]}]
+
+
+def test_unknown_ingero_schema_imports_with_a_warning(ingero_dir: Path, tmp_path: Path) -> None:
+    """A newer Ingero file (version bumped, an extra table) still imports; nothing of it is dropped."""
+    src = tmp_path / "newer.db"
+    lite = sqlite3.connect(src)
+    with sqlite3.connect(f"{(ingero_dir / NODE1).as_uri()}?mode=ro", uri=True) as ref:
+        ref.backup(lite)
+    lite.execute("UPDATE schema_info SET value = '1.0' WHERE key = 'version'")
+    lite.execute("CREATE TABLE gpu_metrics (ts INTEGER, util REAL)")
+    lite.execute("INSERT INTO gpu_metrics VALUES (1, 0.5), (2, 0.75)")
+    lite.commit()
+    lite.close()
+    summary = import_ingero(src, tmp_path / "out.duckdb")
+    assert summary.warnings and "1.0" in summary.warnings[0]
+    con = open_store(tmp_path / "out.duckdb")
+    rows = q(con, "SELECT row_json ->> 'util' FROM imported_rows WHERE table_name = 'gpu_metrics' ORDER BY row_number")
+    assert rows == [("0.5",), ("0.75",)]
+    assert "no per-minute totals" in q(con, "SELECT notes FROM sessions")[0][0]

@@ -55,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
             summary = import_ingero(args.src, args.db, progress)
     else:
         summary = import_ingero(args.src, args.db)
+    for warning in summary.warnings:
+        print(f"ingero-mcp import: warning: {warning}", file=sys.stderr)
     if not args.quiet:
         rows = summary.total_rows_read
         rate = rows / summary.seconds if summary.seconds > 0 else 0.0
@@ -65,4 +67,5 @@ def run(args: argparse.Namespace) -> int:
         )
         written = ", ".join(f"{t} {n:,}" for t, n in sorted(summary.rows_written.items()))
         print(f"  rows written: {written}")
+        print(f"  next: ingero-mcp explain --db {args.db}")
     return 0

@@ -31,7 +31,14 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingero_mcp.importers.ingero_source import IngeroImportError, IngeroSession, IngeroSource, open_ingero, prefetch
+from ingero_mcp.importers.ingero_source import (
+    KNOWN_SCHEMAS,
+    IngeroImportError,
+    IngeroSession,
+    IngeroSource,
+    open_ingero,
+    prefetch,
+)
 from ingero_mcp.store import TABLES, TraceWriter
 from ingero_mcp.store.schema import SCHEMA_VERSION, ddl, migrate
 
@@ -81,6 +88,7 @@ class ImportSummary:
     rows_read: dict[str, int] = field(default_factory=dict)
     rows_written: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def total_rows_read(self) -> int:
@@ -124,9 +132,15 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None) -> Imp
                 writer.close()
                 _remove_sessions(dst, job.session_ids)
                 raise
+        warnings = []
+        if source.schema_version not in KNOWN_SCHEMAS:
+            warnings.append(
+                f"Ingero schema {source.schema_version} is not one this importer was checked against "
+                f"({', '.join(KNOWN_SCHEMAS)}); columns it did not know are NULL, unknown tables kept in imported_rows"
+            )
         summary = ImportSummary(
             src=src, dst=dst, session_ids=job.session_ids, ingero_version=job.ingero_version,
-            schema_version=source.schema_version, rows_read=job.rows_read, rows_written=job.written,
+            schema_version=source.schema_version, rows_read=job.rows_read, rows_written=job.written, warnings=warnings,
         )
     finally:
         source.con.close()
@@ -236,6 +250,7 @@ class _Import:
         self.rows_read: dict[str, int] = {}
         self.written: dict[str, int] = {}  # store table -> rows written by this import
         self.total = sum(source.count(t) for t in source.tables)
+        self.has_aggregates = source.count("event_aggregates") > 0
         self.done = 0
         self.comm = self._process_names()
         # Per (session, pid): first/last event time; forks (child -> parent, ts, session); exits.
@@ -309,7 +324,11 @@ class _Import:
                 f"imported from Ingero {r.get('ingero_ver') or 'unknown'} (SQLite schema "
                 f"{self.src.schema_version}), file {self.src.path.name}, Ingero session id {s.ingero_id}"
                 + (f", node {s.node}" if s.node else "")
-                + "; events are a stored sample, exact per-minute totals in host_aggregates"
+                + (
+                    "; events are a stored sample, exact per-minute totals in host_aggregates"
+                    if self.has_aggregates
+                    else "; events are a stored sample and the file holds no per-minute totals"
+                )
             )
             self._replace("sessions", sid, {
                 "source": ["ingero-import"],
