@@ -304,3 +304,20 @@ def test_unknown_ingero_schema_imports_with_a_warning(ingero_dir: Path, tmp_path
     rows = q(con, "SELECT row_json ->> 'util' FROM imported_rows WHERE table_name = 'gpu_metrics' ORDER BY row_number")
     assert rows == [("0.5",), ("0.75",)]
     assert "no per-minute totals" in q(con, "SELECT notes FROM sessions")[0][0]
+
+
+def test_aggregate_sum_arg0_that_is_not_bytes_is_kept_verbatim(ingero_dir: Path, tmp_path: Path) -> None:
+    src = tmp_path / "odd.db"
+    lite = sqlite3.connect(src)
+    with sqlite3.connect(f"{(ingero_dir / DATALOADER).as_uri()}?mode=ro", uri=True) as ref:
+        ref.backup(lite)
+    # cudaLaunchKernel's arg0 is a kernel pointer: a sum of it has no bytes column to go to.
+    lite.execute("UPDATE event_aggregates SET sum_arg0 = 12345 WHERE source = 1 AND op = 3")
+    lite.commit()
+    lite.close()
+    import_ingero(src, tmp_path / "out.duckdb")
+    con = open_store(tmp_path / "out.duckdb")
+    kept = q(con, "SELECT row_json ->> 'sum_arg0', row_json ->> 'count' FROM imported_rows "
+                  "WHERE table_name = 'event_aggregates' ORDER BY row_number")
+    assert kept == [("12345", "28"), ("12345", "2")]
+    assert q(con, "SELECT count(sum_bytes) FROM host_aggregates WHERE op = 'cudaLaunchKernel'") == [(0,)]

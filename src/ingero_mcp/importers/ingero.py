@@ -44,7 +44,9 @@ from ingero_mcp.store.schema import SCHEMA_VERSION, ddl, migrate
 
 ORIGIN = "ingero"
 BUCKET_NS = 60_000_000_000  # Ingero's event_aggregates are per minute (bucket = minute-truncated ns)
-MIB = 1024 * 1024  # Ingero's "MB" values (mem_total, mem_avail, swap_mb) are /proc/meminfo kB / 1024
+# Ingero's "MB" (mem_total, mem_avail, swap_mb) are MiB, /proc/meminfo kB / 1024: the DataLoader
+# host's mem_total 15989 is a 16 GiB VM's MemTotal (~16,372,000 kB) / 1024.
+MIB = 1024 * 1024
 CHUNK_ROWS = 100_000
 DUCKDB_MAGIC = b"DUCK"  # bytes 8..12 of every DuckDB database file
 
@@ -494,6 +496,7 @@ class _Import:
     def _aggregates(self) -> None:
         if "event_aggregates" not in self.src.tables:
             return
+        first_row = 0
         for c in self.src.chunks("event_aggregates", AGG_COLUMNS, CHUNK_ROWS):
             n = len(c["bucket"])
             self._read("event_aggregates", n)
@@ -521,7 +524,9 @@ class _Import:
             # sum_arg0 of an op whose arg0 is not bytes has no column: keep those rows verbatim.
             odd = [i for i, o in enumerate(op_names) if o not in BYTE_OPS and c["sum_arg0"][i]]
             if odd:
-                self._verbatim("event_aggregates", AGG_COLUMNS, [tuple(c[k][i] for k in AGG_COLUMNS) for i in odd], odd)
+                rows = [tuple(c[k][i] for k in AGG_COLUMNS) for i in odd]
+                self._verbatim("event_aggregates", AGG_COLUMNS, rows, [first_row + i for i in odd], sids[odd])
+            first_row += n
             for sid, s_name, o_name, cnt, stored, p in zip(
                 sids.tolist(), src_names, op_names, c["count"], c["stored"], c["pid"], strict=True
             ):
@@ -606,7 +611,15 @@ class _Import:
             }))
             self._advance("stack_traces", n)
 
-    def _verbatim(self, table: str, cols: tuple[str, ...] | list[str], rows: list[tuple[Any, ...]], numbers: list[int]) -> None:
+    def _verbatim(
+        self,
+        table: str,
+        cols: tuple[str, ...] | list[str],
+        rows: list[tuple[Any, ...]],
+        numbers: list[int],
+        sids: np.ndarray | None = None,
+    ) -> None:
+        """Rows kept as JSON objects in imported_rows (in the file's first session unless `sids` says)."""
         if not rows:
             return
         self._append("imported_rows", pa.table({
@@ -617,7 +630,7 @@ class _Import:
                 [json.dumps(dict(zip(cols, r, strict=True)), default=_json_default, ensure_ascii=False) for r in rows],
                 pa.string(),
             ),
-        }))
+        }), sids)
 
     def _verbatim_tables(self) -> None:
         """Every table without a mapping of its own, row by row as JSON (catalogue, metadata, cgroups...)."""
