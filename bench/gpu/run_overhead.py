@@ -1,0 +1,179 @@
+"""Collector overhead on a real GPU: each workload run traced and untraced, interleaved, several times.
+
+Run on the GPU host (see bench/gpu/device_run.sh). For each repetition and workload it runs the
+pair in alternating order (untraced first on even reps, traced first on odd ones) so that drift
+(clocks, page cache) does not favour one side. A traced run starts `ingero-mcp trace` with the
+CUDA libraries forced (so the workload is traced from its first call), waits until the collector
+says it is recording, runs the workload, stops the collector with SIGINT, and reads what it
+recorded from its Parquet segments: CUDA calls stored, events lost, the collector's own CPU time.
+
+    python3 bench/gpu/run_overhead.py OUTDIR [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+
+HERE = Path(__file__).resolve().parent
+WORKLOADS: list[tuple[str, int]] = [("launch", 200_000), ("train", 300), ("seed", 2_000_000)]
+
+
+def cuda_libs() -> list[str]:
+    """The libcudart that torch loads and the driver's libcuda, as real files."""
+    import torch  # noqa: F401 - loads the libraries so their paths resolve
+
+    found: list[str] = []
+    for pattern in ("/opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib/libcudart.so.13",
+                    f"{os.path.dirname(sys.executable)}/../lib/python3*/site-packages/nvidia/cu*/lib/libcudart.so.*"):
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            found.append(os.path.realpath(hits[0]))
+            break
+    drivers = sorted(p for p in glob.glob("/usr/local/nvidia/lib64/libcuda.so.*") if not os.path.islink(p))
+    drivers = drivers or sorted(glob.glob("/usr/lib/x86_64-linux-gnu/libcuda.so.*"))
+    if drivers:
+        found.append(os.path.realpath(drivers[-1]))
+    return found
+
+
+def run_workload(name: str, size: int) -> dict:
+    proc = subprocess.run([sys.executable, str(HERE / "workloads.py"), name, str(size)],
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"workload {name} failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def start_collector(db: Path, libs: list[str], log: Path) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--quiet"]
+    for lib in libs:
+        cmd += ["--cuda-lib", lib]
+    fh = log.open("w")
+    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if "recording to" in log.read_text():
+            return proc
+        if proc.poll() is not None:
+            raise RuntimeError(f"collector exited early:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"collector not ready after 180 s:\n{log.read_text()[-3000:]}")
+
+
+def stop_collector(proc: subprocess.Popen) -> float:
+    """SIGINT, wait, and return the collector's CPU seconds (user + system)."""
+    proc.send_signal(signal.SIGINT)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return usage.ru_utime + usage.ru_stime
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("collector did not stop within 120 s of SIGINT")
+
+
+def recorded(db: Path) -> dict:
+    """Rows and losses the collector stored, read from its segments (or the folded file)."""
+    seg = Path(f"{db}.segments")
+    out: dict = {}
+    if not seg.is_dir() and db.exists():  # folded: DuckDB is installed here
+        import duckdb
+
+        con = duckdb.connect(str(db), read_only=True)
+        ops = dict(con.execute("SELECT op, count(*) FROM cuda_calls GROUP BY op").fetchall())
+        lost = con.execute("SELECT coalesce(sum(events_lost), 0) FROM collector_stats").fetchall()[0][0]
+        con.close()
+        return {"cuda_calls": sum(ops.values()), "ops": ops, "lost": int(lost)}
+    calls = seg / "cuda_calls"
+    if calls.is_dir():
+        table = ds.dataset(str(calls), format="parquet").to_table(columns=["op"])
+        out["cuda_calls"] = table.num_rows
+        ops: dict[str, int] = {}
+        for op in table.column("op").to_pylist():
+            ops[op] = ops.get(op, 0) + 1
+        out["ops"] = ops
+    stats = seg / "collector_stats"
+    if stats.is_dir():
+        rows = ds.dataset(str(stats), format="parquet").to_table().to_pylist()
+        out["lost"] = sum(r["events_lost"] for r in rows)
+        out["sources"] = {r["source"]: {k: r[k] for k in ("events_seen", "events_stored", "events_lost")} for r in rows}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/ingero-overhead")
+    work.mkdir(exist_ok=True)
+    libs = cuda_libs()
+    print(f"CUDA libraries: {libs}", flush=True)
+    runs: list[dict] = []
+    for rep in range(args.reps):
+        for name, size in WORKLOADS:
+            order = ("untraced", "traced") if rep % 2 == 0 else ("traced", "untraced")
+            for mode in order:
+                entry: dict = {"rep": rep, "workload": name, "mode": mode}
+                if mode == "untraced":
+                    entry.update(run_workload(name, size))
+                else:
+                    db = work / f"{name}-{rep}.duckdb"
+                    collector = start_collector(db, libs, work / f"{name}-{rep}.log")
+                    try:
+                        entry.update(run_workload(name, size))
+                    finally:
+                        entry["collector_cpu_s"] = stop_collector(collector)
+                    entry.update(recorded(db))
+                runs.append(entry)
+                print(json.dumps({k: v for k, v in entry.items() if k not in ("ops", "sources")}), flush=True)
+    summary = summarise(runs)
+    (args.outdir / "overhead.json").write_text(json.dumps({"libs": libs, "runs": runs, "summary": summary}, indent=1))
+    for row in summary:
+        if row["added_ns_per_launch"] is not None:
+            print(f"launch loop: {row['added_ns_per_launch']:.0f} ns added per traced kernel launch (median per-call time, traced - untraced)")
+    print("\nworkload   untraced median s   traced median s   slowdown   calls traced   added ns/call   collector CPU s   lost")
+    for row in summary:
+        print(f"{row['workload']:9s}  {row['untraced_s']:17.3f}  {row['traced_s']:16.3f}  {row['slowdown_pct']:8.2f}%"
+              f"  {row['calls_traced']:13d}  {row['added_ns_per_call']:14.0f}  {row['collector_cpu_s']:15.2f}  {row['lost']:5d}")
+    return 0
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    out = []
+    for name, _ in WORKLOADS:
+        untraced = [r["total"] for r in runs if r["workload"] == name and r["mode"] == "untraced"]
+        traced_runs = [r for r in runs if r["workload"] == name and r["mode"] == "traced"]
+        traced = [r["total"] for r in traced_runs]
+        calls = int(statistics.median([r.get("cuda_calls", 0) for r in traced_runs]))
+        u, t = statistics.median(untraced), statistics.median(traced)
+        out.append({
+            "workload": name, "untraced_s": u, "traced_s": t, "untraced_all": untraced, "traced_all": traced,
+            "slowdown_pct": (t / u - 1) * 100, "calls_traced": calls,
+            "added_ns_per_call": (t - u) / calls * 1e9 if calls else 0.0,
+            "added_ns_per_launch": (statistics.median([r["per_call_ns"] for r in traced_runs])
+                                    - statistics.median([r["per_call_ns"] for r in runs if r["workload"] == name
+                                                         and r["mode"] == "untraced"])) if name == "launch" else None,
+            "collector_cpu_s": statistics.median([r["collector_cpu_s"] for r in traced_runs]),
+            "lost": int(sum(r.get("lost", 0) for r in traced_runs)),
+        })
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())
