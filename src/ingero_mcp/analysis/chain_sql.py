@@ -151,15 +151,18 @@ def competitor_one(op: str, pid: int, event: str, th: dict[str, int], window: Ti
 
 
 def gpu_others_sql(top: list[tuple]) -> str:
-    """CUDA calls of other processes overlapping each top slow call (another process on the same GPU)."""
+    """CUDA calls of other processes starting inside each top slow call (another process on the same GPU):
+    per (op, other pid) its calls, and per op (pid NULL) how many top calls had any."""
     b = _bucket_ns(top)
     return tidy(f"""
         WITH v(op, pid, tid, ts_ns, end_ns) AS (VALUES {_values_top(top)}),
-        cover AS (SELECT v.*, unnest(range(ts_ns // {b}, end_ns // {b} + 1)) AS b FROM v)
-        SELECT cover.op, c.pid, count(*), count(DISTINCT cover.ts_ns), sum(c.duration_ns)
-        FROM cover JOIN cuda_calls c ON c.ts_ns // {b} = cover.b AND c.pid <> cover.pid
-        WHERE c.ts_ns >= cover.ts_ns AND c.ts_ns < cover.end_ns
-        GROUP BY ALL
+        cover AS (SELECT v.*, unnest(range(ts_ns // {b}, end_ns // {b} + 1)) AS b FROM v),
+        inside AS (SELECT cover.op, cover.pid AS caller, cover.tid AS caller_tid, cover.ts_ns AS call_ts,
+                          c.pid, c.duration_ns
+                   FROM cover JOIN cuda_calls c ON c.ts_ns // {b} = cover.b AND c.pid <> cover.pid
+                   WHERE c.ts_ns >= cover.ts_ns AND c.ts_ns < cover.end_ns)
+        SELECT op, pid, count(*), count(DISTINCT (caller, caller_tid, call_ts)), sum(duration_ns)
+        FROM inside GROUP BY GROUPING SETS ((op, pid), (op))
     """)
 
 

@@ -146,15 +146,10 @@ def _gather(con: duckdb.DuckDBPyConnection, cands: list[Candidate], window: Time
             )
     if several_gpu_pids:
         for op, pid, n_calls, hit, busy in rows(con, q.gpu_others_sql(top)):
-            by_op[op].gpu_others[int(pid)] = [int(n_calls), int(hit), int(busy or 0)]
-        hits = {op: int(h) for op, h in rows(con, _gpu_hit_sql(top))} if any(c.gpu_others for c in cands) else {}
-        for op, h in hits.items():
-            by_op[op].gpu_hit = h
-
-
-def _gpu_hit_sql(top: list[tuple]) -> str:
-    # distinct top calls with any other process's call inside: a per-op count over the same join
-    return f"SELECT op, count(DISTINCT ts_ns) FROM ({q.gpu_others_sql(top).replace('SELECT cover.op, c.pid, count(*), count(DISTINCT cover.ts_ns), sum(c.duration_ns)', 'SELECT cover.op, cover.ts_ns', 1).replace('GROUP BY ALL', '')}) GROUP BY op"
+            if pid is None:
+                by_op[op].gpu_hit = int(hit)
+            else:
+                by_op[op].gpu_others[int(pid)] = [int(n_calls), int(hit), int(busy or 0)]
 
 
 def _pct(part: float, whole: float) -> float:
