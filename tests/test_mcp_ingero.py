@@ -15,7 +15,7 @@ from mcp import Client
 
 from ingero_mcp.mcp.render import fmt_ns
 from ingero_mcp.mcp.sanitize import clean_data
-from ingero_mcp.mcp.server import build_server
+from ingero_mcp.mcp.server import STRING_CAP, build_server
 
 REPO = Path(__file__).resolve().parents[1]
 INGERO_MCP = REPO / ".venv" / "bin" / "ingero-mcp"
@@ -34,7 +34,7 @@ def imported(tmp_path_factory: pytest.TempPathFactory, ingero_dir: Path) -> Path
 def explained(imported: Path) -> dict[str, Any]:
     proc = subprocess.run([str(INGERO_MCP), "explain", "--json", "--db", str(imported)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    return clean_data(json.loads(proc.stdout), cap=4000)
+    return clean_data(json.loads(proc.stdout), cap=STRING_CAP)
 
 
 @pytest.fixture(scope="module")

@@ -42,6 +42,7 @@ from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, SqlE
 from ingero_mcp.store import StoreError, open_store, segment_dir
 
 STRUCTURED_BUDGET = 30_000  # characters of JSON per structured result (with the text: < ~17k tokens)
+STRING_CAP = 4_000  # characters of any one string in structured content (text output caps tighter)
 _REOPEN_MIN_S = 1.0
 
 R = TypeVar("R", bound=BaseModel)
@@ -107,31 +108,50 @@ class StoreHandle:
 
 
 def _result(text: str, model: BaseModel) -> CallToolResult:
-    structured = clean_data(model.model_dump(mode="json"), cap=4000)
+    structured = _structured(model)
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
 
 
+def _structured(model: BaseModel) -> dict[str, Any]:
+    """What goes out as structured content: the model as JSON data, every string cleaned and capped."""
+    return clean_data(model.model_dump(mode="json"), cap=STRING_CAP)
+
+
 def _size(model: BaseModel) -> int:
-    return len(model.model_dump_json())
+    """Characters of the structured content on the wire (compact JSON)."""
+    return len(json.dumps(_structured(model), ensure_ascii=False, separators=(",", ":")))
 
 
-def _shrink(model: R, items: str, budget: int = STRUCTURED_BUDGET) -> R:
+def _fit(model: BaseModel, values: list[Any], put: Callable[[list[Any]], None], budget: int = STRUCTURED_BUDGET - 400) -> int:
+    """The most leading `values` that `put` can place in `model` with its JSON within `budget` (binary search).
+
+    The default budget leaves room for the note that says what was cut."""
+    put(values)
+    if _size(model) <= budget:
+        return len(values)
+    lo, hi = 0, len(values)  # lo fits (an empty list is the floor), hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        put(values[:mid])
+        if _size(model) <= budget:
+            lo = mid
+        else:
+            hi = mid
+    put(values[:lo])
+    return lo
+
+
+def _shrink(model: R, items: str, budget: int = STRUCTURED_BUDGET - 400) -> R:
     """Drop items from the tail of `model.<items>` until its JSON fits `budget`; records what was cut."""
-    values = getattr(model, items)
-    if _size(model) <= budget or not values:
-        return model
-    keep = len(values)
-    while keep > 0 and _size(model) > budget:
-        keep = keep // 2 if keep > 8 else keep - 1
-        setattr(model, items, values[:keep])
-    # Grow back one at a time would cost a dump each; halving then stepping is close enough.
-    bounds = model  # Bounds fields on every result model
-    dropped = len(values) - keep
-    bounds.shown = keep  # type: ignore[attr-defined]
-    bounds.truncated = True  # type: ignore[attr-defined]
-    bounds.notes.append(  # type: ignore[attr-defined]
-        f"{dropped} of {len(values)} {items} left out to keep the result small; narrow the window or filter"
-    )
+    values = list(getattr(model, items))
+    keep = _fit(model, values, lambda v: setattr(model, items, v), budget)
+    if keep < len(values):
+        model.shown = keep  # type: ignore[attr-defined]  # Bounds fields, on every result model
+        model.truncated = True  # type: ignore[attr-defined]
+        model.notes.append(  # type: ignore[attr-defined]
+            f"only {keep} of the {len(values)} {items} asked for fit in one result; narrow the window, filter by pid, "
+            "or lower top_n/limit"
+        )
     return model
 
 
@@ -353,14 +373,11 @@ def build_server(
                 notes.append("no events of this pid/tid in the window (only host snapshots, if any); "
                              "get_per_process_breakdown lists the pids")
             result = TimelineResult(timeline=tl, shown=len(tl.entries), total=tl.total_in_window, truncated=tl.truncated, notes=notes)
-            if _size(result) > STRUCTURED_BUDGET:
-                entries = tl.entries
-                keep = len(entries)
-                while keep > 0 and _size(result) > STRUCTURED_BUDGET:
-                    keep = keep // 2 if keep > 8 else keep - 1
-                    result.timeline.entries = entries[:keep]
+            entries = list(tl.entries)
+            keep = _fit(result, entries, lambda v: setattr(result.timeline, "entries", v))
+            if keep < len(entries):
                 result.shown, result.truncated = keep, True
-                result.notes.append(f"{len(entries) - keep} of {len(entries)} events left out to keep the result small")
+                result.notes.append(f"only {keep} of the {len(entries)} events asked for fit in one result; lower limit or narrow the window")
             return _result(render.render_timeline(result, whole), result)
 
         return _guard(run)
@@ -384,7 +401,7 @@ def build_server(
             if _size(result) > STRUCTURED_BUDGET:
                 points = ctx.points
                 step = 2
-                while _size(result) > STRUCTURED_BUDGET and step < len(points):
+                while _size(result) > STRUCTURED_BUDGET - 400 and step < len(points):
                     result.context.points = points[::step]
                     step *= 2
                 result.shown, result.truncated = len(result.context.points), True
@@ -411,7 +428,7 @@ def build_server(
             result = InfoResult(info=info, shown=len(info.sessions), total=len(info.sessions), notes=notes)
             keep = min(20, len(info.sessions))
             result.info.sessions = info.sessions[:keep]
-            while keep > 1 and _size(result) > STRUCTURED_BUDGET:
+            while keep > 1 and _size(result) > STRUCTURED_BUDGET - 400:
                 keep //= 2
                 result.info.sessions = info.sessions[:keep]
             if keep < len(info.sessions):
