@@ -264,8 +264,9 @@ def build_server(
     ) -> Annotated[CallToolResult, ChainsResult]:
         """Causal chains: a slow or tail-heavy CUDA operation joined to what its threads and the host
         went through at those moments. Each chain has severity, summary, root cause, explanation, the
-        numbers (count, p50, p99, max, tail ratio), evidence (each with the SQL that recomputes it),
-        recommendations, and a timeline with timestamps. Chains imported from Ingero are marked."""
+        numbers (count, p50, p99, max, tail ratio), evidence (the structured content carries the SQL that
+        recomputes each), recommendations, and a timeline with timestamps. Chains imported from Ingero
+        are marked."""
 
         def run() -> CallToolResult:
             from ingero_mcp.analysis.chains import causal_chains
@@ -276,7 +277,7 @@ def build_server(
                 chosen = _pids(pid, pids)
                 chains = causal_chains(con, window, chosen)
             notes = []
-            for c in chains:
+            for c in chains[:top_n]:
                 if len(c.timeline) > 20:
                     notes.append(f"chain {c.id}: {len(c.timeline) - 20} of {len(c.timeline)} timeline entries left out")
                     c.timeline = c.timeline[:20]
