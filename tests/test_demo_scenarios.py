@@ -174,7 +174,7 @@ def test_ground_truth_is_in_the_data(con: duckdb.DuckDBPyConnection, scenario: s
                              JOIN cuda_calls o ON o.pid <> {exp.pid} AND o.op = 'cudaLaunchKernel'
                              AND o.ts_ns BETWEEN c.ts_ns AND c.e""")[0]
         assert other == one(con, f"SELECT count(*) {slow}")[0]
-    elif exp.cause == "pageable-memcpy":
+    elif exp.cause == "memcpy-bandwidth":
         assert pre == 0 and blk > 0.5 * dur
         gbps = one(con, f"SELECT sum(bytes) / (sum(duration_ns) / 1e9) / 1e9 {slow}")[0]
         assert gbps < 5
@@ -189,6 +189,40 @@ def test_ground_truth_is_in_the_data(con: duckdb.DuckDBPyConnection, scenario: s
         assert started is not None and started < first_ts
     else:  # pragma: no cover - a new scenario must say how its cause shows in the data
         pytest.fail(f"no ground-truth check for cause {exp.cause}")
+
+
+SEVERITY_RANK = {"LOW": 0, "MEDIUM": 1, "HIGH": 2}
+
+
+def test_scenario_yields_its_chain(con: duckdb.DuckDBPyConnection, scenario: str) -> None:
+    """The chain engine finds the scenario's cause on its op, and raises nothing unrelated to HIGH."""
+    from ingero_mcp.analysis.chains import causal_chains
+
+    exp = EXPECTED[scenario]
+    chains = [c for c in causal_chains(con) if c.origin == "ingero-mcp"]
+    seen = [(c.op, c.severity, c.root_cause) for c in chains]
+    mine = [c for c in chains if c.op == exp.op and (not c.pids or exp.pid in c.pids)]
+    assert mine, f"no chain on {exp.op}; chains: {seen}"
+    chain = mine[0]
+    assert SEVERITY_RANK[chain.severity] >= SEVERITY_RANK[exp.severity], seen
+    assert any(k in chain.root_cause.lower() for k in exp.keywords), chain.root_cause
+    # The cause named is this scenario's and no other's.
+    for other, oexp in EXPECTED.items():
+        if oexp.cause != exp.cause:
+            assert not any(k in chain.root_cause.lower() for k in oexp.keywords), (other, chain.root_cause)
+    if exp.competitor:
+        text = " ".join([chain.summary, chain.explanation, *(str(e.value) for e in chain.evidence)])
+        assert exp.competitor in text, text
+    # Every HIGH chain is on the scenario's op or an op slowed by the same cause.
+    for c in chains:
+        if c.severity == "HIGH":
+            assert c.op in (exp.op, *exp.related_ops), seen
+            assert any(k in c.root_cause.lower() for k in exp.keywords), seen
+    # The numbers the chain quotes are the store's (over the op's calls by its pids, or by everyone).
+    q = "SELECT quantile_disc(duration_ns, 0.5), quantile_disc(duration_ns, 0.99), count(*) FROM cuda_calls WHERE op = ?"
+    per_pid = one(con, q + " AND pid = ?", [exp.op, exp.pid])
+    op_wide = one(con, q, [exp.op])
+    assert (chain.p50_ns, chain.p99_ns, chain.count) in (per_pid, op_wide)
 
 
 def test_same_seed_same_trace(tmp_path: Path) -> None:
