@@ -219,17 +219,22 @@ static __always_inline int enter(struct pt_regs *ctx, u16 op, u64 bytes, u64 str
     u64 pt = bpf_get_current_pid_tgid();
     u32 tgid = pt >> 32;
     u32 tid = (u32)pt;
-    if (!traced.lookup(&tgid)) {
-        int k0 = 0;
-        u64 *all = config.lookup(&k0);
-        if (!all || !*all)
+    // A thread with state belongs to a traced process (states are made only for those, and
+    // deleted when the thread exits): one lookup on the hot path.
+    struct tstate *st = tstate.lookup(&tid);
+    if (!st) {
+        if (!traced.lookup(&tgid)) {
+            int k0 = 0;
+            u64 *all = config.lookup(&k0);
+            if (!all || !*all)
+                return 0;
+            u8 one = 1;
+            traced.update(&tgid, &one);
+        }
+        st = get_state(tid, tgid);
+        if (!st)
             return 0;
-        u8 one = 1;
-        traced.update(&tgid, &one);
     }
-    struct tstate *st = get_state(tid, tgid);
-    if (!st)
-        return 0;
     u32 d = st->depth;
     if (d >= MAX_DEPTH) {
         count(C_CUDA_DEPTH);

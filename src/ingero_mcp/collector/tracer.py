@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +42,7 @@ from ingero_mcp.collector.preflight import tracefs_dir
 from ingero_mcp.collector.ringbuf import RingReader
 from ingero_mcp.collector.sampler import Nvml, SystemSampler, host_info
 
-CUDA_RB_PAGES = 8192  # 32 MiB: ~380k call records of headroom
+CUDA_RB_PAGES = 16384  # 64 MiB: ~760k call records, >2 s of headroom at 300k calls/s
 SCHED_RB_PAGES = 4096  # 16 MiB
 PROC_RB_PAGES = 256  # 1 MiB
 AGG_ENTRIES = 65536
@@ -134,6 +136,9 @@ class Tracer:
         self.stopped_ns: int | None = None
         self.snapshot: dict[str, Any] = {}
         self._procs_dirty = True
+        self._drain_lock = threading.Lock()
+        self._drain_stop = threading.Event()
+        self._drain_thread: threading.Thread | None = None
 
     # ---- start ----------------------------------------------------------------------------
 
@@ -290,10 +295,23 @@ class Tracer:
             self._stop_reason = reason
 
     def _drain(self) -> None:
-        for name, ring in self.rings.items():
-            batch = ring.read()
-            if len(batch):
-                self.pending[name].append(batch)
+        with self._drain_lock:
+            for name, ring in self.rings.items():
+                batch = ring.read()
+                if len(batch):
+                    self.pending[name].append(batch)
+
+    def _drain_loop(self) -> None:
+        # Its own thread, so that converting and writing a flush (which mostly releases the GIL)
+        # never leaves the rings unread for long.
+        while not self._drain_stop.wait(self.opts.poll_interval_s):
+            self._drain()
+
+    def _take_pending(self) -> dict[str, list[np.ndarray]]:
+        with self._drain_lock:
+            taken = self.pending
+            self.pending = {"cuda": [], "sched": [], "proc": []}
+        return taken
 
     def _counters(self) -> np.ndarray:
         out = np.zeros(R.N_COUNTERS, np.int64)
@@ -371,12 +389,12 @@ class Tracer:
                 self.live_targets.discard(pid)
 
     def _flush(self) -> None:
+        taken = self._take_pending()
         for name in ("proc", "cuda", "sched"):
-            parts = self.pending[name]
+            parts = taken[name]
             if not parts:
                 continue
             ev = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            self.pending[name] = []
             if name == "cuda":
                 self._process_cuda(ev)
             elif name == "sched":
@@ -407,9 +425,10 @@ class Tracer:
         start = time.monotonic()
         next_flush = start + self.opts.flush_interval_s
         next_scan = start + self.opts.rescan_interval_s
+        self._drain_thread = threading.Thread(target=self._drain_loop, name="ring-drain", daemon=True)
+        self._drain_thread.start()
         while self._stop_reason is None:
-            time.sleep(self.opts.poll_interval_s)
-            self._drain()
+            time.sleep(0.05)
             now = time.monotonic()
             if now >= next_flush:
                 self._flush()
@@ -439,6 +458,9 @@ class Tracer:
 
     def finish(self) -> None:
         """Detach, drain, write the final state, fold and close the store."""
+        self._drain_stop.set()
+        if self._drain_thread is not None:
+            self._drain_thread.join()
         self._detach()
         self._drain()
         self.stopped_ns = time.time_ns()
@@ -454,10 +476,10 @@ class Tracer:
                   f"store {self.opts.db}")
 
     def _flush_final(self) -> None:
+        taken = self._take_pending()
         for name in ("proc", "cuda", "sched"):
-            parts = self.pending[name]
+            parts = taken[name]
             if parts:
-                self.pending[name] = []
                 ev = np.concatenate(parts)
                 if name == "cuda":
                     self._process_cuda(ev)
@@ -547,7 +569,10 @@ class Tracer:
         from ingero_mcp import __version__
 
         notes = {"stop_reason": self._stop_reason, "unreturned_calls": int(c[R.C_CUDA_ORPHAN]),
-                 "thread_state_map_full": int(c[R.C_TSTATE_FULL]), "nvml": self.nvml.error or "ok"}
+                 "thread_state_map_full": int(c[R.C_TSTATE_FULL]), "nvml": self.nvml.error or "ok",
+                 "collector_cpu_s": round(_cpu_seconds(), 3),
+                 "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
+                 "wakeups_seen": int(c[R.C_WAKEUP_SEEN])}
         self.writer.replace("sessions", {
             "source": ["collector"],
             **{k: [v] for k, v in self.host.items()},
@@ -580,6 +605,11 @@ class Tracer:
             p99 = 2 ** ((np.searchsorted(cum, 0.99 * total) + 0.5) / 4)
             out.append((OP_NAMES[i], int(self.op_count[i]), float(p50), float(p99), int(self.op_max[i])))
         return sorted(out, key=lambda r: -r[1])
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 _AGG_SCHEMA = pa.schema([
