@@ -75,9 +75,11 @@ def test_inspector_cli_lists_and_calls_tools(config: Path) -> None:
                     "--tool-arg", "sql=SELECT count(*) AS n FROM cuda_calls")
     assert sql["structuredContent"]["rows"] == [[2000]]
 
+    leak = config.parent / "leak.csv"
     refused = inspector(config, "--method", "tools/call", "--tool-name", "run_sql",
-                        "--tool-arg", "sql=COPY cuda_calls TO '/tmp/ingero-mcp-inspector-leak.csv'")
+                        "--tool-arg", f"sql=COPY cuda_calls TO '{leak}'")
     assert refused["isError"] is True and "disabled" in refused["content"][0]["text"]
+    assert not leak.exists()
 
     prompts = inspector(config, "--method", "prompts/list")
     assert [p["name"] for p in prompts["prompts"]] == ["investigate"]

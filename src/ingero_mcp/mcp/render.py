@@ -222,8 +222,9 @@ def render_timeline(r: TimelineResult, whole: TimeWindow | None) -> str:
     head = [
         f"timeline: {r.shown} of {t.total_in_window} events in the {window_line(t.window, whole)}",
         DATA_NOTE,
+        *_notes(r.notes),
         "time (from trace start) | pid | tid | kind | description | duration",
-    ] + _notes(r.notes)
+    ]
     lines = [
         f"{fmt_rel(e.ts_ns, origin)} | {e.pid if e.pid is not None else '-'} | {e.tid if e.tid is not None else '-'} | "
         f"{e.kind} | {quote(e.description, 160)} | {fmt_ns(e.duration_ns)}"
@@ -246,8 +247,9 @@ def render_context(r: ContextResult, whole: TimeWindow | None) -> str:
         f"CPU max {fmt_pct(c.cpu_percent_max)}, mean {fmt_pct(c.cpu_percent_mean)}; memory used max "
         f"{fmt_pct(c.mem_used_percent_max)}; swap used max {fmt_bytes(c.swap_used_bytes_max)}; "
         f"GPU utilisation mean {fmt_pct(c.gpu_util_percent_mean)}",
+        *_notes(r.notes),
         "time | cpu % | procs running | load1 | mem used % | mem available | swap used | gpu util % | gpu mem used",
-    ] + _notes(r.notes)
+    ]
     lines = [
         f"{fmt_rel(p.ts_ns, origin)} | {fmt_pct(p.cpu_percent)} | {p.procs_running if p.procs_running is not None else '-'} | "
         f"{'-' if p.load1 is None else f'{p.load1:.2f}'} | {fmt_pct(p.mem_used_percent)} | {fmt_bytes(p.mem_available_bytes)} | "
@@ -284,7 +286,7 @@ def render_info(r: InfoResult) -> str:
         )
         lines.append(
             f"  GPU {quote(s.gpu_model, 80)} driver {quote(s.gpu_driver, 40)} CUDA runtime {quote(s.cuda_runtime_version, 40)}; "
-            f"collector {quote(s.collector_version, 40)}; started {fmt_wall(s.started_ns)}; duration {dur}"
+            f"collector {quote(s.collector_version, 120)}; started {fmt_wall(s.started_ns)}; duration {dur}"
         )
         if s.collector_flags:
             lines.append(f"  collector flags {quote(s.collector_flags, 300)}")
@@ -322,7 +324,8 @@ def render_sql(r: SqlRows, render_cell: Callable[[Any], str] = _cell) -> str:
         + (f"; the query had more than limit={r.limit} rows" if r.more_rows else "")
         + f"; {r.elapsed_ms:.0f} ms",
         DATA_NOTE,
-    ] + _notes(r.notes)
+        *_notes(r.notes),
+    ]
     if r.columns:
         head.append(" | ".join(f"{c} ({t})" for c, t in zip(r.columns, r.types, strict=True)))
     lines = [" | ".join(render_cell(v) for v in row) for row in r.rows]
