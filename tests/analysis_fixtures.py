@@ -116,3 +116,33 @@ def contention_store(path: Path, *, sampled: bool = False, attribution: bool = T
         w.replace("collector_stats", {"source": ["cuda", "sched"], "events_seen": [1970, 25000],
                                       "events_stored": [1970, 30], "events_lost": [0, 0]})
     return path
+
+
+DROP_START, DROP_END = T0 + 8 * S, T0 + 11 * S  # pid 300's launch rate falls from 100/s to 20/s here
+
+
+def drop_store(path: Path) -> Path:
+    """20 s of steady launches (100/s, 10 us each) by pid 300, except 8-11 s: 20/s while its thread is
+    preempted 70 % of the time by pid 400 ("backup"), which switches 30x more than usual then."""
+    ts = [T0 + i * 10 * MS for i in range(2000) if not DROP_START <= T0 + i * 10 * MS < DROP_END]
+    ts += [DROP_START + i * 50 * MS for i in range(60)]
+    ts.sort()
+    n = len(ts)
+    with TraceWriter(path) as w:
+        w.replace("sessions", {"source": ["demo:drop"], "cpu_count": [2], "started_ns": [T0], "stopped_ns": [T0 + 20 * S]})
+        w.replace("processes", {"pid": [300, 400], "ppid": [1, 1], "comm": ["python", "backup"], "traced": [True, False]})
+        w.append("cuda_calls", {"ts_ns": ts, "duration_ns": [10 * US] * n, "pid": [300] * n, "tid": [300] * n,
+                                "api": ["runtime"] * n, "op": ["cudaLaunchKernel"] * n})
+        offs = [DROP_START + k * 10 * MS + 20 * US for k in range(300)]
+        w.append("sched_intervals", {"pid": [300] * 300, "tid": [300] * 300, "off_ns": offs,
+                                     "on_ns": [o + 7 * MS for o in offs], "off_cpu_ns": [7 * MS] * 300,
+                                     "prev_state": ["preempted"] * 300, "preemptor_pid": [400] * 300,
+                                     "preemptor_comm": ["backup"] * 300})
+        secs = list(range(20))
+        w.append("host_aggregates", {"bucket_start_ns": [T0 + s * S for s in secs], "bucket_ns": [S] * 20,
+                                     "pid": [400] * 20, "comm": ["backup"] * 20, "source": ["sched"] * 20,
+                                     "op": ["sched_switch"] * 20,
+                                     "count": [3000 if 8 <= s < 11 else 100 for s in secs]})
+        w.append("snapshots", {"ts_ns": [T0 + s * S for s in secs],
+                               "cpu_percent": [100.0 if 8 <= s < 11 else 50.0 for s in secs]})
+    return path

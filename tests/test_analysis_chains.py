@@ -121,3 +121,21 @@ def test_no_candidates_no_chains(tmp_path: Path) -> None:
 
 def _unused(con: duckdb.DuckDBPyConnection) -> None:  # keep the import for type hints
     return None
+
+
+def test_throughput_drop_becomes_a_chain_tied_to_its_cause(tmp_path: Path) -> None:
+    from analysis_fixtures import DROP_END, DROP_START, drop_store
+
+    con = open_store(drop_store(tmp_path / "d.duckdb"))
+    chains = [c for c in causal_chains(con) if c.origin == "ingero-mcp"]
+    assert len(chains) == 1
+    drop = chains[0]
+    assert "throughput" in drop.id and drop.op == "cudaLaunchKernel" and drop.pids == [300]
+    assert drop.root_cause.startswith("cpu-contention") and drop.severity == "MEDIUM"
+    assert "backup[400]" in drop.summary + drop.explanation
+    ev = {e.name: e for e in drop.evidence}
+    assert ev["usual_calls_per_bucket"].value == 100 and ev["calls_during_drop"].value == 60
+    assert ev["thread_preempted_during_drop"].value == 300 * 7_000_000
+    assert {e.ts_ns for e in drop.timeline} >= {DROP_START, DROP_END}
+    for e in drop.evidence:
+        assert con.execute(e.sql).fetchall()[0][0] == e.value, e.name

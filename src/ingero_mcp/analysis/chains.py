@@ -23,6 +23,7 @@ from ingero_mcp.analysis._sql import has_rows, rows, table_complete
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.imported import imported_chains
 from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow, TraceStats
+from ingero_mcp.analysis.throughput import drop_chain, find_drops
 from ingero_mcp.analysis.window import trace_window
 
 MS = 1_000_000
@@ -160,6 +161,10 @@ def _ms(ns: float) -> str:
     return f"{ns / MS:,.2f}"
 
 
+def _cpus(con: duckdb.DuckDBPyConnection) -> int | None:
+    return rows(con, "SELECT max(cpu_count) FROM sessions")[0][0]
+
+
 def _names(con: duckdb.DuckDBPyConnection) -> dict[int, str]:
     got = rows(con, "SELECT pid, any_value(comm) FROM processes WHERE comm IS NOT NULL GROUP BY pid")
     return {int(p): c for p, c in got}
@@ -179,7 +184,7 @@ class _Verdict:
 def _classify(c: Candidate, span_ns: int, cpus: int | None, cpu_mean: float | None, gpu_mean: float | None,
               names: dict[int, str], sampled: bool, has_sched: bool = False, sched_sampled: bool = False) -> _Verdict:
     g = c.group
-    numbers: dict[str, object] = {"op": c.op, "cpus": cpus or "?", "cpu_mean": cpu_mean, "gpu_mean": gpu_mean,
+    numbers: dict[str, object] = {**rc.slow_call_words(c.op), "op": c.op, "cpus": cpus or "?", "cpu_mean": cpu_mean, "gpu_mean": gpu_mean,
                                   "cpu_at_slow": None if c.cpu_at_slow is None else round(c.cpu_at_slow, 1),
                                   "gpu_at_slow": None if c.gpu_at_slow is None else round(c.gpu_at_slow, 1)}
     # What the calling threads went through: per-call attribution when every slow call has it,
@@ -218,7 +223,7 @@ def _classify(c: Candidate, span_ns: int, cpus: int | None, cpu_mean: float | No
     comp = _top_competitors(c, names)
     numbers["competitors"] = ", ".join(f"{n}[{p}]" for p, n, _ in comp[:3]) or "other tasks"
     numbers["others"] = ", ".join(f"{names.get(p, '?')}[{p}]" for p, _ in others[:3]) or "none"
-    numbers["shared_pct"] = _pct(c.gpu_hit, len(c.top))
+    numbers["during"] = f"during {_pct(c.gpu_hit, len(c.top))}% of the slow {c.op} calls"
     lost = max(0, c.dur_ns - c.n * g.p50_ns)
     because: list[str] = []
     stored = "stored " if sampled else ""
@@ -463,7 +468,7 @@ def causal_chains(
         _gather(con, cands, window, pids, len(gpu_pids) > 1)
         sampled = not table_complete(con, "cuda_calls")
         names = _names(con)
-        cpus = rows(con, "SELECT max(cpu_count) FROM sessions")[0][0]
+        cpus = _cpus(con)
         cpu_mean, gpu_mean = rows(con, f"SELECT round(avg(cpu_percent), 1), round(avg(gpu_util_percent), 1) FROM snapshots "
                                        f"{'' if window is None else f'WHERE ts_ns BETWEEN {whole.start_ns} AND {whole.end_ns}'}")[0]
         th = {c.op: c.threshold_ns for c in cands}
@@ -492,5 +497,13 @@ def causal_chains(
             own.append((c, chain))
         _add_context_events(con, own, names)
     rank = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
-    ordered = sorted(own, key=lambda x: (rank[x[1].severity], -x[0].dur_ns))
-    return [ch for _, ch in ordered] + imported_chains(con, window)
+    ordered = [ch for _, ch in sorted(own, key=lambda x: (rank[x[1].severity], -x[0].dur_ns))]
+    # Throughput drops of each process's busiest op that has no chain of its own yet.
+    if any(g.pid is not None for g in groups):
+        names = _names(con)
+        per_op = {g.op: g for g in groups if g.pid is None}
+        chained = {ch.op for ch in ordered}
+        for d in find_drops(con, window, pids, whole.start_ns, span, chained):
+            ordered.append(drop_chain(con, d, window, span, names, per_op.get(d.op), cpus=_cpus(con)))
+        ordered.sort(key=lambda ch: rank[ch.severity])  # stable: tails before drops within a severity
+    return ordered + imported_chains(con, window)

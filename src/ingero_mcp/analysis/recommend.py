@@ -15,21 +15,21 @@ UNEXPLAINED = "unexplained"
 
 CATALOGUE: dict[str, list[str]] = {
     CPU_CONTENTION: [
-        "Give the thread that feeds the GPU its own CPU: the slow {op} calls spent {preempted_pct}% of their time "
+        "Give the thread that feeds the GPU its own CPU: {subject} spent {preempted_pct}% of {span} "
         "runnable but not running, the CPU taken by {competitors}. Run fewer busy processes than the {cpus} CPUs "
         "(e.g. DataLoader num_workers <= {cpus} - 1) or pin them away from the main thread (taskset / os.sched_setaffinity).",
         "Lower the priority of the competing work (nice -n 19 / a cgroup cpu.weight) so that it stops preempting "
-        "the training loop; CPU was {cpu_at_slow}% in the snapshots at the slow calls vs {cpu_mean}% on average.",
+        "the training loop; CPU was {cpu_at_slow}% {moment} vs {cpu_mean}% on average.",
     ],
     BLOCKED: [
-        "The slow {op} calls slept {blocked_pct}% of their time (blocked, not preempted): the thread waits on the "
+        "{subject_cap} slept {blocked_pct}% of {span} (blocked, not preempted): the thread waits on the "
         "GPU, a lock or IO. Check what the GPU runs at those moments (nsys / torch.profiler) and avoid "
         "synchronising every step (e.g. .item() or .cpu() in the loop).",
     ],
     GPU_SHARED: [
-        "Another process uses the GPU during the slow {op} calls ({others}, in {shared_pct}% of them): run it on "
+        "Another process uses the GPU {during} ({others}): run it on "
         "another GPU, or isolate them with MPS / MIG, or schedule the two jobs apart.",
-        "GPU utilisation in the snapshots at the slow calls: {gpu_at_slow}% (vs {gpu_mean}% over the trace).",
+        "GPU utilisation {moment}: {gpu_at_slow}% (vs {gpu_mean}% over the trace).",
     ],
     PAGE_ALLOC_STORM: [
         "The slow {op} calls allocated {pages_per_call} pages each (vs {pages_per_call_all} per other call): the allocator's pool is being emptied and refilled. Keep the PyTorch caching allocator warm "
@@ -54,6 +54,18 @@ CATALOGUE: dict[str, list[str]] = {
         "no start-up pattern): look at the GPU side (nsys, torch.profiler) around {first_slow}.",
     ],
 }
+
+
+def slow_call_words(op: str) -> dict[str, str]:
+    """The wording of recommendations about an op's slow calls."""
+    return {"subject": f"the slow {op} calls", "subject_cap": f"The slow {op} calls", "span": "their time",
+            "moment": "in the snapshots at the slow calls", "during": f"during the slow {op} calls"}
+
+
+def drop_words() -> dict[str, str]:
+    """The wording of recommendations about a throughput drop."""
+    return {"subject": "the calling thread", "subject_cap": "The calling thread", "span": "the drop",
+            "moment": "during the drop", "during": "more than usual during the drop"}
 
 
 class _Missing(dict):
