@@ -306,6 +306,11 @@ async def test_timeline_around_a_moment_and_bounds(demo_store: Path) -> None:
     assert tl["window"]["end_ns"] - tl["window"]["start_ns"] == 1_000_000_000
     assert 0 < len(tl["entries"]) <= 50 and tl["total_in_window"] >= len(tl["entries"])
     assert all(e["pid"] in (pid, None) for e in tl["entries"])
+    start = tl["window"]["start_ns"] + 500_000_000
+    for spelled in ("+10s", "+10000ms", "+10.000000 s", str(start), "+0.1666666666666667m"):
+        again = await call(demo_store, "get_timeline", {"pid": pid, "around": spelled, "limit": 5})
+        window = again.structured_content["timeline"]["window"]
+        assert abs(window["start_ns"] + 500_000_000 - start) <= 1_000, spelled
     big = await call(demo_store, "get_timeline", {"limit": 1000})
     assert not big.is_error
     assert_bounded(big)

@@ -364,7 +364,7 @@ def build_server(
                 whole = _whole(con)
                 around_ns = None
                 if around:
-                    moment = around.strip().replace(" ", "").removesuffix("s") + "s" if around.strip().startswith("+") else around
+                    moment = around.replace(" ", "")  # '+12.500000 s' as the tools print it
                     around_ns = resolve_window(con, start=moment, end=moment).start_ns
                 tl = timeline(con, pid=pid, tid=tid, window=window, around_ns=around_ns, limit=limit)
             notes = []
