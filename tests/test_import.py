@@ -236,7 +236,7 @@ def test_failed_import_leaves_no_partial_session(ingero_dir: Path, tmp_path: Pat
     lite.execute("UPDATE events SET timestamp = 'not a number' WHERE rowid = (SELECT max(rowid) FROM events)")
     lite.commit()
     lite.close()
-    with pytest.raises(Exception):
+    with pytest.raises(IngeroImportError, match="events"):
         import_ingero(src, dst)
     con = open_store(dst)
     assert q(con, "SELECT DISTINCT session_id FROM sessions") == [(1,)]
@@ -321,3 +321,16 @@ def test_aggregate_sum_arg0_that_is_not_bytes_is_kept_verbatim(ingero_dir: Path,
                   "WHERE table_name = 'event_aggregates' ORDER BY row_number")
     assert kept == [("12345", "28"), ("12345", "2")]
     assert q(con, "SELECT count(sum_bytes) FROM host_aggregates WHERE op = 'cudaLaunchKernel'") == [(0,)]
+
+
+def test_failed_import_into_a_new_store_leaves_no_file(ingero_dir: Path, tmp_path: Path) -> None:
+    src = tmp_path / "broken.db"
+    lite = sqlite3.connect(src)
+    with sqlite3.connect(f"{(ingero_dir / NODE1).as_uri()}?mode=ro", uri=True) as ref:
+        ref.backup(lite)
+    lite.execute("UPDATE events SET pid = 'x' WHERE rowid = (SELECT min(rowid) FROM events)")
+    lite.commit()
+    lite.close()
+    with pytest.raises(IngeroImportError, match="malformed Ingero data in table events"):
+        import_ingero(src, tmp_path / "new.duckdb")
+    assert not (tmp_path / "new.duckdb").exists() and not (tmp_path / "new.duckdb.wal").exists()

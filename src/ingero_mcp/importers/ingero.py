@@ -21,6 +21,7 @@ rows go to the session of their node and time.
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -125,6 +126,7 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None) -> Imp
     source = open_ingero(src)
     try:
         _check_destination(src, dst)
+        created = not dst.exists()
         _ensure_tables(dst)
         with TraceWriter(dst) as writer:
             job = _Import(source, writer, progress)
@@ -132,7 +134,11 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None) -> Imp
                 job.run()
             except BaseException:
                 writer.close()
-                _remove_sessions(dst, job.session_ids)
+                if created:  # a store made by this import alone: leave nothing behind
+                    for leftover in (dst, dst.with_name(dst.name + ".wal")):
+                        leftover.unlink(missing_ok=True)
+                else:
+                    _remove_sessions(dst, job.session_ids)
                 raise
         warnings = []
         if source.schema_version not in KNOWN_SCHEMAS:
@@ -254,6 +260,7 @@ class _Import:
         self.total = sum(source.count(t) for t in source.tables)
         self.has_aggregates = source.count("event_aggregates") > 0
         self.done = 0
+        self.stage = "sessions"  # the Ingero table being read, for error messages
         self.comm = self._process_names()
         # Per (session, pid): first/last event time; forks (child -> parent, ts, session); exits.
         self.seen: dict[tuple[int, int], list[int]] = {}
@@ -279,11 +286,13 @@ class _Import:
         self.written[table] = self.written.get(table, 0) + (data.num_rows if isinstance(data, pa.Table) else len(next(iter(data.values()))))
 
     def _advance(self, stage: str, rows: int) -> None:
+        self.stage = stage
         self.done += rows
         if self.progress is not None:
             self.progress(stage, self.done, self.total)
 
     def _read(self, table: str, rows: int) -> None:
+        self.stage = table
         self.rows_read[table] = self.rows_read.get(table, 0) + rows
 
     def _synthetic_session(self) -> IngeroSession:
@@ -305,6 +314,16 @@ class _Import:
 
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> None:
+        """Write everything; a value of the wrong type in the file becomes a one-line IngeroImportError."""
+        try:
+            self._run()
+        except (pa.ArrowException, ValueError, TypeError, OverflowError, sqlite3.DatabaseError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise IngeroImportError(
+                f"{self.src.path}: malformed Ingero data in table {self.stage}: {first}"
+            ) from exc
+
+    def _run(self) -> None:
         """Write everything; sessions first so that a reader never sees rows without their session."""
         self._write_sessions()
         self._events()
@@ -353,6 +372,7 @@ class _Import:
             })
 
     def _events(self) -> None:
+        self.stage = "events"
         for chunk in prefetch(self.src.chunks("events", EVENT_COLUMNS, CHUNK_ROWS)):
             n = len(chunk["timestamp"])
             self._read("events", n)
@@ -494,6 +514,7 @@ class _Import:
             self.seen[(sid, p)] = [lo, hi] if cur is None else [min(cur[0], lo), max(cur[1], hi)]
 
     def _aggregates(self) -> None:
+        self.stage = "event_aggregates"
         if "event_aggregates" not in self.src.tables:
             return
         first_row = 0
@@ -538,6 +559,7 @@ class _Import:
             self._advance("event_aggregates", n)
 
     def _snapshots(self) -> None:
+        self.stage = "system_snapshots"
         if "system_snapshots" not in self.src.tables:
             return
         cols = ("timestamp", "cpu_pct", "mem_pct", "mem_avail", "swap_mb", "load_avg")
@@ -565,6 +587,7 @@ class _Import:
             self._advance("system_snapshots", n)
 
     def _chains(self) -> None:
+        self.stage = "causal_chains"
         if "causal_chains" not in self.src.tables:
             return
         cols = (
@@ -597,6 +620,7 @@ class _Import:
             self._advance("causal_chains", n)
 
     def _stacks(self) -> None:
+        self.stage = "stack_traces"
         if "stack_traces" not in self.src.tables:
             return
         for c in self.src.chunks("stack_traces", ("hash", "ips", "frames"), CHUNK_ROWS):
@@ -637,6 +661,7 @@ class _Import:
         for table in self.src.tables:
             if table in MAPPED_TABLES:
                 continue
+            self.stage = table
             cols, rows = self.src.all_rows(table)
             self._read(table, len(rows))
             self._verbatim(table, cols, rows, list(range(len(rows))))
@@ -644,6 +669,7 @@ class _Import:
 
     def _processes(self) -> None:
         """One processes row per pid seen in a session: name from process_names, parent from fork rows."""
+        self.stage = "process_names"
         per_session: dict[int, set[int]] = {sid: set() for sid in self.session_ids}
         for sid, p in [*self.seen, *self.agg_pids]:
             per_session[sid].add(p)
