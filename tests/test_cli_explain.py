@@ -99,3 +99,17 @@ def test_help_has_examples() -> None:
     for cmd in ("explain", "query"):
         got = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", cmd, "--help"], capture_output=True, text=True)
         assert got.returncode == 0 and "examples:" in got.stdout and "--db" in got.stdout
+
+
+def test_explain_on_an_empty_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingero_mcp.store import TraceWriter
+
+    db = tmp_path / "empty.duckdb"
+    with TraceWriter(db):
+        pass
+    code, out, _ = run(capsys, "explain", "--db", str(db))
+    assert code == 0 and "empty trace" in out
+    code, out, _ = run(capsys, "explain", "--db", str(db), "--json")
+    assert code == 0 and json.loads(out)["chains"] == []
+    code, _, err = run(capsys, "explain", "--db", str(db), "--since", "3s")
+    assert code == 2 and "empty" in err

@@ -503,7 +503,11 @@ def causal_chains(
         names = _names(con)
         per_op = {g.op: g for g in groups if g.pid is None}
         chained = {ch.op for ch in ordered}
-        for d in find_drops(con, window, pids, whole.start_ns, span, chained):
+        busiest: dict[int, tuple[int, str]] = {}
+        for g in groups:
+            if g.pid is not None and g.count > busiest.get(g.pid, (0, ""))[0]:
+                busiest[g.pid] = (g.count, g.op)
+        for d in find_drops(con, window, pids, whole.start_ns, span, busiest, chained):
             ordered.append(drop_chain(con, d, window, span, names, per_op.get(d.op), cpus=_cpus(con)))
         ordered.sort(key=lambda ch: rank[ch.severity])  # stable: tails before drops within a severity
     return ordered + imported_chains(con, window)

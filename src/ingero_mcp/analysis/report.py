@@ -29,6 +29,9 @@ def build_report(
     notes = list(stats.notes)
     if info.live:
         notes.append("the trace is still being recorded (or its collector stopped without closing it)")
+    if len(info.sessions) > 1:
+        notes.append(f"this store holds {len(info.sessions)} sessions (recordings or imported nodes); the numbers are "
+                     "over all of them: filter by session_id with `ingero-mcp query` to separate them")
     lost = sum(s.events_lost for sess in info.sessions for s in sess.sources)
     if lost:
         notes.append(f"{lost:,} events were lost by the collector (collector_stats.events_lost)")

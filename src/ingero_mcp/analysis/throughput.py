@@ -88,22 +88,18 @@ def _disc_median(values: list[int]) -> int:
 
 
 def find_drops(con: duckdb.DuckDBPyConnection, window: TimeWindow | None, pids: list[int] | None,
-               origin_ns: int, span_ns: int, skip_ops: set[str]) -> list[Drop]:
-    """The worst drop of each pid's busiest op (one per pid), skipping ops that already have a chain."""
+               origin_ns: int, span_ns: int, busiest: dict[int, tuple[int, str]], skip_ops: set[str]) -> list[Drop]:
+    """The worst drop of each pid's busiest op (`busiest`: pid -> (calls, op)), skipping ops that have a chain."""
+    wanted = {pid: op for pid, (total, op) in busiest.items() if total >= MIN_CALLS and op not in skip_ops}
+    if not wanted:
+        return []
     bucket = bucket_for(span_ns)
     counts: dict[tuple[int, str], dict[int, int]] = {}
-    for pid, op, k, n in rows(con, rate_sql(window, pids, origin_ns, bucket)):
-        counts.setdefault((int(pid), op), {})[int(k)] = int(n)
-    busiest: dict[int, tuple[int, str]] = {}
-    for (pid, op), per in counts.items():
-        total = sum(per.values())
-        if total > busiest.get(pid, (0, ""))[0]:
-            busiest[pid] = (total, op)
+    for pid, op, k, n in rows(con, rate_sql(window, sorted(wanted), origin_ns, bucket, sorted(set(wanted.values())))):
+        if wanted.get(int(pid)) == op:
+            counts.setdefault((int(pid), op), {})[int(k)] = int(n)
     out: list[Drop] = []
-    for pid, (total, op) in sorted(busiest.items()):
-        if op in skip_ops or total < MIN_CALLS:
-            continue
-        per = counts[(pid, op)]
+    for (pid, op), per in sorted(counts.items()):
         lo, hi = min(per), max(per)
         interior = list(range(lo + 1, hi))
         if len(interior) < MIN_BUCKETS:

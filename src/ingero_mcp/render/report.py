@@ -38,6 +38,9 @@ def header(report: Report, db: str) -> Text:
         t.append(f"session {s.session_id}: {', '.join(bits)}; {span}\n")
     w = report.window
     whole = report.info.window
+    if whole is None:
+        t.append("empty trace: no sessions, CUDA calls, scheduler rows or snapshots yet\n", style="bold")
+        return t
     label = "whole trace" if whole and whole == w else f"{fmt.rel(w.start_ns, whole.start_ns) if whole else ''} .. " \
         f"{fmt.rel(w.end_ns, whole.start_ns) if whole else ''} of the trace"
     t.append(f"window: {fmt.utc(w.start_ns)} .. {fmt.utc(w.end_ns)} ({w.duration_ns / 1e9:,.1f} s, {label})\n")
