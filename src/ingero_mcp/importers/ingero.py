@@ -236,6 +236,11 @@ def _ints(values: list[Any]) -> np.ndarray:
     return pa.array(values, pa.int64()).fill_null(0).to_numpy()
 
 
+def _unless(values: list[Any], null: list[bool]) -> pa.Array:
+    """An int64 column with NULL where `null` is true."""
+    return pa.array([None if z else v for v, z in zip(values, null, strict=True)], pa.int64())
+
+
 def _json_default(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
@@ -283,7 +288,8 @@ class _Import:
     def _replace(self, table: str, sid: int, data: dict[str, list[Any]] | pa.Table) -> None:
         self.writer.session_id = sid
         self.writer.replace(table, data)
-        self.written[table] = self.written.get(table, 0) + (data.num_rows if isinstance(data, pa.Table) else len(next(iter(data.values()))))
+        rows = data.num_rows if isinstance(data, pa.Table) else len(next(iter(data.values())))
+        self.written[table] = self.written.get(table, 0) + rows
 
     def _advance(self, stage: str, rows: int) -> None:
         self.stage = stage
@@ -535,9 +541,9 @@ class _Import:
                 "op": pa.array(op_names, pa.string()),
                 "count": pa.array(c["count"], pa.int64()),
                 "stored": pa.array(c["stored"], pa.int64()),
-                "sum_duration_ns": pa.array([None if z else v for v, z in zip(c["sum_dur"], no_dur, strict=True)], pa.int64()),
-                "min_duration_ns": pa.array([None if z else v for v, z in zip(c["min_dur"], no_dur, strict=True)], pa.int64()),
-                "max_duration_ns": pa.array([None if z else v for v, z in zip(c["max_dur"], no_dur, strict=True)], pa.int64()),
+                "sum_duration_ns": _unless(c["sum_dur"], no_dur),
+                "min_duration_ns": _unless(c["min_dur"], no_dur),
+                "max_duration_ns": _unless(c["max_dur"], no_dur),
                 "sum_bytes": pa.array(
                     [v if o in BYTE_OPS else None for v, o in zip(c["sum_arg0"], op_names, strict=True)], pa.int64()
                 ),
@@ -691,8 +697,10 @@ class _Import:
                 "pid": pa.array(ordered, pa.int32()),
                 "ppid": pa.array([f[0] if f else None for f in fork], pa.int32()),
                 "comm": pa.array([self.comm.get(p) for p in ordered], pa.string()),
+                # First seen: the fork that made it, or its first row, whichever came first.
                 "first_seen_ns": pa.array(
-                    [min(f[1], r[0]) if f and r else (f[1] if f else (r[0] if r else None)) for f, r in zip(fork, rows, strict=True)],
+                    [min([t for t in ((f[1] if f else None), (r[0] if r else None)) if t is not None], default=None)
+                     for f, r in zip(fork, rows, strict=True)],
                     pa.int64(),
                 ),
                 "last_seen_ns": pa.array([r[1] if r else None for r in rows], pa.int64()),
