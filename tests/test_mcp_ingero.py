@@ -68,7 +68,7 @@ def test_stats_are_explains_numbers(tools: dict[str, Any], explained: dict[str, 
     text = stats.content[0].text
     assert "SAMPLE" in text
     for op in explained["stats"]:
-        line = next(l for l in text.splitlines() if l.startswith(json.dumps(op["op"])))
+        line = next(ln for ln in text.splitlines() if ln.startswith(json.dumps(op["op"])))
         assert fmt_ns(op["p50_ns"]) in line and fmt_ns(op["p99_ns"]) in line and fmt_ns(op["max_ns"]) in line
         assert f"| {op['count']}" in line
 

@@ -127,7 +127,7 @@ async def test_trace_stats_carry_the_analysis_numbers(store: Path) -> None:
     assert got["ops"] == [o.model_dump(mode="json") for o in expected.ops]
     text = text_of(result)
     sync = next(o for o in expected.ops if o.op == "cudaStreamSynchronize")
-    line = next(l for l in text.splitlines() if l.startswith('"cudaStreamSynchronize"'))
+    line = next(ln for ln in text.splitlines() if ln.startswith('"cudaStreamSynchronize"'))
     assert f"| {sync.count} |" in line and fmt_ns(sync.p99_ns) in line and fmt_ns(sync.p50_ns) in line
     assert "cuda_calls 2000 rows complete" in text
 

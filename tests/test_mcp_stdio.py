@@ -81,7 +81,8 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
         assert not result.is_error, (name, result.content)
         assert result.structured_content is not None
     assert DATA_NOTE in results["get_trace_info"].content[0].text
-    assert results["get_trace_stats"].structured_content["window"]["end_ns"] - results["get_trace_stats"].structured_content["window"]["start_ns"] == 5_000_000_000
+    window = results["get_trace_stats"].structured_content["window"]
+    assert window["end_ns"] - window["start_ns"] == 5_000_000_000
     assert results["get_per_process_breakdown"].structured_content["processes"][0]["comm"] == "python"
     assert results["run_sql"].structured_content["rows"] == [[2000]]
     assert results["get_timeline"].structured_content["shown"] <= 20
