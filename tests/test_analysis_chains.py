@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from analysis_fixtures import contention_store
@@ -117,10 +116,6 @@ def test_no_candidates_no_chains(tmp_path: Path) -> None:
         w.append("cuda_calls", {"ts_ns": list(range(0, 100_000, 1000)), "duration_ns": [500] * 100, "pid": [1] * 100,
                                 "tid": [1] * 100, "api": ["runtime"] * 100, "op": ["cudaLaunchKernel"] * 100})
     assert causal_chains(open_store(db)) == []
-
-
-def _unused(con: duckdb.DuckDBPyConnection) -> None:  # keep the import for type hints
-    return None
 
 
 def test_throughput_drop_becomes_a_chain_tied_to_its_cause(tmp_path: Path) -> None:

@@ -84,10 +84,12 @@ class Candidate:
 
     @property
     def op(self) -> str:
+        """The op under suspicion."""
         return self.group.op
 
     @property
     def top_ns(self) -> int:
+        """Total duration of the longest slow calls examined one by one."""
         return sum(c.duration_ns for c in self.top)
 
 

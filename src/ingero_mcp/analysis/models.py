@@ -20,6 +20,7 @@ class TimeWindow(BaseModel):
 
     @property
     def duration_ns(self) -> int:
+        """Length of the window (0 if inverted)."""
         return max(0, self.end_ns - self.start_ns)
 
 
@@ -66,6 +67,8 @@ class TraceStats(BaseModel):
 
 
 class ProcessOp(BaseModel):
+    """One CUDA op of one process: exact duration statistics over the window."""
+
     op: str
     count: int
     total_ns: int
@@ -75,6 +78,8 @@ class ProcessOp(BaseModel):
 
 
 class ProcessBreakdown(BaseModel):
+    """One process: its CUDA ops, scheduler and memory numbers, parent and children."""
+
     pid: int
     ppid: int | None = None
     comm: str | None = None
@@ -103,6 +108,8 @@ class Evidence(BaseModel):
 
 
 class TimelineEntry(BaseModel):
+    """One thing that happened at a moment (a call, a scheduler interval, a process event, a snapshot)."""
+
     ts_ns: int
     pid: int | None = None
     tid: int | None = None
@@ -112,6 +119,8 @@ class TimelineEntry(BaseModel):
 
 
 class CausalChain(BaseModel):
+    """A symptom on a CUDA op tied to its evidence, root cause and fixes; origin says who found it."""
+
     id: str
     origin: Literal["ingero-mcp", "ingero"] = "ingero-mcp"
     op: str
@@ -132,6 +141,8 @@ class CausalChain(BaseModel):
 
 
 class Snapshot(BaseModel):
+    """The host at one moment (one row of snapshots, or a mean over a downsampled step)."""
+
     ts_ns: int
     cpu_percent: float | None = None
     procs_running: int | None = None
@@ -144,6 +155,8 @@ class Snapshot(BaseModel):
 
 
 class SystemContext(BaseModel):
+    """The host over a window: snapshots within a point budget, and the window's extremes."""
+
     window: TimeWindow
     points: list[Snapshot]
     downsampled_from: int | None = None
@@ -155,6 +168,8 @@ class SystemContext(BaseModel):
 
 
 class Timeline(BaseModel):
+    """Entries of a window in time order; `truncated` when more than the limit fell in it."""
+
     window: TimeWindow
     entries: list[TimelineEntry]
     truncated: bool = False
@@ -162,6 +177,8 @@ class Timeline(BaseModel):
 
 
 class SourceStats(BaseModel):
+    """Events seen, stored, lost and aggregated by one collector source over a session."""
+
     source: str
     events_seen: int
     events_stored: int
@@ -170,6 +187,8 @@ class SourceStats(BaseModel):
 
 
 class SessionInfo(BaseModel):
+    """One recording (or imported node / demo): host, GPU, collector and its sources."""
+
     session_id: int
     source: str
     host: str | None = None
@@ -188,12 +207,16 @@ class SessionInfo(BaseModel):
 
 
 class TableCoverage(BaseModel):
+    """Whether a table holds every event (complete) or a sample."""
+
     table_name: str
     complete: bool
     note: str | None = None
 
 
 class TraceInfo(BaseModel):
+    """What a trace store holds: sessions, window, coverage, row counts, whether it is live."""
+
     sessions: list[SessionInfo]
     window: TimeWindow | None
     coverage: list[TableCoverage]

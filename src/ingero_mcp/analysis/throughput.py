@@ -46,10 +46,12 @@ class Drop:
 
     @property
     def start_ns(self) -> int:
+        """Start of the drop."""
         return self.origin_ns + self.start_bucket * self.bucket_ns
 
     @property
     def end_ns(self) -> int:
+        """End of the drop (exclusive)."""
         return self.origin_ns + self.end_bucket * self.bucket_ns
 
 
