@@ -48,8 +48,19 @@ def top_sql(th: dict[str, int], window: TimeWindow | None, pids: list[int] | Non
     """The TOP_K longest slow calls of each op, one row each."""
     return tidy(f"""
         WITH {slow_cte(th, window, pids)}, {top_cte()}
-        SELECT op, ts_ns, duration_ns, pid, tid, off_cpu_ns, preempted_ns, blocked_ns, context_switches,
-               page_allocs, bytes, memcpy_kind FROM top ORDER BY op, duration_ns DESC, ts_ns
+        SELECT top.op, top.ts_ns, top.duration_ns, top.pid, top.tid, top.off_cpu_ns, top.preempted_ns, top.blocked_ns,
+               top.context_switches, top.page_allocs, top.bytes, top.memcpy_kind, snap.cpu_percent, snap.gpu_util_percent
+        FROM top ASOF LEFT JOIN snapshots snap ON top.ts_ns >= snap.ts_ns
+        ORDER BY top.op, top.duration_ns DESC, top.ts_ns
+    """)
+
+
+def inside_call_sql(pid: int, tid: int, ts_ns: int, end_ns: int, limit: int = 5) -> str:
+    """The longest scheduler intervals of a thread inside one call."""
+    return tidy(f"""
+        SELECT off_ns, coalesce(off_cpu_ns, on_ns - off_ns), prev_state, preemptor_pid, preemptor_comm
+        FROM sched_intervals WHERE pid = {int(pid)} AND tid = {int(tid)} AND off_ns >= {int(ts_ns)} AND off_ns < {int(end_ns)}
+        ORDER BY 2 DESC NULLS LAST LIMIT {int(limit)}
     """)
 
 

@@ -49,6 +49,8 @@ class TopCall:
     page_allocs: int | None
     bytes: int | None
     memcpy_kind: str | None
+    cpu_percent: float | None = None  # the snapshot at the call
+    gpu_util_percent: float | None = None
     calls_before: int | None = None  # calls of this op the process made before this one (capped)
 
 
@@ -120,8 +122,8 @@ def _gather(con: duckdb.DuckDBPyConnection, cands: list[Candidate], window: Time
         c.switches, c.pages, c.pids = int(cs or 0), int(pages or 0), [int(p) for p in spids]
         c.n_snap, c.cpu_at_slow, c.cpu_max_at_slow, c.gpu_at_slow = int(nsnap), cpu, cpu_max, gpu
         c.first_slow_ns = int(first)
-    for op, ts, dur, pid, tid, off, pre, blk, cs, pages, nbytes, kind in rows(con, q.top_sql(th, window, pids)):
-        by_op[op].top.append(TopCall(int(ts), int(dur), int(pid), int(tid), off, pre, blk, cs, pages, nbytes, kind))
+    for op, ts, dur, pid, tid, off, pre, blk, cs, pages, nbytes, kind, cpu, gpu in rows(con, q.top_sql(th, window, pids)):
+        by_op[op].top.append(TopCall(int(ts), int(dur), int(pid), int(tid), off, pre, blk, cs, pages, nbytes, kind, cpu, gpu))
     cands[:] = [c for c in cands if c.top]
     if not cands:
         return
@@ -413,13 +415,15 @@ def _timeline(c: Candidate, names: dict[int, str]) -> list[TimelineEntry]:
         bits = []
         if t.preempted_ns is not None:
             bits.append(f"preempted {_ms(t.preempted_ns)} ms, blocked {_ms(t.blocked_ns or 0)} ms, "
-                        f"{t.context_switches or 0} context switches")
+                        f"{t.context_switches or 0} context switch{'' if t.context_switches == 1 else 'es'}")
         if t.page_allocs:
             bits.append(f"{t.page_allocs:,} page allocations")
         if t.bytes:
             bits.append(f"{t.bytes:,} bytes" + (f" {t.memcpy_kind}" if t.memcpy_kind else ""))
         if t.calls_before is not None and t.calls_before < 3:
             bits.append(f"call #{t.calls_before + 1} of {c.op} by this process")
+        if t.cpu_percent is not None:
+            bits.append(f"host CPU {t.cpu_percent:.0f}%" + (f", GPU {t.gpu_util_percent:.0f}%" if t.gpu_util_percent is not None else ""))
         who = names.get(t.pid, "?")
         out.append(TimelineEntry(ts_ns=t.ts_ns, pid=t.pid, tid=t.tid, kind="cuda", duration_ns=t.duration_ns,
                                  description=f"{c.op} took {_ms(t.duration_ns)} ms in {who}[{t.pid}]"
@@ -428,8 +432,18 @@ def _timeline(c: Candidate, names: dict[int, str]) -> list[TimelineEntry]:
 
 
 def _add_context_events(con: duckdb.DuckDBPyConnection, chains: list[tuple[Candidate, CausalChain]], names: dict[int, str]) -> None:
-    """Process events (fork/exec/exit) of the competitors named in a chain, on its timeline."""
+    """The scheduler intervals inside the slowest call, and process events (fork/exec/exit) of the competitors
+    named in a chain, on its timeline."""
     for c, chain in chains:
+        slowest = c.top[0]
+        for off, length, state, ppid, pcomm in rows(con, q.inside_call_sql(slowest.pid, slowest.tid, slowest.ts_ns,
+                                                                             slowest.ts_ns + slowest.duration_ns)):
+            by = f" (CPU taken by {pcomm or names.get(int(ppid), '?')}[{ppid}])" if ppid is not None else ""
+            chain.timeline.append(TimelineEntry(ts_ns=int(off), pid=slowest.pid, tid=slowest.tid, kind="sched",
+                                                duration_ns=None if length is None else int(length),
+                                                description=f"thread {slowest.tid} off-CPU ({state}) "
+                                                f"{_ms(length or 0)} ms inside the slowest {c.op} call{by}"))
+        chain.timeline.sort(key=lambda e: e.ts_ns)
         pids = [p for p, _, _ in _top_competitors(c, names)[:3]]
         if not pids:
             continue

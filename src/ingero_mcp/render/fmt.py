@@ -67,4 +67,5 @@ def utc(ts_ns: int | None) -> str:
 
 def rel(ts_ns: int, start_ns: int) -> str:
     """A moment as seconds from the trace start, e.g. +12.345 s."""
-    return f"+{(ts_ns - start_ns) / 1e9:,.3f} s"
+    ms = (ts_ns - start_ns) // 1_000_000  # truncated like utc(), so the two columns agree
+    return f"+{ms // 1000:,}.{ms % 1000:03d} s"
