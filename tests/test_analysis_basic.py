@@ -114,3 +114,23 @@ def test_report_holds_every_part(con) -> None:
     report = build_report(con)
     assert report.stats and report.processes and report.info.sessions
     assert report.window == trace_window(con)
+
+
+def test_report_reads_a_trace_while_it_is_recorded(tmp_path: Path) -> None:
+    from ingero_mcp.store import TraceWriter
+
+    db = tmp_path / "live.duckdb"
+    w = TraceWriter(db, live=True)
+    w.replace("sessions", {"source": ["collector"], "started_ns": [T0]})
+    n = 50
+    w.append("cuda_calls", {"ts_ns": [T0 + i * MS for i in range(n)], "duration_ns": [10 * US] * (n - 1) + [5 * MS],
+                            "pid": [7] * n, "tid": [7] * n, "api": ["runtime"] * n, "op": ["cudaMemcpy"] * n})
+    w.flush()
+    con = open_store(db)
+    report = build_report(con)
+    con.close()
+    assert report.info.live and any("still being recorded" in note for note in report.notes)
+    assert report.stats[0].count == n and report.stats[0].max_ns == 5 * MS
+    w.close()
+    con = open_store(db)
+    assert not build_report(con).info.live

@@ -69,7 +69,6 @@ def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = 
     for (origin, op, sev, stored, first_ns, last_ns, cid, summary, cause, expl, recs, p99, p50, ratio, tl, nodes) in rows(
         con, imported_chains_sql(window)
     ):
-        origin_name = "ingero" if origin != "ingero-mcp" else "ingero"
         sql = tidy(
             f"SELECT count(*), min(detected_ns), max(detected_ns) FROM imported_chains "
             f"WHERE origin = '{origin}' AND op = '{(op or '').replace(chr(39), chr(39) * 2)}' AND severity = '{sev}'"
@@ -80,7 +79,8 @@ def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = 
         note = f" [{origin}: {stored} similar chain(s) stored]" if stored > 1 else f" [{origin}]"
         out.append(
             CausalChain(
-                id=f"{origin}:{cid}", origin=origin_name, op=op or "", severity=_severity(sev),
+                # Ingero is the only tool whose chains are imported; its own origin string stays in the id.
+                id=f"{origin}:{cid}", origin="ingero", op=op or "", severity=_severity(sev),
                 summary=(summary or "") + note, root_cause=cause or "", explanation=expl or "",
                 p50_ns=p50, p99_ns=p99, tail_ratio=ratio, evidence=evidence,
                 recommendations=_recommendations(recs), timeline=_timeline(tl, int(last_ns or first_ns or 0)),
