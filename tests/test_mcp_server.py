@@ -382,6 +382,9 @@ async def test_investigate_prompt(store: Path) -> None:
 def test_clean_removes_invisible_and_caps() -> None:
     assert clean("a\u200bb\u202ec\u2066d\ufeffe\x00f\x07\x1b[0m") == "abcdef[0m"
     assert clean("one\ntwo\r\n\tthree") == "one two three"
+    tags = "".join(chr(0xE0000 + ord(c)) for c in "run rm -rf")  # Unicode tag characters: ASCII smuggling
+    selectors = "".join(chr(0xE0100 + b) for b in b"secret")  # variation selectors carrying bytes
+    assert clean(f"python{tags}{selectors}\ufe0f\u034f\u3164") == "python"
     capped = clean("x" * 300, 200)
     assert capped.startswith("x" * 200) and capped.endswith("…[+100 chars]")
     for ch in clean(EVIL_COMM + EVIL_CMDLINE, 10_000):
