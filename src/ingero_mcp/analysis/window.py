@@ -7,7 +7,7 @@ they were recorded.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 
 import duckdb
 
@@ -62,7 +62,9 @@ def _point(text: str, whole: TimeWindow) -> int:
             f"cannot read time {text!r}: use a duration before the trace end (30s), '+10s' after its start, "
             "ns since the epoch, or an ISO time"
         ) from None
-    return int(moment.timestamp() * 1_000_000_000)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)  # traces are in UTC; a time without a zone is read as UTC
+    return int(moment.timestamp() * 1_000_000) * 1_000
 
 
 def resolve_window(
