@@ -443,3 +443,16 @@ async def test_results_stay_bounded_on_a_wide_trace(tmp_path: Path) -> None:
     assert procs["total"] == n_procs and procs["shown"] <= 200
     assert results["stats"].structured_content["total"] == n_ops
     assert "more not shown" in text_of(results["procs"]) or procs["truncated"]
+
+
+@pytest.mark.parametrize("name", sorted(TOOLS))
+async def test_an_empty_store_answers_or_says_it_is_empty(tmp_path: Path, name: str) -> None:
+    db = tmp_path / "empty.duckdb"
+    TraceWriter(db).close()
+    result = await call(db, name, DEFAULT_ARGS[name])
+    if result.is_error:
+        assert "the trace is empty" in text_of(result)
+    else:
+        assert result.structured_content is not None
+    since = await call(db, "get_trace_stats", {"since": "5s"})
+    assert since.is_error and "the trace is empty" in text_of(since)

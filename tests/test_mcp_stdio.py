@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pytest
 from analysis_fixtures import contention_store
 
@@ -136,16 +137,19 @@ def test_stdout_carries_only_protocol(store: Path) -> None:
     assert by_id[4]["result"]["structuredContent"]["calls"] == 2000
 
 
-@pytest.mark.parametrize("kind", ["missing", "directory", "not-duckdb", "sqlite"])
+@pytest.mark.parametrize("kind", ["missing", "directory", "not-duckdb", "sqlite", "empty-duckdb"])
 def test_unusable_store_is_one_line_on_stderr_and_exit_2(tmp_path: Path, ingero_dir: Path, kind: str) -> None:
     db = {
         "missing": tmp_path / "nope.duckdb",
         "directory": tmp_path,
         "not-duckdb": tmp_path / "junk.duckdb",
         "sqlite": ingero_dir / "pytorch-dataloader-starvation.db",
+        "empty-duckdb": tmp_path / "empty.duckdb",
     }[kind]
     if kind == "not-duckdb":
         db.write_bytes(b"this is not a database\n" * 100)
+    if kind == "empty-duckdb":
+        duckdb.connect(str(db)).close()
     proc = subprocess.run(
         [str(INGERO_MCP), "mcp", "--db", str(db)], input="", capture_output=True, text=True, timeout=60,
         env={"PATH": "/usr/bin:/bin"},

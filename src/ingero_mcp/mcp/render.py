@@ -116,7 +116,7 @@ def render_stats(r: StatsResult) -> str:
             if n:
                 tag = "" if table not in complete else (" complete" if complete[table] else " SAMPLE")
                 captured.append(f"{table} {n} rows{tag}")
-        head.append("captured: " + "; ".join(captured))
+        head.append("captured: " + ("; ".join(captured) or "no rows (the trace is empty)"))
     head += _notes(r.notes)
     head.append(f"ops ({r.shown} of {r.total}, by total time): op | api | count | p50 | p95 | p99 | max | total | share of span")
     lines = []
