@@ -275,14 +275,14 @@ def _classify(c: Candidate, span_ns: int, cpus: int | None, cpu_mean: float | No
         return _Verdict(rc.PAGE_ALLOC_STORM, "page-allocation storm during the calls", min(1.0, 0.5 + pages_per_call / 20000),
                         lost, because, numbers, short)
     if bw is not None and "emcpy" in c.op and per_call >= 1 << 20 and bw < SLOW_MEMCPY_BPS:
-        because.append(f"the slow copies moved {per_call / 1e9:.3f} GB each at {bw / 1e9:.2f} GB/s (pageable-memory "
-                       f"speed; pinned host memory reaches 12-25 GB/s over PCIe)")
+        because.append(f"the slow copies moved {per_call / 1e9:.3f} GB each at {bw / 1e9:.2f} GB/s, well below what "
+                       f"pinned host memory reaches over PCIe (12-25 GB/s): the speed of pageable copies")
         if base and not weak:
             because.append(f"preempted only {_pct(pre, base)}% of the time: the copy itself is the cost")
         short = [f"{per_call / 1e9:.3f} GB copies at {bw / 1e9:.2f} GB/s",
                  "pageable-memory copy bandwidth" + (f", not CPU contention (preempted {_pct(pre, base)}%)"
                                                      if base and pre_s < 0.25 and not weak else "")]
-        return _Verdict(rc.MEMCPY_BANDWIDTH, "memcpy bandwidth: large copies at pageable-memory speed",
+        return _Verdict(rc.MEMCPY_BANDWIDTH, "memcpy bandwidth: large copies below pinned-memory speed",
                         1.0 if bw < 4e9 else 0.6, lost if c.trigger != "bandwidth" else g.total_ns, because, numbers, short)
     if blk_s >= 0.5 and shared_s >= 0.5:
         because.append(f"the thread slept (blocked) {_pct(blk, base)}% of the slow calls' time, and another process "

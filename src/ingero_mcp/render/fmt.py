@@ -69,3 +69,15 @@ def rel(ts_ns: int, start_ns: int) -> str:
     """A moment as seconds from the trace start, e.g. +12.345 s."""
     ms = (ts_ns - start_ns) // 1_000_000  # truncated like utc(), so the two columns agree
     return f"+{ms // 1000:,}.{ms % 1000:03d} s"
+
+
+def pid_ranges(pids: list[int], limit: int = 4) -> str:
+    """Consecutive pids folded into ranges: [2254..2260, 2262] -> '2254-2260, 2262'."""
+    runs: list[list[int]] = []
+    for p in sorted(pids):
+        if runs and p == runs[-1][1] + 1:
+            runs[-1][1] = p
+        else:
+            runs.append([p, p])
+    parts = [f"{a}-{b}" if b > a else str(a) for a, b in runs]
+    return ", ".join(parts[:limit]) + (f" +{len(parts) - limit} more" if len(parts) > limit else "")

@@ -117,10 +117,10 @@ def processes_table(procs: list[ProcessBreakdown], limit: int | None = 12) -> Ta
                       ("ctx switches", "right"), ("off-CPU", "right"), ("preempted", "right"), ("blocked", "right"),
                       ("worst stall", "right"), ("page allocs", "right"), ("alloc bytes", "right"),
                       ("children", "left"), ("from", "left")):
-        table.add_column(col, justify=just)
+        table.add_column(col, justify=just, no_wrap=col in ("children", "comm", "from"))
     shown = procs[:limit] if limit else procs
     for p in shown:
-        kids = ", ".join(str(k) for k in p.children[:6]) + (f" +{len(p.children) - 6}" if len(p.children) > 6 else "")
+        kids = fmt.pid_ranges(p.children, 2)
         table.add_row(
             str(p.pid), fmt.clean(p.comm, 24), "-" if p.ppid is None else str(p.ppid), fmt.count(sum(o.count for o in p.ops)),
             fmt.count(p.context_switches), fmt.ns(p.off_cpu_ns), fmt.ns(p.preempted_ns), fmt.ns(p.blocked_ns),
@@ -135,7 +135,7 @@ def process_detail(p: ProcessBreakdown) -> Panel:
     """A process with its CUDA ops (for --per-process)."""
     t = Text()
     t.append(f"{fmt.clean(p.cmdline or p.comm or '?', 300)}\n")
-    t.append(f"parent {p.ppid if p.ppid is not None else '-'}; children {', '.join(map(str, p.children)) or '-'}; "
+    t.append(f"parent {p.ppid if p.ppid is not None else '-'}; children {fmt.pid_ranges(p.children, 50) or '-'}; "
              f"context switches {fmt.count(p.context_switches)} ({p.counts_from}); off-CPU {fmt.ns(p.off_cpu_ns)} "
              f"(preempted {fmt.ns(p.preempted_ns)}, blocked {fmt.ns(p.blocked_ns)}); worst stall {fmt.ns(p.worst_stall_ns)}"
              + (f" at {fmt.utc(p.worst_stall_ts_ns)}" if p.worst_stall_ts_ns else "")
