@@ -50,6 +50,8 @@ def test_explain_filters_and_windows(db: Path, capsys: pytest.CaptureFixture[str
     _, out, _ = run(capsys, "explain", "--db", str(db), "--json", "--pid", "200", "--pid", "101")
     doc = json.loads(out)
     assert sorted(p["pid"] for p in doc["processes"]) == [101, 200] and doc["stats"] == [] and doc["chains"] == []
+    _, out, _ = run(capsys, "explain", "--db", str(db), "--json", "--pid", "99999")
+    assert any("99999" in note for note in json.loads(out)["notes"])
     _, out, _ = run(capsys, "explain", "--db", str(db), "--json", "--since", "3s")
     doc = json.loads(out)
     assert doc["window"] == {"start_ns": T0 + 7 * S, "end_ns": T0 + 10 * S}

@@ -29,6 +29,12 @@ def build_report(
     notes = list(stats.notes)
     if info.live:
         notes.append("the trace is still being recorded (or its collector stopped without closing it)")
+    if pids:
+        seen = {p.pid for p in processes}
+        missing = [p for p in pids if p not in seen]
+        if missing:
+            notes.append(f"no activity in this window for pid(s) {', '.join(map(str, missing))} (not traced, not counted, "
+                         "or outside the window)")
     if len(info.sessions) > 1:
         notes.append(f"this store holds {len(info.sessions)} sessions (recordings or imported nodes); the numbers are "
                      "over all of them: filter by session_id with `ingero-mcp query` to separate them")
