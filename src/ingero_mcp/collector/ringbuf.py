@@ -5,12 +5,16 @@ positions is a packed array of (8-byte header + struct) that numpy can view dire
 is mapped twice back to back by the kernel, so a span that wraps is still contiguous. No Python
 code runs per event. Records still being written (BUSY bit) end the batch; discarded ones (never
 produced by our programs) are dropped.
+
+The two positions are read and written as single aligned 8-byte loads/stores (ctypes c_uint64):
+a byte-wise write of consumer_pos (what struct.pack_into does) can show the kernel a torn, smaller
+value for an instant, and the kernel then sees the ring as full and drops records.
 """
 
 from __future__ import annotations
 
+import ctypes
 import mmap
-import struct
 
 import numpy as np
 
@@ -31,16 +35,19 @@ class RingReader:
         self.record = dtype.itemsize
         self._cons = mmap.mmap(map_fd, PAGE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._prod = mmap.mmap(map_fd, PAGE + 2 * size_bytes, mmap.MAP_SHARED, mmap.PROT_READ, offset=PAGE)
+        self._prod_bytes = np.frombuffer(self._prod, np.uint8)
+        self._cons_pos = ctypes.c_uint64.from_buffer(self._cons)
+        self._prod_pos = ctypes.c_uint64.from_address(self._prod_bytes.ctypes.data)
         self.records_read = 0
 
     def pending_bytes(self) -> int:
         """Bytes produced but not yet consumed."""
-        return struct.unpack_from("<Q", self._prod, 0)[0] - struct.unpack_from("<Q", self._cons, 0)[0]
+        return self._prod_pos.value - self._cons_pos.value
 
     def read(self) -> np.ndarray:
         """Consume every committed record now in the ring; returns a copy (header fields included)."""
-        cons = struct.unpack_from("<Q", self._cons, 0)[0]
-        prod = struct.unpack_from("<Q", self._prod, 0)[0]
+        cons = self._cons_pos.value
+        prod = self._prod_pos.value
         avail = prod - cons
         if avail <= 0:
             return np.empty(0, self.dtype)
@@ -54,7 +61,7 @@ class RingReader:
         out = view[:n].copy()
         del view, busy
         if n:
-            struct.pack_into("<Q", self._cons, 0, cons + n * self.record)
+            self._cons_pos.value = cons + n * self.record
             discarded = (out["_len"] & DISCARD_BIT) != 0
             if discarded.any():
                 out = out[~discarded]
@@ -63,5 +70,6 @@ class RingReader:
 
     def close(self) -> None:
         """Unmap the ring."""
+        del self._cons_pos, self._prod_pos, self._prod_bytes
         self._prod.close()
         self._cons.close()

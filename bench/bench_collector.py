@@ -1,0 +1,144 @@
+"""Collector benchmark: the highest rate of stand-in CUDA calls recorded with zero loss, and the
+cost each traced call adds to the calling thread.
+
+Root, BCC and gcc needed (as for tests/test_collector.py). Stand-in libcudart.so.13 / libcuda.so.1
+are built into a temporary pip-like tree; `workload rate N` calls cudaLaunchKernel N times back to
+back (each call does nothing: the measured time is the probe cost) and prints how long its loop
+took. Runs are interleaved: untraced, empty uprobe pair (the kernel's own uprobe/uretprobe cost,
+no collector), and traced by `ingero-mcp trace --pid`. A last run has two producer processes on
+the two CPUs at once, so the collector competes with them for CPU.
+
+    sudo .venv/bin/python bench/bench_collector.py                   # 1M calls x 3 rounds
+    sudo .venv/bin/python bench/bench_collector.py --calls 300000 --rounds 2 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "standin"))
+
+from harness import Collector, StandIn, Workload, build_standin  # noqa: E402
+
+
+def loop_ns(standin: StandIn, calls: int, cpu: int | None = None) -> float:
+    """ns per call of an untraced (or externally probed) `workload rate` run."""
+    cmd = [str(standin.workload), "rate", str(calls)]
+    env = {**os.environ, **({"WL_CPU": str(cpu)} if cpu is not None else {})}
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env).stdout.split()
+    return int(out[3]) / calls
+
+
+def empty_probe_ns(standin: StandIn, calls: int) -> float:
+    """ns per call with an empty BPF program on cudaLaunchKernel's entry and return: the floor."""
+    from ingero_mcp.collector.bccload import import_bcc
+
+    bpf = import_bcc().BPF(text="int e(struct pt_regs *ctx) { return 0; } int r(struct pt_regs *ctx) { return 0; }")
+    bpf.attach_uprobe(name=str(standin.cudart), sym="cudaLaunchKernel", fn_name="e")
+    bpf.attach_uretprobe(name=str(standin.cudart), sym="cudaLaunchKernel", fn_name="r")
+    try:
+        return loop_ns(standin, calls)
+    finally:
+        bpf.cleanup()
+
+
+def traced_run(standin: StandIn, calls: int, producers: int, tmp: Path) -> dict[str, Any]:
+    """`producers` workloads of `calls` calls each, traced; returns rates, loss and collector CPU."""
+    from ingero_mcp.store import open_store
+
+    db = tmp / f"bench-{time.monotonic_ns()}.duckdb"
+    workloads = [Workload(standin, "rate", str(calls), cpu=(i % 2) if producers > 1 else None) for i in range(producers)]
+    collector = Collector(db, *[a for w in workloads for a in ("--pid", str(w.pid))])
+    try:
+        collector.wait_for("recording to", timeout=120)
+        for w in workloads:
+            w.go()
+        outs = [w.wait()[1].split() for w in workloads]
+        rc = collector.wait(timeout=300)
+    finally:
+        for w in workloads:
+            w.kill()
+        collector.kill()
+    assert rc == 0, collector.output()
+    per_call = [int(o[3]) / calls for o in outs]
+    con = open_store(db)
+    stats = {r[0]: r[1:] for r in con.execute("SELECT source, events_seen, events_stored, events_lost FROM "
+                                              "collector_stats").fetchall()}
+    notes = json.loads(con.execute("SELECT notes FROM sessions").fetchall()[0][0])
+    rows = con.execute("SELECT count(*) FROM cuda_calls").fetchall()[0][0]
+    con.close()
+    for path in (db, Path(f"{db}.wal")):
+        path.unlink(missing_ok=True)
+    total = calls * producers
+    wall = max(int(o[3]) for o in outs) / 1e9
+    return {
+        "producers": producers,
+        "calls": total,
+        "rows": rows,
+        "lost": sum(v[2] for v in stats.values()),
+        "cuda_lost": stats["cuda_calls"][2],
+        "ns_per_call": statistics.mean(per_call),
+        "calls_per_s": total / wall,
+        "collector_cpu_s": notes.get("collector_cpu_s"),
+    }
+
+
+def main() -> int:
+    """Run the rounds and print a table (and JSON)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench_collector.py loads eBPF: run it as root", file=sys.stderr)
+        return 2
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        standin = build_standin(tmp / "standin")
+        rounds = []
+        for _ in range(args.rounds):
+            base = loop_ns(standin, args.calls)
+            floor = empty_probe_ns(standin, args.calls)
+            traced = traced_run(standin, args.calls, 1, tmp)
+            rounds.append({"untraced_ns": base, "empty_probes_ns": floor, **traced})
+            print(f"untraced {base:7.1f} ns/call | empty uprobe pair {floor:7.1f} | traced {traced['ns_per_call']:7.1f} "
+                  f"({traced['calls_per_s']:,.0f} calls/s, rows {traced['rows']:,}, lost {traced['lost']}, "
+                  f"collector CPU {traced['collector_cpu_s']} s)", flush=True)
+        dual = traced_run(standin, args.calls, 2, tmp)
+        print(f"2 producers: {dual['calls_per_s']:,.0f} calls/s together, rows {dual['rows']:,}/{dual['calls']:,}, "
+              f"lost {dual['lost']}, collector CPU {dual['collector_cpu_s']} s", flush=True)
+    zero_loss = [r["calls_per_s"] for r in [*rounds, dual] if r["lost"] == 0 and r["rows"] == r["calls"]]
+    summary = {
+        "load_avg_1m_at_start": load,
+        "calls_per_run": args.calls,
+        "untraced_ns_per_call": statistics.median(r["untraced_ns"] for r in rounds),
+        "empty_uprobe_pair_ns_per_call": statistics.median(r["empty_probes_ns"] for r in rounds),
+        "traced_ns_per_call": statistics.median(r["ns_per_call"] for r in rounds),
+        "added_ns_per_call": statistics.median(r["ns_per_call"] - r["untraced_ns"] for r in rounds),
+        "of_which_collector_programs_ns": statistics.median(r["ns_per_call"] - r["empty_probes_ns"] for r in rounds),
+        "max_zero_loss_calls_per_s": max(zero_loss) if zero_loss else None,
+        "collector_cpu_us_per_call": statistics.median(r["collector_cpu_s"] / r["calls"] * 1e6 for r in rounds),
+        "lost_total": sum(r["lost"] for r in [*rounds, dual]),
+        "rounds": rounds,
+        "two_producers": dual,
+    }
+    print(json.dumps({k: v for k, v in summary.items() if k not in ("rounds", "two_producers")}, indent=2))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
