@@ -138,3 +138,14 @@ def test_report_reads_a_trace_while_it_is_recorded(tmp_path: Path) -> None:
     w.close()
     con = open_store(db)
     assert not build_report(con).info.live
+
+
+def test_incomplete_calls_without_cuda_totals_say_counts_are_of_stored_rows(tmp_path: Path) -> None:
+    from ingero_mcp.store import TraceWriter
+
+    db = contention_store(tmp_path / "lossy.duckdb")
+    with TraceWriter(db, session_id=1) as w:  # what a collector that lost events writes
+        w.replace("table_coverage", {"table_name": ["cuda_calls"], "complete": [False], "note": ["lost 12"]})
+    stats = trace_stats(open_store(db))
+    assert stats.sampled and all(s.total_count is None for s in stats.ops)
+    assert "lost 12" in stats.notes[0] and "stored rows only" in stats.notes[0]

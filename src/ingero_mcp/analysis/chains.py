@@ -23,6 +23,7 @@ from ingero_mcp.analysis._sql import has_rows, rows, table_complete
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.imported import imported_chains
 from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow, TraceStats
+from ingero_mcp.analysis.stats import sample_note
 from ingero_mcp.analysis.throughput import drop_chain, find_drops
 from ingero_mcp.analysis.window import trace_window
 
@@ -483,6 +484,7 @@ def causal_chains(
         gpu_pids = {g.pid for g in groups if g.pid is not None}
         _gather(con, cands, window, pids, len(gpu_pids) > 1)
         sampled = not table_complete(con, "cuda_calls")
+        note = sample_note(con) if sampled else ""
         names = _names(con)
         cpus = _cpus(con)
         cpu_mean, gpu_mean = rows(con, f"SELECT round(avg(cpu_percent), 1), round(avg(gpu_util_percent), 1) FROM snapshots "
@@ -501,8 +503,7 @@ def causal_chains(
                 f"took {_ms(c.dur_ns)} ms in all. Root cause: {v.title}, because " + "; ".join(v.because) + "."
             )
             if sampled:
-                explanation += (" Percentiles come from the stored sample (cuda_calls holds a sample of the calls: "
-                                "table_coverage.complete = false); counts and totals come from host_aggregates.")
+                explanation += f" Note: {note}."
             chain = CausalChain(
                 id=f"ingero-mcp:{c.op}", op=c.op, severity=_severity(v, c, span), summary=_summary(c, v, sampled),
                 root_cause=f"{v.cause}: {v.title}", explanation=explanation, count=g.count, p50_ns=g.p50_ns,

@@ -14,10 +14,15 @@ from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.models import HostTotal, OpStats, TimeWindow, TraceStats
 from ingero_mcp.analysis.window import trace_window
 
-SAMPLE_NOTE = (
-    "cuda_calls holds a stored sample (table_coverage.complete = false): percentiles are computed from "
-    "the stored sample; counts and total time are exact totals from host_aggregates"
-)
+def sample_note(con: duckdb.DuckDBPyConnection, counted_ops: set[str] | None = None) -> str:
+    """What it means that cuda_calls is not complete: percentiles from the stored sample, totals from where."""
+    why = rows(con, "SELECT string_agg(DISTINCT note, '; ') FROM table_coverage WHERE table_name = 'cuda_calls' AND NOT complete")[0][0]
+    counted = counted_ops if counted_ops is not None else {
+        r[0] for r in rows(con, "SELECT DISTINCT op FROM host_aggregates WHERE op IN (SELECT DISTINCT op FROM cuda_calls)")}
+    totals = ("counts and total time are exact totals from host_aggregates" if counted
+              else "counts and totals cover the stored rows only (no CUDA totals in host_aggregates)")
+    return (f"cuda_calls does not hold every call (table_coverage{': ' + why if why else ''}): percentiles are computed "
+            f"from the stored sample; {totals}")
 
 
 def host_totals_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
@@ -78,7 +83,7 @@ def trace_stats(
     host = host_totals(con, window, pids)
     ops = op_stats(groups, whole.duration_ns, host, sampled)
     call_pids = sorted({g.pid for g in groups if g.pid is not None})
-    notes = [SAMPLE_NOTE] if sampled else []
+    notes = [sample_note(con, {h.op for h in host} & {s.op for s in ops})] if sampled else []
     if window is not None and host:
         notes.append("host_aggregates totals cover the buckets that overlap the window")
     return TraceStats(

@@ -93,7 +93,9 @@ def chain_panel(chain: CausalChain, start_ns: int, show_sql: bool = False) -> Pa
 def stats_table(stats: list[OpStats], limit: int | None = 15) -> Table:
     """Top CUDA ops by total time."""
     sampled = any(s.from_sample for s in stats)
-    title = "Top CUDA ops" + (" (percentiles from the stored sample; counts and totals from aggregates)" if sampled else "")
+    counted = any(s.total_count is not None for s in stats)
+    title = "Top CUDA ops" + ((" (percentiles from the stored sample; " + ("counts and totals from aggregates)" if counted
+                                                                           else "counts of the stored rows)")) if sampled else "")
     table = Table(title=title, title_justify="left")
     for col, just in (("op", "left"), ("api", "left"), ("calls", "right"), ("total", "right"), ("share", "right"),
                       ("p50", "right"), ("p95", "right"), ("p99", "right"), ("max", "right"), ("p99/p50", "right")):
