@@ -115,3 +115,16 @@ def test_explain_on_an_empty_store(tmp_path: Path, capsys: pytest.CaptureFixture
     assert code == 0 and json.loads(out)["chains"] == []
     code, _, err = run(capsys, "explain", "--db", str(db), "--since", "3s")
     assert code == 2 and "empty" in err
+
+
+def test_hostile_process_names_are_printed_as_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ingero_mcp.store import TraceWriter
+
+    db = contention_store(tmp_path / "hostile.duckdb")
+    with TraceWriter(db, session_id=1) as w:
+        w.replace("processes", {"pid": [100, 200], "ppid": [1, 1], "comm": ["[bold red]py[/]", "st\x1b[2Jress\u202e"]})
+    code, out, _ = run(capsys, "explain", "--db", str(db), "--per-process")
+    assert code == 0 and "[bold red]py[/]" in out  # shown literally, not as markup
+    assert "\x1b" not in out and "\u202e" not in out
+    code, out, _ = run(capsys, "query", "--db", str(db), 'SELECT comm AS "[/x]" FROM processes ORDER BY pid')
+    assert code == 0 and "[bold red]py[/]" in out and "[/x]" in out and "\x1b" not in out

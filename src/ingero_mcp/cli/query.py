@@ -73,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
     from ingero_mcp.render.report import make_console
 
     console = make_console()
-    table = Table(*columns) if columns else Table("result")
+    table = Table()
+    for c in columns or ["result"]:
+        table.add_column(fmt.cell(c))
     for r in got:
-        table.add_row(*(fmt.clean("NULL" if v is None else v, 200) for v in r))
+        table.add_row(*(fmt.cell("NULL" if v is None else v, 200) for v in r))
     console.print(table)
     console.print(f"{len(got)} row{'s' if len(got) != 1 else ''}" + (f" (truncated at --limit {args.limit})" if truncated else ""))
     return 0

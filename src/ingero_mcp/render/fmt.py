@@ -10,6 +10,8 @@ import re
 import unicodedata
 from datetime import UTC, datetime
 
+from rich.text import Text
+
 _INVISIBLE = re.compile(r"[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
 
@@ -20,6 +22,11 @@ def clean(text: object, limit: int = 120) -> str:
     out = _INVISIBLE.sub("", str(text))
     out = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in out)
     return out if len(out) <= limit else out[: limit - 1] + "…"
+
+
+def cell(value: object, limit: int = 120) -> Text:
+    """A table cell that is printed as it is: cleaned, never read as rich markup."""
+    return Text(clean(value, limit))
 
 
 def ns(value: float | int | None) -> str:

@@ -71,7 +71,7 @@ def chain_panel(chain: CausalChain, start_ns: int, show_sql: bool = False) -> Pa
             row = [fmt.clean(e.name), value, fmt.clean(e.unit)]
             if show_sql:
                 row.append(e.sql or "")
-            ev.add_row(*row)
+            ev.add_row(*map(fmt.cell, row))
         parts.append(ev)
     if chain.timeline:
         tl = Text("Timeline\n", style="bold")
@@ -108,7 +108,7 @@ def stats_table(stats: list[OpStats], limit: int | None = 15) -> Table:
                fmt.ns(s.p95_ns), fmt.ns(s.p99_ns), fmt.ns(s.max_ns), f"{s.p99_ns / s.p50_ns:,.1f}x" if s.p50_ns else "-"]
         if sampled:
             row.append(fmt.count(s.count))
-        table.add_row(*row)
+        table.add_row(*map(fmt.cell, row))
     return table
 
 
@@ -123,11 +123,11 @@ def processes_table(procs: list[ProcessBreakdown], limit: int | None = 12) -> Ta
     shown = procs[:limit] if limit else procs
     for p in shown:
         kids = fmt.pid_ranges(p.children, 2)
-        table.add_row(
+        table.add_row(*map(fmt.cell, (
             str(p.pid), fmt.clean(p.comm, 24), "-" if p.ppid is None else str(p.ppid), fmt.count(sum(o.count for o in p.ops)),
             fmt.count(p.context_switches), fmt.ns(p.off_cpu_ns), fmt.ns(p.preempted_ns), fmt.ns(p.blocked_ns),
             fmt.ns(p.worst_stall_ns), fmt.count(p.page_allocs), fmt.nbytes(p.page_alloc_bytes), kids, p.counts_from,
-        )
+        )))
     if limit and len(procs) > limit:
         table.caption = f"{len(procs) - limit} more processes: --per-process shows all"
     return table
@@ -149,9 +149,9 @@ def process_detail(p: ProcessBreakdown) -> Panel:
         for col in ("op", "calls", "total", "p50", "p99", "max"):
             ops.add_column(col, justify="left" if col == "op" else "right")
         for o in p.ops:
-            ops.add_row(fmt.clean(o.op), fmt.count(o.count), fmt.ns(o.total_ns), fmt.ns(o.p50_ns), fmt.ns(o.p99_ns), fmt.ns(o.max_ns))
+            ops.add_row(*map(fmt.cell, (o.op, fmt.count(o.count), fmt.ns(o.total_ns), fmt.ns(o.p50_ns), fmt.ns(o.p99_ns), fmt.ns(o.max_ns))))
         parts.append(ops)
-    return Panel(Group(*parts), title=f"pid {p.pid} {fmt.clean(p.comm, 32)}", title_align="left")
+    return Panel(Group(*parts), title=Text(f"pid {p.pid} {fmt.clean(p.comm, 32)}"), title_align="left")
 
 
 def render_report(console: Console, report: Report, db: str, *, per_process: bool = False, show_sql: bool = False,
@@ -180,8 +180,8 @@ def render_report(console: Console, report: Report, db: str, *, per_process: boo
         for col in ("event", "source", "count", "pids", "total duration", "bytes"):
             host.add_column(col, justify="left" if col in ("event", "source") else "right")
         for h in report.host[:12]:
-            host.add_row(fmt.clean(h.op), fmt.clean(h.source), fmt.count(h.count), fmt.count(h.pids),
-                         fmt.ns(h.sum_duration_ns), fmt.nbytes(h.sum_bytes) if h.sum_bytes else "-")
+            host.add_row(*map(fmt.cell, (h.op, h.source, fmt.count(h.count), fmt.count(h.pids),
+                                         fmt.ns(h.sum_duration_ns), fmt.nbytes(h.sum_bytes) if h.sum_bytes else "-")))
         console.print(host)
     if report.processes:
         console.print(processes_table(report.processes, None if per_process else 12))
