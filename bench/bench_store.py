@@ -141,6 +141,7 @@ def bench_explain(events: int, tmp: Path, repeats: int) -> dict[str, float]:
         con.close()
         times.append(time.perf_counter() - t1)
         n_chains = len(report.chains)
+        top = report.chains[0] if report.chains else None
     # The whole command as a user runs it (`explain --json`: analysis + serialisation), in-process.
     import contextlib
     import io
@@ -155,7 +156,8 @@ def bench_explain(events: int, tmp: Path, repeats: int) -> dict[str, float]:
     db.unlink()
     return {"events": calls + intervals, "cli_json_s": cli_s if rc == 0 else float("nan"), "cuda_calls": calls, "sched_intervals": intervals, "host_aggregates": aggs,
             "generate_s": gen_s, "explain_first_s": times[0], "explain_median_s": statistics.median(times),
-            "chains": n_chains, "file_mb": size_mb}
+            "chains": n_chains, "file_mb": size_mb,
+            "top_chain": f"{top.severity} {top.op}: {top.root_cause}" if top else None}
 
 
 def _parse_size(s: str) -> int:
@@ -197,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
                 explain.append(r)
                 print(f"{'build_report + chains':<22}{r['events']:>12,}{r['generate_s']:>12.2f}{r['explain_first_s']:>9.2f}"
                       f"{r['explain_median_s']:>10.2f}{r['cli_json_s']:>8.2f}{r['chains']:>8}{r['file_mb']:>9.1f}", flush=True)
+            for r in explain:
+                print(f"  {r['events']:,} events, first chain: {r['top_chain']}")
             results["explain"] = explain
     results["load_after"] = os.getloadavg()
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
