@@ -134,3 +134,20 @@ def test_throughput_drop_becomes_a_chain_tied_to_its_cause(tmp_path: Path) -> No
     assert {e.ts_ns for e in drop.timeline} >= {DROP_START, DROP_END}
     for e in drop.evidence:
         assert con.execute(e.sql).fetchall()[0][0] == e.value, e.name
+
+
+def test_evidence_sql_recomputes_under_a_window_and_pid_filter(tmp_path: Path) -> None:
+    from analysis_fixtures import MS, SLOW_SYNC_START
+    from ingero_mcp.analysis.models import TimeWindow
+
+    con = open_store(contention_store(tmp_path / "w.duckdb", attribution=False))
+    window = TimeWindow(start_ns=SLOW_SYNC_START - 500 * MS, end_ns=SLOW_SYNC_START + 400 * MS)
+    chains = [c for c in causal_chains(con, window, pids=[100]) if c.origin == "ingero-mcp"]
+    sync = next(c for c in chains if c.op == "cudaStreamSynchronize")
+    ev = {e.name: e for e in sync.evidence}
+    assert ev["calls"].value == 91 + 20  # steady calls of the window (both ends inclusive) and 20 slow ones
+    for chain in chains:
+        for e in chain.evidence:
+            if e.sql:
+                got = con.execute(e.sql).fetchall()[0][0]
+                assert got == pytest.approx(e.value, abs=0.051) if isinstance(e.value, float) else got == e.value, e.name
