@@ -25,6 +25,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(params=SCENARIOS)
 def scenario(request: pytest.FixtureRequest) -> str:
+    """Each scenario name in turn."""
     return str(request.param)
 
 
@@ -37,6 +38,7 @@ def con(scenario: str, stores: dict[str, Path]) -> Iterator[duckdb.DuckDBPyConne
 
 
 def one(con: duckdb.DuckDBPyConnection, sql: str, params: list[object] | None = None) -> tuple:
+    """The first row of a query (whole result fetched: DuckDB 2.0 needs it)."""
     return con.execute(sql, params or []).fetchall()[0]
 
 

@@ -81,6 +81,7 @@ class Calls:
 
     @property
     def gap(self) -> np.ndarray:
+        """Time between the previous call's return and this call's entry."""
         return self.gap_cpu + self.gap_block + self.gap_pre
 
     def layout(self, start_ns: int) -> None:
@@ -89,6 +90,7 @@ class Calls:
         self.ts = start_ns + np.cumsum(gap) + (np.cumsum(self.dur) - self.dur)
 
     def keep(self, mask: np.ndarray) -> None:
+        """Keep only the calls in `mask` (every array filtered alike)."""
         for name in ("spec_idx", "dur", "gap_cpu", "gap_block", "gap_pre", "pre", "blk", "n_pre", "n_blk", "pages", "ts"):
             setattr(self, name, getattr(self, name)[mask])
 
@@ -165,6 +167,7 @@ class TraceBuilder:
 
     # -- processes -------------------------------------------------------------------------
     def proc(self, p: Proc) -> Proc:
+        """Register a process (alive for the whole trace unless told otherwise)."""
         if p.first_seen_ns is None:
             p.first_seen_ns = self.start_ns
         if p.last_seen_ns is None:
