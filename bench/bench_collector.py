@@ -107,6 +107,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         standin = build_standin(tmp / "standin")
+        fixed = traced_run(standin, 1, 1, tmp)["collector_cpu_s"]  # compile + attach + fold, no calls
+        print(f"collector fixed cost (1 call): {fixed} s CPU", flush=True)
         rounds = []
         for _ in range(args.rounds):
             base = loop_ns(standin, args.calls)
@@ -129,7 +131,8 @@ def main() -> int:
         "added_ns_per_call": statistics.median(r["ns_per_call"] - r["untraced_ns"] for r in rounds),
         "of_which_collector_programs_ns": statistics.median(r["ns_per_call"] - r["empty_probes_ns"] for r in rounds),
         "max_zero_loss_calls_per_s": max(zero_loss) if zero_loss else None,
-        "collector_cpu_us_per_call": statistics.median(r["collector_cpu_s"] / r["calls"] * 1e6 for r in rounds),
+        "collector_fixed_cpu_s": fixed,
+        "collector_cpu_ns_per_call": statistics.median((r["collector_cpu_s"] - fixed) / r["calls"] * 1e9 for r in rounds),
         "lost_total": sum(r["lost"] for r in [*rounds, dual]),
         "rounds": rounds,
         "two_producers": dual,
