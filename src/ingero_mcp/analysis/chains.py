@@ -186,8 +186,10 @@ class _Verdict:
     short: list[str] = field(default_factory=list)  # the links of the one-line summary
 
 
-def _classify(c: Candidate, span_ns: int, cpus: int | None, cpu_mean: float | None, gpu_mean: float | None,
+def _classify(c: Candidate, cpus: int | None, cpu_mean: float | None, gpu_mean: float | None,
               names: dict[int, str], sampled: bool, has_sched: bool = False, sched_sampled: bool = False) -> _Verdict:
+    """The root cause the evidence supports best, tested in order: cold start, CPU contention, page-allocation
+    storm, memcpy bandwidth, GPU shared with another process, blocked; else unexplained."""
     g = c.group
     numbers: dict[str, object] = {**rc.slow_call_words(c.op), "op": c.op, "cpus": cpus or "?", "cpu_mean": cpu_mean, "gpu_mean": gpu_mean,
                                   "cpu_at_slow": None if c.cpu_at_slow is None else round(c.cpu_at_slow, 1),
@@ -493,7 +495,7 @@ def causal_chains(
         has_sched = has_rows(con, "sched_intervals")
         sched_sampled = not table_complete(con, "sched_intervals")
         for c in cands:
-            v = _classify(c, span, cpus, cpu_mean, gpu_mean, names, sampled, has_sched, sched_sampled)
+            v = _classify(c, cpus, cpu_mean, gpu_mean, names, sampled, has_sched, sched_sampled)
             if not v.title:
                 continue
             g = c.group
