@@ -313,3 +313,52 @@ def test_check_reports_libraries_in_use(standin: StandIn) -> None:
         assert status[name]["status"] == "PASS", status[name]
     libs = {Path(lib["path"]).name: lib["pids"] for lib in status["cuda_libraries"]["data"]["libraries"]}
     assert w.pid in libs["libcudart.so.13"] and w.pid in libs["libcuda.so.1"]
+
+
+def test_live_view_and_duration(standin: StandIn, tmp_path: Path) -> None:
+    import subprocess
+
+    db = tmp_path / "timed.duckdb"
+    w = Workload(standin, "mix", "20", "0", "0", "0", "0")
+    try:
+        out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--duration", "3s",
+                              "--cuda-lib", str(standin.cudart), "--cuda-lib", str(standin.cuda)],
+                             capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        w.go()
+        w.wait()
+    assert out.returncode == 0, out.stderr
+    assert "--duration 3s reached" in out.stderr and "p50" in out.stderr and "lost:" in out.stderr
+    from ingero_mcp.store import open_store
+
+    con = open_store(db)
+    started, stopped, flags = _q(con, "SELECT started_ns, stopped_ns, collector_flags FROM sessions")[0]
+    assert 3e9 <= stopped - started < 30e9
+    assert json.loads(flags)["trace_all"] is True
+    libs = json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]
+    assert all(lib["forced"] for lib in libs) and len(libs) == 2
+    con.close()
+
+
+def test_without_bpf_permission_says_what_to_do(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    if not shutil.which("setpriv"):
+        pytest.fail("setpriv (util-linux) is needed to drop capabilities for this test")
+    out = subprocess.run(["setpriv", "--bounding-set", "-all", "--inh-caps", "-all", "--", sys.executable, "-m",
+                          "ingero_mcp.cli", "trace", "--db", str(tmp_path / "x.duckdb")],
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert "FAIL bpf" in out.stderr and "CAP_BPF" in out.stderr
+    assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_missing_bcc_message_names_the_system_package() -> None:
+    import subprocess
+
+    code = ("import sys; from ingero_mcp.collector import bccload as b; b.SYSTEM_DIRS = ();\n"
+            "try:\n    b.import_bcc()\nexcept b.BccMissing as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
+                         env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "BCC_PYTHONPATH")})
+    assert "python3-bpfcc" in out.stdout and "pip install bcc" in out.stdout

@@ -55,11 +55,11 @@ class LiveView:
             pg = (c[R.C_PAGE_TOTAL] - pc[R.C_PAGE_TOTAL]) / dt
             rates = f"context switches {sw:,.0f}/s   page allocs {pg:,.0f}/s   "
         self.prev = (now, c.copy())
-        ops = Table(title=None, expand=False)
-        for col in ("op", "calls", "p50 (~)", "p99 (~)", "max"):
-            ops.add_column(col, justify="right" if col != "op" else "left")
-        for op, n, p50, p99, mx in tracer.op_summary()[:20]:
-            ops.add_row(op, f"{n:,}", _ns(p50), _ns(p99), _ns(mx))
+        ops = Table(title=None, expand=False, caption="off-CPU / preempted: share of the op's time in calls")
+        for col in ("op", "calls", "p50 (~)", "p99 (~)", "max", "off-CPU", "preempted"):
+            ops.add_column(col, justify="right" if col != "op" else "left", no_wrap=True)
+        for op, n, p50, p99, mx, off, pre in tracer.op_summary()[:20]:
+            ops.add_row(op, f"{n:,}", _ns(p50), _ns(p99), _ns(mx), f"{off:.0%}", f"{pre:.0%}")
         snap = tracer.snapshot
         cpu = snap.get("cpu_percent")
         mem = snap.get("mem_used_percent")

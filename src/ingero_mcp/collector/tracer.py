@@ -131,6 +131,7 @@ class Tracer:
         self.op_hist = np.zeros((len(OPS), HIST_BINS), np.int64)
         self.op_count = np.zeros(len(OPS), np.int64)
         self.op_max = np.zeros(len(OPS), np.int64)
+        self.op_sums = np.zeros((3, len(OPS)), np.float64)  # duration, off-CPU, preempted (live view)
         self.on_flush: Callable[[Tracer], None] | None = None
         self.started_ns = 0
         self.stopped_ns: int | None = None
@@ -359,6 +360,9 @@ class Tracer:
         self.op_hist += np.bincount(op * HIST_BINS + bins, minlength=len(OPS) * HIST_BINS).reshape(len(OPS), HIST_BINS)
         self.op_count += np.bincount(op, minlength=len(OPS))
         np.maximum.at(self.op_max, op, dur)
+        pre = ev["pre_ns"].astype(np.float64)
+        for row, weights in enumerate((dur.astype(np.float64), pre + ev["blk_ns"], pre)):
+            self.op_sums[row] += np.bincount(op, weights=weights, minlength=len(OPS))
         for pid in np.unique(ev["pid"]).tolist():
             rec = self.procs.get(pid)
             if rec is None or not rec["traced"]:
@@ -594,8 +598,11 @@ class Tracer:
 
     # ---- live view support ----------------------------------------------------------------
 
-    def op_summary(self) -> list[tuple[str, int, float, float, int]]:
-        """(op, calls, ~p50 ns, ~p99 ns, max ns) per op seen so far (percentiles from log histograms)."""
+    def op_summary(self) -> list[tuple[str, int, float, float, int, float, float]]:
+        """Per op seen so far: (op, calls, ~p50 ns, ~p99 ns, max ns, off-CPU share, preempted share).
+
+        Percentiles come from log histograms (4 bins per octave), for the live view only.
+        """
         out = []
         for i in np.nonzero(self.op_count)[0].tolist():
             hist = self.op_hist[i]
@@ -603,7 +610,10 @@ class Tracer:
             total = cum[-1]
             p50 = 2 ** ((np.searchsorted(cum, 0.50 * total) + 0.5) / 4)
             p99 = 2 ** ((np.searchsorted(cum, 0.99 * total) + 0.5) / 4)
-            out.append((OP_NAMES[i], int(self.op_count[i]), float(p50), float(p99), int(self.op_max[i])))
+            mx = int(self.op_max[i])
+            total = self.op_sums[0, i] or 1.0
+            out.append((OP_NAMES[i], int(self.op_count[i]), min(float(p50), mx), min(float(p99), mx), mx,
+                        self.op_sums[1, i] / total, self.op_sums[2, i] / total))
         return sorted(out, key=lambda r: -r[1])
 
 
