@@ -26,7 +26,7 @@ from pathlib import Path
 import pyarrow.dataset as ds
 
 HERE = Path(__file__).resolve().parent
-WORKLOADS: list[tuple[str, int]] = [("launch", 200_000), ("train", 300), ("seed", 2_000_000)]
+WORKLOADS: list[tuple[str, int]] = [("idle", 5), ("launch", 200_000), ("train", 300), ("seed", 2_000_000)]
 
 
 def cuda_libs() -> list[str]:
@@ -118,7 +118,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--workloads", default=",".join(name for name, _ in WORKLOADS),
+                        help="comma-separated subset of: " + ", ".join(name for name, _ in WORKLOADS))
     args = parser.parse_args()
+    chosen = set(args.workloads.split(","))
+    WORKLOADS[:] = [w for w in WORKLOADS if w[0] in chosen]
     args.outdir.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/ingero-overhead")
     work.mkdir(exist_ok=True)
@@ -147,9 +151,11 @@ def main() -> int:
     for row in summary:
         if row["added_ns_per_launch"] is not None:
             print(f"launch loop: {row['added_ns_per_launch']:.0f} ns added per traced kernel launch (median per-call time, traced - untraced)")
-    print("\nworkload   untraced median s   traced median s   slowdown   calls traced   added ns/call   collector CPU s   lost")
+    print("\nworkload   untraced median s   traced median s   slowdown (median / mean)   untraced spread   calls traced"
+          "   added ns/call   collector CPU s   lost")
     for row in summary:
-        print(f"{row['workload']:9s}  {row['untraced_s']:17.3f}  {row['traced_s']:16.3f}  {row['slowdown_pct']:8.2f}%"
+        print(f"{row['workload']:9s}  {row['untraced_s']:17.3f}  {row['traced_s']:16.3f}  {row['slowdown_pct']:8.2f}% / "
+              f"{row['slowdown_mean_pct']:6.2f}%  {row['untraced_spread_pct']:14.1f}%"
               f"  {row['calls_traced']:13d}  {row['added_ns_per_call']:14.0f}  {row['collector_cpu_s']:15.2f}  {row['lost']:5d}")
     return 0
 
@@ -162,9 +168,11 @@ def summarise(runs: list[dict]) -> list[dict]:
         traced = [r["total"] for r in traced_runs]
         calls = int(statistics.median([r.get("cuda_calls", 0) for r in traced_runs]))
         u, t = statistics.median(untraced), statistics.median(traced)
+        mean_u, mean_t = statistics.mean(untraced), statistics.mean(traced)
         out.append({
             "workload": name, "untraced_s": u, "traced_s": t, "untraced_all": untraced, "traced_all": traced,
-            "slowdown_pct": (t / u - 1) * 100, "calls_traced": calls,
+            "slowdown_pct": (t / u - 1) * 100, "slowdown_mean_pct": (mean_t / mean_u - 1) * 100,
+            "untraced_spread_pct": (max(untraced) - min(untraced)) / u * 100, "calls_traced": calls,
             "added_ns_per_call": (t - u) / calls * 1e9 if calls else 0.0,
             "added_ns_per_launch": (statistics.median([r["per_call_ns"] for r in traced_runs])
                                     - statistics.median([r["per_call_ns"] for r in runs if r["workload"] == name

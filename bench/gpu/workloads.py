@@ -3,6 +3,7 @@
   seed     the DataLoader benchmark of the original report (direct indexing vs DataLoader)
   train    a training-like loop: MLP forward/backward/step on batches copied from pinned memory
   launch   a launch-heavy loop of tiny kernels: the added cost per traced CUDA call shows here
+  idle     sleeps: what the collector costs with nothing to trace (its fixed start-up CPU)
 Run on the GPU host by run_overhead.py, traced and untraced, interleaved.
 """
 
@@ -85,7 +86,14 @@ def launch(calls: int) -> dict[str, float]:
     return {"total": total, "calls": calls, "per_call_ns": total / calls * 1e9}
 
 
+def idle(seconds: int) -> dict[str, float]:
+    """No CUDA work: the collector's own cost (compile, attach, sampling) with nothing to trace."""
+    t = time.perf_counter()
+    time.sleep(seconds)
+    return {"total": time.perf_counter() - t}
+
+
 if __name__ == "__main__":
     name, size = sys.argv[1], int(sys.argv[2])
-    result = {"seed": seed, "train": train, "launch": launch}[name](size)
+    result = {"seed": seed, "train": train, "launch": launch, "idle": idle}[name](size)
     print(json.dumps({"workload": name, "size": size, **result}), flush=True)
