@@ -201,3 +201,38 @@ def op_one(op: str, expr: str, window: TimeWindow | None, pids: list[int] | None
 def snapshot_mean_one(window: TimeWindow | None, column: str = "cpu_percent") -> str:
     """The window's mean of a snapshot column."""
     return tidy(f"SELECT round(avg({column}), 1) FROM snapshots {where(ts_in(window))}")
+
+
+CROSS_MIN_NS = 1_000_000  # other-thread calls shorter than this cannot explain a long wait
+
+
+def cross_thread_sql(top: list[tuple]) -> str:
+    """CUDA calls of the same process on other threads in flight during each top slow call: per (op, other tid,
+    other op) how many top calls they overlapped and for how long (a driver lock held by another thread)."""
+    return tidy(f"""
+        WITH v(op, pid, tid, ts_ns, end_ns) AS (VALUES {_values_top(top)}),
+        other AS (SELECT pid, tid, op, ts_ns, ts_ns + duration_ns AS end_ns FROM cuda_calls
+                  WHERE duration_ns >= {CROSS_MIN_NS} AND pid IN (SELECT DISTINCT pid FROM v))
+        SELECT v.op, other.tid, other.op, count(DISTINCT (v.tid, v.ts_ns)),
+               sum(least(v.end_ns, other.end_ns) - greatest(v.ts_ns, other.ts_ns)), min(other.ts_ns)
+        FROM v JOIN other ON other.pid = v.pid AND other.tid <> v.tid AND other.ts_ns < v.end_ns AND other.end_ns > v.ts_ns
+        GROUP BY ALL ORDER BY 5 DESC, 3
+    """)
+
+
+def cross_thread_one(op: str, tid: int, other_op: str, th: dict[str, int], window: TimeWindow | None,
+                     pids: list[int] | None) -> str:
+    """ns during which the op's TOP_K slow calls overlapped `other_op` calls (>= CROSS_MIN_NS) on thread `tid`."""
+    return tidy(f"""
+        WITH {slow_cte({op: th[op]}, window, pids)}, {top_cte()}
+        SELECT coalesce(sum(least(top.ts_ns + top.duration_ns, c.ts_ns + c.duration_ns) - greatest(top.ts_ns, c.ts_ns)), 0)
+        FROM top JOIN cuda_calls c ON c.pid = top.pid AND c.tid = {int(tid)} AND c.tid <> top.tid AND c.op = {sql_str(other_op)}
+         AND c.duration_ns >= {CROSS_MIN_NS} AND c.ts_ns < top.ts_ns + top.duration_ns AND c.ts_ns + c.duration_ns > top.ts_ns
+    """)
+
+
+def copy_bandwidth_sql(th: dict[str, int], window: TimeWindow | None, pids: list[int] | None) -> str:
+    """Per memcpy op: bytes and time of its calls at or above the threshold (its median), whose bandwidth an
+    op-wide figure hides when fast (pinned, asynchronous) copies of the same op are mixed in."""
+    return tidy(f"WITH {slow_cte(th, window, pids)} SELECT op, sum(bytes), sum(duration_ns), count(*) FROM slow "
+                f"WHERE bytes IS NOT NULL GROUP BY op")

@@ -21,6 +21,7 @@ from ingero_mcp.analysis import chain_sql as q
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import has_rows, rows, table_complete
 from ingero_mcp.analysis.calls import CallGroup, call_groups
+from ingero_mcp.analysis.gaps import find_gap_classes, gap_chain
 from ingero_mcp.analysis.imported import imported_chains
 from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow, TraceStats
 from ingero_mcp.analysis.stats import sample_note
@@ -84,6 +85,7 @@ class Candidate:
     competitors: list[tuple] = field(default_factory=list)  # (event, pid, comm, during, during_ns, overall, overall_ns)
     gpu_others: dict[int, list] = field(default_factory=dict)  # pid -> [calls, top calls hit, busy ns]
     gpu_hit: int = 0
+    cross: list[tuple] = field(default_factory=list)  # (tid, other op, top calls hit, overlap ns, first ts): same process
 
     @property
     def op(self) -> str:
@@ -109,6 +111,21 @@ def _candidates(groups: list[CallGroup]) -> list[Candidate]:
                 and g.bytes_total / g.count >= 1 << 20:
             out.append(Candidate(g, "bandwidth", g.p50_ns))
     return out
+
+
+def _add_slow_copies(con: duckdb.DuckDBPyConnection, groups: list[CallGroup], cands: list[Candidate],
+                     window: TimeWindow | None, pids: list[int] | None) -> None:
+    """Large copies whose slower half runs below pinned-memory bandwidth, though the op's total does not (fast
+    pinned/async copies of the same op mixed in): a bandwidth candidate over the calls at or above the median."""
+    taken = {c.op for c in cands}
+    th = {g.op: g.p50_ns for g in groups if g.pid is None and g.op not in taken and "emcpy" in g.op and g.count >= MIN_CALLS
+          and g.bytes_total and g.bytes_total / g.count >= 1 << 20 and g.p50_ns > 0}
+    if not th:
+        return
+    by = {g.op: g for g in groups if g.pid is None}
+    for op, nbytes, dur, n in rows(con, q.copy_bandwidth_sql(th, window, pids)):
+        if nbytes and dur and nbytes / (dur / 1e9) < SLOW_MEMCPY_BPS and nbytes / n >= 1 << 20:
+            cands.append(Candidate(by[op], "bandwidth", th[op]))
 
 
 def _gather(con: duckdb.DuckDBPyConnection, cands: list[Candidate], window: TimeWindow | None,
@@ -150,6 +167,8 @@ def _gather(con: duckdb.DuckDBPyConnection, cands: list[Candidate], window: Time
             by_op[chain_op].competitors.append(
                 (event, int(pid), comm, int(during), int(during_ns), int(overall), int(overall_ns))
             )
+    for op, tid, other_op, hit, overlap, first in rows(con, q.cross_thread_sql(top)):
+        by_op[op].cross.append((int(tid), other_op, int(hit), int(overlap), int(first)))
     if several_gpu_pids:
         for op, pid, n_calls, hit, busy in rows(con, q.gpu_others_sql(top)):
             if pid is None:
@@ -280,11 +299,19 @@ def _classify(c: Candidate, cpus: int | None, cpu_mean: float | None, gpu_mean: 
     if bw is not None and "emcpy" in c.op and per_call >= 1 << 20 and bw < SLOW_MEMCPY_BPS:
         because.append(f"the slow copies moved {per_call / 1e9:.3f} GB each at {bw / 1e9:.2f} GB/s, well below what "
                        f"pinned host memory reaches over PCIe (12-25 GB/s): the speed of pageable copies")
-        if base and not weak:
+        staged = bool(base) and not weak and c.attributed == c.n and off_s < 0.25
+        if staged:
+            because.append(f"the calling thread was on-CPU {_pct(base - off, base)}% of the copies' "
+                           f"{_ms(c.dur_ns)} ms (per-call attribution: off-CPU {_pct(off, base)}%): the CPU itself was staging "
+                           "pageable memory through the driver's pinned bounce buffer, the copy is not a DMA from pinned memory")
+        elif base and not weak:
             because.append(f"preempted only {_pct(pre, base)}% of the time: the copy itself is the cost")
+        numbers.update(on_cpu_pct=_pct(base - off, base) if base else "?", bytes_total=f"{c.bytes:,}",
+                       copies_ms=_ms(c.dur_ns), copies=c.n)
         short = [f"{per_call / 1e9:.3f} GB copies at {bw / 1e9:.2f} GB/s",
-                 "pageable-memory copy bandwidth" + (f", not CPU contention (preempted {_pct(pre, base)}%)"
-                                                     if base and pre_s < 0.25 and not weak else "")]
+                 (f"thread on-CPU {_pct(base - off, base)}% during the copies: the CPU staging pageable memory" if staged else
+                  "pageable-memory copy bandwidth" + (f", not CPU contention (preempted {_pct(pre, base)}%)"
+                                                      if base and pre_s < 0.25 and not weak else ""))]
         return _Verdict(rc.MEMCPY_BANDWIDTH, "memcpy bandwidth: large copies below pinned-memory speed",
                         1.0 if bw < 4e9 else 0.6, lost if c.trigger != "bandwidth" else g.total_ns, because, numbers, short)
     if blk_s >= 0.5 and shared_s >= 0.5:
@@ -296,6 +323,20 @@ def _classify(c: Candidate, cpus: int | None, cpu_mean: float | None, gpu_mean: 
                  f"{numbers['others']} using the GPU during {_pct(c.gpu_hit, len(c.top))}% of them"
                  + (f" (GPU {c.gpu_at_slow:.0f}% then)" if c.gpu_at_slow is not None else "")]
         return _Verdict(rc.GPU_SHARED, "the GPU is shared with another process", min(blk_s, shared_s), lost, because, numbers, short)
+    if blk_s >= 0.5 and c.cross and c.cross[0][3] >= 0.5 * c.top_ns:
+        tid, other, hit, overlap, first = c.cross[0]
+        nested = [x[1] for x in c.cross[1:] if x[0] == tid and x[3] >= 0.99 * overlap and x[1] != other]
+        what = other + (f" ({nested[0]})" if nested else "")
+        numbers.update(other_op=what, other_tid=tid, overlap_ms=_ms(overlap), overlap_pct=_pct(overlap, c.top_ns),
+                       top_ms=_ms(c.top_ns), s_plural="s" if len(c.top) != 1 else "")
+        because.append(f"the thread slept (blocked) {_pct(blk, base)}% of the slow calls' time ({source})")
+        because.append(f"during {_pct(overlap, c.top_ns)}% of the {len(c.top)} longest slow call{'s' if len(c.top) != 1 else ''} "
+                       f"({_ms(overlap)} of {_ms(c.top_ns)} ms) thread {tid} of the same process was inside {what}: "
+                       "the CUDA driver serialises such calls under a context lock, so the call waited for it")
+        short = [f"calling thread blocked (sleeping) {_pct(blk, base)}% of the slow calls' time",
+                 f"waited behind {what} on thread {tid} ({_pct(overlap, c.top_ns)}% overlap: driver lock)"]
+        return _Verdict(rc.DRIVER_LOCK, f"waited behind {what} on thread {tid} (driver lock)", min(blk_s, overlap / c.top_ns),
+                        lost, because, numbers, short)
     if blk_s >= 0.5:
         because.append(f"the thread slept (blocked) {_pct(blk, base)}% of the slow calls' time: waiting on the GPU, "
                        "a lock or IO, not on a CPU")
@@ -342,7 +383,7 @@ def _group_names(comp: list[tuple[int, str, str]]) -> str:
 def _severity(v: _Verdict, c: Candidate, span_ns: int) -> str:
     ratio = c.group.p99_ns / c.group.p50_ns if c.group.p50_ns else 0.0
     share = v.lost_ns / span_ns if span_ns else 0.0
-    if v.cause == rc.COLD_START:
+    if v.cause in (rc.COLD_START, rc.DRIVER_LOCK):
         return "HIGH" if share >= 0.05 else "MEDIUM" if share >= 0.005 else "LOW"
     if v.cause == rc.UNEXPLAINED:
         return "LOW"
@@ -402,6 +443,11 @@ def _evidence(c: Candidate, v: _Verdict, th: dict[str, int], window: TimeWindow 
             ev.append(Evidence(name=f"context_switches {comm}[{pid}]", value=during,
                                unit="in the aggregate buckets of the longest slow calls",
                                sql=q.competitor_one(op, pid, "sched_switch", th, window, pids)))
+    if v.cause == rc.DRIVER_LOCK:
+        tid, other, hit, overlap, _ = c.cross[0]
+        ev.append(Evidence(name=f"overlap_with {other} on thread {tid}", value=overlap,
+                           unit=f"ns of the {len(c.top)} longest slow calls ({hit} hit)",
+                           sql=q.cross_thread_one(op, tid, other, th, window, pids)))
     if v.cause == rc.GPU_SHARED:
         ev.append(Evidence(name="longest_slow_calls_with_other_gpu_process", value=c.gpu_hit, unit=f"of {len(c.top)}",
                            sql=q.gpu_others_one(op, th, window, pids)))
@@ -481,6 +527,7 @@ def causal_chains(
     whole = window or trace_window(con) or TimeWindow(start_ns=0, end_ns=0)
     span = whole.duration_ns
     cands = _candidates(groups)
+    _add_slow_copies(con, groups, cands, window, pids)
     own: list[tuple[Candidate, CausalChain]] = []
     if cands:
         gpu_pids = {g.pid for g in groups if g.pid is not None}
@@ -516,7 +563,13 @@ def causal_chains(
             own.append((c, chain))
         _add_context_events(con, own, names)
     rank = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
-    ordered = [ch for _, ch in sorted(own, key=lambda x: (rank[x[1].severity], -x[0].dur_ns))]
+    ranked = [(c.dur_ns, ch) for c, ch in own]
+    # GPU starvation: long gaps between the feeding thread's calls (time with no CUDA call at all).
+    if any(g.pid is not None for g in groups):
+        names, cpus = _names(con), _cpus(con)
+        ranked += [(gc.total_ns, gap_chain(gc, span, names, cpus, window, pids))
+                   for gc in find_gap_classes(con, window, pids, span)]
+    ordered = [ch for _, ch in sorted(ranked, key=lambda x: (rank[x[1].severity], -x[0]))]
     # Throughput drops of each process's busiest op that has no chain of its own yet.
     if any(g.pid is not None for g in groups):
         names = _names(con)

@@ -12,6 +12,9 @@ PAGE_ALLOC_STORM = "page-alloc-storm"
 COLD_START = "cold-start"
 MEMCPY_BANDWIDTH = "memcpy-bandwidth"
 UNEXPLAINED = "unexplained"
+HOST_BOUND = "host-bound"
+DRIVER_LOCK = "driver-lock"
+INPUT_WAIT = "waiting-on-workers"
 
 CATALOGUE: dict[str, list[str]] = {
     CPU_CONTENTION: [
@@ -45,9 +48,35 @@ CATALOGUE: dict[str, list[str]] = {
         "(CUDA_MODULE_LOADING=LAZY) or keep the process alive between jobs.",
     ],
     MEMCPY_BANDWIDTH: [
-        "The slow {op} calls moved {gb_per_call} GB each at {bandwidth_gbs} GB/s: use pinned host memory "
-        "(pin_memory=True / cudaHostAlloc) and non_blocking copies on a side stream so they overlap compute.",
+        "The slow {op} calls ({copies} copies, {bytes_total} bytes in {copies_ms} ms) moved {gb_per_call} GB each at "
+        "{bandwidth_gbs} GB/s, the calling thread on-CPU {on_cpu_pct}% of that time: use pinned host memory "
+        "(pin_memory=True / tensor.pin_memory() / cudaHostAlloc) and non_blocking copies on a side stream so they "
+        "overlap compute.",
         "Move less data per step (keep data on the GPU, transfer compressed or lower-precision tensors).",
+    ],
+    DRIVER_LOCK: [
+        "The slow {op} call{s_plural} ({top_ms} ms) overlapped {other_op} on thread {other_tid} for {overlap_ms} ms "
+        "({overlap_pct}%): pinned-memory allocation (cudaHostAlloc / cuMemHostAlloc) and other driver calls take a "
+        "context-wide lock, so launches and copies on other threads wait behind them. Allocate pinned buffers once, up "
+        "front, and reuse them (warm the pinned pool before the loop, persistent_workers=True with pin_memory, or a "
+        "pre-pinned staging buffer), rather than while the GPU is being fed.",
+    ],
+    HOST_BOUND: [
+        "The GPU sat idle ({gpu_in}% busy vs {gpu_out}% otherwise) for {gaps_s} s ({share}% of the trace) while {thread} "
+        "of {who} ran on the CPU {on_pct}% of that time between its CUDA calls: batch preparation (indexing, collate) "
+        "on the thread that feeds the GPU. Move it to DataLoader workers: num_workers=N (N up to {cpus} - 1 CPUs), "
+        "persistent_workers=True, prefetch_factor=2-4.",
+        "If the dataset is a tensor in memory, skip per-sample Python work: index it with a whole batch of indices "
+        "(x[idx] with idx from torch.randperm, ideally on the GPU) instead of Dataset.__getitem__ + collate; keep it on "
+        "the GPU when it fits. {who} allocated {own_pages} pages ({own_gib} GiB) in the seconds holding the gaps.",
+    ],
+    INPUT_WAIT: [
+        "The {thread} of {who} slept {blk_pct}% of {gaps_s} s of gaps ({share}% of the trace, GPU {gpu_in}% busy then) "
+        "waiting for batches while {workers} were on-CPU {kids_on_pct}%: the workers cannot keep up. Add workers "
+        "(up to {cpus} - 1 CPUs), keep them alive between epochs (persistent_workers=True), raise prefetch_factor, "
+        "and make per-sample work cheaper (a batch sampler with vectorised indexing/collate).",
+        "The workers allocated {kid_pages} pages ({kid_gib} GiB) in the seconds holding the gaps: every batch is built "
+        "in fresh memory and handed to the main process through shared memory{pin_note}.",
     ],
     UNEXPLAINED: [
         "The host evidence does not explain the {op} tail (off-CPU {off_cpu_pct}% of the slow calls' time, "
