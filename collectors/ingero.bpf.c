@@ -404,10 +404,15 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     count(C_SWITCH_TOTAL);
     agg_add(prev_tgid, now, A_SWITCH, 0, C_AGG_DROP_SWITCH);
 
-    if (prev_tid != 0 && traced.lookup(&prev_tgid)) {
+    long prev_state = args->prev_state;
+    if (prev_state & 0x30) {
+        // EXIT_DEAD / EXIT_ZOMBIE: the thread's last switch-out, after sched_process_exit
+        // deleted its state; do not make a new one (it would leak).
+        tstate.delete(&prev_tid);
+    } else if (prev_tid != 0 && traced.lookup(&prev_tgid)) {
         struct tstate *st = get_state(prev_tid, prev_tgid);
         if (st) {
-            long s = args->prev_state;
+            long s = prev_state;
             st->switches++;
             st->off_ts = now;
             st->wake_ts = 0;

@@ -149,7 +149,9 @@ def test_bytes_direction_stream_and_return_codes(recorded: dict[str, Any], con: 
     assert {(op, kind): total for op, kind, total in rows} == nbytes
     streams = dict(_q(con, "SELECT op, list(DISTINCT stream ORDER BY stream) FROM cuda_calls WHERE pid = ? "
                       "AND stream IS NOT NULL GROUP BY op", [pid]))
-    assert streams["cudaLaunchKernel"] == [0x1000, 0x1001, 0x1002, 0x1003]  # 6th argument: on the stack
+    assert streams["cudaLaunchKernel"] == [0x1000, 0x1001, 0x1002, 0x1003, 0x6000]  # 6th argument: on the stack
+    side = _q(con, "SELECT count(*), count(DISTINCT tid), min(tid) FROM cuda_calls WHERE pid = ? AND stream = 24576", [pid])
+    assert side[0][:2] == (10, 1) and side[0][2] != pid  # the second thread's calls carry its own tid
     assert streams["cuLaunchKernel"] == [0x3000, 0x3001]  # 9th argument: on the stack
     assert streams["cuLaunchKernelEx"] == [0x4000]  # inside CUlaunchConfig
     assert streams["cudaMemcpyAsync"] == [0x2000]
@@ -190,12 +192,17 @@ def test_durations_and_nesting(recorded: dict[str, Any], con: Any) -> None:
 def test_preempted_under_contention_and_not_without(recorded: dict[str, Any], con: Any) -> None:
     sql = (f"SELECT sum(preempted_ns)::DOUBLE / sum(duration_ns), sum(blocked_ns), count(*) FILTER (preempted_ns > 0) "
            f"FROM cuda_calls WHERE pid = ? AND op IN ({','.join(repr(o) for o in SPIN_OPS)})")
-    busy_share, busy_blocked, busy_n = _q(con, sql, [recorded["pids"]["busy"]])[0]
-    calm_share, calm_blocked, _ = _q(con, sql, [recorded["pids"]["calm"]])[0]
+    busy_share, _, busy_n = _q(con, sql, [recorded["pids"]["busy"]])[0]
+    calm_share, _, _ = _q(con, sql, [recorded["pids"]["calm"]])[0]
     # two hogs on the same CPU: the calls spend most of their time runnable but not running
     assert busy_share > 0.25 and busy_n > 0, (busy_share, busy_n)
     assert calm_share < 0.05, calm_share
-    assert busy_blocked == 0 and calm_blocked == 0  # CPU-bound calls never sleep
+    # CPU-bound calls do not sleep (bar a rare page-cache read or the kernel allocating the uprobe
+    # slot on a process's first probe hit)
+    for name in ("busy", "calm"):
+        blocked_share = _q(con, "SELECT sum(blocked_ns)::DOUBLE / sum(duration_ns) FROM cuda_calls WHERE pid = ?",
+                           [recorded["pids"][name]])[0][0]
+        assert blocked_share < 0.05, (name, blocked_share)
     hogs = recorded["hogs"]
     preemptors = _q(con, "SELECT DISTINCT preemptor_pid FROM sched_intervals WHERE pid = ? AND prev_state = 'preempted'",
                     [recorded["pids"]["busy"]])
@@ -241,6 +248,9 @@ def test_nothing_lost_and_accounting_adds_up(recorded: dict[str, Any], con: Any)
         total = _q(con, "SELECT sum(count) FROM host_aggregates WHERE op = ?", [op])[0][0]
         assert stats[op][0] == stats[op][3] == total, op  # every event counted once, in some bucket
     assert all(c for (c,) in _q(con, "SELECT complete FROM table_coverage"))
+    notes = json.loads(_q(con, "SELECT notes FROM sessions")[0][0])
+    # every traced thread exited, so no per-thread kernel state may be left behind (no leak)
+    assert notes["thread_states_left"] == 0 and notes["unreturned_calls"] == 0, notes
     assert _q(con, "SELECT count(*) FROM snapshots")[0][0] >= 2
 
 

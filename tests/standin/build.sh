@@ -11,4 +11,4 @@ cc=${CC:-gcc}
 $cc -O2 -fPIC -shared -Wall -Wl,-soname,libcuda.so.1 -o "$lib/libcuda.so.1" "$src/cuda.c"
 $cc -O2 -fPIC -shared -Wall -Wl,-soname,libcudart.so.13 -o "$lib/libcudart.so.13" "$src/cudart.c" \
     -L"$lib" -l:libcuda.so.1 -Wl,-rpath,"$lib"
-$cc -O2 -Wall -o "$out/workload" "$src/workload.c" -L"$lib" -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,"$lib"
+$cc -O2 -Wall -pthread -o "$out/workload" "$src/workload.c" -L"$lib" -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,"$lib"

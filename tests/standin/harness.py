@@ -168,6 +168,8 @@ def mix_expected(n: int, children: int) -> tuple[Counter[str], Counter[str], dic
                "cuCtxSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"):
         parent[op] = n
     parent["cudaHostAlloc"] = len(range(0, n, 10))
+    if n > 0:
+        parent["cudaLaunchKernel"] += 10  # from the workload's second thread (stream 0x6000)
     nested = {1: "cuMemcpyHtoD_v2", 2: "cuMemcpyDtoH_v2", 3: "cuMemcpyDtoD_v2", 4: "cuMemcpy"}
     for i in range(n):
         k = i % 5

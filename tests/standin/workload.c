@@ -1,13 +1,15 @@
 /* Workload for the collector tests and benchmark: calls the stand-in CUDA libraries a known number
  * of times, forks children that allocate memory, or burns a CPU (a competing "hog").
  *
- *   workload mix N SPIN_NS SLEEP_NS CHILDREN CHILD_MB   every probed op, N iterations (see tests)
+ *   workload mix N SPIN_NS SLEEP_NS CHILDREN CHILD_MB   every probed op, N iterations, plus 10
+ *                                                         cudaLaunchKernel from a second thread
  *   workload rate N                                       N back-to-back cudaLaunchKernel calls
  *   workload hog                                          spin forever (comm "standin-hog")
  *
  * Env: WL_CPU=n pins to CPU n; WL_FIFO=1 runs SCHED_FIFO (no CFS task can preempt it);
  * WL_WAIT=1 prints "ready" and waits for a line on stdin before working. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +52,7 @@ void standin_rt_config(long, long);
 void standin_drv_config(long, long);
 
 #define S(x) ((void *)(unsigned long)(x))
+#define SIDE_CALLS 10
 
 static long now_ns(void) {
     struct timespec ts;
@@ -90,6 +93,14 @@ static void child(int mb) {
     _exit(7);
 }
 
+/* A second thread: its calls carry its own tid, and its exit must not leave kernel state behind. */
+static void *side_thread(void *arg) {
+    (void)arg;
+    dim3 g = {1, 1, 1}, b = {32, 1, 1};
+    for (int i = 0; i < SIDE_CALLS; i++) cudaLaunchKernel((void *)side_thread, g, b, NULL, 0, S(0x6000));
+    return NULL;
+}
+
 static int mix(long n, long spin, long sleep_ns, int children, int child_mb) {
     standin_rt_config(spin, sleep_ns);
     standin_drv_config(spin, sleep_ns);
@@ -98,6 +109,11 @@ static int mix(long n, long spin, long sleep_ns, int children, int child_mb) {
     for (int c = 0; c < children; c++) {
         pid_t pid = fork();
         if (pid == 0) child(child_mb);
+    }
+    if (n > 0) {
+        pthread_t t;
+        pthread_create(&t, NULL, side_thread, NULL);
+        pthread_join(t, NULL);
     }
     for (long i = 0; i < n; i++) {
         cudaLaunchKernel((void *)mix, g, b, NULL, 0, S(0x1000 + i % 4));

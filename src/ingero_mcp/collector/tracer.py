@@ -468,6 +468,7 @@ class Tracer:
         self._detach()
         self._drain()
         self.stopped_ns = time.time_ns()
+        self.thread_states_left = sum(1 for _ in self.bpf["tstate"].keys())
         self._flush_final()
         lost = self.lost()
         self.writer.close()
@@ -576,7 +577,8 @@ class Tracer:
                  "thread_state_map_full": int(c[R.C_TSTATE_FULL]), "nvml": self.nvml.error or "ok",
                  "collector_cpu_s": round(_cpu_seconds(), 3),
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
-                 "wakeups_seen": int(c[R.C_WAKEUP_SEEN])}
+                 "wakeups_seen": int(c[R.C_WAKEUP_SEEN]),
+                 "thread_states_left": getattr(self, "thread_states_left", None)}
         self.writer.replace("sessions", {
             "source": ["collector"],
             **{k: [v] for k, v in self.host.items()},
