@@ -344,6 +344,10 @@ static __always_inline int SHAPE_none(struct pt_regs *ctx, u16 op) {
 static __always_inline int SHAPE_stream1(struct pt_regs *ctx, u16 op) {
     return enter(ctx, op, 0, PT_REGS_PARM1(ctx), 0, 0, F_STREAM);
 }
+// cudaGraphLaunch(graphExec, stream) / cuGraphLaunch(hGraphExec, hStream)
+static __always_inline int SHAPE_stream2(struct pt_regs *ctx, u16 op) {
+    return enter(ctx, op, 0, PT_REGS_PARM2(ctx), 0, 0, F_STREAM);
+}
 // cudaMemcpy(dst, src, count, kind)
 static __always_inline int SHAPE_rt_memcpy(struct pt_regs *ctx, u16 op) {
     u64 k = PT_REGS_PARM4(ctx);

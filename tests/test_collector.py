@@ -329,10 +329,17 @@ def test_live_view_and_duration(standin: StandIn, tmp_path: Path) -> None:
     import subprocess
 
     db = tmp_path / "timed.duckdb"
+    # a runtime library that exports one probed symbol under two names and lacks the rest
+    partial = tmp_path / "other" / "libcudart.so.12"
+    partial.parent.mkdir()
+    (tmp_path / "alias.c").write_text('int cudaLaunchKernel(void) { return 0; }\n'
+                                      'int cudaMemcpy(void) __attribute__((alias("cudaLaunchKernel")));\n')
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(partial), str(tmp_path / "alias.c")], check=True)
     w = Workload(standin, "mix", "20", "0", "0", "0", "0")
     try:
         out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--duration", "3s",
-                              "--cuda-lib", str(standin.cudart), "--cuda-lib", str(standin.cuda)],
+                              "--cuda-lib", str(standin.cudart), "--cuda-lib", str(standin.cuda),
+                              "--cuda-lib", str(partial)],
                              capture_output=True, text=True, timeout=120, check=False)
     finally:
         w.go()
@@ -345,8 +352,13 @@ def test_live_view_and_duration(standin: StandIn, tmp_path: Path) -> None:
     started, stopped, flags = _q(con, "SELECT started_ns, stopped_ns, collector_flags FROM sessions")[0]
     assert 3e9 <= stopped - started < 30e9
     assert json.loads(flags)["trace_all"] is True
-    libs = json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]
-    assert all(lib["forced"] for lib in libs) and len(libs) == 2
+    libs = {lib["path"]: lib for lib in json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]}
+    assert all(lib["forced"] for lib in libs.values()) and len(libs) == 3
+    odd = libs[str(partial)]
+    assert odd["attached"] == ["cudaLaunchKernel"] and "alias of cudaLaunchKernel" in odd["errors"]["cudaMemcpy"]
+    assert "cudaStreamSynchronize" in odd["not_attached"] and "cudaMemcpy" not in odd["not_attached"]
+    assert "not attached: cudaMemcpyAsync" in out.stderr
+    assert _q(con, "SELECT cuda_runtime_version FROM sessions")[0][0] == "12, 13"
     con.close()
 
 

@@ -54,6 +54,11 @@ OPS: tuple[Op, ...] = (
     _rt("cudaMemcpy_ptds", "rt_memcpy", optional=True),
     _rt("cudaMemcpyAsync_ptsz", "rt_memcpy_async", optional=True),
     _rt("cudaStreamSynchronize_ptsz", "stream1", optional=True),
+    # launch/alloc paths newer code takes (attached when exported; not in the list)
+    _rt("cudaLaunchKernelExC", "drv_launch_ex", optional=True),  # cudaLaunchConfig_t: stream at +32 too
+    _rt("cudaGraphLaunch", "stream2", optional=True),
+    _rt("cudaMallocAsync", "malloc", optional=True),
+    _rt("cudaFreeAsync", "free", optional=True),
     # driver API (libcuda): the versioned names are the ones current drivers export
     _drv("cuLaunchKernel", "drv_launch"),
     _drv("cuLaunchKernelEx", "drv_launch_ex"),
@@ -81,6 +86,9 @@ OPS: tuple[Op, ...] = (
     _drv("cuMemcpy_ptds", "drv_memcpy", _DEFAULT, optional=True),
     _drv("cuMemcpyAsync_ptsz", "drv_memcpy_async", _DEFAULT, optional=True),
     _drv("cuStreamSynchronize_ptsz", "stream1", optional=True),
+    _drv("cuGraphLaunch", "stream2", optional=True),
+    _drv("cuMemAllocAsync", "malloc", optional=True),
+    _drv("cuMemFreeAsync", "free", optional=True),
 )
 
 OP_NAMES: tuple[str, ...] = tuple(op.name for op in OPS)

@@ -212,7 +212,18 @@ class Tracer:
             return None
         rec = AttachedLibrary(lib, forced=forced)
         self.libs[lib.key] = rec
+        offsets: dict[int, str] = {}
         for op in ops_for(lib.api):
+            try:
+                # Two exported names at one address would fire twice per call: attach the first only.
+                _path, offset = self.bpf._check_path_symbol(lib.attach_path.encode(), op.name.encode(), None, -1)
+            except Exception:  # noqa: BLE001 - not exported: reported below by the attach attempt
+                offset = None
+            if offset is not None and offset in offsets:
+                rec.errors[op.name] = f"alias of {offsets[offset]} (same address): not attached twice"
+                continue
+            if offset is not None:
+                offsets[offset] = op.name
             try:
                 self.bpf.attach_uprobe(name=lib.attach_path, sym=op.name, fn_name=op.fn_name)
             except Exception as exc:  # noqa: BLE001 - BCC raises bare Exception for a missing symbol
@@ -231,10 +242,11 @@ class Tracer:
                     pass
                 continue
             rec.attached.append(op.name)
+        optional = {op.name for op in ops_for(lib.api) if op.optional}
         required = len([op for op in ops_for(lib.api) if not op.optional])
-        got = len([n for n in rec.attached if not n.endswith(("_ptsz", "_ptds")) and n != "cuMemHostAlloc"])
+        got = len([n for n in rec.attached if n not in optional])
         missing = f"; not attached: {', '.join(rec.missing)}" if rec.missing else ""
-        self._say(f"attached {lib.path} ({lib.api}: {got}/{required} symbols, {len(rec.attached)} probes pairs){missing}")
+        self._say(f"attached {lib.path} ({lib.api}: {got}/{required} symbols, {len(rec.attached)} attached in all){missing}")
         return rec
 
     def _discover(self) -> None:
