@@ -384,3 +384,47 @@ def test_missing_bcc_message_names_the_system_package() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
                          env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "BCC_PYTHONPATH")})
     assert "python3-bpfcc" in out.stdout and "pip install bcc" in out.stdout
+
+
+def _memory_cgroup(name: str, limit: int) -> Path:
+    """A child memory cgroup of our own (v1 or v2) limited to `limit` bytes."""
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    v1 = [ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "memory"]
+    if v1 and Path("/sys/fs/cgroup/memory").is_dir():
+        cg = Path("/sys/fs/cgroup/memory" + v1[0]) / name
+        cg.mkdir(exist_ok=True)
+        (cg / "memory.limit_in_bytes").write_text(str(limit))
+        return cg
+    v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
+    root = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.controllers").exists() else Path("/sys/fs/cgroup")
+    if v2 and "memory" in (root / v2[0].lstrip("/") / "cgroup.subtree_control").read_text():
+        cg = root / v2[0].lstrip("/") / name
+        cg.mkdir(exist_ok=True)
+        (cg / "memory.max").write_text(str(limit))
+        return cg
+    pytest.fail("no writable memory cgroup (v1 memory controller or v2 with memory delegated) to cause an OOM kill")
+
+
+def test_oom_kill_recorded(standin: StandIn, tmp_path: Path) -> None:
+    from ingero_mcp.store import open_store
+
+    db = tmp_path / "oom.duckdb"
+    cg = _memory_cgroup(f"ingero-oom-{os.getpid()}", 16 << 20)
+    w = Workload(standin, "mix", "0", "0", "0", "1", "64")  # one child touching 64 MiB in a 16 MiB cgroup
+    collector = Collector(db, "--pid", str(w.pid))
+    try:
+        (cg / "cgroup.procs").write_text(str(w.pid))
+        collector.wait_for("recording to", timeout=120)
+        w.go()
+        assert w.wait()[0] == 1  # its child did not exit with 7: it was killed
+        assert collector.wait(timeout=60) == 0, collector.output()
+    finally:
+        w.kill()
+        collector.kill()
+        cg.rmdir()
+    con = open_store(db)
+    child = _q(con, "SELECT child_pid FROM process_events WHERE event = 'fork' AND pid = ?", [w.pid])[0][0]
+    oom = _q(con, "SELECT pid, comm FROM process_events WHERE event = 'oom_kill'")
+    assert (child, "workload") in oom
+    assert _q(con, "SELECT exit_ns IS NOT NULL, exit_code FROM processes WHERE pid = ?", [child]) == [(True, None)]
+    con.close()
