@@ -68,11 +68,6 @@ def test_first_chain_is_the_host_bound_starvation_of_the_main_thread(con, chains
     assert _ev(first, "gaps") == n and n >= 8
     assert _ev(first, "gaps_time") == total and total > 24_000 * MS
     assert _ev(first, "on_cpu_in_gaps") == on and on / total > 0.99
-    # 10x the median gap is far below 50 ms here, so the 50 ms floor is what selects the gaps.
-    med = one(con, "WITH c AS (SELECT ts_ns - max(ts_ns + duration_ns) OVER (ORDER BY ts_ns ROWS BETWEEN UNBOUNDED PRECEDING "
-                   "AND 1 PRECEDING) AS gap FROM cuda_calls WHERE pid = 1534 AND tid = 1534) "
-                   "SELECT quantile_disc(greatest(gap, 0), 0.5) FROM c WHERE gap IS NOT NULL")[0]
-    assert 10 * med < 50 * MS and 10 * _ev(first, "median_gap") < 50 * MS
     # The GPU was idle in those gaps and busier outside them; no worker process was alive then.
     gpu_in = one(con, GAPS + "SELECT round(avg(gpu_util_percent), 1) FROM snapshots s JOIN st ON s.ts_ns >= st.s AND s.ts_ns < st.e "
                              "WHERE st.gap - st.pre - st.blk > greatest(st.pre, st.blk)")[0]
@@ -153,3 +148,61 @@ def test_a_window_over_the_worker_phase_only_sees_the_wait(con) -> None:
             if ev.sql:
                 got_v = con.execute(ev.sql).fetchall()[0][0]
                 assert (float(got_v) == pytest.approx(ev.value, abs=0.051)) if isinstance(ev.value, float) else got_v == ev.value
+
+
+# A contended feeder (the 4-CPU case): pid 500 launches 20 kernels every 500 ms and in between is mostly
+# runnable-but-not-running, preempted by its own DataLoader workers 501-504, on 4 CPUs.
+T0 = 1_700_000_000_000_000_000
+S = 1_000_000_000
+US = 1_000
+
+
+def _contended_store(path: Path, gpu_util: float) -> Path:
+    from ingero_mcp.store import TraceWriter
+
+    ts = [T0 + step * 500 * MS + i * 100 * US for step in range(40) for i in range(20)]
+    n = len(ts)
+    offs, ons, pre_pids = [], [], []
+    for step in range(40):
+        gap_start = T0 + step * 500 * MS + 19 * 100 * US + 10 * US
+        for k in range(7):  # 7 x 50 ms preempted in each ~480 ms gap (~73 %)
+            offs.append(gap_start + 10 * MS + k * 65 * MS)
+            ons.append(offs[-1] + 50 * MS)
+            pre_pids.append(501 + (step + k) % 4)
+    m = len(offs)
+    with TraceWriter(path) as w:
+        w.replace("sessions", {"source": ["demo:gaps"], "cpu_count": [4], "started_ns": [T0], "stopped_ns": [T0 + 20 * S]})
+        w.replace("processes", {"pid": [500, 501, 502, 503, 504], "ppid": [1, 500, 500, 500, 500],
+                                "comm": ["python"] + ["pt_data_worker"] * 4, "traced": [True] * 5,
+                                "first_seen_ns": [T0] * 5, "exit_ns": [None] * 5})
+        w.append("cuda_calls", {"ts_ns": ts, "duration_ns": [10 * US] * n, "pid": [500] * n, "tid": [500] * n,
+                                "api": ["runtime"] * n, "op": ["cudaLaunchKernel"] * n})
+        w.append("sched_intervals", {"pid": [500] * m, "tid": [500] * m, "off_ns": offs, "on_ns": ons,
+                                     "off_cpu_ns": [50 * MS] * m, "prev_state": ["preempted"] * m,
+                                     "preemptor_pid": pre_pids, "preemptor_comm": ["pt_data_worker"] * m})
+        w.append("snapshots", {"ts_ns": [T0 + s * S + 250 * MS for s in range(20)], "cpu_percent": [100.0] * 20,
+                               "cpu_count": [4] * 20, "gpu_util_percent": [gpu_util] * 20})
+    return path
+
+
+def test_a_preempted_feeder_is_cpu_contention_naming_the_workers(tmp_path: Path) -> None:
+    con = open_store(_contended_store(tmp_path / "contended.duckdb", 3.0))
+    gap = [c for c in causal_chains(con) if c.op == "gpu-starvation"]
+    assert len(gap) == 1, [c.summary for c in gap]
+    c = gap[0]
+    assert c.root_cause.startswith("cpu-contention") and c.severity == "HIGH", c.summary
+    assert "pt_data_worker" in c.summary and "4 CPUs" in c.summary
+    total, pre = _ev(c, "gaps_time"), _ev(c, "preempted_in_gaps")
+    assert _ev(c, "gaps") == 39 and 0.7 < pre / total < 0.8  # the last step has no next call
+    assert any("num_workers" in r for r in c.recommendations)
+    for ev in c.evidence:
+        if ev.sql:
+            got = con.execute(ev.sql).fetchall()[0][0]
+            assert (float(got) == pytest.approx(ev.value, abs=0.051)) if isinstance(ev.value, float) else got == ev.value, ev.name
+    con.close()
+
+
+def test_gaps_while_the_gpu_is_busy_are_not_starvation(tmp_path: Path) -> None:
+    con = open_store(_contended_store(tmp_path / "busy.duckdb", 90.0))
+    assert not [c for c in causal_chains(con) if c.op == "gpu-starvation"]
+    con.close()

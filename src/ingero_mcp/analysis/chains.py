@@ -167,8 +167,6 @@ def _gather(con: duckdb.DuckDBPyConnection, cands: list[Candidate], window: Time
             by_op[chain_op].competitors.append(
                 (event, int(pid), comm, int(during), int(during_ns), int(overall), int(overall_ns))
             )
-    for op, tid, other_op, hit, overlap, first in rows(con, q.cross_thread_sql(top)):
-        by_op[op].cross.append((int(tid), other_op, int(hit), int(overlap), int(first)))
     if several_gpu_pids:
         for op, pid, n_calls, hit, busy in rows(con, q.gpu_others_sql(top)):
             if pid is None:
@@ -543,6 +541,12 @@ def causal_chains(
         sched_sampled = not table_complete(con, "sched_intervals")
         for c in cands:
             v = _classify(c, cpus, cpu_mean, gpu_mean, names, sampled, has_sched, sched_sampled)
+            if v.cause == rc.BLOCKED:  # was another thread of the process inside a CUDA call all along? (asked only now)
+                top = [(c.op, t.ts_ns, t.duration_ns, t.pid, t.tid) for t in c.top]
+                c.cross = [(int(tid), other, int(hit), int(overlap), int(first))
+                           for _, tid, other, hit, overlap, first in rows(con, q.cross_thread_sql(top))]
+                if c.cross:
+                    v = _classify(c, cpus, cpu_mean, gpu_mean, names, sampled, has_sched, sched_sampled)
             if not v.title:
                 continue
             g = c.group

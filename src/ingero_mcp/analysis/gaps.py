@@ -3,7 +3,9 @@
 A starved GPU shows no slow CUDA call at all: the feeding thread simply stops calling. Per traced
 process the feeder is the thread with the most launches and copies; its gaps are the idle stretches
 between the end of one of its calls (running max over nested runtime/driver calls) and the start of
-the next, at least MIN_GAP_NS and GAP_RATIO x the thread's median gap. They are found in SQL over
+the next, at least MIN_GAP_NS long. (A gap relative to the thread's median gap would excuse a thread
+whose every step ends in a long gap, the starved case itself; gaps while the GPU stays busy, e.g.
+used by another process, make no chain.) They are found in SQL over
 per-bucket first/last call times (window functions over buckets of MIN_GAP_NS, exact for every gap
 of that length: such a gap always crosses a bucket edge), so the cost is one aggregate over the calls.
 
@@ -25,20 +27,19 @@ from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, Tim
 
 MS = 1_000_000
 MIN_GAP_NS = 50 * MS  # also the bucket width of the gap search
-GAP_RATIO = 10  # a gap is at least this many times the thread's median gap
 MIN_CLASS_SHARE = 0.02  # a class of gaps smaller than this share of the span makes no chain
 MIN_CLASS_NS = 500 * MS
 BUSY_GPU = 50.0  # GPU utilisation (%) in the gaps at or above which the GPU was not starved (another user kept it busy)
-WORK_OPS = "(op ILIKE '%launch%' OR op ILIKE '%memcpy%' OR op ILIKE '%memset%')"
+WORK_OPS = "(contains(op, 'aunch') OR contains(op, 'emcpy') OR contains(op, 'emset'))"  # launches, copies, memsets
 CLASSES = ("host-bound", "preempted", "blocked")
 
 
-def gaps_cte(window: TimeWindow | None, pids: list[int] | None) -> str:
-    """CTEs ending in `gs(pid, tid, start_ns, end_ns, gap_ns, med_ns, pre_ns, blk_ns, on_ns, cls)`: the feeder
-    threads' long gaps with their scheduler split and class, and `hit`: the scheduler rows inside them."""
+def _gaps_only(window: TimeWindow | None, pids: list[int] | None) -> str:
+    """CTEs ending in `gaps(pid, tid, start_ns, end_ns, gap_ns)`: the long gaps of each process's feeder thread
+    (the thread with the most launches and copies)."""
     b = MIN_GAP_NS
     return f"""
-        b AS (SELECT pid, tid, ts_ns // {b} AS k, min(ts_ns) AS first_ns, max(ts_ns + duration_ns) AS end_ns,
+        b AS MATERIALIZED (SELECT pid, tid, ts_ns // {b} AS k, min(ts_ns) AS first_ns, max(ts_ns + duration_ns) AS end_ns,
                      count(*) FILTER (WHERE {WORK_OPS}) AS work
               FROM cuda_calls {where(ts_in(window), pid_in(pids))} GROUP BY ALL),
         feeder AS (SELECT pid, arg_max(tid, w) AS tid FROM (SELECT pid, tid, sum(work) AS w FROM b GROUP BY ALL)
@@ -46,12 +47,16 @@ def gaps_cte(window: TimeWindow | None, pids: list[int] | None) -> str:
         bg AS (SELECT b.pid, b.tid, b.first_ns, b.first_ns - max(b.end_ns) OVER (PARTITION BY b.pid, b.tid ORDER BY b.k
                       ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS gap_ns
                FROM b SEMI JOIN feeder f ON b.pid = f.pid AND b.tid = f.tid),
-        med AS (SELECT pid, tid, quantile_disc(greatest(gap_ns, 0), 0.5) AS med_ns FROM bg WHERE gap_ns IS NOT NULL GROUP BY ALL),
-        gaps AS (SELECT bg.pid, bg.tid, bg.first_ns - bg.gap_ns AS start_ns, bg.first_ns AS end_ns, bg.gap_ns, med.med_ns
-                 FROM bg JOIN med USING (pid, tid) WHERE bg.gap_ns >= greatest({MIN_GAP_NS}, {GAP_RATIO} * med.med_ns)),
+        gaps AS (SELECT pid, tid, first_ns - gap_ns AS start_ns, first_ns AS end_ns, gap_ns FROM bg WHERE gap_ns >= {MIN_GAP_NS})"""
+
+
+def _split(si_bounds: str) -> str:
+    """CTEs `si`, `hit`, `split`, `gs` over a CTE `gaps`: the scheduler rows of the gap's thread inside each gap,
+    the gap's preempted / blocked / on-CPU split and its class (the largest share)."""
+    return f"""
         si AS (SELECT i.pid, i.tid, i.off_ns, i.on_ns, i.prev_state, i.preemptor_pid, i.preemptor_comm
-               FROM sched_intervals i SEMI JOIN feeder f ON i.pid = f.pid AND i.tid = f.tid
-               WHERE i.off_ns >= (SELECT min(start_ns) FROM gaps) AND i.off_ns < (SELECT max(end_ns) FROM gaps)),
+               FROM sched_intervals i SEMI JOIN (SELECT DISTINCT pid, tid FROM gaps) f ON i.pid = f.pid AND i.tid = f.tid
+               WHERE {si_bounds}),
         hit AS (SELECT gaps.pid, gaps.tid, gaps.start_ns, si.prev_state, si.preemptor_pid, si.preemptor_comm,
                        least(coalesce(si.on_ns, gaps.end_ns), gaps.end_ns) - si.off_ns AS ns
                 FROM si ASOF JOIN gaps ON si.pid = gaps.pid AND si.tid = gaps.tid AND si.off_ns >= gaps.start_ns
@@ -68,10 +73,26 @@ def gaps_cte(window: TimeWindow | None, pids: list[int] | None) -> str:
                FROM gaps LEFT JOIN split USING (pid, tid, start_ns))"""
 
 
+def gaps_cte(window: TimeWindow | None, pids: list[int] | None) -> str:
+    """CTEs ending in `gs(pid, tid, start_ns, end_ns, gap_ns, pre_ns, blk_ns, on_ns, cls)`: the feeder
+    threads' long gaps with their scheduler split and class, recomputed from the store in one statement."""
+    return _gaps_only(window, pids) + "," + _split(
+        "i.off_ns >= (SELECT min(start_ns) FROM gaps) AND i.off_ns < (SELECT max(end_ns) FROM gaps)")
+
+
 def gaps_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
-    """Every long gap of every feeder thread, with its split and class."""
-    return _tidy(f"WITH {gaps_cte(window, pids)} SELECT pid, tid, start_ns, end_ns, gap_ns, med_ns, pre_ns, blk_ns, on_ns, cls "
-                 f"FROM gs ORDER BY pid, start_ns")
+    """Every long gap of every feeder thread (no split: that is `split_sql`, run only when there are gaps)."""
+    return _tidy(f"WITH {_gaps_only(window, pids)} SELECT pid, tid, start_ns, end_ns, gap_ns FROM gaps ORDER BY pid, start_ns")
+
+
+def split_sql(found: list[tuple]) -> str:
+    """The split and class of the given gaps (pid, tid, start_ns, end_ns, gap_ns): the same CTEs as
+    `gaps_cte`, with the gaps as literals so that the scheduler rows are pruned by time."""
+    values = ", ".join(f"({int(p)}, {int(t)}, {int(s)}, {int(e)}, {int(g)})" for p, t, s, e, g in found)
+    lo, hi = min(int(r[2]) for r in found), max(int(r[3]) for r in found)
+    return _tidy(f"WITH gaps(pid, tid, start_ns, end_ns, gap_ns) AS (VALUES {values}),"
+                 + _split(f"i.off_ns >= {lo} AND i.off_ns < {hi}")
+                 + " SELECT pid, tid, start_ns, end_ns, gap_ns, pre_ns, blk_ns, on_ns, cls FROM gs ORDER BY pid, start_ns")
 
 
 def gaps_one(pid: int, cls: str | None, expr: str, window: TimeWindow | None, pids: list[int] | None,
@@ -94,7 +115,6 @@ class Gap:
     start_ns: int
     end_ns: int
     gap_ns: int
-    med_ns: int
     pre_ns: int
     blk_ns: int
     on_ns: int
@@ -109,7 +129,6 @@ class GapClass:
     tid: int
     cls: str
     gaps: list[Gap]
-    med_ns: int
     all_gaps: list[Gap] = field(default_factory=list)  # every long gap of the process, all classes
     gpu_in: float | None = None
     cpu_in: float | None = None
@@ -145,7 +164,10 @@ def find_gap_classes(con: duckdb.DuckDBPyConnection, window: TimeWindow | None, 
     """The long gaps of every feeder thread, grouped by process and class; small classes dropped."""
     if not has_rows(con, "sched_intervals"):
         return []  # without scheduler rows nothing says what the thread did in the gaps
-    got = [Gap(*(int(x) for x in r[:9]), r[9]) for r in rows(con, gaps_sql(window, pids))]
+    found = rows(con, gaps_sql(window, pids))
+    if not found:
+        return []
+    got = [Gap(*(int(x) for x in r[:8]), r[8]) for r in rows(con, split_sql(found))]
     by: dict[tuple[int, str], list[Gap]] = {}
     for g in got:
         by.setdefault((g.pid, g.cls), []).append(g)
@@ -154,7 +176,7 @@ def find_gap_classes(con: duckdb.DuckDBPyConnection, window: TimeWindow | None, 
         total = sum(g.gap_ns for g in gs)
         if total < MIN_CLASS_NS or (span_ns and total < MIN_CLASS_SHARE * span_ns):
             continue
-        out.append(GapClass(pid, gs[0].tid, cls, gs, gs[0].med_ns, all_gaps=[g for g in got if g.pid == pid]))
+        out.append(GapClass(pid, gs[0].tid, cls, gs, all_gaps=[g for g in got if g.pid == pid]))
     if out:
         _gather(con, out, window, pids)
     return [gc for gc in out if gc.gpu_in is None or gc.gpu_in < BUSY_GPU]
@@ -255,6 +277,15 @@ def _ranges(pids: list[int]) -> str:
     return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in out)
 
 
+def _grouped(preemptors: list[tuple[int, str, int, int]]) -> str:
+    """'pt_data_worker x4 (1587-1590), kworker/3:1[113]': the tasks that took the CPU, grouped by name, busiest first."""
+    by: dict[str, list[int]] = {}
+    for pid, comm, _, _ in preemptors:
+        by.setdefault(comm, []).append(pid)
+    parts = [f"{c} x{len(p)} ({_ranges(p)})" if len(p) > 1 else f"{c}[{p[0]}]" for c, p in by.items()]
+    return ", ".join(parts[:3]) or "other tasks"
+
+
 def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | None,
               window: TimeWindow | None, pids: list[int] | None) -> CausalChain:
     """The chain of one process's gaps of one class: what the feeding thread, the GPU and the workers did then."""
@@ -268,7 +299,7 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
     gpu_txt = (f"GPU {gc.gpu_in:.1f}% busy in the {gc.n_snap_in} snapshots inside the gaps"
                + (f" vs {gc.gpu_out:.1f}% outside them" if gc.gpu_out is not None else "")) if gc.gpu_in is not None else ""
     head = (f"GPU starved {_s(total)} ({_pct(total, span_ns)}% of the trace) in {n} gap{'s' if n != 1 else ''} of "
-            f">= {_s(max(MIN_GAP_NS, GAP_RATIO * gc.med_ns))} between the CUDA calls of {who}'s {thread}")
+            f">= {_s(MIN_GAP_NS)} between the CUDA calls of {who}'s {thread}")
     if gc.gpu_in is not None:
         head += f" (GPU {gc.gpu_in:.0f}% then" + (f" vs {gc.gpu_out:.0f}% otherwise)" if gc.gpu_out is not None else ")")
     kids_alive = sum(a for _, _, a, _ in gc.children)
@@ -291,7 +322,7 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
         # the CPU-contention catalogue's words
         "subject": f"the {thread} of {who} between its CUDA calls", "subject_cap": f"The {thread} of {who}", "span": "the gaps",
         "preempted_pct": _pct(pre, total), "blocked_pct": _pct(blk, total), "moment": "in the gaps", "cpu_at_slow": gc.cpu_in,
-        "cpu_mean": gc.cpu_out, "competitors": ", ".join(f"{c}[{p}]" for p, c, _, _ in gc.preemptors[:3]) or "other tasks",
+        "cpu_mean": gc.cpu_out if gc.cpu_out is not None else "?", "competitors": _grouped(gc.preemptors),
     }
     host_alloc = [(t, op, k, ns) for t, op, k, ns in gc.other_calls if "hostalloc" in op.lower()]
     if gc.cls == "host-bound":
@@ -339,11 +370,11 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
         severity = "MEDIUM"
     else:
         severity = "LOW"
+    if cause == rc.BLOCKED and severity == "HIGH":
+        severity = "MEDIUM"  # sleeping with no busy worker may be a server waiting for work: the trace cannot tell
     ev = [
         Evidence(name="gaps", value=n, unit=f"gaps of class {gc.cls}", sql=gaps_one(gc.pid, gc.cls, "count(*)", window, pids)),
         Evidence(name="gaps_time", value=total, unit="ns", sql=gaps_one(gc.pid, gc.cls, "sum(gs.gap_ns)", window, pids)),
-        Evidence(name="median_gap", value=gc.med_ns, unit="ns (at bucket edges)",
-                 sql=gaps_one(gc.pid, gc.cls, "any_value(gs.med_ns)", window, pids)),
         Evidence(name="on_cpu_in_gaps", value=on, unit="ns", sql=gaps_one(gc.pid, gc.cls, "sum(gs.on_ns)", window, pids)),
         Evidence(name="preempted_in_gaps", value=pre, unit="ns", sql=gaps_one(gc.pid, gc.cls, "sum(gs.pre_ns)", window, pids)),
         Evidence(name="blocked_in_gaps", value=blk, unit="ns", sql=gaps_one(gc.pid, gc.cls, "sum(gs.blk_ns)", window, pids)),
@@ -383,8 +414,8 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
                                       f"{_pct(g.on_ns, g.gap_ns)}%, preempted {_pct(g.pre_ns, g.gap_ns)}%, blocked "
                                       f"{_pct(g.blk_ns, g.gap_ns)}%"))
     explanation = (f"{head}. Root cause: {title}, because " + "; ".join(because) + ". A gap is time between the end of "
-                   f"one CUDA call of the thread and the start of its next, >= {MIN_GAP_NS // MS} ms and >= {GAP_RATIO}x "
-                   f"the median gap; the GPU then runs only what was queued before.")
+                   f"one CUDA call of the thread and the start of its next, >= {MIN_GAP_NS // MS} ms; the GPU then runs only "
+                   "what was queued before.")
     return CausalChain(
         id=f"ingero-mcp:gpu-starvation:{gc.pid}:{gc.cls}", op="gpu-starvation", severity=severity,
         summary=f"{head} <- " + " <- ".join(short), root_cause=f"{cause}: {title}", explanation=explanation,
