@@ -299,6 +299,9 @@ class Tracer:
             "every process that uses libcudart/libcuda"
         self._say(f"recording to {self.opts.db} (session {self.writer.session_id}): {who}; "
                   f"{len(self.libs)} libraries, {probes} symbols attached; Ctrl-C to stop")
+        if not self.libs:
+            self._say("no libcudart/libcuda mapped yet; rescanning every second (calls made before a library is "
+                      "found are missed: --cuda-lib PATH attaches it now)")
 
     # ---- loop -----------------------------------------------------------------------------
 
@@ -490,7 +493,7 @@ class Tracer:
         self._say(f"stopped ({self._stop_reason}): {self.stored['cuda_calls']:,} CUDA calls, "
                   f"{self.stored['sched_intervals']:,} scheduler intervals, "
                   f"{self.stored['process_events']:,} process events; lost {sum(lost.values())}; "
-                  f"store {self.opts.db}")
+                  f"store {self.opts.db} (report: ingero-mcp explain --db {self.opts.db})")
 
     def _flush_final(self) -> None:
         taken = self._take_pending()
