@@ -370,6 +370,8 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
         severity = "MEDIUM"
     else:
         severity = "LOW"
+    if gc.gpu_in is not None and gc.gpu_out is not None and gc.gpu_in >= gc.gpu_out:
+        severity = "LOW"  # the GPU was no less busy in the gaps than outside them: they did not starve it
     if cause == rc.BLOCKED and severity == "HIGH":
         severity = "MEDIUM"  # sleeping with no busy worker may be a server waiting for work: the trace cannot tell
     ev = [
