@@ -120,9 +120,12 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--workloads", default=",".join(name for name, _ in WORKLOADS),
                         help="comma-separated subset of: " + ", ".join(name for name, _ in WORKLOADS))
+    parser.add_argument("--size", action="append", default=[], metavar="NAME=N",
+                        help="override a workload's size, e.g. train=3000 (steps)")
     args = parser.parse_args()
     chosen = set(args.workloads.split(","))
-    WORKLOADS[:] = [w for w in WORKLOADS if w[0] in chosen]
+    sizes = dict(item.split("=") for item in args.size)
+    WORKLOADS[:] = [(name, int(sizes.get(name, size))) for name, size in WORKLOADS if name in chosen]
     args.outdir.mkdir(parents=True, exist_ok=True)
     work = Path("/tmp/ingero-overhead")
     work.mkdir(exist_ok=True)
