@@ -157,7 +157,7 @@ S = 1_000_000_000
 US = 1_000
 
 
-def _contended_store(path: Path, gpu_util: float) -> Path:
+def _contended_store(path: Path, gpu_util: float, slices: int = 7) -> Path:
     from ingero_mcp.store import TraceWriter
 
     ts = [T0 + step * 500 * MS + i * 100 * US for step in range(40) for i in range(20)]
@@ -165,7 +165,7 @@ def _contended_store(path: Path, gpu_util: float) -> Path:
     offs, ons, pre_pids = [], [], []
     for step in range(40):
         gap_start = T0 + step * 500 * MS + 19 * 100 * US + 10 * US
-        for k in range(7):  # 7 x 50 ms preempted in each ~480 ms gap (~73 %)
+        for k in range(slices):  # 7 x 50 ms preempted in each ~480 ms gap (~73 %)
             offs.append(gap_start + 10 * MS + k * 65 * MS)
             ons.append(offs[-1] + 50 * MS)
             pre_pids.append(501 + (step + k) % 4)
@@ -206,3 +206,21 @@ def test_gaps_while_the_gpu_is_busy_are_not_starvation(tmp_path: Path) -> None:
     con = open_store(_contended_store(tmp_path / "busy.duckdb", 90.0))
     assert not [c for c in causal_chains(con) if c.op == "gpu-starvation"]
     con.close()
+
+
+def test_a_mostly_busy_feeder_that_is_also_preempted_says_both(tmp_path: Path) -> None:
+    con = open_store(_contended_store(tmp_path / "mixed.duckdb", 3.0, slices=4))  # ~42 % preempted, ~58 % on-CPU
+    c = next(c for c in causal_chains(con) if c.op == "gpu-starvation")
+    assert c.root_cause.startswith("host-bound")
+    assert "preempted" in c.summary and "pt_data_worker x4" in c.summary
+    assert any("num_workers <= 4 - 1" in r for r in c.recommendations)
+    con.close()
+
+
+def test_nested_driver_calls_are_folded_into_the_runtime_chain(chains) -> None:
+    ops = [c.op for c in chains]
+    assert "cudaMemcpyAsync" in ops and "cuMemcpyHtoDAsync_v2" not in ops
+    assert "cudaStreamSynchronize" in ops and "cuStreamSynchronize" not in ops
+    copy = next(c for c in chains if c.op == "cudaMemcpyAsync")
+    assert "cuMemcpyHtoDAsync_v2 runs inside these calls" in copy.explanation
+    assert "cuLaunchKernelEx" in ops  # no runtime call encloses it: kept

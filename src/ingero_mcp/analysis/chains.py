@@ -512,6 +512,28 @@ def _summary(c: Candidate, v: _Verdict, sampled: bool) -> str:
     return f"{head} <- " + " <- ".join(v.short or [v.title])
 
 
+def _fold_nested(own: list[tuple[Candidate, CausalChain]]) -> set[str]:
+    """Drop a driver-API chain whose slowest call runs inside the slowest call of a runtime-API chain with the same
+    root cause (cudaMemcpyAsync calls cuMemcpyHtoDAsync_v2: one slow copy, not two); say so in the kept chain."""
+    folded: set[str] = set()
+    for cd, chd in list(own):
+        if cd.group.api != "driver":
+            continue
+        d = cd.top[0]
+        for cr, chr_ in own:
+            r = cr.top[0]
+            if cr.group.api == "runtime" and chr_.root_cause.split(":")[0] == chd.root_cause.split(":")[0] \
+                    and (r.pid, r.tid) == (d.pid, d.tid) and r.ts_ns <= d.ts_ns \
+                    and d.ts_ns + d.duration_ns <= r.ts_ns + r.duration_ns:
+                chr_.explanation += (f" The driver call {cd.op} runs inside these calls (same thread, nested: its slowest "
+                                     f"call, {_ms(d.duration_ns)} ms, lies within this op's slowest) and has the same cause; "
+                                     "it is not reported separately.")
+                own.remove((cd, chd))
+                folded.add(cd.op)
+                break
+    return folded
+
+
 def causal_chains(
     con: duckdb.DuckDBPyConnection,
     window: TimeWindow | None = None,
@@ -566,6 +588,7 @@ def causal_chains(
             )
             own.append((c, chain))
         _add_context_events(con, own, names)
+    folded = _fold_nested(own)
     rank = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
     ranked = [(c.dur_ns, ch) for c, ch in own]
     # GPU starvation: long gaps between the feeding thread's calls (time with no CUDA call at all).
@@ -578,7 +601,7 @@ def causal_chains(
     if any(g.pid is not None for g in groups):
         names = _names(con)
         per_op = {g.op: g for g in groups if g.pid is None}
-        chained = {ch.op for ch in ordered}
+        chained = {ch.op for ch in ordered} | folded
         busiest: dict[int, tuple[int, str]] = {}
         for g in groups:
             if g.pid is not None and g.count > busiest.get(g.pid, (0, ""))[0]:

@@ -336,6 +336,10 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
             because.append(f"{who} allocated {pages_own:,} pages ({bytes_own / 2**30:,.2f} GiB) in the 1 s buckets holding "
                            "the gaps: building batches in host memory")
         short = [f"{thread} {gc.tid} on-CPU {_pct(on, total)}% of the gaps (host-bound: running Python, not CUDA)", tail]
+        if pre >= 0.2 * total:  # on a crowded host the same gaps are also partly CPU contention
+            because.append(f"it was also preempted {_pct(pre, total)}% of the gaps, the CPU taken by {numbers['competitors']}"
+                           + (f" on {cpus} CPUs" if cpus else ""))
+            short[0] += f", preempted {_pct(pre, total)}% (by {numbers['competitors']})"
         strength = on / total if total else 0.0
     elif gc.cls == "preempted":
         cause, title = rc.CPU_CONTENTION, "CPU contention: the thread that feeds the GPU was preempted between its CUDA calls"
@@ -418,8 +422,11 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
     explanation = (f"{head}. Root cause: {title}, because " + "; ".join(because) + ". A gap is time between the end of "
                    f"one CUDA call of the thread and the start of its next, >= {MIN_GAP_NS // MS} ms; the GPU then runs only "
                    "what was queued before.")
+    recs = rc.recommend(cause, numbers)
+    if cause == rc.HOST_BOUND and pre >= 0.2 * total:
+        recs += rc.recommend(rc.CPU_CONTENTION, numbers)[:1]
     return CausalChain(
         id=f"ingero-mcp:gpu-starvation:{gc.pid}:{gc.cls}", op="gpu-starvation", severity=severity,
         summary=f"{head} <- " + " <- ".join(short), root_cause=f"{cause}: {title}", explanation=explanation,
-        count=n, pids=[gc.pid], evidence=ev, recommendations=rc.recommend(cause, numbers), timeline=timeline,
+        count=n, pids=[gc.pid], evidence=ev, recommendations=recs, timeline=timeline,
     )
