@@ -260,9 +260,11 @@ class Tracer:
             self.attach_library(lib)
             for pid in lib.pids:
                 per_pid.setdefault(pid, set()).add(lib.api)
-                if self.trace_all and pid not in self.procs:
-                    self._trace_pid(pid, target=False)
-                elif self.trace_all and not self.procs[pid]["traced"]:
+        if self.trace_all:
+            new = [pid for pid in per_pid if pid not in self.procs or not self.procs[pid]["traced"]]
+            # a CUDA process found now may already have children (DataLoader workers): follow them too
+            for pid in sorted(descendants(new)) if new else []:
+                if pid not in self.procs or not self.procs[pid]["traced"]:
                     self._trace_pid(pid, target=False)
         for pid, apis in per_pid.items():
             if apis == {"driver"}:
