@@ -224,3 +224,17 @@ def test_nested_driver_calls_are_folded_into_the_runtime_chain(chains) -> None:
     copy = next(c for c in chains if c.op == "cudaMemcpyAsync")
     assert "cuMemcpyHtoDAsync_v2 runs inside these calls" in copy.explanation
     assert "cuLaunchKernelEx" in ops  # no runtime call encloses it: kept
+
+
+def test_the_23_ms_sync_waits_for_the_pinned_copy_queued_before_it(con, chains) -> None:
+    sync = next(c for c in chains if c.op == "cudaStreamSynchronize")
+    assert sync.root_cause.startswith("queued-copy") and sync.severity == "LOW"
+    # Recompute: the copy right before the slowest sync on the same thread, and the bandwidth copy start -> sync end.
+    nbytes, gbs = one(con, """
+        WITH s AS (SELECT * FROM cuda_calls WHERE op = 'cudaStreamSynchronize' ORDER BY duration_ns DESC LIMIT 1),
+        m AS (SELECT * FROM cuda_calls WHERE op = 'cudaMemcpyAsync')
+        SELECT m.bytes, m.bytes / ((s.ts_ns + s.duration_ns - m.ts_ns) / 1e9) / 1e9
+        FROM s ASOF JOIN m ON m.tid = s.tid AND m.ts_ns < s.ts_ns""")
+    assert _ev(sync, "bytes_queued_before_slowest") == nbytes
+    assert gbs > 12  # pinned-memory speed: the transfer, not the host
+    assert f"{gbs:.1f} GB/s" in sync.summary

@@ -236,3 +236,30 @@ def copy_bandwidth_sql(th: dict[str, int], window: TimeWindow | None, pids: list
     op-wide figure hides when fast (pinned, asynchronous) copies of the same op are mixed in."""
     return tidy(f"WITH {slow_cte(th, window, pids)} SELECT op, sum(bytes), sum(duration_ns), count(*) FROM slow "
                 f"WHERE bytes IS NOT NULL GROUP BY op")
+
+
+QUEUED_GAP_NS = 1_000_000  # a copy that returned at most this long before a sync started was queued just before it
+
+
+def queued_copy_sql(top: list[tuple]) -> str:
+    """For each top slow call, the last copy (with bytes) the same thread made before it: a sync that waits for an
+    asynchronous copy queued just before it is the copy's own time on the GPU."""
+    return tidy(f"""
+        WITH v(op, pid, tid, ts_ns, end_ns) AS (VALUES {_values_top(top)}),
+        m AS (SELECT pid, tid, op, ts_ns, duration_ns, bytes, memcpy_kind FROM cuda_calls
+              WHERE contains(op, 'emcpy') AND bytes IS NOT NULL AND pid IN (SELECT DISTINCT pid FROM v))
+        SELECT v.op, v.ts_ns, v.end_ns - v.ts_ns, m.op, m.ts_ns, m.duration_ns, m.bytes, m.memcpy_kind
+        FROM v ASOF JOIN m ON m.pid = v.pid AND m.tid = v.tid AND m.ts_ns < v.ts_ns
+        WHERE m.ts_ns + m.duration_ns >= v.ts_ns - {QUEUED_GAP_NS}
+    """)
+
+
+def queued_copy_one(op: str, th: dict[str, int], window: TimeWindow | None, pids: list[int] | None) -> str:
+    """Bytes of the copy queued just before the op's slowest slow call (same thread)."""
+    return tidy(f"""
+        WITH {slow_cte({op: th[op]}, window, pids)}, {top_cte()},
+        pick AS (SELECT * FROM top ORDER BY duration_ns DESC, ts_ns LIMIT 1),
+        m AS (SELECT pid, tid, ts_ns, duration_ns, bytes FROM cuda_calls WHERE contains(op, 'emcpy') AND bytes IS NOT NULL)
+        SELECT m.bytes FROM pick ASOF JOIN m ON m.pid = pick.pid AND m.tid = pick.tid AND m.ts_ns < pick.ts_ns
+        WHERE m.ts_ns + m.duration_ns >= pick.ts_ns - {QUEUED_GAP_NS}
+    """)

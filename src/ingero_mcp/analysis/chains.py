@@ -85,6 +85,7 @@ class Candidate:
     competitors: list[tuple] = field(default_factory=list)  # (event, pid, comm, during, during_ns, overall, overall_ns)
     gpu_others: dict[int, list] = field(default_factory=dict)  # pid -> [calls, top calls hit, busy ns]
     gpu_hit: int = 0
+    queued: list[tuple] = field(default_factory=list)  # (call ts, call ns, copy op, copy ts, copy ns, bytes, kind)
     cross: list[tuple] = field(default_factory=list)  # (tid, other op, top calls hit, overlap ns, first ts): same process
 
     @property
@@ -340,6 +341,23 @@ def _classify(c: Candidate, cpus: int | None, cpu_mean: float | None, gpu_mean: 
                        "a lock or IO, not on a CPU")
         short = [f"calling thread blocked (sleeping) {_pct(blk, base)}% of the slow calls' time", "waiting on the GPU, a lock or IO"]
         return _Verdict(rc.BLOCKED, "blocked: the thread waits (GPU, lock or IO)", blk_s, lost, because, numbers, short)
+    queued_ns = sum(r[1] for r in c.queued)
+    if c.queued and queued_ns >= 0.5 * c.top_ns and off_s < 0.5:
+        slow_q = max(c.queued, key=lambda r: r[1])
+        ts, dur, cop, cts, cdur, nbytes, kind = slow_q
+        gbs = nbytes / ((ts + dur - cts) / 1e9) / 1e9 if ts + dur > cts else 0.0
+        numbers.update(copy_op=cop, copy_bytes=f"{nbytes:,}", copy_kind=kind or "", copy_gbs=round(gbs, 2),
+                       copy_call_ms=_ms(cdur), slowest_ms=_ms(dur), queued_pct=_pct(queued_ns, c.top_ns))
+        because.append(f"{_pct(queued_ns, c.top_ns)}% of the longest slow calls' time was spent waiting for a copy the thread "
+                       f"had queued just before: the slowest ({_ms(dur)} ms) followed a {nbytes:,}-byte {kind or ''} {cop} that "
+                       f"returned in {_ms(cdur)} ms, so the sync waited for the transfer itself ({gbs:.1f} GB/s from the copy's "
+                       "start to the sync's end" + (", the speed of pinned memory" if gbs >= SLOW_MEMCPY_BPS / 1e9 else "") + ")")
+        if base:
+            because.append(f"the thread was off-CPU {_pct(off, base)}% of it ({source}): the host was not in the way")
+        short = [f"waiting for the {nbytes / 1e6:,.0f} MB {kind or ''} {cop} queued just before it ({gbs:.1f} GB/s)",
+                 "the transfer's own time on the GPU, not a host problem"]
+        return _Verdict(rc.QUEUED_COPY, "the sync waits for the asynchronous copy queued just before it", 0.5, lost,
+                        because, numbers, short)
     if not base or (not c.attributed and not c.sched):
         because.append("no per-call attribution and no scheduler rows inside the slow calls"
                        + (" (the store holds a sample)" if sampled else ""))
@@ -381,6 +399,8 @@ def _group_names(comp: list[tuple[int, str, str]]) -> str:
 def _severity(v: _Verdict, c: Candidate, span_ns: int) -> str:
     ratio = c.group.p99_ns / c.group.p50_ns if c.group.p50_ns else 0.0
     share = v.lost_ns / span_ns if span_ns else 0.0
+    if v.cause == rc.QUEUED_COPY:
+        return "LOW"
     if v.cause in (rc.COLD_START, rc.DRIVER_LOCK):
         return "HIGH" if share >= 0.05 else "MEDIUM" if share >= 0.005 else "LOW"
     if v.cause == rc.UNEXPLAINED:
@@ -441,6 +461,9 @@ def _evidence(c: Candidate, v: _Verdict, th: dict[str, int], window: TimeWindow 
             ev.append(Evidence(name=f"context_switches {comm}[{pid}]", value=during,
                                unit="in the aggregate buckets of the longest slow calls",
                                sql=q.competitor_one(op, pid, "sched_switch", th, window, pids)))
+    if v.cause == rc.QUEUED_COPY:
+        ev.append(Evidence(name="bytes_queued_before_slowest", value=max(c.queued, key=lambda r: r[1])[5],
+                           unit="bytes (the copy the slowest call waited for)", sql=q.queued_copy_one(op, th, window, pids)))
     if v.cause == rc.DRIVER_LOCK:
         tid, other, hit, overlap, _ = c.cross[0]
         ev.append(Evidence(name=f"overlap_with {other} on thread {tid}", value=overlap,
@@ -568,6 +591,11 @@ def causal_chains(
                 c.cross = [(int(tid), other, int(hit), int(overlap), int(first))
                            for _, tid, other, hit, overlap, first in rows(con, q.cross_thread_sql(top))]
                 if c.cross:
+                    v = _classify(c, cpus, cpu_mean, gpu_mean, names, sampled, has_sched, sched_sampled)
+            if v.cause == rc.UNEXPLAINED and "ynchronize" in c.op:  # waiting for a copy queued just before?
+                top = [(c.op, t.ts_ns, t.duration_ns, t.pid, t.tid) for t in c.top]
+                c.queued = [tuple(int(x) if isinstance(x, int) else x for x in r[1:]) for r in rows(con, q.queued_copy_sql(top))]
+                if c.queued:
                     v = _classify(c, cpus, cpu_mean, gpu_mean, names, sampled, has_sched, sched_sampled)
             if not v.title:
                 continue

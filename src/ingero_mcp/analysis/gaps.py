@@ -318,7 +318,7 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
         "gpu_in": gc.gpu_in if gc.gpu_in is not None else "?", "gpu_out": gc.gpu_out if gc.gpu_out is not None else "?",
         "cpu_in": gc.cpu_in if gc.cpu_in is not None else "?", "workers": kids_txt,
         "kids_on_pct": _pct(kids_on, kids_alive), "kid_pages": f"{pages_k:,}", "kid_gib": round(bytes_k / 2**30, 2),
-        "own_pages": f"{pages_own:,}", "pin_note": "", "own_gib": round(bytes_own / 2**30, 2),
+        "own_pages": f"{pages_own:,}", "pin_note": "", "spare_cpus": "?", "own_gib": round(bytes_own / 2**30, 2),
         # the CPU-contention catalogue's words
         "subject": f"the {thread} of {who} between its CUDA calls", "subject_cap": f"The {thread} of {who}", "span": "the gaps",
         "preempted_pct": _pct(pre, total), "blocked_pct": _pct(blk, total), "moment": "in the gaps", "cpu_at_slow": gc.cpu_in,
@@ -332,6 +332,11 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
         else:
             tail = "no child process (worker) was alive then: data preparation on the main thread (DataLoader num_workers=0)"
         because.append(tail)
+        if gc.cpu_in is not None and cpus:
+            busy = gc.cpu_in / 100.0 * cpus
+            because.append(f"host CPU {gc.cpu_in:.1f}% in the gaps: about {busy:,.1f} of {cpus} CPUs busy, "
+                           f"{max(0.0, cpus - busy):,.0f} idle that workers could use")
+            numbers["spare_cpus"] = f"{max(0.0, cpus - busy):,.0f}"
         if pages_own:
             because.append(f"{who} allocated {pages_own:,} pages ({bytes_own / 2**30:,.2f} GiB) in the 1 s buckets holding "
                            "the gaps: building batches in host memory")
@@ -388,6 +393,10 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
     if gc.gpu_in is not None:
         ev.append(Evidence(name="gpu_util_percent_in_gaps", value=gc.gpu_in, unit="% (snapshots inside the gaps)",
                            sql=gaps_one(gc.pid, gc.cls, "round(avg(s.gpu_util_percent), 1)", window, pids,
+                                        source="gs JOIN snapshots s ON s.ts_ns >= gs.start_ns AND s.ts_ns < gs.end_ns")))
+    if gc.cpu_in is not None:
+        ev.append(Evidence(name="cpu_percent_in_gaps", value=gc.cpu_in, unit="% (snapshots inside the gaps)",
+                           sql=gaps_one(gc.pid, gc.cls, "round(avg(s.cpu_percent), 1)", window, pids,
                                         source="gs JOIN snapshots s ON s.ts_ns >= gs.start_ns AND s.ts_ns < gs.end_ns")))
     if gc.gpu_out is not None:
         span = (f"SELECT min(ts_ns) AS lo, max(ts_ns + duration_ns) AS hi FROM cuda_calls "

@@ -14,6 +14,7 @@ MEMCPY_BANDWIDTH = "memcpy-bandwidth"
 UNEXPLAINED = "unexplained"
 HOST_BOUND = "host-bound"
 DRIVER_LOCK = "driver-lock"
+QUEUED_COPY = "queued-copy"
 INPUT_WAIT = "waiting-on-workers"
 
 CATALOGUE: dict[str, list[str]] = {
@@ -61,10 +62,16 @@ CATALOGUE: dict[str, list[str]] = {
         "front, and reuse them (warm the pinned pool before the loop, persistent_workers=True with pin_memory, or a "
         "pre-pinned staging buffer), rather than while the GPU is being fed.",
     ],
+    QUEUED_COPY: [
+        "The slow {op} calls wait for the copy queued just before them ({copy_bytes} bytes {copy_kind} at {copy_gbs} GB/s; "
+        "{queued_pct}% of their time): that is the transfer, not the host. To hide it, copy the next batch on a side "
+        "stream with non_blocking=True while the current one computes, and synchronise only when the data is needed.",
+    ],
     HOST_BOUND: [
         "The GPU sat idle ({gpu_in}% busy vs {gpu_out}% otherwise) for {gaps_s} s ({share}% of the trace) while {thread} "
         "of {who} ran on the CPU {on_pct}% of that time between its CUDA calls: batch preparation (indexing, collate) "
-        "on the thread that feeds the GPU. Move it to DataLoader workers: num_workers=N (N up to {cpus} - 1 CPUs), "
+        "on the thread that feeds the GPU, with about {spare_cpus} of {cpus} CPUs idle. Move it to DataLoader workers: "
+        "num_workers=N (N up to {cpus} - 1), "
         "persistent_workers=True, prefetch_factor=2-4.",
         "If the dataset is a tensor in memory, skip per-sample Python work: index it with a whole batch of indices "
         "(x[idx] with idx from torch.randperm, ideally on the GPU) instead of Dataset.__getitem__ + collate; keep it on "
