@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import has_rows, pid_in, rows, ts_in, where
+from ingero_mcp.analysis._sql import has_rows, pid_in, rows, table_complete, ts_in, where
 from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow
 
 MS = 1_000_000
@@ -162,8 +162,9 @@ def _s(ns: float) -> str:
 def find_gap_classes(con: duckdb.DuckDBPyConnection, window: TimeWindow | None, pids: list[int] | None,
                      span_ns: int) -> list[GapClass]:
     """The long gaps of every feeder thread, grouped by process and class; small classes dropped."""
-    if not has_rows(con, "sched_intervals"):
-        return []  # without scheduler rows nothing says what the thread did in the gaps
+    if not has_rows(con, "sched_intervals") or not table_complete(con, "cuda_calls") \
+            or not table_complete(con, "sched_intervals"):
+        return []  # gaps between sampled calls are not gaps; without every scheduler row the split is unknown
     found = rows(con, gaps_sql(window, pids))
     if not found:
         return []
