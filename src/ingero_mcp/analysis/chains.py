@@ -7,7 +7,9 @@ what the host looked like at those moments (the snapshot at each slow call, not 
 run), which processes competed for the CPUs in those buckets, whether another process was using
 the GPU, and whether the slow calls were the process's first calls of the op. The root cause is
 the explanation the evidence supports best; severity grows with the evidence's strength and the
-time lost. Own chains come first, then imported ones (origin "ingero"), never mixed.
+time lost. GPU starvation, where the feeding thread makes no call at all, is found by gaps.py and ranked with
+them; a driver call's chain is folded into the runtime call that encloses it. Own chains come first, then
+imported ones (origin "ingero"), never mixed.
 """
 
 from __future__ import annotations
@@ -207,7 +209,10 @@ class _Verdict:
 def _classify(c: Candidate, cpus: int | None, cpu_mean: float | None, gpu_mean: float | None,
               names: dict[int, str], sampled: bool, has_sched: bool = False, sched_sampled: bool = False) -> _Verdict:
     """The root cause the evidence supports best, tested in order: cold start, CPU contention, page-allocation
-    storm, memcpy bandwidth, GPU shared with another process, blocked; else unexplained."""
+    storm, memcpy bandwidth (CPU-staged when the thread stays on-CPU), GPU shared with another process, driver lock
+    (blocked while another thread of the process was inside a CUDA call: `c.cross`, filled only for blocked verdicts),
+    blocked; a sync waiting for the copy queued just before it (`c.queued`, filled only for unexplained syncs);
+    else unexplained."""
     g = c.group
     numbers: dict[str, object] = {**rc.slow_call_words(c.op), "op": c.op, "cpus": cpus or "?", "cpu_mean": cpu_mean, "gpu_mean": gpu_mean,
                                   "cpu_at_slow": None if c.cpu_at_slow is None else round(c.cpu_at_slow, 1),

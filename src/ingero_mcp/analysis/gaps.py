@@ -233,7 +233,7 @@ def children_sql(pid: int, g_cte: str) -> str:
     return _tidy(f"""
         WITH {g_cte},
         kids AS (SELECT pid, coalesce((SELECT arg_max(h.comm, h.count) FROM host_aggregates h WHERE h.pid = processes.pid),
-                                      any_value(comm)) AS comm, min(first_seen_ns) AS born, max(coalesce(exit_ns, last_seen_ns)) AS died
+                                      any_value(comm)) AS comm, coalesce(min(first_seen_ns), 0) AS born, max(coalesce(exit_ns, last_seen_ns)) AS died
                  FROM processes WHERE ppid = {int(pid)} AND traced GROUP BY pid),
         alive AS (SELECT kids.pid, kids.comm, g.start_ns, g.end_ns, greatest(g.start_ns, kids.born) AS a0,
                          least(g.end_ns, coalesce(kids.died, g.end_ns)) AS a1
