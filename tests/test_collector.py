@@ -300,6 +300,11 @@ def test_sigkill_leaves_a_readable_store_and_late_processes_are_found(standin: S
     assert _q(con, "SELECT stopped_ns FROM sessions")[0][0] is None  # it never got to stop
     assert _q(con, "SELECT traced FROM processes WHERE pid = ?", [late.pid]) == [(True,)]
     con.close()
+    import subprocess
+
+    again = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--quiet"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert again.returncode == 2 and "fold_segments" in again.stderr  # never two writers on one segment folder
     fold_segments(db)
     con = open_store(db)
     assert _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ?", [late.pid])[0][0] == sum(parent.values())

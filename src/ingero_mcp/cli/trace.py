@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     install_signal_handlers(tracer)
     try:
         tracer.start()
-    except (ProcessLookupError, FileNotFoundError) as exc:
+    except (ProcessLookupError, FileNotFoundError, FileExistsError) as exc:
         print(f"ingero-mcp trace: {exc}", file=sys.stderr)
         return 2
     if args.quiet:

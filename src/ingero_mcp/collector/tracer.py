@@ -274,8 +274,16 @@ class Tracer:
 
     def start(self) -> None:
         """Compile, seed the traced set, attach, open the store, write the session row."""
-        from ingero_mcp.store import TraceWriter
+        from ingero_mcp.store import TraceWriter, segment_dir
 
+        db = self.opts.db
+        if not db.parent.is_dir():
+            raise FileNotFoundError(f"--db {db}: directory {db.parent} does not exist")
+        if segment_dir(db).is_dir() and any(segment_dir(db).iterdir()):
+            raise FileExistsError(
+                f"{segment_dir(db)} exists: another collector is recording to {db}, or one was killed. If none is "
+                f"running, fold what it left: python3 -c \"from ingero_mcp.store import fold_segments; "
+                f"fold_segments('{db}')\" (or choose another --db)")
         self.offset_ns = clock_offset_ns()
         self.nvml = Nvml()
         self.sampler = SystemSampler(self.nvml)
