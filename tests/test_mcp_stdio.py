@@ -46,11 +46,12 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return contention_store(tmp_path_factory.mktemp("stdio") / "trace.duckdb")
 
 
-def test_config_shape_points_at_the_demo_trace() -> None:
+def test_config_shape_points_at_the_bundled_trace() -> None:
     entry = server_entry()
     assert entry["command"] == ".venv/bin/ingero-mcp"
     assert entry["args"][:1] == ["mcp"] and "--db" in entry["args"]
-    assert entry["args"][entry["args"].index("--db") + 1] == "demo.duckdb"
+    db = entry["args"][entry["args"].index("--db") + 1]
+    assert db.startswith("investigations/") and (REPO / db).is_file(), "the config serves a trace bundled in the repo"
     assert (REPO / entry["command"]).exists(), "the config's command is the venv's console script"
 
 
@@ -159,3 +160,15 @@ def test_unusable_store_is_one_line_on_stderr_and_exit_2(tmp_path: Path, ingero_
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ingero-mcp mcp: ") and str(db) in lines[0]
+
+
+async def test_the_config_as_written_serves_the_bundled_h200_trace() -> None:
+    """No substitution at all: what a user gets from `claude --mcp-config examples/mcp-config.json`."""
+    entry = server_entry()
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=REPO)
+    async with Client(params) as client:
+        chains = await client.call_tool("get_causal_chains", {"top_n": 3})
+        calls = await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls WHERE op = 'cudaHostAlloc'"})
+    text = chains.content[0].text
+    assert not chains.is_error and "GPU starved" in text and "1534" in text
+    assert calls.content[0].text.splitlines()[-2:] == ["n (BIGINT)", "4"]
