@@ -209,10 +209,14 @@ def test_preempted_under_contention_and_not_without(recorded: dict[str, Any], co
     assert {p for (p,) in preemptors} & set(hogs)
     assert _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ? AND off_cpu_ns <> preempted_ns + blocked_ns",
               [recorded["pids"]["busy"]])[0][0] == 0
-    # the sleeping sync calls of `mix` are blocked, with exactly one switch-out each at least
-    blocked = _q(con, "SELECT min(blocked_ns), min(context_switches) FROM cuda_calls WHERE pid = ? AND op = "
-                 "'cuCtxSynchronize'", [recorded["pids"]["mix"]])[0]
-    assert blocked[0] > 0 and blocked[1] >= 1
+    # the sleeping sync calls of `mix` are blocked (each sleeps 200 us), with a switch-out each. Not
+    # every one: on a loaded VM the timer can fire before the thread gets to switch out, and then it
+    # leaves the CPU runnable, which is counted as preempted.
+    n, n_blocked, share, min_switches = _q(con, "SELECT count(*), count(*) FILTER (blocked_ns > 0), "
+                                                "sum(blocked_ns)::DOUBLE / sum(duration_ns), min(context_switches) "
+                                                "FROM cuda_calls WHERE pid = ? AND op = 'cuCtxSynchronize'",
+                                           [recorded["pids"]["mix"]])[0]
+    assert n_blocked >= 0.9 * n and share > 0.3 and min_switches >= 1, (n, n_blocked, share, min_switches)
 
 
 def test_children_followed_and_pages_counted(recorded: dict[str, Any], con: Any) -> None:

@@ -140,6 +140,7 @@ class Tracer:
         self._drain_lock = threading.Lock()
         self._drain_stop = threading.Event()
         self._drain_thread: threading.Thread | None = None
+        self._finished = False
 
     # ---- start ----------------------------------------------------------------------------
 
@@ -456,6 +457,18 @@ class Tracer:
         next_scan = start + self.opts.rescan_interval_s
         self._drain_thread = threading.Thread(target=self._drain_loop, name="ring-drain", daemon=True)
         self._drain_thread.start()
+        try:
+            self._loop(start, next_flush, next_scan)
+        except Exception as exc:
+            # Disk full, a store error...: stop the same clean way, keep what was recorded, then fail.
+            self._say(f"error while recording: {type(exc).__name__}: {exc}; stopping")
+            self.request_stop(f"error: {type(exc).__name__}: {exc}")
+            self.finish()
+            raise
+        self.finish()
+        return 0
+
+    def _loop(self, start: float, next_flush: float, next_scan: float) -> None:
         while self._stop_reason is None:
             time.sleep(0.05)
             now = time.monotonic()
@@ -468,8 +481,6 @@ class Tracer:
                 next_scan = now + self.opts.rescan_interval_s * (2 if self.trace_all else 1)
             if self.opts.duration_s is not None and now - start >= self.opts.duration_s:
                 self.request_stop(f"--duration {self.opts.duration_s:g}s reached")
-        self.finish()
-        return 0
 
     # ---- stop -----------------------------------------------------------------------------
 
@@ -487,6 +498,10 @@ class Tracer:
 
     def finish(self) -> None:
         """Detach, drain, write the final state, fold and close the store."""
+        if self._finished:
+            return
+        self._finished = True
+        self._say(f"stopping ({self._stop_reason}): detaching, draining, folding the store")
         self._drain_stop.set()
         if self._drain_thread is not None:
             self._drain_thread.join()

@@ -98,7 +98,19 @@ def open_store(db_path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
         con = _connect_read_only(path)
         _check_version(con, path)
         return _lock_down(con)
-    return _lock_down(_live_snapshot(path, segments))
+    for attempt in range(4):
+        # The collector replaces latest-*.parquet every second and deletes the segments when it
+        # folds them; a snapshot that caught a file mid-change (DuckDB reads a Parquet footer and
+        # its data in two opens) is simply taken again.
+        try:
+            return _lock_down(_live_snapshot(path, segments))
+        except (duckdb.Error, OSError):
+            if attempt == 3:
+                raise
+            time.sleep(0.2)
+            if not (segments.is_dir() and any(segments.glob("*/*.parquet"))):
+                return open_store(path)  # folded meanwhile
+    raise AssertionError("unreachable")
 
 
 def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
