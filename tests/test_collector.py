@@ -438,3 +438,39 @@ def test_oom_kill_recorded(standin: StandIn, tmp_path: Path) -> None:
     assert (child, "workload") in oom
     assert _q(con, "SELECT exit_ns IS NOT NULL, exit_code FROM processes WHERE pid = ?", [child]) == [(True, None)]
     con.close()
+
+
+def test_calls_in_flight_at_stop_are_recorded(standin: StandIn, tmp_path: Path) -> None:
+    from ingero_mcp.store import open_store
+
+    db = tmp_path / "inflight.duckdb"
+    # one iteration whose cudaStreamSynchronize sleeps 30 s: the collector stops in the middle of it
+    w = Workload(standin, "mix", "1", "0", str(30 * 10**9), "0", "0")
+    collector = Collector(db, "--pid", str(w.pid))
+    try:
+        collector.wait_for("recording to", timeout=120)
+        w.go()
+        time.sleep(2.5)
+        collector.proc.send_signal(signal.SIGINT)
+        assert collector.wait(timeout=60) == 0, collector.output()
+    finally:
+        w.kill()
+        collector.kill()
+    assert "SIGINT" in collector.output()
+    con = open_store(db)
+    done = dict(_q(con, "SELECT op, count(*) FROM cuda_calls WHERE return_code IS NOT NULL GROUP BY op"))
+    assert done == {"cudaLaunchKernel": 11, "cudaMemcpy": 1, "cudaMemcpyAsync": 1, "cudaMalloc": 1, "cudaFree": 1,
+                    "cuMemcpyHtoD_v2": 1}  # i = 0: cudaMemcpy is H2H (no driver call); 10 launches: 2nd thread
+    hung = _q(con, "SELECT op, duration_ns, blocked_ns, preempted_ns, stream FROM cuda_calls WHERE return_code IS NULL")
+    assert len(hung) == 1 and hung[0][0] == "cudaStreamSynchronize" and hung[0][4] == 0x1000
+    assert hung[0][1] >= 1_000_000_000 and hung[0][2] >= 0.9 * hung[0][1]  # asleep nearly all of it
+    started, stopped = _q(con, "SELECT started_ns, stopped_ns FROM sessions")[0]
+    ts = _q(con, "SELECT ts_ns + duration_ns FROM cuda_calls WHERE return_code IS NULL")[0][0]
+    assert started < ts <= stopped
+    open_iv = _q(con, "SELECT prev_state, off_cpu_ns FROM sched_intervals WHERE tid = ? AND on_ns IS NULL", [w.pid])
+    assert len(open_iv) == 1 and open_iv[0][0] == "blocked" and open_iv[0][1] >= 1_000_000_000
+    notes = json.loads(_q(con, "SELECT notes FROM sessions")[0][0])
+    assert notes["calls_in_flight"] == 1 and notes["stop_reason"] == "SIGINT"
+    stats = dict(_q(con, "SELECT source, events_seen - events_stored FROM collector_stats"))
+    assert stats["cuda_calls"] == 0 and stats["sched_intervals"] == 0
+    con.close()

@@ -508,7 +508,7 @@ class Tracer:
         self._detach()
         self._drain()
         self.stopped_ns = time.time_ns()
-        self.thread_states_left = sum(1 for _ in self.bpf["tstate"].keys())
+        self._record_unfinished()
         self._flush_final()
         lost = self.lost()
         self.writer.close()
@@ -519,6 +519,52 @@ class Tracer:
                   f"{self.stored['sched_intervals']:,} scheduler intervals, "
                   f"{self.stored['process_events']:,} process events; lost {sum(lost.values())}; "
                   f"store {self.opts.db} (report: ingero-mcp explain --db {self.opts.db})")
+
+    def _record_unfinished(self) -> None:
+        """Calls still in flight and threads still off-CPU when the recording stops, from the kernel's
+        thread states: a hung cudaStreamSynchronize is exactly what a user wants to see. Such calls get
+        duration = entry to stop and a NULL return_code; such intervals a NULL on_ns."""
+        now = (self.stopped_ns or time.time_ns()) - self.offset_ns  # the stop, on the kernel's clock
+        calls: list[tuple[int, ...]] = []
+        intervals: dict[str, list[Any]] = {k: [] for k in ("pid", "tid", "off_ns", "off_cpu_ns", "prev_state",
+                                                          "preemptor_pid", "preemptor_comm", "cpu", "wakeup_ns")}
+        states = 0
+        for key, st in self.bpf["tstate"].items():
+            states += 1
+            off_pre = off_blk = 0
+            if st.off_ts:
+                if st.off_state == 1:
+                    off_pre = now - st.off_ts
+                elif st.wake_ts > st.off_ts:
+                    off_blk, off_pre = st.wake_ts - st.off_ts, now - st.wake_ts
+                else:
+                    off_blk = now - st.off_ts
+                intervals["pid"].append(st.tgid)
+                intervals["tid"].append(key.value)
+                intervals["off_ns"].append(st.off_ts + self.offset_ns)
+                intervals["off_cpu_ns"].append(now - st.off_ts)
+                intervals["prev_state"].append(R.STATES[st.off_state] if st.off_state < len(R.STATES) else None)
+                intervals["preemptor_pid"].append(st.preemptor_pid)
+                intervals["preemptor_comm"].append(bytes(st.preemptor_comm).rstrip(b"\0").decode("utf-8", "replace"))
+                intervals["cpu"].append(st.cpu)
+                intervals["wakeup_ns"].append(st.wake_ts + self.offset_ns if st.off_state == 2 and st.wake_ts > st.off_ts else None)
+            for d in range(min(st.depth, len(st.fr))):
+                f = st.fr[d]
+                calls.append((f.ts, now - f.ts, f.bytes, f.stream, st.pre_ns - f.pre0 + off_pre, st.blk_ns - f.blk0 + off_blk,
+                              st.pg_bytes - f.pgb0, st.tgid, key.value, st.switches - f.sw0, st.pages - f.pg0, 0,
+                              f.op, f.kind, f.flags & (R.F_BYTES | R.F_STREAM)))
+        self.thread_states_left = states
+        self.unfinished = {"calls_in_flight": len(calls), "threads_off_cpu": len(intervals["pid"])}
+        if calls:
+            ev = np.array([(0, 0, *c) for c in calls], dtype=R.CUDA_DTYPE)
+            table = R.cuda_table(ev, self.offset_ns)
+            table = table.set_column(table.schema.get_field_index("return_code"), "return_code",
+                                     pa.nulls(len(calls), pa.int32()))
+            self.writer.append("cuda_calls", table)
+            self.stored["cuda_calls"] += len(calls)
+        if intervals["pid"]:
+            self.writer.append("sched_intervals", pa.table(intervals, schema=_OPEN_INTERVAL_SCHEMA))
+            self.stored["sched_intervals"] += len(intervals["pid"])
 
     def _flush_final(self) -> None:
         taken = self._take_pending()
@@ -555,9 +601,12 @@ class Tracer:
     def _stats_table(self) -> dict[str, list[Any]]:
         c = self._counters()
         lost = self.lost()
+        unfinished: dict[str, int] = getattr(self, "unfinished", {})
         rows = [
-            ("cuda_calls", int(c[R.C_CUDA_SEEN] + c[R.C_CUDA_DEPTH]), self.stored["cuda_calls"], lost["cuda_calls"], 0),
-            ("sched_intervals", int(c[R.C_SCHED_SEEN]), self.stored["sched_intervals"], lost["sched_intervals"], 0),
+            ("cuda_calls", int(c[R.C_CUDA_SEEN] + c[R.C_CUDA_DEPTH]) + unfinished.get("calls_in_flight", 0),
+             self.stored["cuda_calls"], lost["cuda_calls"], 0),
+            ("sched_intervals", int(c[R.C_SCHED_SEEN]) + unfinished.get("threads_off_cpu", 0),
+             self.stored["sched_intervals"], lost["sched_intervals"], 0),
             ("process_events", int(c[R.C_PROC_SEEN]), self.stored["process_events"], lost["process_events"], 0),
             ("sched_switch", int(c[R.C_SWITCH_TOTAL]), 0, lost["sched_switch"], self.aggregated.get(1, 0)),
             ("mm_page_alloc", int(c[R.C_PAGE_TOTAL]), 0, lost["mm_page_alloc"], self.aggregated.get(2, 0)),
@@ -576,9 +625,11 @@ class Tracer:
         lost = self.lost()
         rows = [
             ("cuda_calls", lost["cuda_calls"] == 0,
-             f"every call of traced processes to the attached symbols (see sessions.attached); lost {lost['cuda_calls']}"),
+             f"every call of traced processes to the attached symbols (see sessions.attached); lost {lost['cuda_calls']}; "
+             "return_code NULL: still in flight when the recording stopped (duration up to the stop)"),
             ("sched_intervals", lost["sched_intervals"] == 0,
-             f"every switch-out/switch-in of threads of traced processes; lost {lost['sched_intervals']}"),
+             f"every switch-out/switch-in of threads of traced processes; lost {lost['sched_intervals']}; "
+             "on_ns NULL: still off-CPU when the recording stopped (off_cpu_ns up to the stop)"),
             ("host_aggregates", lost["sched_switch"] + lost["mm_page_alloc"] == 0,
              "exact per (pid, 1 s bucket) counts of sched_switch and mm_page_alloc for every process on the host"),
             ("process_events", lost["process_events"] == 0, "every fork/exec/exit/oom_kill on the host"),
@@ -618,7 +669,8 @@ class Tracer:
                  "collector_cpu_s": round(_cpu_seconds(), 3),
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
                  "wakeups_seen": int(c[R.C_WAKEUP_SEEN]),
-                 "thread_states_left": getattr(self, "thread_states_left", None)}
+                 "thread_states_left": getattr(self, "thread_states_left", None),
+                 **getattr(self, "unfinished", {})}
         self.writer.replace("sessions", {
             "source": ["collector"],
             **{k: [v] for k, v in self.host.items()},
@@ -668,6 +720,11 @@ _AGG_SCHEMA = pa.schema([
     ("bucket_start_ns", pa.int64()), ("pid", pa.int32()), ("comm", pa.string()), ("source", pa.string()),
     ("op", pa.string()), ("count", pa.int64()), ("sum_bytes", pa.int64()), ("bucket_ns", pa.int64()),
     ("stored", pa.int64()),
+])
+_OPEN_INTERVAL_SCHEMA = pa.schema([
+    ("pid", pa.int32()), ("tid", pa.int32()), ("off_ns", pa.int64()), ("off_cpu_ns", pa.int64()),
+    ("prev_state", pa.string()), ("preemptor_pid", pa.int32()), ("preemptor_comm", pa.string()), ("cpu", pa.int32()),
+    ("wakeup_ns", pa.int64()),
 ])
 _PROC_SCHEMA = pa.schema([
     ("pid", pa.int32()), ("ppid", pa.int32()), ("comm", pa.string()), ("cmdline", pa.string()),
