@@ -176,6 +176,10 @@ def test_durations_and_nesting(recorded: dict[str, Any], con: Any) -> None:
                      f"({','.join(repr(o) for o in SPIN_OPS)}) GROUP BY op",
                      [recorded["pids"]["busy"], recorded["pids"]["calm"]]):
         assert lo >= SPIN_NS, op  # each burns 500 us of CPU
+    calm = _q(con, "SELECT op, median(duration_ns) FROM cuda_calls WHERE pid = ? AND op IN "
+              f"({','.join(repr(o) for o in SPIN_OPS)}) GROUP BY op", [recorded["pids"]["calm"]])
+    for op, med in calm:  # never preempted (SCHED_FIFO): entry to return is the 500 us of work, plus little
+        assert med < 1.5 * SPIN_NS, (op, med)
     # runtime copies call the driver: each nested driver call lies inside its runtime call, same thread
     nested = _q(con, """
         SELECT count(*) FROM cuda_calls d JOIN cuda_calls r
