@@ -67,7 +67,7 @@ class LiveView:
         host = (f"{rates}CPU {cpu:.0f}%   " if cpu is not None else rates) + (f"mem {mem:.0f}%   " if mem is not None else "")
         if gpu is not None:
             host += f"GPU {gpu:.0f}%"
-        lost = tracer.lost()
+        lost = tracer.lost(c)
         lost_text = "   ".join(f"{k} {v}" for k, v in lost.items())
         traced = sum(1 for p in tracer.procs.values() if p["traced"] and p["exit_ns"] is None)
         head = (f"ingero-mcp trace -> {tracer.opts.db}   {now - self.t0:,.0f} s   traced processes {traced}   "

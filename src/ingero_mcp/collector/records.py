@@ -68,13 +68,26 @@ def comm_array(raw: np.ndarray) -> pa.Array:
         return pa.array([b.decode("utf-8", "replace") for b in raw.tolist()], pa.string())
 
 
+def _names(codes: np.ndarray, names: pa.Array) -> pa.DictionaryArray:
+    """Codes -> dictionary-encoded strings (no string copied per row; DuckDB reads them as VARCHAR).
+
+    A code whose name is None (0: "not a copy", "unknown") becomes a null index, not a null in the
+    dictionary, which Parquet and DuckDB read the same way everywhere.
+    """
+    codes = codes.astype(np.int32)
+    if names.null_count:
+        return pa.DictionaryArray.from_arrays(pa.array(codes, mask=~np.asarray(names.is_valid())[codes]),
+                                              names.fill_null(""))
+    return pa.DictionaryArray.from_arrays(pa.array(codes), names)
+
+
 def _masked(values: np.ndarray, valid: np.ndarray, typ: pa.DataType) -> pa.Array:
     return pa.array(values, typ, mask=~valid)
 
 
 def cuda_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
     """cuda_calls rows from CUDA call records."""
-    op = pa.array(ev["op"].astype(np.int32))
+    op = ev["op"]
     has_bytes = (ev["flags"] & F_BYTES) != 0
     has_stream = (ev["flags"] & F_STREAM) != 0
     pre = ev["pre_ns"].astype(np.int64)
@@ -85,10 +98,10 @@ def cuda_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
             "duration_ns": pa.array(ev["dur"].astype(np.int64), pa.int64()),
             "pid": pa.array(ev["pid"].astype(np.int32), pa.int32()),
             "tid": pa.array(ev["tid"].astype(np.int32), pa.int32()),
-            "api": pc.take(_OP_APIS, op),
-            "op": pc.take(_OP_NAMES, op),
+            "api": _names(op, _OP_APIS),
+            "op": _names(op, _OP_NAMES),
             "bytes": _masked(ev["bytes"].astype(np.int64), has_bytes, pa.int64()),
-            "memcpy_kind": pc.take(_KINDS, pa.array(ev["kind"].astype(np.int32))),
+            "memcpy_kind": _names(ev["kind"], _KINDS),
             "stream": _masked(ev["stream"], has_stream, pa.uint64()),
             "return_code": pa.array(ev["ret"], pa.int32()),
             "off_cpu_ns": pa.array(pre + blk, pa.int64()),
@@ -113,7 +126,7 @@ def sched_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
             "off_ns": pa.array(off + offset_ns, pa.int64()),
             "on_ns": pa.array(on + offset_ns, pa.int64()),
             "off_cpu_ns": pa.array(on - off, pa.int64()),
-            "prev_state": pc.take(_STATES, pa.array(ev["state"].astype(np.int32))),
+            "prev_state": _names(ev["state"], _STATES),
             "preemptor_pid": pa.array(ev["preemptor_pid"].astype(np.int32), pa.int32()),
             "preemptor_comm": comm_array(ev["preemptor_comm"]),
             "cpu": pa.array(ev["cpu"].astype(np.int32), pa.int32()),

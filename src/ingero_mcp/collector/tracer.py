@@ -587,9 +587,9 @@ class Tracer:
 
     # ---- latest-state tables --------------------------------------------------------------
 
-    def lost(self) -> dict[str, int]:
+    def lost(self, c: np.ndarray | None = None) -> dict[str, int]:
         """Records lost per source so far (ring full, map full, call stack too deep)."""
-        c = self._counters()
+        c = self._counters() if c is None else c
         return {
             "cuda_calls": int(c[R.C_CUDA_DROP] + c[R.C_CUDA_DEPTH]),
             "sched_intervals": int(c[R.C_SCHED_DROP]),
@@ -598,9 +598,8 @@ class Tracer:
             "mm_page_alloc": int(c[R.C_AGG_DROP_PAGE]),
         }
 
-    def _stats_table(self) -> dict[str, list[Any]]:
-        c = self._counters()
-        lost = self.lost()
+    def _stats_table(self, c: np.ndarray) -> dict[str, list[Any]]:
+        lost = self.lost(c)
         unfinished: dict[str, int] = getattr(self, "unfinished", {})
         rows = [
             ("cuda_calls", int(c[R.C_CUDA_SEEN] + c[R.C_CUDA_DEPTH]) + unfinished.get("calls_in_flight", 0),
@@ -621,8 +620,8 @@ class Tracer:
             "events_aggregated": [r[4] for r in rows],
         }
 
-    def _coverage_table(self) -> dict[str, list[Any]]:
-        lost = self.lost()
+    def _coverage_table(self, c: np.ndarray) -> dict[str, list[Any]]:
+        lost = self.lost(c)
         rows = [
             ("cuda_calls", lost["cuda_calls"] == 0,
              f"every call of traced processes to the attached symbols (see sessions.attached); lost {lost['cuda_calls']}; "
@@ -682,8 +681,8 @@ class Tracer:
             "stopped_ns": [self.stopped_ns],
             "notes": [json.dumps(notes)],
         })
-        self.writer.replace("collector_stats", self._stats_table())
-        self.writer.replace("table_coverage", self._coverage_table())
+        self.writer.replace("collector_stats", self._stats_table(c))
+        self.writer.replace("table_coverage", self._coverage_table(c))
         if self._procs_dirty:
             cols = ("pid", "ppid", "comm", "cmdline", "first_seen_ns", "last_seen_ns", "exit_ns", "exit_code", "traced")
             procs = list(self.procs.values())
