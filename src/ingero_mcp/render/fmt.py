@@ -6,22 +6,15 @@ characters are removed and they are always printed as plain text (never as rich 
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from datetime import UTC, datetime
 
 from rich.text import Text
 
-_INVISIBLE = re.compile(r"[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
-
+from ingero_mcp import traced
 
 def clean(text: object, limit: int = 120) -> str:
-    """A traced string made safe to print: no control/format characters, bounded length."""
-    if text is None:
-        return ""
-    out = _INVISIBLE.sub("", str(text))
-    out = "".join(ch if unicodedata.category(ch)[0] != "C" else " " for ch in out)
-    return out if len(out) <= limit else out[: limit - 1] + "…"
+    """A traced string made safe to print (the same cleaning the MCP server applies), or "" for None."""
+    return "" if text is None else traced.clean(str(text), limit)
 
 
 def cell(value: object, limit: int = 120) -> Text:
