@@ -164,7 +164,8 @@ CREATE TABLE IF NOT EXISTS imported_chains (
     p50_ns            BIGINT,
     tail_ratio        DOUBLE,
     timeline          VARCHAR,             -- JSON, as the origin wrote it
-    node              VARCHAR
+    node              VARCHAR,
+    notes             VARCHAR              -- how the numbers were made, where the origin's columns do not say
 );
 
 -- ============================================================================================
@@ -221,6 +222,3 @@ CREATE TABLE IF NOT EXISTS imported_rows (
     row_number     BIGINT  NOT NULL,   -- order within the origin's table (its rowid order)
     row_json       VARCHAR NOT NULL
 );
-
--- How a chain's numbers were made, where the origin's columns do not say it themselves.
-ALTER TABLE imported_chains ADD COLUMN IF NOT EXISTS notes VARCHAR;
