@@ -284,7 +284,7 @@ def test_sigkill_leaves_a_readable_store_and_late_processes_are_found(standin: S
     try:
         collector.wait_for("recording to", timeout=120)
         late = Workload(standin, "mix", "50", "0", "0", "0", "0")
-        collector.wait_for("libcudart.so.13", timeout=30)  # the rescan found and attached it
+        collector.wait_for(f"trace: attached {standin.cudart}", timeout=30)  # the rescan found and attached it
         late.go()
         assert late.wait()[0] == 0
         parent, _, _ = mix_expected(50, 0)
@@ -366,7 +366,9 @@ def test_live_view_and_duration(standin: StandIn, tmp_path: Path) -> None:
     assert 3e9 <= stopped - started < 30e9
     assert json.loads(flags)["trace_all"] is True
     libs = {lib["path"]: lib for lib in json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]}
-    assert all(lib["forced"] for lib in libs.values()) and len(libs) == 3
+    # (no --pid: a stand-in library some other process on the host maps would be attached too, unforced)
+    forced = {path for path, lib in libs.items() if lib["forced"]}
+    assert forced == {str(standin.cudart), str(standin.cuda), str(partial)}, libs
     odd = libs[str(partial)]
     assert odd["attached"] == ["cudaLaunchKernel"] and "alias of cudaLaunchKernel" in odd["errors"]["cudaMemcpy"]
     assert "cudaStreamSynchronize" in odd["not_attached"] and "cudaMemcpy" not in odd["not_attached"]
@@ -477,4 +479,53 @@ def test_calls_in_flight_at_stop_are_recorded(standin: StandIn, tmp_path: Path) 
     assert notes["calls_in_flight"] == 1 and notes["stop_reason"] == "SIGINT"
     stats = dict(_q(con, "SELECT source, events_seen - events_stored FROM collector_stats"))
     assert stats["cuda_calls"] == 0 and stats["sched_intervals"] == 0
+    con.close()
+
+
+LATE_LOADER = """
+import ctypes, sys
+print("ready", flush=True)
+sys.stdin.readline()
+cudart = ctypes.CDLL(sys.argv[1])  # loaded only now, as torch loads libcudart on first CUDA use
+print("loaded", flush=True)
+sys.stdin.readline()
+for _ in range(25):
+    cudart.cudaDeviceSynchronize()
+"""
+
+
+def test_library_loaded_after_start_is_attached_by_rescan(standin: StandIn, tmp_path: Path) -> None:
+    import subprocess
+
+    from ingero_mcp.store import open_store
+
+    db = tmp_path / "late.duckdb"
+    script = tmp_path / "late.py"
+    script.write_text(LATE_LOADER)
+    proc = subprocess.Popen([sys.executable, str(script), str(standin.cudart)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline().strip() == "ready"
+    collector = Collector(db, "--pid", str(proc.pid))
+    try:
+        collector.wait_for("recording to", timeout=120)
+        assert "no libcudart/libcuda mapped yet" in collector.wait_for("no libcudart/libcuda mapped yet", timeout=10)
+        proc.stdin.write("load\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "loaded"
+        collector.wait_for(f"trace: attached {standin.cudart}", timeout=30)  # the rescan of the traced pid found it
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=60) == 0
+        assert collector.wait(timeout=60) == 0, collector.output()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        collector.kill()
+    con = open_store(db)
+    assert _q(con, "SELECT op, count(*), min(pid) FROM cuda_calls GROUP BY op") == [("cudaDeviceSynchronize", 25, proc.pid)]
+    attached = json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]
+    by_name = {Path(lib["path"]).name: lib for lib in attached}
+    assert set(by_name) == {"libcudart.so.13", "libcuda.so.1"}  # libcuda came in as libcudart's dependency
+    assert not any(lib["forced"] for lib in attached) and proc.pid in by_name["libcudart.so.13"]["pids"]
     con.close()
