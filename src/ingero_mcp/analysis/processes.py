@@ -89,7 +89,9 @@ def per_process_breakdown(
     *,
     groups: list[CallGroup] | None = None,
 ) -> list[ProcessBreakdown]:
-    """One entry per pid seen in the window: CUDA-active processes first, then by context switches."""
+    """One entry per pid seen in the window: CUDA-active processes first, then the other traced ones
+    (DataLoader workers: scheduler rows), then the rest of the host by context switches. The idle
+    task (pid 0, whose "switches" are CPUs going idle) is left out unless asked for by pid."""
     groups = call_groups(con, window, pids) if groups is None else groups
     ops: dict[int, list[ProcessOp]] = defaultdict(list)
     for g in groups:
@@ -114,6 +116,8 @@ def per_process_breakdown(
     if pids:
         seen |= set(ident) & set(pids)
     out: list[ProcessBreakdown] = []
+    if not (pids and 0 in pids):
+        seen.discard(0)
     for pid in seen:
         ppid, comm, cmdline, exit_ns = ident.get(pid, (None, None, None, None))
         entry = ProcessBreakdown(
@@ -140,5 +144,5 @@ def per_process_breakdown(
         elif pid in call_pages:
             entry.page_allocs, entry.page_alloc_bytes = int(call_pages[pid][0] or 0), int(call_pages[pid][1] or 0)
         out.append(entry)
-    out.sort(key=lambda e: (not e.ops, -sum(o.total_ns for o in e.ops), -e.context_switches, e.pid))
+    out.sort(key=lambda e: (not e.ops, e.counts_from != "rows", -sum(o.total_ns for o in e.ops), -e.context_switches, e.pid))
     return out

@@ -116,7 +116,7 @@ def processes_table(procs: list[ProcessBreakdown], limit: int | None = 12) -> Ta
     """One line per process: CUDA calls, scheduler and memory numbers, children."""
     table = Table(title="Processes", title_justify="left")
     for col, just in (("pid", "right"), ("comm", "left"), ("ppid", "right"), ("CUDA calls", "right"),
-                      ("ctx switches", "right"), ("off-CPU", "right"), ("preempted", "right"), ("blocked", "right"),
+                      ("ctx switches", "right"), ("off-CPU (all threads)", "right"), ("preempted", "right"), ("blocked", "right"),
                       ("worst stall", "right"), ("page allocs", "right"), ("alloc bytes", "right"),
                       ("children", "left"), ("from", "left")):
         table.add_column(col, justify=just, no_wrap=col in ("children", "comm", "from"))
