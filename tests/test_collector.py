@@ -221,6 +221,12 @@ def test_preempted_under_contention_and_not_without(recorded: dict[str, Any], co
                                                 "FROM cuda_calls WHERE pid = ? AND op = 'cuCtxSynchronize'",
                                            [recorded["pids"]["mix"]])[0]
     assert n_blocked >= 0.9 * n and share > 0.3 and min_switches >= 1, (n, n_blocked, share, min_switches)
+    # blocked intervals carry the wakeup: asleep from off_ns to wakeup_ns, waiting for a CPU until on_ns
+    bad, with_wakeup, blocked_n = _q(con, "SELECT count(*) FILTER (wakeup_ns < off_ns OR wakeup_ns > on_ns), "
+                                          "count(wakeup_ns), count(*) FROM sched_intervals WHERE prev_state = 'blocked' "
+                                          "AND on_ns IS NOT NULL")[0]
+    assert bad == 0 and with_wakeup >= 0.9 * blocked_n
+    assert _q(con, "SELECT count(wakeup_ns) FROM sched_intervals WHERE prev_state = 'preempted'")[0][0] == 0
 
 
 def test_children_followed_and_pages_counted(recorded: dict[str, Any], con: Any) -> None:
