@@ -8,7 +8,8 @@
 //    updated at sched_switch / sched_wakeup / mm_page_alloc, plus a small stack of CUDA calls in
 //    flight. A call's attribution is the counters' delta between its entry and its return, so nested
 //    calls (cudaMemcpy -> cuMemcpy*) each get their own exact numbers without per-call map updates.
-//  - `agg`: exact per (pid, 1 s bucket) counts of sched_switch and mm_page_alloc for EVERY process.
+//  - `agg`: exact per (pid, 1 s bucket) counts of sched_switch (with the on-CPU time of the slices
+//    that ended) and mm_page_alloc (with bytes) for EVERY process.
 //  - `counters`: per-CPU totals of events seen and of records that could not be stored (ring full,
 //    map full, call stack too deep), so nothing is lost silently.
 // Records go to three BPF ring buffers with fixed-size records that userspace reads in bulk via
@@ -161,6 +162,7 @@ BPF_HASH(agg, struct agg_key, struct agg_val, AGG_ENTRIES);
 BPF_HASH(allocs, struct alloc_key, u64, 65536);
 BPF_HASH(exit_codes, u32, s32, 16384);
 BPF_PERCPU_ARRAY(counters, u64, N_COUNTERS);
+BPF_PERCPU_ARRAY(cpu_in, u64, 1);   // when the task now on this CPU was switched in
 BPF_ARRAY(config, u64, 4);   // [0]: trace every process that calls CUDA (no --pid)
 
 BPF_RINGBUF_OUTPUT(cuda_events, CUDA_RB_PAGES);
@@ -406,7 +408,16 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     u32 prev_tgid = pt >> 32;
     u32 prev_tid = args->prev_pid;
     count(C_SWITCH_TOTAL);
-    agg_add(prev_tgid, now, A_SWITCH, 0, C_AGG_DROP_SWITCH);
+    // on-CPU time of the slice that ends now, credited to the outgoing task (pid 0: idle time)
+    int z = 0;
+    u64 oncpu = 0;
+    u64 *tin = cpu_in.lookup(&z);
+    if (tin) {
+        if (*tin)
+            oncpu = now - *tin;
+        *tin = now;
+    }
+    agg_add(prev_tgid, now, A_SWITCH, oncpu, C_AGG_DROP_SWITCH);
 
     long prev_state = args->prev_state;
     if (prev_state & 0x30) {

@@ -249,6 +249,17 @@ def test_children_followed_and_pages_counted(recorded: dict[str, Any], con: Any)
     hog_switches = _q(con, "SELECT sum(count) FROM host_aggregates WHERE op = 'sched_switch' AND pid IN (?, ?)",
                       recorded["hogs"])[0][0]
     assert hog_switches and hog_switches > 0
+    # ... and the CPU time they took: each hog ran at least a fraction of the contended phase
+    started, stopped = _q(con, "SELECT started_ns, stopped_ns FROM sessions")[0]
+    for hog in recorded["hogs"]:
+        on_cpu = _q(con, "SELECT sum(sum_duration_ns) FROM host_aggregates WHERE op = 'sched_switch' AND pid = ?",
+                    [hog])[0][0]
+        assert 50_000_000 < on_cpu < stopped - started, (hog, on_cpu)
+    # on-CPU time of all tasks (idle included) adds up to the CPUs' time, give or take the edge buckets
+    total, first, last = _q(con, "SELECT sum(sum_duration_ns), min(bucket_start_ns), max(bucket_start_ns + bucket_ns) "
+                                 "FROM host_aggregates WHERE op = 'sched_switch'")[0]
+    cpus = _q(con, "SELECT cpu_count FROM sessions")[0][0]
+    assert 0.7 * cpus * (last - first) < total <= 1.05 * cpus * (last - first), (total, cpus, last - first)
 
 
 def test_nothing_lost_and_accounting_adds_up(recorded: dict[str, Any], con: Any) -> None:

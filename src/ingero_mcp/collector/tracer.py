@@ -349,7 +349,8 @@ class Tracer:
     def _harvest(self, *, everything: bool = False) -> None:
         """Move finished (pid, second) buckets from the kernel map to host_aggregates."""
         cutoff = (time.monotonic_ns() // BUCKET_NS) - 1
-        rows: dict[str, list[Any]] = {k: [] for k in ("bucket_start_ns", "pid", "comm", "source", "op", "count", "sum_bytes")}
+        rows: dict[str, list[Any]] = {k: [] for k in ("bucket_start_ns", "pid", "comm", "source", "op", "count", "sum_bytes",
+                                                      "sum_duration_ns")}
         done = []
         for key, val in self.agg.items_lookup_batch():
             if not everything and key.sec >= cutoff:
@@ -363,6 +364,7 @@ class Tracer:
             rows["op"].append(op)
             rows["count"].append(val.count)
             rows["sum_bytes"].append(val.sum if key.kind == 2 else None)
+            rows["sum_duration_ns"].append(val.sum if key.kind == 1 else None)  # on-CPU time of ended slices
             self.aggregated[key.kind] = self.aggregated.get(key.kind, 0) + val.count
         if not done:
             return
@@ -630,7 +632,8 @@ class Tracer:
              f"every switch-out/switch-in of threads of traced processes; lost {lost['sched_intervals']}; "
              "on_ns NULL: still off-CPU when the recording stopped (off_cpu_ns up to the stop)"),
             ("host_aggregates", lost["sched_switch"] + lost["mm_page_alloc"] == 0,
-             "exact per (pid, 1 s bucket) counts of sched_switch and mm_page_alloc for every process on the host"),
+             "exact per (pid, 1 s bucket) counts of sched_switch and mm_page_alloc for every process on the host; "
+             "sched_switch sum_duration_ns: on-CPU time of the slices that ended in the bucket (pid 0: idle)"),
             ("process_events", lost["process_events"] == 0, "every fork/exec/exit/oom_kill on the host"),
             ("snapshots", True, "one system snapshot per second"),
             ("processes", True, "every traced process (targets, their children, CUDA users); other processes appear in host_aggregates and process_events"),
@@ -717,7 +720,8 @@ def _cpu_seconds() -> float:
 
 _AGG_SCHEMA = pa.schema([
     ("bucket_start_ns", pa.int64()), ("pid", pa.int32()), ("comm", pa.string()), ("source", pa.string()),
-    ("op", pa.string()), ("count", pa.int64()), ("sum_bytes", pa.int64()), ("bucket_ns", pa.int64()),
+    ("op", pa.string()), ("count", pa.int64()), ("sum_bytes", pa.int64()), ("sum_duration_ns", pa.int64()),
+    ("bucket_ns", pa.int64()),
     ("stored", pa.int64()),
 ])
 _OPEN_INTERVAL_SCHEMA = pa.schema([
