@@ -1,11 +1,13 @@
 """The collector: loads the eBPF program, attaches CUDA uprobes, drains the rings into the store.
 
-One thread does everything, on a timer: every ~20 ms it drains the three ring buffers (bulk mmap
-reads, no per-event Python); every second it converts what it drained into Arrow batches, harvests
-the finished per-(pid, second) aggregate buckets, takes a system snapshot, rewrites the latest-state
-tables and flushes a store segment; every second or two it rescans /proc for CUDA libraries and
-traced processes. SIGINT, SIGTERM, --duration and the exit of every traced process all end the same
-way: probes detached, rings drained, everything written, the store folded and closed.
+Three threads. A drain thread reads the three ring buffers every ~20 ms (bulk mmap reads, no
+per-event Python). A sampler thread takes a system snapshot each second (/proc, and NVML, whose
+calls can block on a wedged GPU). The main thread, every second, converts what was drained into
+Arrow batches, harvests the finished per-(pid, second) aggregate buckets, stores the snapshots,
+rewrites the latest-state tables and flushes a store segment; every second or two it rescans /proc
+for CUDA libraries and traced processes. SIGINT, SIGTERM, --duration and the exit of every traced
+process all end the same way: probes detached, rings drained, everything written, the store folded
+and closed.
 """
 
 from __future__ import annotations
@@ -140,6 +142,9 @@ class Tracer:
         self._drain_lock = threading.Lock()
         self._drain_stop = threading.Event()
         self._drain_thread: threading.Thread | None = None
+        self._sample_thread: threading.Thread | None = None
+        self._sample_stop = threading.Event()
+        self._snapshots: list[dict[str, Any]] = []
         self._finished = False
 
     # ---- start ----------------------------------------------------------------------------
@@ -334,6 +339,24 @@ class Tracer:
         while not self._drain_stop.wait(self.opts.poll_interval_s):
             self._drain()
 
+    def _take_sample(self) -> None:
+        snap = self.sampler.sample()
+        with self._drain_lock:
+            self._snapshots.append(snap)
+
+    def _sample_loop(self) -> None:
+        # Its own thread: an NVML call on a wedged GPU can block for seconds; flushes must not wait.
+        while not self._sample_stop.wait(1.0):
+            self._take_sample()
+
+    def _store_snapshots(self) -> None:
+        with self._drain_lock:
+            snaps, self._snapshots = self._snapshots, []
+        if snaps:
+            self.snapshot = snaps[-1]
+            self.writer.append("snapshots", {k: [s[k] for s in snaps] for k in snaps[0]})
+            self.stored["snapshots"] += len(snaps)
+
     def _take_pending(self) -> dict[str, list[np.ndarray]]:
         with self._drain_lock:
             taken = self.pending
@@ -435,9 +458,7 @@ class Tracer:
             else:
                 self._process_proc(ev)
         self._harvest()
-        self.snapshot = self.sampler.sample()
-        self.writer.append("snapshots", {k: [v] for k, v in self.snapshot.items()})
-        self.stored["snapshots"] += 1
+        self._store_snapshots()
         self._write_latest()
         self.writer.flush()
         if self.on_flush:
@@ -459,6 +480,8 @@ class Tracer:
         next_scan = start + self.opts.rescan_interval_s
         self._drain_thread = threading.Thread(target=self._drain_loop, name="ring-drain", daemon=True)
         self._drain_thread.start()
+        self._sample_thread = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
+        self._sample_thread.start()
         try:
             self._loop(start, next_flush, next_scan)
         except Exception as exc:
@@ -582,9 +605,11 @@ class Tracer:
                 else:
                     self._process_proc(ev)
         self._harvest(everything=True)
-        self.snapshot = self.sampler.sample()
-        self.writer.append("snapshots", {k: [v] for k, v in self.snapshot.items()})
-        self.stored["snapshots"] += 1
+        self._sample_stop.set()
+        if self._sample_thread is not None:
+            self._sample_thread.join(timeout=10)
+        self._take_sample()
+        self._store_snapshots()
         self._write_latest()
 
     # ---- latest-state tables --------------------------------------------------------------
