@@ -145,6 +145,8 @@ class Tracer:
         self._sample_thread: threading.Thread | None = None
         self._sample_stop = threading.Event()
         self._snapshots: list[dict[str, Any]] = []
+        self.sample_errors = 0
+        self.last_sample_error: str | None = None
         self._finished = False
 
     # ---- start ----------------------------------------------------------------------------
@@ -347,7 +349,12 @@ class Tracer:
     def _sample_loop(self) -> None:
         # Its own thread: an NVML call on a wedged GPU can block for seconds; flushes must not wait.
         while not self._sample_stop.wait(1.0):
-            self._take_sample()
+            try:
+                self._take_sample()
+            except Exception as exc:  # noqa: BLE001 - one bad read must not end the snapshots
+                self.sample_errors += 1
+                self.last_sample_error = f"{type(exc).__name__}: {exc}"
+
 
     def _store_snapshots(self) -> None:
         with self._drain_lock:
@@ -697,6 +704,7 @@ class Tracer:
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
                  "wakeups_seen": int(c[R.C_WAKEUP_SEEN]),
                  "thread_states_left": getattr(self, "thread_states_left", None),
+                 "snapshot_errors": self.sample_errors, "last_snapshot_error": self.last_sample_error,
                  **getattr(self, "unfinished", {})}
         self.writer.replace("sessions", {
             "source": ["collector"],
