@@ -265,6 +265,7 @@ class Tracer:
             found = scan_cuda_libraries(sorted(self.live_targets))
         per_pid: dict[int, set[str]] = {}
         for lib in found:
+            lib.pids.discard(os.getpid())  # never trace the collector itself
             self.attach_library(lib)
             for pid in lib.pids:
                 per_pid.setdefault(pid, set()).add(lib.api)
@@ -678,8 +679,9 @@ class Tracer:
         static = sorted(self.cuda_only_pids)
         notes = []
         if static:
-            notes.append(f"pids {static[:16]} map libcuda but no libcudart: a statically linked CUDA runtime "
-                         "is invisible to uprobes; only their driver API calls are recorded")
+            notes.append(f"pids {static[:16]} map libcuda but no libcudart: driver-only users (a monitoring tool, "
+                         "a runtime linked statically or loaded from elsewhere): only their driver API calls are "
+                         "recorded, a static runtime is invisible to uprobes")
         if not any(rec.lib.api == "runtime" for rec in self.libs.values()):
             notes.append("no libcudart attached: runtime API calls not recorded")
         if not any(rec.lib.api == "driver" for rec in self.libs.values()):
