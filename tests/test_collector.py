@@ -546,3 +546,34 @@ def test_library_loaded_after_start_is_attached_by_rescan(standin: StandIn, tmp_
     assert set(by_name) == {"libcudart.so.13", "libcuda.so.1"}  # libcuda came in as libcudart's dependency
     assert not any(lib["forced"] for lib in attached) and proc.pid in by_name["libcudart.so.13"]["pids"]
     con.close()
+
+
+@pytest.mark.parametrize("api", ["runtime", "driver"])
+def test_api_option_probes_one_library_only(standin: StandIn, tmp_path: Path, api: str) -> None:
+    """--api runtime/driver: exactly the calls of that API are rows, the other library is reported as left out."""
+    from ingero_mcp.store import open_store
+
+    n = 20
+    db = tmp_path / f"api-{api}.duckdb"
+    w = Workload(standin, "mix", str(n), "0", "0", "0", "0")
+    collector = Collector(db, "--pid", str(w.pid), "--api", api)
+    try:
+        collector.wait_for("recording to", timeout=120)
+        w.go()
+        assert w.wait()[0] == 0
+        assert collector.wait(timeout=60) == 0, collector.output()
+    finally:
+        w.kill()
+        collector.kill()
+    parent, _, _ = mix_expected(n, 0)
+    prefix = "cuda" if api == "runtime" else "cu"
+    want = {op: count for op, count in parent.items() if op.startswith("cuda") == (api == "runtime") and count}
+    con = open_store(db)
+    got = dict(_q(con, "SELECT op, count(*) FROM cuda_calls GROUP BY op"))
+    assert got == want and all(op.startswith(prefix) for op in got)
+    assert {a for (a,) in _q(con, "SELECT DISTINCT api FROM cuda_calls")} == {api}
+    libraries = json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]
+    skipped = {lib["api"] for lib in libraries if lib["skipped_by_api_option"]}
+    assert skipped == ({"runtime", "driver"} - {api}) and all(not lib["attached"] for lib in libraries if lib["skipped_by_api_option"])
+    assert json.loads(_q(con, "SELECT collector_flags FROM sessions")[0][0])["apis"] == [api]
+    con.close()

@@ -81,6 +81,7 @@ class TraceOptions:
     duration_s: float | None = None
     pids: list[int] = field(default_factory=list)
     cuda_libs: list[str] = field(default_factory=list)
+    apis: tuple[str, ...] = ("runtime", "driver")  # which libraries get probes (--api)
     quiet: bool = False
     flush_interval_s: float = 1.0
     poll_interval_s: float = 0.02
@@ -97,6 +98,7 @@ class AttachedLibrary:
     optional_missing: list[str] = field(default_factory=list)
     errors: dict[str, str] = field(default_factory=dict)
     forced: bool = False
+    skipped: bool = False  # its API was left out by --api
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form for the sessions row."""
@@ -106,6 +108,7 @@ class AttachedLibrary:
             "api": self.lib.api,
             "pids": sorted(self.lib.pids)[:64],
             "forced": self.forced,
+            "skipped_by_api_option": self.skipped,
             "attached": self.attached,
             "not_attached": self.missing,
             "optional_not_present": self.optional_missing,
@@ -220,6 +223,11 @@ class Tracer:
             return None
         rec = AttachedLibrary(lib, forced=forced)
         self.libs[lib.key] = rec
+        if lib.api not in self.opts.apis:
+            # --api: each runtime call also enters the driver, so probing one API halves the traps per call.
+            rec.skipped = True
+            self._say(f"not attached {lib.path} ({lib.api} API left out by --api {','.join(self.opts.apis)})")
+            return rec
         offsets: dict[int, str] = {}
         for op in ops_for(lib.api):
             try:
@@ -682,9 +690,9 @@ class Tracer:
             notes.append(f"pids {static[:16]} map libcuda but no libcudart: driver-only users (a monitoring tool, "
                          "a runtime linked statically or loaded from elsewhere): only their driver API calls are "
                          "recorded, a static runtime is invisible to uprobes")
-        if not any(rec.lib.api == "runtime" for rec in self.libs.values()):
+        if not any(rec.lib.api == "runtime" and not rec.skipped for rec in self.libs.values()):
             notes.append("no libcudart attached: runtime API calls not recorded")
-        if not any(rec.lib.api == "driver" for rec in self.libs.values()):
+        if not any(rec.lib.api == "driver" and not rec.skipped for rec in self.libs.values()):
             notes.append("no libcuda attached: driver API calls not recorded")
         return json.dumps({"libraries": libs, "static_cudart_pids": static, "notes": notes})
 
@@ -694,7 +702,7 @@ class Tracer:
         c = self._counters()
         flags = {
             "argv": self.argv, "db": str(self.opts.db), "duration_s": self.opts.duration_s, "pids": self.opts.pids,
-            "cuda_libs": self.opts.cuda_libs, "quiet": self.opts.quiet, "trace_all": self.trace_all,
+            "cuda_libs": self.opts.cuda_libs, "apis": list(self.opts.apis), "quiet": self.opts.quiet, "trace_all": self.trace_all,
             "flush_interval_s": self.opts.flush_interval_s, "bucket_ns": BUCKET_NS, "kernel_features": self.features,
             "clock_offset_ns": self.offset_ns,
         }
