@@ -149,3 +149,21 @@ def test_incomplete_calls_without_cuda_totals_say_counts_are_of_stored_rows(tmp_
     stats = trace_stats(open_store(db))
     assert stats.sampled and all(s.total_count is None for s in stats.ops)
     assert "lost 12" in stats.notes[0] and "stored rows only" in stats.notes[0]
+
+
+def test_imported_chain_evidence_sql_runs_whatever_the_origin_wrote(tmp_path: Path) -> None:
+    from ingero_mcp.analysis.imported import imported_chains
+    from ingero_mcp.store import TraceWriter
+
+    db = tmp_path / "imported.duckdb"
+    with TraceWriter(db) as w:  # text from another tool's file: quotes in any column
+        w.append("imported_chains", {"origin": ["ingero"] * 5, "chain_id": ["c1", "c2", "c3", "c4", "c5"],
+                                     "detected_ns": [T0, T0 + S, T0, T0 + S, T0 + 2 * S],
+                                     "severity": ["it's high", "it's high", None, None, None],
+                                     "op": ["cuda'Op", "cuda'Op", None, None, None]})
+    con = open_store(db)
+    chains = imported_chains(con)
+    assert len(chains) == 2
+    for chain, n in zip(chains, (2, 3), strict=True):
+        stored = next(e for e in chain.evidence if e.name == "stored_chains")
+        assert stored.value == n and con.execute(stored.sql).fetchall()[0][0] == n

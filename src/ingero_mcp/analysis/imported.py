@@ -10,7 +10,7 @@ import json
 
 import duckdb
 
-from ingero_mcp.analysis._sql import rows, tidy, ts_in, where
+from ingero_mcp.analysis._sql import rows, sql_str, tidy, ts_in, where
 from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow
 
 
@@ -26,6 +26,11 @@ def imported_chains_sql(window: TimeWindow | None) -> str:
         GROUP BY origin, op, severity
         ORDER BY CASE severity WHEN 'HIGH' THEN 0 WHEN 'MEDIUM' THEN 1 ELSE 2 END, op
     """)
+
+
+def _equals(column: str, value: str | None) -> str:
+    """`column` matches the stored text (quotes and all), or is NULL like it: the group's rows, as GROUP BY made it."""
+    return f"{column} IS NULL" if value is None else f"{column} = {sql_str(value)}"
 
 
 def _severity(text: str | None) -> str:
@@ -71,7 +76,7 @@ def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = 
     ):
         sql = tidy(
             f"SELECT count(*), min(detected_ns), max(detected_ns) FROM imported_chains "
-            f"WHERE origin = '{origin}' AND op = '{(op or '').replace(chr(39), chr(39) * 2)}' AND severity = '{sev}'"
+            f"WHERE {_equals('origin', origin)} AND {_equals('op', op)} AND {_equals('severity', sev)}"
         )
         evidence = [Evidence(name="stored_chains", value=int(stored), unit="rows", sql=sql)]
         if nodes:
