@@ -66,11 +66,6 @@ def pid_in(pids: Iterable[int] | None, column: str = "pid") -> str:
     return f"{column} IN ({listed})" if listed else ""
 
 
-def table_exists(con: duckdb.DuckDBPyConnection, table: str) -> bool:
-    """Whether the store has `table` (older or partial stores may lack one)."""
-    return bool(scalar(con, "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]))
-
-
 def table_complete(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """False when table_coverage says `table` holds a sample (e.g. an Ingero import)."""
     got = scalar(con, "SELECT bool_and(complete) FROM table_coverage WHERE table_name = ?", [table])

@@ -40,10 +40,6 @@ class RingReader:
         self._prod_pos = ctypes.c_uint64.from_address(self._prod_bytes.ctypes.data)
         self.records_read = 0
 
-    def pending_bytes(self) -> int:
-        """Bytes produced but not yet consumed."""
-        return self._prod_pos.value - self._cons_pos.value
-
     def read(self) -> np.ndarray:
         """Consume every committed record now in the ring; returns a copy (header fields included)."""
         cons = self._cons_pos.value

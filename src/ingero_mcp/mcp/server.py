@@ -484,8 +484,3 @@ def build_server(
         return investigate_text(pid_value, clean(focus, 500) if focus else None)
 
     return server
-
-
-def result_json(result: CallToolResult) -> str:
-    """The structured content of a result as JSON (for scripts and tests)."""
-    return json.dumps(result.structured_content, ensure_ascii=False)

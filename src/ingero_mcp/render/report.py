@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ingero_mcp.analysis.models import CausalChain, OpStats, ProcessBreakdown, Report, TimeWindow
+from ingero_mcp.analysis.models import CausalChain, OpStats, ProcessBreakdown, Report
 from ingero_mcp.render import fmt
 
 SEVERITY_STYLE = {"HIGH": "bold red", "MEDIUM": "bold yellow", "LOW": "cyan"}
@@ -154,8 +154,7 @@ def process_detail(p: ProcessBreakdown) -> Panel:
     return Panel(Group(*parts), title=Text(f"pid {p.pid} {fmt.clean(p.comm, 32)}"), title_align="left")
 
 
-def render_report(console: Console, report: Report, db: str, *, per_process: bool = False, show_sql: bool = False,
-                  window: TimeWindow | None = None) -> None:
+def render_report(console: Console, report: Report, db: str, *, per_process: bool = False, show_sql: bool = False) -> None:
     """The whole incident report: header, chains (ours, then imported), top ops, processes."""
     start = report.info.window.start_ns if report.info.window else report.window.start_ns
     console.print(header(report, db))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -240,8 +239,3 @@ def fold_segments(db_path: str | os.PathLike[str]) -> int:
         con.close()
     shutil.rmtree(segments)
     return folded
-
-
-def now_ns() -> int:
-    """Wall-clock ns since the epoch: the store's time base."""
-    return time.time_ns()
