@@ -7,7 +7,7 @@ of its first row is the number shown: that is the `Evidence.sql` a reader can re
 
 from __future__ import annotations
 
-from ingero_mcp.analysis._sql import pid_in, sql_str, tidy, ts_in, where
+from ingero_mcp.analysis._sql import bucket_in, pid_in, sql_str, tidy, ts_in, where
 from ingero_mcp.analysis.models import TimeWindow
 
 TOP_K = 200  # slow calls per op examined one by one (the longest ones)
@@ -127,7 +127,7 @@ def competitors_sql(top: list[tuple], window: TimeWindow | None) -> str:
     with the same pid's events over every bucket of the window for comparison."""
     return tidy(f"""
         WITH v(op, pid, tid, ts_ns, end_ns) AS (VALUES {_values_top(top)}),
-        agg AS (SELECT * FROM host_aggregates {where("op IN ('sched_switch', 'mm_page_alloc')", _bucket_in(window))}),
+        agg AS (SELECT * FROM host_aggregates {where("op IN ('sched_switch', 'mm_page_alloc')", bucket_in(window))}),
         buckets AS (SELECT DISTINCT bucket_start_ns, bucket_ns FROM agg),
         hit AS (SELECT DISTINCT v.op AS chain_op, b.bucket_start_ns, b.bucket_ns FROM v JOIN buckets b
                 ON v.ts_ns >= b.bucket_start_ns AND v.ts_ns < b.bucket_start_ns + b.bucket_ns),
@@ -143,18 +143,12 @@ def competitors_sql(top: list[tuple], window: TimeWindow | None) -> str:
     """)
 
 
-def _bucket_in(window: TimeWindow | None) -> str:
-    if window is None:
-        return ""
-    return f"bucket_start_ns <= {int(window.end_ns)} AND bucket_start_ns + bucket_ns > {int(window.start_ns)}"
-
-
 def competitor_one(op: str, pid: int, event: str, th: dict[str, int], window: TimeWindow | None,
                    pids: list[int] | None) -> str:
     """Events of one pid in the aggregate buckets holding the op's TOP_K slow calls."""
     return tidy(f"""
         WITH {slow_cte({op: th[op]}, window, pids)}, {top_cte()},
-        agg AS (SELECT * FROM host_aggregates {where(f"op = {sql_str(event)}", _bucket_in(window))}),
+        agg AS (SELECT * FROM host_aggregates {where(f"op = {sql_str(event)}", bucket_in(window))}),
         hit AS (SELECT DISTINCT b.bucket_start_ns FROM top JOIN (SELECT DISTINCT bucket_start_ns, bucket_ns FROM agg) b
                 ON top.ts_ns >= b.bucket_start_ns AND top.ts_ns < b.bucket_start_ns + b.bucket_ns)
         SELECT sum(count) FROM agg JOIN hit USING (bucket_start_ns) WHERE pid = {int(pid)}
@@ -196,11 +190,6 @@ def slow_one(op: str, expr: str, th: dict[str, int], window: TimeWindow | None, 
 def op_one(op: str, expr: str, window: TimeWindow | None, pids: list[int] | None) -> str:
     """One aggregate over every call of the op in the window."""
     return tidy(f"SELECT {expr} FROM cuda_calls {where(f'op = {sql_str(op)}', ts_in(window), pid_in(pids))}")
-
-
-def snapshot_mean_one(window: TimeWindow | None, column: str = "cpu_percent") -> str:
-    """The window's mean of a snapshot column."""
-    return tidy(f"SELECT round(avg({column}), 1) FROM snapshots {where(ts_in(window))}")
 
 
 CROSS_MIN_NS = 1_000_000  # other-thread calls shorter than this cannot explain a long wait

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import has_rows, pid_in, rows, table_complete, ts_in, where
+from ingero_mcp.analysis._sql import has_rows, pid_in, rows, table_complete, tidy, ts_in, where
 from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow
 
 MS = 1_000_000
@@ -82,7 +82,7 @@ def gaps_cte(window: TimeWindow | None, pids: list[int] | None) -> str:
 
 def gaps_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
     """Every long gap of every feeder thread (no split: that is `split_sql`, run only when there are gaps)."""
-    return _tidy(f"WITH {_gaps_only(window, pids)} SELECT pid, tid, start_ns, end_ns, gap_ns FROM gaps ORDER BY pid, start_ns")
+    return tidy(f"WITH {_gaps_only(window, pids)} SELECT pid, tid, start_ns, end_ns, gap_ns FROM gaps ORDER BY pid, start_ns")
 
 
 def split_sql(found: list[tuple]) -> str:
@@ -90,7 +90,7 @@ def split_sql(found: list[tuple]) -> str:
     `gaps_cte`, with the gaps as literals so that the scheduler rows are pruned by time."""
     values = ", ".join(f"({int(p)}, {int(t)}, {int(s)}, {int(e)}, {int(g)})" for p, t, s, e, g in found)
     lo, hi = min(int(r[2]) for r in found), max(int(r[3]) for r in found)
-    return _tidy(f"WITH gaps(pid, tid, start_ns, end_ns, gap_ns) AS (VALUES {values}),"
+    return tidy(f"WITH gaps(pid, tid, start_ns, end_ns, gap_ns) AS (VALUES {values}),"
                  + _split(f"i.off_ns >= {lo} AND i.off_ns < {hi}")
                  + " SELECT pid, tid, start_ns, end_ns, gap_ns, pre_ns, blk_ns, on_ns, cls FROM gs ORDER BY pid, start_ns")
 
@@ -99,11 +99,7 @@ def gaps_one(pid: int, cls: str | None, expr: str, window: TimeWindow | None, pi
              extra: str = "", source: str = "gs") -> str:
     """One aggregate over one process's gaps of one class (the Evidence.sql of a gap chain)."""
     cond = [f"gs.pid = {int(pid)}", f"gs.cls = '{cls}'" if cls else ""]
-    return _tidy(f"WITH {gaps_cte(window, pids)} SELECT {expr} FROM {source} {extra} {where(*cond)}")
-
-
-def _tidy(sql: str) -> str:
-    return " ".join(sql.split())
+    return tidy(f"WITH {gaps_cte(window, pids)} SELECT {expr} FROM {source} {extra} {where(*cond)}")
 
 
 @dataclass
@@ -230,7 +226,7 @@ def _gather(con: duckdb.DuckDBPyConnection, classes: list[GapClass], window: Tim
 
 def children_sql(pid: int, g_cte: str) -> str:
     """Per child process of `pid`: time alive inside the gaps (CTE `g`) and its main thread's off-CPU time there."""
-    return _tidy(f"""
+    return tidy(f"""
         WITH {g_cte},
         kids AS (SELECT pid, coalesce((SELECT arg_max(h.comm, h.count) FROM host_aggregates h WHERE h.pid = processes.pid),
                                       any_value(comm)) AS comm, coalesce(min(first_seen_ns), 0) AS born, max(coalesce(exit_ns, last_seen_ns)) AS died
@@ -258,7 +254,7 @@ def g_from_gs(pid: int, cls: str, window: TimeWindow | None, pids: list[int] | N
 def events_sql(pids_listed: str, g_cte: str) -> str:
     """sched_switch and mm_page_alloc counts (and bytes) of the listed pids in the host_aggregates buckets
     that overlap the gaps (CTE `g`)."""
-    return _tidy(f"""
+    return tidy(f"""
         WITH {g_cte},
         hitb AS (SELECT DISTINCT a.bucket_start_ns FROM (SELECT DISTINCT bucket_start_ns, bucket_ns FROM host_aggregates) a
                  JOIN g ON a.bucket_start_ns < g.end_ns AND a.bucket_start_ns + a.bucket_ns > g.start_ns)
@@ -403,24 +399,24 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
         span = (f"SELECT min(ts_ns) AS lo, max(ts_ns + duration_ns) AS hi FROM cuda_calls "
                 f"{where(f'pid = {gc.pid}', f'tid = {gc.tid}', ts_in(window))}")
         ev.append(Evidence(name="gpu_util_percent_outside_gaps", value=gc.gpu_out, unit="% (the thread's other snapshots)",
-                           sql=_tidy(f"WITH {gaps_cte(window, pids)}, span AS ({span}) SELECT round(avg(s.gpu_util_percent), 1) "
+                           sql=tidy(f"WITH {gaps_cte(window, pids)}, span AS ({span}) SELECT round(avg(s.gpu_util_percent), 1) "
                                      f"FROM snapshots s, span WHERE s.ts_ns BETWEEN span.lo AND span.hi AND NOT EXISTS "
                                      f"(SELECT 1 FROM gs WHERE gs.pid = {gc.pid} AND s.ts_ns >= gs.start_ns AND s.ts_ns < gs.end_ns)")))
     g_cte = g_from_gs(gc.pid, gc.cls, window, pids)
     if pages_own:
         ev.append(Evidence(name=f"page_allocs {who} in gap buckets", value=pages_own, unit="pages (host_aggregates)",
-                           sql=_tidy(f"SELECT events FROM ({events_sql(str(gc.pid), g_cte)}) WHERE op = 'mm_page_alloc'")))
+                           sql=tidy(f"SELECT events FROM ({events_sql(str(gc.pid), g_cte)}) WHERE op = 'mm_page_alloc'")))
     if gc.children:
         ev.append(Evidence(name="children_on_cpu_in_gaps", value=kids_on, unit=f"ns of {kids_alive} ns alive ({kids_txt})",
-                           sql=_tidy(f"SELECT sum(greatest(0, alive - coalesce(off, 0))) FROM ({children_sql(gc.pid, g_cte)}) "
+                           sql=tidy(f"SELECT sum(greatest(0, alive - coalesce(off, 0))) FROM ({children_sql(gc.pid, g_cte)}) "
                                      "t(pid, comm, alive, off)")))
         if pages_k:
             kids = ", ".join(str(p) for p, *_ in gc.children)
             ev.append(Evidence(name="children_page_allocs_in_gap_buckets", value=pages_k, unit="pages (host_aggregates)",
-                               sql=_tidy(f"SELECT events FROM ({events_sql(kids, g_cte)}) WHERE op = 'mm_page_alloc'")))
+                               sql=tidy(f"SELECT events FROM ({events_sql(kids, g_cte)}) WHERE op = 'mm_page_alloc'")))
     for t, op, k, ns in host_alloc[:1]:
         ev.append(Evidence(name=f"{op} on thread {t} inside gaps", value=ns, unit=f"ns ({k} calls)",
-                           sql=_tidy(f"WITH {g_cte} SELECT sum(least(c.ts_ns + c.duration_ns, g.end_ns) - greatest(c.ts_ns, g.start_ns)) "
+                           sql=tidy(f"WITH {g_cte} SELECT sum(least(c.ts_ns + c.duration_ns, g.end_ns) - greatest(c.ts_ns, g.start_ns)) "
                                      f"FROM cuda_calls c JOIN g ON c.ts_ns < g.end_ns AND c.ts_ns + c.duration_ns > g.start_ns "
                                      f"WHERE c.pid = {gc.pid} AND c.tid = {int(t)} AND c.op = '{op}'")))
     timeline = []
