@@ -21,7 +21,7 @@ import duckdb
 
 from ingero_mcp.analysis import chain_sql as q
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import has_rows, rows, table_complete
+from ingero_mcp.analysis._sql import has_rows, rows, table_complete, ts_in, where
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.gaps import find_gap_classes, gap_chain
 from ingero_mcp.analysis.imported import imported_chains
@@ -100,6 +100,10 @@ class Candidate:
         """Total duration of the longest slow calls examined one by one."""
         return sum(c.duration_ns for c in self.top)
 
+    def top_rows(self) -> list[tuple[str, int, int, int, int]]:
+        """The longest slow calls as (op, ts_ns, duration_ns, pid, tid), the rows chain_sql's batch queries take."""
+        return [(self.op, t.ts_ns, t.duration_ns, t.pid, t.tid) for t in self.top]
+
 
 def _candidates(groups: list[CallGroup]) -> list[Candidate]:
     out = []
@@ -155,7 +159,7 @@ def _gather(con: duckdb.DuckDBPyConnection, cands: list[Candidate], window: Time
             first = firsts.get((call.pid, c.op), [])
             before = bisect_left(first, call.ts_ns)
             call.calls_before = before if before < len(first) or len(first) < q.FIRST_M else None
-    top = [(c.op, t.ts_ns, t.duration_ns, t.pid, t.tid) for c in cands for t in c.top]
+    top = [row for c in cands for row in c.top_rows()]
     if has_rows(con, "sched_intervals"):
         for op, state, ppid, pcomm, n_int, overlap, calls_hit in rows(con, q.sched_overlap_sql(top)):
             c = by_op[op]
@@ -420,8 +424,8 @@ def _severity(v: _Verdict, c: Candidate, span_ns: int) -> str:
     return "LOW"
 
 
-def _evidence(c: Candidate, v: _Verdict, th: dict[str, int], window: TimeWindow | None, pids: list[int] | None,
-              span_ns: int) -> list[Evidence]:
+def _evidence(c: Candidate, v: _Verdict, th: dict[str, int], window: TimeWindow | None,
+              pids: list[int] | None) -> list[Evidence]:
     g, op = c.group, c.op
     ev = [
         Evidence(name="calls", value=g.count, sql=q.op_one(op, "count(*)", window, pids)),
@@ -576,30 +580,29 @@ def causal_chains(
     span = whole.duration_ns
     cands = _candidates(groups)
     _add_slow_copies(con, groups, cands, window, pids)
+    calls_seen = any(g.pid is not None for g in groups)
+    names, cpus = (_names(con), _cpus(con)) if cands or calls_seen else ({}, None)
     own: list[tuple[Candidate, CausalChain]] = []
     if cands:
         gpu_pids = {g.pid for g in groups if g.pid is not None}
         _gather(con, cands, window, pids, len(gpu_pids) > 1)
         sampled = not table_complete(con, "cuda_calls")
         note = sample_note(con) if sampled else ""
-        names = _names(con)
-        cpus = _cpus(con)
-        cpu_mean, gpu_mean = rows(con, f"SELECT round(avg(cpu_percent), 1), round(avg(gpu_util_percent), 1) FROM snapshots "
-                                       f"{'' if window is None else f'WHERE ts_ns BETWEEN {whole.start_ns} AND {whole.end_ns}'}")[0]
+        cpu_mean, gpu_mean = rows(con, "SELECT round(avg(cpu_percent), 1), round(avg(gpu_util_percent), 1) FROM snapshots "
+                                       f"{where(ts_in(window))}")[0]
         th = {c.op: c.threshold_ns for c in cands}
         has_sched = has_rows(con, "sched_intervals")
         sched_sampled = not table_complete(con, "sched_intervals")
         for c in cands:
             v = _classify(c, cpus, cpu_mean, gpu_mean, names, sampled, has_sched, sched_sampled)
             if v.cause == rc.BLOCKED:  # was another thread of the process inside a CUDA call all along? (asked only now)
-                top = [(c.op, t.ts_ns, t.duration_ns, t.pid, t.tid) for t in c.top]
                 c.cross = [(int(tid), other, int(hit), int(overlap), int(first))
-                           for _, tid, other, hit, overlap, first in rows(con, q.cross_thread_sql(top))]
+                           for _, tid, other, hit, overlap, first in rows(con, q.cross_thread_sql(c.top_rows()))]
                 if c.cross:
                     v = _classify(c, cpus, cpu_mean, gpu_mean, names, sampled, has_sched, sched_sampled)
             if v.cause == rc.UNEXPLAINED and "ynchronize" in c.op:  # waiting for a copy queued just before?
-                top = [(c.op, t.ts_ns, t.duration_ns, t.pid, t.tid) for t in c.top]
-                c.queued = [tuple(int(x) if isinstance(x, int) else x for x in r[1:]) for r in rows(con, q.queued_copy_sql(top))]
+                c.queued = [tuple(int(x) if isinstance(x, int) else x for x in r[1:])
+                            for r in rows(con, q.queued_copy_sql(c.top_rows()))]
                 if c.queued:
                     v = _classify(c, cpus, cpu_mean, gpu_mean, names, sampled, has_sched, sched_sampled)
             if not v.title:
@@ -616,7 +619,7 @@ def causal_chains(
                 id=f"ingero-mcp:{c.op}", op=c.op, severity=_severity(v, c, span), summary=_summary(c, v, sampled),
                 root_cause=f"{v.cause}: {v.title}", explanation=explanation, count=g.count, p50_ns=g.p50_ns,
                 p99_ns=g.p99_ns, max_ns=g.max_ns, tail_ratio=round(g.p99_ns / g.p50_ns, 1) if g.p50_ns else None,
-                pids=c.pids, evidence=_evidence(c, v, th, window, pids, span),
+                pids=c.pids, evidence=_evidence(c, v, th, window, pids),
                 recommendations=rc.recommend(v.cause, v.numbers), timeline=_timeline(c, names), from_sample=sampled,
             )
             own.append((c, chain))
@@ -625,14 +628,12 @@ def causal_chains(
     rank = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
     ranked = [(c.dur_ns, ch) for c, ch in own]
     # GPU starvation: long gaps between the feeding thread's calls (time with no CUDA call at all).
-    if any(g.pid is not None for g in groups):
-        names, cpus = _names(con), _cpus(con)
+    if calls_seen:
         ranked += [(gc.total_ns, gap_chain(gc, span, names, cpus, window, pids))
                    for gc in find_gap_classes(con, window, pids, span)]
     ordered = [ch for _, ch in sorted(ranked, key=lambda x: (rank[x[1].severity], -x[0]))]
     # Throughput drops of each process's busiest op that has no chain of its own yet.
-    if any(g.pid is not None for g in groups):
-        names = _names(con)
+    if calls_seen:
         per_op = {g.op: g for g in groups if g.pid is None}
         chained = {ch.op for ch in ordered} | folded
         busiest: dict[int, tuple[int, str]] = {}
@@ -640,6 +641,6 @@ def causal_chains(
             if g.pid is not None and g.count > busiest.get(g.pid, (0, ""))[0]:
                 busiest[g.pid] = (g.count, g.op)
         for d in find_drops(con, window, pids, whole.start_ns, span, busiest, chained):
-            ordered.append(drop_chain(con, d, window, span, names, per_op.get(d.op), cpus=_cpus(con)))
+            ordered.append(drop_chain(con, d, window, span, names, per_op.get(d.op), cpus=cpus))
         ordered.sort(key=lambda ch: rank[ch.severity])  # stable: tails before drops within a severity
     return ordered + imported_chains(con, window)
