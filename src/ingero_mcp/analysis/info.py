@@ -49,3 +49,8 @@ def trace_info(con: duckdb.DuckDBPyConnection) -> TraceInfo:
         row_counts=counts,
         live=any(s.stopped_ns is None for s in sessions),
     )
+
+
+def events_lost(info: TraceInfo) -> int:
+    """Events the collector lost, over every session and source (the sum of collector_stats.events_lost)."""
+    return sum(s.events_lost for session in info.sessions for s in session.sources)

@@ -9,7 +9,7 @@ import duckdb
 
 from ingero_mcp.analysis.calls import call_groups
 from ingero_mcp.analysis.chains import causal_chains
-from ingero_mcp.analysis.info import trace_info
+from ingero_mcp.analysis.info import events_lost, trace_info
 from ingero_mcp.analysis.models import Report, TimeWindow
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
@@ -38,7 +38,7 @@ def build_report(
     if len(info.sessions) > 1:
         notes.append(f"this store holds {len(info.sessions)} sessions (recordings or imported nodes); the numbers are "
                      "over all of them: filter by session_id with `ingero-mcp query` to separate them")
-    lost = sum(s.events_lost for sess in info.sessions for s in sess.sources)
+    lost = events_lost(info)
     if lost:
         notes.append(f"{lost:,} events were lost by the collector (collector_stats.events_lost)")
     return Report(window=whole, info=info, stats=stats.ops, host=stats.host, processes=processes, chains=chains, notes=notes)

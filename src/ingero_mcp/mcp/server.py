@@ -418,12 +418,12 @@ def build_server(
         hold every event vs a sample (exact totals then come from host_aggregates), and row counts."""
 
         def run() -> CallToolResult:
-            from ingero_mcp.analysis.info import trace_info
+            from ingero_mcp.analysis.info import events_lost, trace_info
 
             with store.connection() as con:
                 info = trace_info(con)
             notes = []
-            lost = sum(s.events_lost for sess in info.sessions for s in sess.sources)
+            lost = events_lost(info)
             if lost:
                 notes.append(f"{lost} events were lost by the collector (collector_stats.events_lost)")
             result = InfoResult(info=info, shown=len(info.sessions), total=len(info.sessions), notes=notes)
