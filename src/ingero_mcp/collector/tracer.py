@@ -459,7 +459,9 @@ class Tracer:
                                     exit_code=code if flags & 1 else None)
                 self.live_targets.discard(pid)
 
-    def _flush(self) -> None:
+    def _store_pending(self) -> None:
+        """Decode and append what the drain thread queued: process events first (so that new pids are
+        known), then CUDA calls, then scheduler intervals."""
         taken = self._take_pending()
         for name in ("proc", "cuda", "sched"):
             parts = taken[name]
@@ -473,6 +475,9 @@ class Tracer:
                 self.stored["sched_intervals"] += len(ev)
             else:
                 self._process_proc(ev)
+
+    def _flush(self) -> None:
+        self._store_pending()
         self._harvest()
         self._store_snapshots()
         self._write_latest()
@@ -608,18 +613,7 @@ class Tracer:
             self.stored["sched_intervals"] += len(intervals["pid"])
 
     def _flush_final(self) -> None:
-        taken = self._take_pending()
-        for name in ("proc", "cuda", "sched"):
-            parts = taken[name]
-            if parts:
-                ev = np.concatenate(parts)
-                if name == "cuda":
-                    self._process_cuda(ev)
-                elif name == "sched":
-                    self.writer.append("sched_intervals", R.sched_table(ev, self.offset_ns))
-                    self.stored["sched_intervals"] += len(ev)
-                else:
-                    self._process_proc(ev)
+        self._store_pending()
         self._harvest(everything=True)
         self._sample_stop.set()
         if self._sample_thread is not None:
