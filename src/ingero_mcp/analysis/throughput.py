@@ -17,6 +17,7 @@ import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import bucket_in, pid_in, rows, sql_str, tidy, ts_in, where
+from ingero_mcp.analysis.calls import CallGroup
 from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow
 
 MIN_CALLS = 200
@@ -205,8 +206,9 @@ def _pct(part: float, whole: float) -> float:
 
 
 def drop_chain(con: duckdb.DuckDBPyConnection, d: Drop, window: TimeWindow | None, span_ns: int,
-               names: dict[int, str], group: object | None, cpus: int | None = None) -> CausalChain:
-    """The chain of one throughput drop: what the calling thread, the host and the GPU's other users did then."""
+               names: dict[int, str], group: CallGroup | None, cpus: int | None = None) -> CausalChain:
+    """The chain of one throughput drop: what the calling thread, the host and the GPU's other users did then;
+    `group` is the op's per-op statistics over the window (its numbers go on the chain), when known."""
     wall = d.end_ns - d.start_ns
     secs = d.bucket_ns / 1e9
     per_tid: dict[int, list] = {}
@@ -302,8 +304,8 @@ def drop_chain(con: duckdb.DuckDBPyConnection, d: Drop, window: TimeWindow | Non
         summary=f"{head} <- " + " <- ".join(because[:2]),
         root_cause=f"{cause}: {title}",
         explanation=f"Throughput drop: {head}. Root cause: {title}, because " + "; ".join(because) + ".",
-        count=getattr(g, "count", None), p50_ns=getattr(g, "p50_ns", None), p99_ns=getattr(g, "p99_ns", None),
-        max_ns=getattr(g, "max_ns", None),
-        tail_ratio=round(g.p99_ns / g.p50_ns, 1) if g is not None and getattr(g, "p50_ns", 0) else None,
+        count=None if g is None else g.count, p50_ns=None if g is None else g.p50_ns,
+        p99_ns=None if g is None else g.p99_ns, max_ns=None if g is None else g.max_ns,
+        tail_ratio=round(g.p99_ns / g.p50_ns, 1) if g is not None and g.p50_ns else None,
         pids=[d.pid], evidence=evidence, recommendations=rc.recommend(cause, numbers), timeline=timeline,
     )
