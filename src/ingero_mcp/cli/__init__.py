@@ -25,6 +25,7 @@ Each subcommand has its own --help."""
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand module that exists registered on it."""
     parser = argparse.ArgumentParser(
         prog="ingero-mcp",
         description="Find out why a GPU job is slow when the GPU is not: eBPF traces of CUDA calls "

@@ -67,6 +67,7 @@ def fmt_wall(ts_ns: int) -> str:
 
 
 def fmt_pct(value: float | None) -> str:
+    """A value already in percent (0..100) with one decimal."""
     return "-" if value is None else f"{value:.1f}%"
 
 
