@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-# (module, one line for the overview) in the order a new user meets them.
+# The subcommand modules, in the order a new user meets them.
 SUBCOMMANDS: tuple[str, ...] = ("demo", "explain", "query", "import_", "trace", "check", "mcp")
 
 EPILOG = """\
@@ -38,13 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ingero-mcp {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(f"ingero_mcp.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"ingero_mcp.cli.{name}":
-                continue  # not built yet
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"ingero_mcp.cli.{name}").register(subparsers)
     return parser
 
 

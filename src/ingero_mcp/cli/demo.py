@@ -77,36 +77,12 @@ def _clear_old_demo(db: Path) -> None:
 
 def _print_report(db: Path) -> int:
     """Run `ingero-mcp explain --db DB`: the same code path a user would take next."""
-    import importlib
+    from ingero_mcp.cli import explain
 
-    try:
-        explain = importlib.import_module("ingero_mcp.cli.explain")
-    except ModuleNotFoundError as exc:
-        if exc.name != "ingero_mcp.cli.explain":
-            raise
-        return _print_stats(db)
     parser = argparse.ArgumentParser(prog="ingero-mcp")
     explain.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["explain", "--db", str(db)])
     return int(args.func(args) or 0)
-
-
-def _print_stats(db: Path) -> int:
-    """Fallback while `explain` is not installed: per-op statistics and chains from build_report."""
-    from ingero_mcp.analysis.report import build_report
-    from ingero_mcp.store import open_store
-
-    con = open_store(db)
-    try:
-        report = build_report(con)
-    finally:
-        con.close()
-    print(f"{'op':<24}{'count':>10}{'p50 us':>12}{'p99 us':>12}{'max us':>12}")
-    for s in report.stats:
-        print(f"{s.op:<24}{s.count:>10,}{s.p50_ns / 1e3:>12,.1f}{s.p99_ns / 1e3:>12,.1f}{s.max_ns / 1e3:>12,.1f}")
-    for c in report.chains:
-        print(f"[{c.severity}] {c.summary}\n  root cause: {c.root_cause}")
-    return 0
 
 
 def run(args: argparse.Namespace) -> int:
