@@ -55,6 +55,7 @@ def _list() -> int:
 
 def _clear_old_demo(db: Path) -> None:
     """Remove a previous demo store at `db`; refuse to touch anything else."""
+    from ingero_mcp.analysis.info import trace_info
     from ingero_mcp.store import StoreError, open_store
 
     if not db.exists():
@@ -62,7 +63,7 @@ def _clear_old_demo(db: Path) -> None:
     try:
         con = open_store(db)
         try:
-            sources = [r[0] for r in con.execute("SELECT source FROM sessions").fetchall()]
+            sources = [s.source for s in trace_info(con).sessions]
         finally:
             con.close()
     except StoreError as exc:
@@ -89,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the scenario's store, say where, and print its report."""
     if args.list:
         return _list()
+    from ingero_mcp.analysis.info import trace_info
     from ingero_mcp.demo import SCENARIOS, generate
     from ingero_mcp.store import StoreError, open_store
 
@@ -101,10 +103,10 @@ def run(args: argparse.Namespace) -> int:
     generate(args.scenario, db, seed=args.seed, scale=args.scale)
     con = open_store(db)
     try:
-        calls, intervals = con.execute(
-            "SELECT (SELECT count(*) FROM cuda_calls), (SELECT count(*) FROM sched_intervals)").fetchall()[0]
+        counts = trace_info(con).row_counts
     finally:
         con.close()
+    calls, intervals = counts["cuda_calls"], counts["sched_intervals"]
     print(f"demo {args.scenario}: wrote {db} ({calls:,} CUDA calls, {intervals:,} scheduler intervals); "
           f"explore it with `ingero-mcp explain --db {db}`", file=sys.stderr)
     if args.no_report:
