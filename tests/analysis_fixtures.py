@@ -8,8 +8,13 @@ cudaLaunchKernel is a 30 ms cold start; everything else is steady.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
+import duckdb
+import pytest
+
+from ingero_mcp.analysis.models import CausalChain
 from ingero_mcp.store import TraceWriter
 
 T0 = 1_700_000_000_000_000_000
@@ -146,3 +151,20 @@ def drop_store(path: Path) -> Path:
         w.append("snapshots", {"ts_ns": [T0 + s * S for s in secs],
                                "cpu_percent": [100.0 if 8 <= s < 11 else 50.0 for s in secs]})
     return path
+
+
+def check_evidence_sql(con: duckdb.DuckDBPyConnection, chains: Iterable[CausalChain]) -> int:
+    """Run every Evidence.sql of the chains and assert it recomputes the value shown (floats to 0.05, as rounded
+    for display); returns how many were checked."""
+    checked = 0
+    for chain in chains:
+        for ev in chain.evidence:
+            if ev.sql is None:
+                continue
+            got = con.execute(ev.sql).fetchall()[0][0]
+            if isinstance(ev.value, float):
+                assert float(got) == pytest.approx(ev.value, abs=0.051), (chain.id, ev.name, ev.sql)
+            else:
+                assert got == ev.value, (chain.id, ev.name, ev.sql)
+            checked += 1
+    return checked

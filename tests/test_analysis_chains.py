@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis_fixtures import contention_store
+from analysis_fixtures import check_evidence_sql, contention_store
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.models import CausalChain
 from ingero_mcp.demo import EXPECTED, SCENARIOS, generate
@@ -62,19 +62,7 @@ def test_scenario_yields_its_chain(name: str, scenario_chains) -> None:
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_evidence_sql_recomputes_its_value(name: str, scenario_chains) -> None:
     db, chains = scenario_chains[name]
-    con = open_store(db)
-    checked = 0
-    for chain in chains:
-        for ev in chain.evidence:
-            if ev.sql is None:
-                continue
-            got = con.execute(ev.sql).fetchall()[0][0]
-            if isinstance(ev.value, float):
-                assert float(got) == pytest.approx(ev.value, abs=0.051), (chain.op, ev.name, ev.sql)
-            else:
-                assert got == ev.value, (chain.op, ev.name, ev.sql)
-            checked += 1
-    assert checked >= 8
+    assert check_evidence_sql(open_store(db), chains) >= 8
 
 
 def test_cpu_contention_names_the_preemptor_and_uses_the_moment_not_the_peak(tmp_path: Path) -> None:
@@ -146,8 +134,4 @@ def test_evidence_sql_recomputes_under_a_window_and_pid_filter(tmp_path: Path) -
     sync = next(c for c in chains if c.op == "cudaStreamSynchronize")
     ev = {e.name: e for e in sync.evidence}
     assert ev["calls"].value == 91 + 20  # steady calls of the window (both ends inclusive) and 20 slow ones
-    for chain in chains:
-        for e in chain.evidence:
-            if e.sql:
-                got = con.execute(e.sql).fetchall()[0][0]
-                assert got == pytest.approx(e.value, abs=0.051) if isinstance(e.value, float) else got == e.value, e.name
+    check_evidence_sql(con, chains)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from analysis_fixtures import check_evidence_sql
 
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.models import CausalChain
@@ -122,18 +123,7 @@ def test_pageable_copies_are_staged_by_the_cpu(con, chains) -> None:
 
 
 def test_every_evidence_sql_recomputes_its_value(con, chains) -> None:
-    checked = 0
-    for chain in chains:
-        for ev in chain.evidence:
-            if ev.sql is None:
-                continue
-            got = con.execute(ev.sql).fetchall()[0][0]
-            if isinstance(ev.value, float):
-                assert float(got) == pytest.approx(ev.value, abs=0.051), (chain.id, ev.name, ev.sql)
-            else:
-                assert got == ev.value, (chain.id, ev.name, ev.sql)
-            checked += 1
-    assert checked >= 30
+    assert check_evidence_sql(con, chains) >= 30
 
 
 def test_a_window_over_the_worker_phase_only_sees_the_wait(con) -> None:
@@ -143,11 +133,7 @@ def test_a_window_over_the_worker_phase_only_sees_the_wait(con) -> None:
     end = one(con, "SELECT max(ts_ns) FROM cuda_calls")[0]
     got = [c for c in causal_chains(con, TimeWindow(start_ns=t0, end_ns=end)) if c.op == "gpu-starvation"]
     assert got and all(not c.root_cause.startswith("host-bound") for c in got), [c.summary for c in got]
-    for c in got:
-        for ev in c.evidence:
-            if ev.sql:
-                got_v = con.execute(ev.sql).fetchall()[0][0]
-                assert (float(got_v) == pytest.approx(ev.value, abs=0.051)) if isinstance(ev.value, float) else got_v == ev.value
+    check_evidence_sql(con, got)
 
 
 # A contended feeder (the 4-CPU case): pid 500 launches 20 kernels every 500 ms and in between is mostly
