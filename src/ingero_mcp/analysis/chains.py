@@ -25,7 +25,7 @@ from ingero_mcp.analysis._sql import has_rows, rows, table_complete, ts_in, wher
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.gaps import find_gap_classes, gap_chain
 from ingero_mcp.analysis.imported import imported_chains
-from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow, TraceStats
+from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow
 from ingero_mcp.analysis.stats import sample_note
 from ingero_mcp.analysis.throughput import drop_chain, find_drops
 from ingero_mcp.analysis.window import trace_window
@@ -572,7 +572,6 @@ def causal_chains(
     pids: list[int] | None = None,
     *,
     groups: list[CallGroup] | None = None,
-    stats: TraceStats | None = None,
 ) -> list[CausalChain]:
     """Own chains (strongest first), then the imported ones."""
     groups = call_groups(con, window, pids) if groups is None else groups
@@ -640,7 +639,7 @@ def causal_chains(
         for g in groups:
             if g.pid is not None and g.count > busiest.get(g.pid, (0, ""))[0]:
                 busiest[g.pid] = (g.count, g.op)
-        for d in find_drops(con, window, pids, whole.start_ns, span, busiest, chained):
+        for d in find_drops(con, window, whole.start_ns, span, busiest, chained):
             ordered.append(drop_chain(con, d, window, span, names, per_op.get(d.op), cpus=cpus))
         ordered.sort(key=lambda ch: rank[ch.severity])  # stable: tails before drops within a severity
     return ordered + imported_chains(con, window)

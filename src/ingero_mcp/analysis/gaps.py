@@ -175,7 +175,7 @@ def find_gap_classes(con: duckdb.DuckDBPyConnection, window: TimeWindow | None, 
             continue
         out.append(GapClass(pid, gs[0].tid, cls, gs, all_gaps=[g for g in got if g.pid == pid]))
     if out:
-        _gather(con, out, window, pids)
+        _gather(con, out, window)
     return [gc for gc in out if gc.gpu_in is None or gc.gpu_in < BUSY_GPU]
 
 
@@ -183,8 +183,7 @@ def _values(gc: GapClass) -> str:
     return ", ".join(f"({g.start_ns}, {g.end_ns})" for g in gc.gaps)
 
 
-def _gather(con: duckdb.DuckDBPyConnection, classes: list[GapClass], window: TimeWindow | None,
-            pids: list[int] | None) -> None:
+def _gather(con: duckdb.DuckDBPyConnection, classes: list[GapClass], window: TimeWindow | None) -> None:
     for gc in classes:
         v = _values(gc)
         feeder_calls = rows(con, f"SELECT min(ts_ns), max(ts_ns + duration_ns) FROM cuda_calls "

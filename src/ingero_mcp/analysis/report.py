@@ -24,7 +24,7 @@ def build_report(
     groups = call_groups(con, window, pids)
     stats = trace_stats(con, window, pids, groups=groups)
     processes = per_process_breakdown(con, window, pids, groups=groups)
-    chains = causal_chains(con, window, pids, groups=groups, stats=stats)
+    chains = causal_chains(con, window, pids, groups=groups)
     whole = window or trace_window(con) or TimeWindow(start_ns=0, end_ns=0)
     notes = list(stats.notes)
     if info.live:

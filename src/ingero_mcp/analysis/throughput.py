@@ -90,9 +90,10 @@ def _disc_median(values: list[int]) -> int:
     return s[max(0, math.ceil(len(s) * 0.5) - 1)]
 
 
-def find_drops(con: duckdb.DuckDBPyConnection, window: TimeWindow | None, pids: list[int] | None,
-               origin_ns: int, span_ns: int, busiest: dict[int, tuple[int, str]], skip_ops: set[str]) -> list[Drop]:
-    """The worst drop of each pid's busiest op (`busiest`: pid -> (calls, op)), skipping ops that have a chain."""
+def find_drops(con: duckdb.DuckDBPyConnection, window: TimeWindow | None, origin_ns: int, span_ns: int,
+               busiest: dict[int, tuple[int, str]], skip_ops: set[str]) -> list[Drop]:
+    """The worst drop of each pid's busiest op (`busiest`: pid -> (calls, op), already only the pids asked for),
+    skipping ops that have a chain."""
     wanted = {pid: op for pid, (total, op) in busiest.items() if total >= MIN_CALLS and op not in skip_ops}
     if not wanted:
         return []
