@@ -20,14 +20,13 @@ from ingero_mcp.analysis.models import ProcessBreakdown, ProcessOp, TimeWindow
 def sched_rows_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
     """Context switches and off-CPU time per pid from sched_intervals rows."""
     return tidy(f"""
-        SELECT pid, count(*) AS switches,
-               sum(coalesce(off_cpu_ns, on_ns - off_ns, 0)) AS off_cpu_ns,
-               sum(CASE WHEN prev_state = 'preempted' THEN coalesce(off_cpu_ns, on_ns - off_ns, 0) ELSE 0 END) AS preempted_ns,
-               sum(CASE WHEN prev_state = 'blocked' THEN coalesce(off_cpu_ns, on_ns - off_ns, 0) ELSE 0 END) AS blocked_ns,
+        SELECT pid, count(*) AS switches, sum(off) AS off_cpu_ns,
+               sum(CASE WHEN prev_state = 'preempted' THEN off ELSE 0 END) AS preempted_ns,
+               sum(CASE WHEN prev_state = 'blocked' THEN off ELSE 0 END) AS blocked_ns,
                count(*) FILTER (WHERE prev_state IN ('preempted', 'blocked')) AS known_state,
-               max(coalesce(off_cpu_ns, on_ns - off_ns, 0)) AS worst_ns,
-               arg_max(off_ns, coalesce(off_cpu_ns, on_ns - off_ns, 0)) AS worst_ts_ns
-        FROM sched_intervals {where(interval_in(window), pid_in(pids))}
+               max(off) AS worst_ns, arg_max(off_ns, off) AS worst_ts_ns
+        FROM (SELECT pid, prev_state, off_ns, coalesce(off_cpu_ns, on_ns - off_ns, 0) AS off
+              FROM sched_intervals {where(interval_in(window), pid_in(pids))})
         GROUP BY pid
     """)
 
