@@ -75,7 +75,7 @@ def test_first_chain_is_the_host_bound_starvation_of_the_main_thread(con, chains
     assert _ev(first, "gpu_util_percent_in_gaps") == gpu_in and gpu_in < 5
     assert _ev(first, "gpu_util_percent_outside_gaps") > gpu_in
     last_end = one(con, GAPS + "SELECT max(e) FROM st WHERE gap - pre - blk > greatest(pre, blk)")[0]
-    assert one(con, f"SELECT min(first_seen_ns) FROM processes WHERE ppid = 1534")[0] > last_end
+    assert one(con, "SELECT min(first_seen_ns) FROM processes WHERE ppid = 1534")[0] > last_end
     assert any("num_workers" in r for r in first.recommendations)
     assert any("randperm" in r or "batch of indices" in r for r in first.recommendations)
 

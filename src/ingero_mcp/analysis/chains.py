@@ -462,7 +462,7 @@ def _evidence(c: Candidate, v: _Verdict, th: dict[str, int], window: TimeWindow 
         ev.append(Evidence(name="gpu_util_percent_at_slow_calls", value=round(c.gpu_at_slow, 1), unit="%",
                            sql=q.slow_one(op, "round(avg(snap.gpu_util_percent), 1)", th, window, pids, snapshots=True)))
     if v.cause == rc.CPU_CONTENTION:
-        for pid, (comm, ns, n) in sorted(c.preemptors.items(), key=lambda kv: -kv[1][1])[:3]:
+        for pid, (comm, ns, _) in sorted(c.preemptors.items(), key=lambda kv: -kv[1][1])[:3]:
             ev.append(Evidence(name=f"preempted_by {comm}[{pid}]", value=ns, unit="ns inside the longest slow calls",
                                sql=q.sched_overlap_one(op, "preempted", th, window, pids, preemptor=pid)))
         switches = [x for x in c.competitors if x[0] == "sched_switch" and x[1] not in c.pids and x[1] != 0]

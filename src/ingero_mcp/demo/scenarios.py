@@ -10,6 +10,7 @@ is how the benchmarks make 1M- and 10M-event traces.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +122,7 @@ def _chunks(b: TraceBuilder, start_ns: int, end_ns: int, cuts: list[int] | None 
     """
     edges = sorted({start_ns, end_ns, *(c for c in (cuts or []) if start_ns < c < end_ns)})
     out = []
-    for a, z in zip(edges, edges[1:]):
+    for a, z in pairwise(edges):
         out.extend((s, min(s + CHUNK_NS, z)) for s in range(a, z, CHUNK_NS))
     return out
 

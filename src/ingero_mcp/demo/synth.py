@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import platform
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
