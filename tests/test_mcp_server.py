@@ -21,7 +21,7 @@ from mcp_types import CallToolResult
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
 from ingero_mcp.demo.scenarios import EXPECTED, generate
-from ingero_mcp.mcp.render import TEXT_BUDGET, fmt_ns
+from ingero_mcp.mcp.render import TEXT_BUDGET, fmt_ns, fmt_wall
 from ingero_mcp.mcp.sanitize import DATA_NOTE, clean
 from ingero_mcp.mcp.server import STRUCTURED_BUDGET, build_server
 from ingero_mcp.store import TraceWriter, open_store
@@ -311,6 +311,11 @@ async def test_timeline_around_a_moment_and_bounds(demo_store: Path) -> None:
         again = await call(demo_store, "get_timeline", {"pid": pid, "around": spelled, "limit": 5})
         window = again.structured_content["timeline"]["window"]
         assert abs(window["start_ns"] + 500_000_000 - start) <= 1_000, spelled
+    # the wall-clock time the tools print (get_trace_info's span: a space between date and time), to the ms
+    wall = await call(demo_store, "get_timeline", {"pid": pid, "around": fmt_wall(start), "limit": 5})
+    assert not wall.is_error, text_of(wall)
+    window = wall.structured_content["timeline"]["window"]
+    assert abs(window["start_ns"] + 500_000_000 - start) < 1_000_000
     big = await call(demo_store, "get_timeline", {"limit": 1000})
     assert not big.is_error
     assert_bounded(big)

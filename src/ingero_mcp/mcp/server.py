@@ -363,9 +363,8 @@ def build_server(
                 window = _window(con, since)
                 whole = _whole(con)
                 around_ns = None
-                if around:
-                    moment = around.replace(" ", "")  # '+12.500000 s' as the tools print it
-                    around_ns = resolve_window(con, start=moment, end=moment).start_ns
+                if around:  # every form the tools print ('+12.500000 s', a UTC time) reads as it is
+                    around_ns = resolve_window(con, start=around, end=around).start_ns
                 tl = timeline(con, pid=pid, tid=tid, window=window, around_ns=around_ns, limit=limit)
             notes = []
             if (pid is not None and not any(e.pid == pid for e in tl.entries)) or (
