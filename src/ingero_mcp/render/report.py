@@ -41,8 +41,7 @@ def header(report: Report, db: str) -> Text:
     if whole is None:
         t.append("empty trace: no sessions, CUDA calls, scheduler rows or snapshots yet\n", style="bold")
         return t
-    label = "whole trace" if whole and whole == w else f"{fmt.rel(w.start_ns, whole.start_ns) if whole else ''} .. " \
-        f"{fmt.rel(w.end_ns, whole.start_ns) if whole else ''} of the trace"
+    label = "whole trace" if whole == w else f"{fmt.rel(w.start_ns, whole.start_ns)} .. {fmt.rel(w.end_ns, whole.start_ns)} of the trace"
     t.append(f"window: {fmt.utc(w.start_ns)} .. {fmt.utc(w.end_ns)} ({w.duration_ns / 1e9:,.1f} s, {label})\n")
     for note in report.notes:
         t.append(f"note: {note}\n", style="italic")
