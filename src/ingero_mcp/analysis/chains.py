@@ -28,7 +28,7 @@ from ingero_mcp.analysis.imported import imported_chains
 from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow
 from ingero_mcp.analysis.stats import sample_note
 from ingero_mcp.analysis.throughput import drop_chain, find_drops
-from ingero_mcp.analysis.window import trace_window
+from ingero_mcp.analysis.window import window_or_trace
 
 MS = 1_000_000
 MIN_CALLS = 10
@@ -575,7 +575,7 @@ def causal_chains(
 ) -> list[CausalChain]:
     """Own chains (strongest first), then the imported ones."""
     groups = call_groups(con, window, pids) if groups is None else groups
-    whole = window or trace_window(con) or TimeWindow(start_ns=0, end_ns=0)
+    whole = window_or_trace(con, window)
     span = whole.duration_ns
     cands = _candidates(groups)
     _add_slow_copies(con, groups, cands, window, pids)

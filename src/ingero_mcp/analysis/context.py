@@ -6,7 +6,7 @@ import duckdb
 
 from ingero_mcp.analysis._sql import rows, tidy, ts_in, where
 from ingero_mcp.analysis.models import Snapshot, SystemContext, TimeWindow
-from ingero_mcp.analysis.window import trace_window
+from ingero_mcp.analysis.window import window_or_trace
 
 _COLUMNS = "cpu_percent, procs_running, load1, mem_used_percent, mem_available_bytes, swap_used_bytes, gpu_util_percent, gpu_mem_used_bytes"
 
@@ -24,7 +24,7 @@ def context_sql(window: TimeWindow | None, start_ns: int, step_ns: int) -> str:
 
 def system_context(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, max_points: int = 120) -> SystemContext:
     """Snapshots in the window, averaged into at most `max_points` points, with the window's max/mean."""
-    whole = window or trace_window(con) or TimeWindow(start_ns=0, end_ns=0)
+    whole = window_or_trace(con, window)
     n, cpu_max, cpu_mean, mem_max, swap_max, gpu_mean, lo, hi = rows(
         con,
         f"SELECT count(*), max(cpu_percent), avg(cpu_percent), max(mem_used_percent), max(swap_used_bytes), "

@@ -13,7 +13,7 @@ from ingero_mcp.analysis.info import events_lost, trace_info
 from ingero_mcp.analysis.models import Report, TimeWindow
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
-from ingero_mcp.analysis.window import trace_window
+from ingero_mcp.analysis.window import window_or_trace
 
 
 def build_report(
@@ -25,7 +25,7 @@ def build_report(
     stats = trace_stats(con, window, pids, groups=groups)
     processes = per_process_breakdown(con, window, pids, groups=groups)
     chains = causal_chains(con, window, pids, groups=groups)
-    whole = window or trace_window(con) or TimeWindow(start_ns=0, end_ns=0)
+    whole = window_or_trace(con, window)
     notes = list(stats.notes)
     if info.live:
         notes.append("the trace is still being recorded (or its collector stopped without closing it)")

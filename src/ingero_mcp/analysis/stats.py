@@ -12,7 +12,7 @@ import duckdb
 from ingero_mcp.analysis._sql import bucket_in, pid_in, rows, table_complete, tidy, where
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.models import HostTotal, OpStats, TimeWindow, TraceStats
-from ingero_mcp.analysis.window import trace_window
+from ingero_mcp.analysis.window import window_or_trace
 
 def sample_note(con: duckdb.DuckDBPyConnection, counted_ops: set[str] | None = None) -> str:
     """What it means that cuda_calls is not complete: percentiles from the stored sample, totals from where."""
@@ -77,7 +77,7 @@ def trace_stats(
     groups: list[CallGroup] | None = None,
 ) -> TraceStats:
     """Per-op statistics over `window` (default: the whole trace), optionally for some pids only."""
-    whole = window or trace_window(con) or TimeWindow(start_ns=0, end_ns=0)
+    whole = window_or_trace(con, window)
     groups = call_groups(con, window, pids) if groups is None else groups
     sampled = not table_complete(con, "cuda_calls")
     host = host_totals(con, window, pids)

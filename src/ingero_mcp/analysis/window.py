@@ -46,6 +46,11 @@ def trace_window(con: duckdb.DuckDBPyConnection) -> TimeWindow | None:
     return TimeWindow(start_ns=int(lo), end_ns=int(max(lo, hi)))
 
 
+def window_or_trace(con: duckdb.DuckDBPyConnection, window: TimeWindow | None) -> TimeWindow:
+    """`window`, else the whole trace, else an empty window at 0 (an empty trace): the span results are reported over."""
+    return window or trace_window(con) or TimeWindow(start_ns=0, end_ns=0)
+
+
 def _point(text: str, whole: TimeWindow) -> int:
     """A moment: '30s' (before the trace end), '+10s' (after its start), ns since epoch, or ISO time."""
     value = text.strip()
