@@ -12,16 +12,7 @@ from rich.text import Text
 
 from ingero_mcp.collector import records as R
 from ingero_mcp.collector.tracer import Tracer
-
-
-def _ns(v: float) -> str:
-    if v >= 1e9:
-        return f"{v / 1e9:.2f} s"
-    if v >= 1e6:
-        return f"{v / 1e6:.2f} ms"
-    if v >= 1e3:
-        return f"{v / 1e3:.1f} us"
-    return f"{v:.0f} ns"
+from ingero_mcp.render import fmt
 
 
 class LiveView:
@@ -59,7 +50,7 @@ class LiveView:
         for col in ("op", "calls", "p50 (~)", "p99 (~)", "max", "off-CPU", "preempted"):
             ops.add_column(col, justify="right" if col != "op" else "left", no_wrap=True)
         for op, n, p50, p99, mx, off, pre in tracer.op_summary()[:20]:
-            ops.add_row(op, f"{n:,}", _ns(p50), _ns(p99), _ns(mx), f"{off:.0%}", f"{pre:.0%}")
+            ops.add_row(op, f"{n:,}", fmt.ns(p50), fmt.ns(p99), fmt.ns(mx), f"{off:.0%}", f"{pre:.0%}")
         snap = tracer.snapshot
         cpu = snap.get("cpu_percent")
         mem = snap.get("mem_used_percent")
