@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
 
 DESCRIPTION = """\
 Run read-only SQL over a trace store (DuckDB dialect). The connection cannot write, attach other
@@ -34,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run_query(con: object, sql: str, limit: int) -> tuple[list[str], list[tuple], bool]:
+def run_query(con: duckdb.DuckDBPyConnection, sql: str, limit: int) -> tuple[list[str], list[tuple], bool]:
     """Run `sql` read-only; at most `limit` rows. Errors become one-line AnalysisErrors naming the tables."""
     import duckdb
 
@@ -44,7 +48,7 @@ def run_query(con: object, sql: str, limit: int) -> tuple[list[str], list[tuple]
     if limit < 1:
         raise AnalysisError("--limit must be >= 1")
     try:
-        rel = con.sql(sql)  # type: ignore[attr-defined]
+        rel = con.sql(sql)
         if rel is None:  # a statement without a result
             return [], [], False
         columns = list(rel.columns)
