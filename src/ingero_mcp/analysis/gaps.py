@@ -179,18 +179,15 @@ def find_gap_classes(con: duckdb.DuckDBPyConnection, window: TimeWindow | None, 
     return [gc for gc in out if gc.gpu_in is None or gc.gpu_in < BUSY_GPU]
 
 
-def _values(gc: GapClass) -> str:
-    return ", ".join(f"({g.start_ns}, {g.end_ns})" for g in gc.gaps)
-
-
 def _gather(con: duckdb.DuckDBPyConnection, classes: list[GapClass], window: TimeWindow | None) -> None:
+    has_aggs = has_rows(con, "host_aggregates")
     for gc in classes:
-        v = _values(gc)
+        g_cte = _g_values(gc)
         feeder_calls = rows(con, f"SELECT min(ts_ns), max(ts_ns + duration_ns) FROM cuda_calls "
                                  f"{where(f'pid = {gc.pid}', f'tid = {gc.tid}', ts_in(window))}")[0]
         lo, hi = int(feeder_calls[0]), int(feeder_calls[1])
         snap = rows(con, f"""
-            WITH g(start_ns, end_ns) AS (VALUES {v}),
+            WITH {g_cte},
             all_g AS (SELECT start_ns, end_ns FROM (VALUES {', '.join(f'({g.start_ns}, {g.end_ns})' for g in gc.all_gaps)}) t(start_ns, end_ns)),
             s AS (SELECT ts_ns, cpu_percent, gpu_util_percent FROM snapshots WHERE ts_ns BETWEEN {lo} AND {hi})
             SELECT count(*) FILTER (WHERE EXISTS (SELECT 1 FROM g WHERE s.ts_ns >= g.start_ns AND s.ts_ns < g.end_ns)),
@@ -202,22 +199,22 @@ def _gather(con: duckdb.DuckDBPyConnection, classes: list[GapClass], window: Tim
         gc.n_snap_in, gc.gpu_in, gc.cpu_in, gc.gpu_out, gc.cpu_out = int(snap[0]), snap[1], snap[2], snap[3], snap[4]
         if gc.part("pre_ns"):
             gc.preemptors = [(int(p), c or "?", int(ns), int(n)) for p, c, ns, n in rows(con, f"""
-                WITH g(start_ns, end_ns) AS (VALUES {v})
+                WITH {g_cte}
                 SELECT i.preemptor_pid, any_value(i.preemptor_comm), sum(least(coalesce(i.on_ns, g.end_ns), g.end_ns) - i.off_ns), count(*)
                 FROM sched_intervals i JOIN g ON i.off_ns >= g.start_ns AND i.off_ns < g.end_ns
                 WHERE i.pid = {gc.pid} AND i.tid = {gc.tid} AND i.prev_state = 'preempted' AND i.preemptor_pid IS NOT NULL
                 GROUP BY 1 ORDER BY 3 DESC LIMIT 5""")]
-        gc.children = [(int(p), c or "?", int(alive or 0), int(off or 0)) for p, c, alive, off in rows(con, children_sql(gc.pid, _g_values(gc)))
+        gc.children = [(int(p), c or "?", int(alive or 0), int(off or 0)) for p, c, alive, off in rows(con, children_sql(gc.pid, g_cte))
                        if alive]
-        if gc.children and has_rows(con, "host_aggregates"):
+        if gc.children and has_aggs:
             kids = ", ".join(str(p) for p, *_ in gc.children)
-            for op, n, nbytes in rows(con, events_sql(kids, _g_values(gc))):
+            for op, n, nbytes in rows(con, events_sql(kids, g_cte)):
                 gc.child_events[op] = (int(n or 0), int(nbytes or 0))
-        if has_rows(con, "host_aggregates"):
-            for op, n, nbytes in rows(con, events_sql(str(gc.pid), _g_values(gc))):
+        if has_aggs:
+            for op, n, nbytes in rows(con, events_sql(str(gc.pid), g_cte)):
                 gc.own_events[op] = (int(n or 0), int(nbytes or 0))
         gc.other_calls = [(int(t), op, int(n), int(ns)) for t, op, n, ns in rows(con, f"""
-            WITH g(start_ns, end_ns) AS (VALUES {v})
+            WITH {g_cte}
             SELECT c.tid, c.op, count(*), sum(least(c.ts_ns + c.duration_ns, g.end_ns) - greatest(c.ts_ns, g.start_ns))
             FROM cuda_calls c JOIN g ON c.ts_ns < g.end_ns AND c.ts_ns + c.duration_ns > g.start_ns
             WHERE c.pid = {gc.pid} AND c.tid <> {gc.tid} GROUP BY ALL ORDER BY 4 DESC LIMIT 4""")]
@@ -242,7 +239,8 @@ def children_sql(pid: int, g_cte: str) -> str:
 
 
 def _g_values(gc: GapClass) -> str:
-    return f"g(start_ns, end_ns) AS (VALUES {_values(gc)})"
+    """CTE `g`: the class's gaps as literals."""
+    return f"g(start_ns, end_ns) AS (VALUES {', '.join(f'({g.start_ns}, {g.end_ns})' for g in gc.gaps)})"
 
 
 def g_from_gs(pid: int, cls: str, window: TimeWindow | None, pids: list[int] | None) -> str:
