@@ -19,9 +19,8 @@ def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None) -> str:
     """All timestamped rows of the window, one shape: ts, pid, tid, kind, description, duration, weight."""
     pids = [pid] if pid is not None else None
     tids = [tid] if tid is not None else None
-    calls = where(ts_in(window), pid_in(pids), pid_in(tids, "tid"))
+    at = where(ts_in(window), pid_in(pids), pid_in(tids, "tid"))  # rows of one moment: calls, process events
     sched = where(interval_in(window), pid_in(pids), pid_in(tids, "tid"))
-    events = where(ts_in(window), pid_in(pids), pid_in(tids, "tid"))
     return tidy(f"""
         SELECT ts_ns, pid, tid, 'cuda' AS kind,
                op || coalesce(' ' || memcpy_kind, '') || coalesce(' ' || bytes || ' B', '')
@@ -29,7 +28,7 @@ def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None) -> str:
                   || CASE WHEN off_cpu_ns > 0 THEN ' (off-CPU ' || off_cpu_ns || ' ns, preempted ' || coalesce(preempted_ns, 0)
                           || ' ns, blocked ' || coalesce(blocked_ns, 0) || ' ns)' ELSE '' END AS description,
                duration_ns, duration_ns AS weight
-        FROM cuda_calls {calls}
+        FROM cuda_calls {at}
         UNION ALL
         SELECT off_ns, pid, tid, 'sched',
                'off-CPU ' || prev_state || coalesce(' (CPU taken by ' || coalesce(preemptor_comm, '?') || '[' || preemptor_pid || '])', '')
@@ -39,7 +38,7 @@ def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None) -> str:
         UNION ALL
         SELECT ts_ns, pid, tid, 'process', event || coalesce(' child ' || child_pid, '') || coalesce(' ' || comm, '')
                   || coalesce(' ' || filename, '') || coalesce(' exit ' || exit_code, ''), NULL, 9e18
-        FROM process_events {events}
+        FROM process_events {at}
         UNION ALL
         SELECT ts_ns, NULL, NULL, 'snapshot',
                'CPU ' || round(cpu_percent, 1) || '%' || coalesce(', load ' || round(load1, 2), '')
