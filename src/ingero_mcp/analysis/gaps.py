@@ -31,7 +31,6 @@ MIN_CLASS_SHARE = 0.02  # a class of gaps smaller than this share of the span ma
 MIN_CLASS_NS = 500 * MS
 BUSY_GPU = 50.0  # GPU utilisation (%) in the gaps at or above which the GPU was not starved (another user kept it busy)
 WORK_OPS = "(contains(op, 'aunch') OR contains(op, 'emcpy') OR contains(op, 'emset'))"  # launches, copies, memsets
-CLASSES = ("host-bound", "preempted", "blocked")
 
 
 def _gaps_only(window: TimeWindow | None, pids: list[int] | None) -> str:
