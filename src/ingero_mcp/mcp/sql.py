@@ -125,13 +125,11 @@ def run_query(
         columns = [str(d[0]) for d in cursor.description]
         types = [str(d[1]) for d in cursor.description]
         fetched = cursor.fetchmany(limit + 1)
-    except duckdb.InterruptException as exc:
+    except duckdb.Error as exc:  # an interrupt included: the timer's, or another's
         if fired.is_set():
             raise SqlError(f"query stopped after the {timeout_s:g} s timeout; aggregate or filter more") from exc
-        raise SqlError(f"query interrupted: {exc}") from exc
-    except duckdb.Error as exc:
-        if fired.is_set():
-            raise SqlError(f"query stopped after the {timeout_s:g} s timeout; aggregate or filter more") from exc
+        if isinstance(exc, duckdb.InterruptException):
+            raise SqlError(f"query interrupted: {exc}") from exc
         raise SqlError(f"{type(exc).__name__}: {exc}") from exc
     finally:
         timer.cancel()
