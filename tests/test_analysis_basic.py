@@ -34,6 +34,7 @@ def test_window_is_relative_to_the_trace_end(con) -> None:
     assert resolve_window(con, start="+1s", end="+2.5s") == TimeWindow(start_ns=T0 + S, end_ns=T0 + 2500 * MS)
     assert resolve_window(con, since="1h").start_ns == T0  # clamped to the trace
     assert parse_duration_ns("250ms") == 250 * MS
+    assert parse_duration_ns("1,234.5 s") == 1_234_500 * MS  # offsets as the report prints them read back
     iso = resolve_window(con, start="2023-11-14T22:13:25Z", end="2023-11-14 22:13:26.5")  # T0 is 22:13:20 UTC
     assert iso == TimeWindow(start_ns=T0 + 5 * S, end_ns=T0 + 6500 * MS)
     assert resolve_window(con, start=str(T0 + 3 * S)).start_ns == T0 + 3 * S

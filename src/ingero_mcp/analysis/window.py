@@ -30,8 +30,8 @@ SELECT min(lo), max(hi) FROM (
 
 
 def parse_duration_ns(text: str) -> int:
-    """'30s', '5m', '250ms', '1.5h' (bare numbers are seconds) -> ns."""
-    match = _DURATION.match(text)
+    """'30s', '5m', '250ms', '1.5h', '1,234.5 s' as the report prints it (bare numbers are seconds) -> ns."""
+    match = _DURATION.match(text.replace(",", ""))
     if not match:
         raise AnalysisError(f"cannot read duration {text!r}: use a number with a unit, e.g. 30s, 5m, 250ms")
     value, unit = match.groups()
