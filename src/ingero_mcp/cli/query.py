@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from ingero_mcp.store.schema import TABLES
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -21,14 +23,14 @@ examples:
   ingero-mcp query --db run.duckdb --json "SELECT * FROM processes"
   ingero-mcp query --db run.duckdb "DESCRIBE cuda_calls"
 
-tables: sessions, table_coverage, processes, cuda_calls, sched_intervals, host_aggregates,
-process_events, snapshots, collector_stats, imported_chains (see schemas/v1.sql)."""
+tables: {tables} (see schemas/v1.sql)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `query` parser."""
     p = subparsers.add_parser(
-        "query", help="read-only SQL over a trace store", description=DESCRIPTION, epilog=EPILOG,
+        "query", help="read-only SQL over a trace store", description=DESCRIPTION,
+        epilog=EPILOG.format(tables=", ".join(TABLES)),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--db", required=True, help="trace store (DuckDB file)")
