@@ -118,8 +118,22 @@ class TimelineEntry(BaseModel):
     duration_ns: int | None = None
 
 
+class Culprit(BaseModel):
+    """A task named as (part of) a cause: who held the CPU, who woke the thread, who used the GPU."""
+
+    pid: int | None = None
+    tids: list[int] = []
+    comm: str | None = None
+    relation: str = Field("", description="to the job: 'same process', 'child process', 'other process', 'kernel', 'interrupt'")
+    ns: int = Field(0, description="the time this culprit accounts for (wait behind it, sleep it ended, GPU time)")
+
+
 class CausalChain(BaseModel):
-    """A symptom on a CUDA op tied to its evidence, root cause and fixes; origin says who found it."""
+    """A symptom tied to its evidence, root cause and fixes; origin says who found it.
+
+    Chains from the time accounting carry `seconds_lost` (the feeding time the cause explains), the
+    window it was seen in and the culprits; op-level chains name the CUDA op in `op`.
+    """
 
     id: str
     origin: Literal["ingero-mcp", "ingero"] = "ingero-mcp"
@@ -128,6 +142,9 @@ class CausalChain(BaseModel):
     summary: str
     root_cause: str
     explanation: str
+    seconds_lost: float | None = Field(None, description="feeding time the cause explains (s)")
+    window: TimeWindow | None = None
+    culprits: list[Culprit] = []
     count: int | None = None
     p50_ns: int | None = None
     p99_ns: int | None = None
@@ -224,13 +241,81 @@ class TraceInfo(BaseModel):
     live: bool = False
 
 
+class Account(BaseModel):
+    """Where a thread's wall time went over a span; the parts sum to wall_ns exactly."""
+
+    wall_ns: int = 0
+    run_outside_ns: int = Field(0, description="on a CPU outside CUDA calls: Python, data preparation")
+    run_inside_ns: int = Field(0, description="on a CPU inside CUDA calls: launch cost, CPU-staged copies, spin-waits")
+    sleep_inside_ns: int = Field(0, description="asleep inside CUDA calls: waiting for the GPU (or a driver lock)")
+    sleep_outside_ns: int = Field(0, description="asleep outside CUDA calls: another thread, a lock, a queue, IO")
+    sleep_io_ns: int = Field(0, description="of sleep_outside_ns, uninterruptible (D): usually IO")
+    cpu_wait_inside_ns: int = Field(0, description="runnable inside CUDA calls, the CPU held by another task")
+    cpu_wait_outside_ns: int = Field(0, description="runnable outside CUDA calls, the CPU held by another task")
+    off_cpu_unknown_ns: int = Field(0, description="off-CPU, split not recorded")
+    in_call_ns: int = 0
+    work_calls: int = Field(0, description="launches, copies and memsets started")
+
+    @property
+    def cpu_wait_ns(self) -> int:
+        """Waiting for a CPU, inside and outside CUDA calls."""
+        return self.cpu_wait_inside_ns + self.cpu_wait_outside_ns
+
+    def share(self, part: str) -> float:
+        """One part as a fraction of wall time."""
+        value = self.cpu_wait_ns if part == "cpu_wait_ns" else getattr(self, part)
+        return value / self.wall_ns if self.wall_ns else 0.0
+
+
+class SecondAccount(Account):
+    """One second (since the trace start) of one thread."""
+
+    k: int
+    start_ns: int
+    gpu_util_percent: float | None = None
+
+
+class ThreadAccount(BaseModel):
+    """A thread that feeds the GPU (or that one waits on): its time over the window, whole and per second."""
+
+    pid: int
+    tid: int
+    comm: str | None = None
+    process_comm: str | None = None
+    role: str = Field(description="'feeder' (issues CUDA work) or 'waited-on' (woke a feeder's sleeps)")
+    total: Account
+    seconds: list[SecondAccount] = []
+
+
+class Phase(BaseModel):
+    """A stretch of seconds in which a process's CUDA work rate stayed healthy (baseline) or fell (slow)."""
+
+    pid: int
+    kind: Literal["baseline", "slow"]
+    window: TimeWindow
+    work_rate: float = Field(description="launches, copies and memsets per second of the process")
+    slowdown: float | None = Field(None, description="baseline work rate / this phase's (slow phases)")
+
+
+class Accounting(BaseModel):
+    """The time accounting of the feeding threads: the core every chain reads."""
+
+    complete: bool = Field(True, description="False when the store lacks complete CUDA or scheduler rows")
+    note: str | None = None
+    threads: list[ThreadAccount] = []
+    phases: list[Phase] = []
+
+
 class Report(BaseModel):
     """The incident report: what `explain --json` prints."""
 
     window: TimeWindow
     info: TraceInfo
+    verdict: list[str] = Field([], description="the few lines a user reads first")
     stats: list[OpStats]
     host: list[HostTotal] = []
     processes: list[ProcessBreakdown]
     chains: list[CausalChain]
+    minor: list[str] = Field([], description="causes explaining under 1% of the feeding time, a line each")
+    accounting: Accounting | None = None
     notes: list[str] = []

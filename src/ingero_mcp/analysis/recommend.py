@@ -16,9 +16,76 @@ HOST_BOUND = "host-bound"
 DRIVER_LOCK = "driver-lock"
 QUEUED_COPY = "queued-copy"
 INPUT_WAIT = "waiting-on-workers"
+# Causes read off the time accounting (causes.py).
+OWN_WORKERS_CPU = "own-workers-cpu"
+OWN_THREADS_CPU = "own-threads-cpu"
+LOCK_OR_GIL = "gil-or-lock"
+IO_WAIT = "io-wait"
+SLEEP_KERNEL = "kernel-wakeup"
+WAITING_ON_PROCESS = "waiting-on-process"
+SLEEP_UNKNOWN = "sleeping"
+PAGEABLE_COPIES = "pageable-copies"
+ALLOCATOR_CHURN = "allocator-churn"
+GPU_SLOWER = "gpu-slower"
+LAUNCH_OVERHEAD = "launch-overhead"
+PAGE_FAULTS = "page-faults"
 
 CATALOGUE: dict[str, list[str]] = {
+    OWN_WORKERS_CPU: [
+        "{who} waited for a CPU {share}% of the time ({window}) behind the job's own worker processes ({holders}): "
+        "run fewer workers than the CPUs the job may use (num_workers <= CPUs - 1, counting the main thread and the "
+        "pin-memory thread), or give the job more CPUs; check the CPU mask (taskset -p, the container's cpuset).",
+    ],
+    OWN_THREADS_CPU: [
+        "{who} waited for a CPU {share}% of the time ({window}) behind other threads of its own process ({holders}): "
+        "cap intra-op threads (torch.set_num_threads, OMP_NUM_THREADS) below the CPUs the job may use.",
+    ],
+    LOCK_OR_GIL: [
+        "{who} slept {share}% of the time ({window}) until {waker} woke it; {waker} was {doing}: pure-Python work in "
+        "another thread holds the GIL. Move it to a process (multiprocessing) or release the GIL (numpy/torch ops, "
+        "C extensions), or make it yield (time.sleep(0) in its loop).",
+    ],
+    IO_WAIT: [
+        "{who} slept in IO {share}% of the time ({window}): read the data ahead of the loop (DataLoader workers with "
+        "prefetch_factor, a page-cache-warm or local copy of the dataset, larger sequential reads).",
+    ],
+    SLEEP_KERNEL: [
+        "{who} slept {share}% of the time ({window}) until the kernel woke it (in {syscall}()): look at what that "
+        "system call waits for (a device, a timer, the network).",
+    ],
+    WAITING_ON_PROCESS: [
+        "{who} slept {share}% of the time ({window}) until {waker} woke it; {waker} was {doing}: that process sets the "
+        "pace; speed it up or decouple the two (a deeper queue).",
+    ],
+    SLEEP_UNKNOWN: [
+        "{who} slept {share}% of the time ({window}) and the store does not say on what: record with a v2 collector "
+        "(wakers are recorded) to name it.",
+    ],
+    PAGEABLE_COPIES: [
+        "Copy from pinned host memory: pin_memory=True in the DataLoader, tensor.pin_memory() once for reused "
+        "buffers, and .to('cuda', non_blocking=True); pageable copies ran at {gbs} GB/s here.",
+    ],
+    ALLOCATOR_CHURN: [
+        "Keep the caching allocator warm: remove torch.cuda.empty_cache() from the loop, reuse buffers, use fixed or "
+        "bucketed shapes, or PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True.",
+    ],
+    GPU_SLOWER: [
+        "The host waited longer for the GPU and no other process was seen using it: profile the GPU side of the "
+        "window ({window}) with nsys or torch.profiler to see which kernels grew.",
+    ],
+    LAUNCH_OVERHEAD: [
+        "The CPU time is spent inside CUDA calls: fewer, larger launches (fuse ops, torch.compile, CUDA graphs).",
+    ],
+    PAGE_FAULTS: [
+        "Reuse host buffers instead of allocating fresh memory every step (preallocate, then fill in place); for "
+        "large arrays consider huge pages.",
+    ],
     CPU_CONTENTION: [
+        "{who} waited for a CPU {share}% of the time ({window}) behind {holders}: give the training loop CPUs of its "
+        "own (taskset / cpuset for the other work, or for the job), or lower the others' priority (nice -n 19, "
+        "cgroup cpu.weight).",
+    ],
+    "cpu-contention-legacy": [
         "Give the thread that feeds the GPU its own CPU: {subject} spent {preempted_pct}% of {span} "
         "runnable but not running, the CPU taken by {competitors}. Run fewer busy processes than the {cpus} CPUs "
         "(e.g. DataLoader num_workers <= {cpus} - 1) or pin them away from the main thread (taskset / os.sched_setaffinity).",

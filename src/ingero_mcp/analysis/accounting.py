@@ -1,0 +1,263 @@
+"""Time accounting: where every second of the threads that feed the GPU went, and the phases of a job.
+
+The threads that feed the GPU are the threads that start CUDA work (launches, copies, memsets); the
+threads they wait on are those that woke them from their sleeps outside CUDA calls. For each, the
+`thread_seconds` view (sql/thread_seconds.sql) splits every second into running outside or inside
+CUDA calls, sleeping inside or outside them, waiting for a CPU, and off-CPU of unknown kind; the parts
+sum to the wall time, which `check_sums` asserts. Phases come from the feeding process's work rate
+per second: where it falls to half of its healthy rate or less for two seconds or more, that stretch
+is a slow phase, compared with the healthy baseline by the chains (causes.py).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import duckdb
+
+from ingero_mcp.analysis._sql import rows, table_complete
+from ingero_mcp.analysis.models import Account, Accounting, Phase, SecondAccount, ThreadAccount, TimeWindow
+from ingero_mcp.analysis.views import install_views
+
+SECOND_NS = 1_000_000_000
+MAX_PROCESSES = 4  # feeding processes accounted, by CUDA work
+MIN_FEEDER_SHARE = 0.05  # a thread with less of its process's work calls is not a feeder (unless the only one)
+MIN_WAITED_SHARE = 0.05  # a waker that ended less of a feeder's outside sleep is not followed
+SLOW_FACTOR = 2.0  # a second is slow when the work rate fell to 1/SLOW_FACTOR of the healthy rate or less
+HEALTHY_FRACTION = 0.6  # a second is healthy at this fraction of the reference rate or more
+MIN_PHASE_S = 2  # shortest phase, seconds
+FULL_SECOND = 0.9  # seconds with less wall than this (first, last) do not decide phases
+
+PARTS = ("run_outside_ns", "run_inside_ns", "sleep_inside_ns", "sleep_outside_ns", "cpu_wait_inside_ns",
+         "cpu_wait_outside_ns", "off_cpu_unknown_ns")
+_COLUMNS = ("wall_ns",) + PARTS + ("sleep_io_ns", "in_call_ns", "work_calls")
+
+
+def origin_ns(con: duckdb.DuckDBPyConnection) -> int | None:
+    """The start of the trace's second 0 (the earliest session start)."""
+    got = rows(con, "SELECT min(started_ns) FROM sessions")[0][0]
+    return None if got is None else int(got)
+
+
+def seconds_in(window: TimeWindow | None, t0: int) -> str:
+    """Predicate on thread_seconds.k: the seconds that overlap the window."""
+    if window is None:
+        return "TRUE"
+    lo = (window.start_ns - t0) // SECOND_NS
+    hi = (window.end_ns - t0) // SECOND_NS
+    return f"k BETWEEN {int(lo)} AND {int(hi)}"
+
+
+def account_sql(where: str) -> str:
+    """Per-thread totals of thread_seconds (the SQL behind ThreadAccount.total)."""
+    sums = ", ".join(f"sum({c})::BIGINT AS {c}" for c in _COLUMNS)
+    return f"SELECT pid, tid, {sums} FROM thread_seconds WHERE {where} GROUP BY pid, tid"
+
+
+def _account(values: tuple) -> Account:
+    return Account(**{c: int(v or 0) for c, v in zip(_COLUMNS, values, strict=True)})
+
+
+def check_sums(account: Account) -> None:
+    """The parts must sum to the wall time and none may be negative (the accounting's invariant)."""
+    parts = [getattr(account, p) for p in PARTS]
+    if sum(parts) != account.wall_ns or min(parts) < 0:
+        raise AssertionError(f"time accounting does not add up: {dict(zip(PARTS, parts, strict=True))} vs wall {account.wall_ns}")
+
+
+def _names(con: duckdb.DuckDBPyConnection) -> tuple[dict[int, str], dict[int, str]]:
+    """Thread names (tid -> latest comm) and process names (pid -> comm), from what the store has."""
+    threads: dict[int, str] = {}
+    procs = {int(p): c for p, c in rows(con, "SELECT pid, comm FROM processes WHERE comm IS NOT NULL")}
+    try:
+        threads = {int(t): c for t, c in rows(con, "SELECT tid, arg_max(comm, coalesce(last_seen_ns, 0)) FROM threads "
+                                                   "WHERE comm IS NOT NULL GROUP BY tid")}
+    except duckdb.Error:
+        threads = {}
+    for pid, comm in procs.items():
+        threads.setdefault(pid, comm)
+    return threads, procs
+
+
+def thread_names(con: duckdb.DuckDBPyConnection) -> dict[int, str]:
+    """tid -> its latest name (main threads: the process name when no thread name was recorded)."""
+    return _names(con)[0]
+
+
+def unaccountable(con: duckdb.DuckDBPyConnection) -> str | None:
+    """Why this store cannot be accounted (a sample of CUDA or scheduler rows, no scheduler rows), or None."""
+    if not table_complete(con, "cuda_calls") or not table_complete(con, "sched_intervals"):
+        return ("this store holds a sample of the CUDA calls or scheduler rows (an import): time accounting needs every "
+                "row, so only per-call statistics and the origin's own chains are shown")
+    if not rows(con, "SELECT 1 FROM sched_intervals LIMIT 1"):
+        return "no scheduler rows were recorded: where the feeding threads' time went cannot be told"
+    return None
+
+
+def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
+               pids: list[int] | None = None) -> Accounting:
+    """The feeding threads' time over the window, whole and per second, and each feeding process's phases."""
+    why = unaccountable(con)
+    if why:
+        return Accounting(complete=False, note=why)
+    t0 = origin_ns(con)
+    if t0 is None:
+        return Accounting(complete=False, note="the store has no session")
+    install_views(con)
+    in_window = seconds_in(window, t0)
+    only = f" AND pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else ""
+    totals = {(int(r[0]), int(r[1])): _account(r[2:]) for r in rows(con, account_sql(in_window + only))}
+    feeders = _feeders(totals)
+    waited = _waited_on(con, feeders, totals, window)
+    names, procs = _names(con)
+    chosen = [(k, "feeder") for k in feeders] + [(k, "waited-on") for k in waited if k not in feeders]
+    per_second = _seconds(con, [k for k, _ in chosen], in_window)
+    threads = []
+    for key, role in chosen:
+        total = totals[key]
+        check_sums(total)
+        threads.append(ThreadAccount(pid=key[0], tid=key[1], comm=names.get(key[1]), process_comm=procs.get(key[0]),
+                                     role=role, total=total, seconds=per_second.get(key, [])))
+    phases = [ph for pid in dict.fromkeys(k[0] for k in feeders) for ph in _phases(con, pid, in_window, t0)]
+    return Accounting(threads=threads, phases=phases)
+
+
+def _feeders(totals: dict[tuple[int, int], Account]) -> list[tuple[int, int]]:
+    """Per process (the busiest MAX_PROCESSES by work calls), its threads that start CUDA work."""
+    by_pid: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for key, acc in totals.items():
+        if acc.work_calls > 0:
+            by_pid[key[0]].append(key)
+    work = {pid: sum(totals[k].work_calls for k in keys) for pid, keys in by_pid.items()}
+    chosen: list[tuple[int, int]] = []
+    for pid in sorted(work, key=lambda p: -work[p])[:MAX_PROCESSES]:
+        keys = sorted(by_pid[pid], key=lambda k: -totals[k].work_calls)
+        chosen += [k for i, k in enumerate(keys) if i == 0 or totals[k].work_calls >= MIN_FEEDER_SHARE * work[pid]]
+    return chosen
+
+
+def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = False) -> str:
+    """Who ended a thread's sleeps outside (or inside) CUDA calls in the window, by total sleep ended."""
+    lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
+    cond = "> 0" if inside else "= 0"
+    return f"""
+        WITH s AS (
+            SELECT st.*, coalesce(c1.before_ns + least(st.start_ns, c1.end_ns) - c1.start_ns, 0) AS in_a
+            FROM thread_state st ASOF LEFT JOIN call_spans c1
+                 ON st.pid = c1.pid AND st.tid = c1.tid AND c1.start_ns <= st.start_ns
+            WHERE st.pid = {int(pid)} AND st.tid = {int(tid)} AND st.state = 'sleeping'
+              AND st.end_ns > {int(lo)} AND st.start_ns < {int(hi)}),
+        s2 AS (
+            SELECT s.*, coalesce(c2.before_ns + least(s.end_ns, c2.end_ns) - c2.start_ns, 0) - s.in_a AS inside_ns
+            FROM s ASOF LEFT JOIN call_spans c2 ON s.pid = c2.pid AND s.tid = c2.tid AND c2.start_ns <= s.end_ns)
+        SELECT waker_pid, waker_tid, any_value(waker_comm) AS waker_comm, any_value(waker_context) AS waker_context,
+               count(*) AS sleeps, sum(dur_ns)::BIGINT AS sleep_ns,
+               sum(dur_ns) FILTER (WHERE sleep_state = 'D')::BIGINT AS io_ns,
+               arg_max(syscall, dur_ns) AS syscall
+        FROM s2 WHERE inside_ns {cond}
+        GROUP BY waker_pid, waker_tid ORDER BY sleep_ns DESC"""
+
+
+def _waited_on(con: duckdb.DuckDBPyConnection, feeders: list[tuple[int, int]], totals: dict[tuple[int, int], Account],
+               window: TimeWindow | None) -> list[tuple[int, int]]:
+    """Traced threads that woke a feeder from a good part of its sleeps outside CUDA calls."""
+    out: list[tuple[int, int]] = []
+    for pid, tid in feeders:
+        sleep = totals[(pid, tid)].sleep_outside_ns
+        if sleep <= 0:
+            continue
+        for wpid, wtid, *_rest, sleep_ns, _io, _sc in rows(con, wakers_sql(pid, tid, window)):
+            key = (int(wpid), int(wtid)) if wpid is not None and wtid is not None else None
+            if key and key in totals and key != (pid, tid) and (sleep_ns or 0) >= MIN_WAITED_SHARE * sleep:
+                out.append(key)
+    return list(dict.fromkeys(out))
+
+
+def _seconds(con: duckdb.DuckDBPyConnection, keys: list[tuple[int, int]], in_window: str) -> dict[tuple[int, int], list[SecondAccount]]:
+    if not keys:
+        return {}
+    which = " OR ".join(f"(pid = {int(p)} AND tid = {int(t)})" for p, t in keys)
+    cols = ", ".join(_COLUMNS)
+    util = dict(_gpu_util_per_second(con))
+    got: dict[tuple[int, int], list[SecondAccount]] = defaultdict(list)
+    for r in rows(con, f"SELECT pid, tid, k, start_ns, {cols} FROM thread_seconds WHERE {in_window} AND ({which}) "
+                       "ORDER BY pid, tid, k"):
+        values = {c: int(v or 0) for c, v in zip(_COLUMNS, r[4:], strict=True)}
+        got[(int(r[0]), int(r[1]))].append(SecondAccount(k=int(r[2]), start_ns=int(r[3]), gpu_util_percent=util.get(int(r[2])),
+                                                         **values))
+    return got
+
+
+def gpu_util_sql() -> str:
+    """Mean GPU utilisation per second of the trace (NVML snapshots)."""
+    return ("SELECT (s.ts_ns - o.t0) // 1000000000 AS k, avg(s.gpu_util_percent) AS gpu_util_percent "
+            "FROM snapshots s, (SELECT min(started_ns) AS t0 FROM sessions) o "
+            "WHERE s.gpu_util_percent IS NOT NULL GROUP BY ALL")
+
+
+def _gpu_util_per_second(con: duckdb.DuckDBPyConnection) -> list[tuple[int, float]]:
+    return [(int(k), float(u)) for k, u in rows(con, gpu_util_sql())]
+
+
+def work_rate_sql(pid: int, in_window: str) -> str:
+    """A process's CUDA work calls per second, over the seconds in which its busiest thread was seen whole."""
+    return f"""
+        WITH t AS (SELECT tid FROM thread_seconds WHERE pid = {int(pid)} AND {in_window}
+                   GROUP BY tid ORDER BY sum(work_calls) DESC LIMIT 1)
+        SELECT s.k, min(s.start_ns) AS start_ns,
+               (SELECT sum(work_calls) FROM thread_seconds a WHERE a.pid = {int(pid)} AND a.k = s.k) AS work_calls,
+               max(s.wall_ns) AS wall_ns
+        FROM thread_seconds s SEMI JOIN t ON s.tid = t.tid
+        WHERE s.pid = {int(pid)} AND {in_window}
+        GROUP BY s.k ORDER BY s.k"""
+
+
+def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -> list[Phase]:
+    """Baseline and slow stretches of a process's work rate (see the module's docstring)."""
+    got = [(int(k), int(start), int(n or 0)) for k, start, n, wall in rows(con, work_rate_sql(pid, in_window))
+           if wall >= FULL_SECOND * SECOND_NS]
+    if len(got) < 2 * MIN_PHASE_S:
+        return []
+    rates = sorted(n for _, _, n in got)
+    reference = rates[min(len(rates) - 1, int(0.8 * len(rates)))]
+    if reference <= 0:
+        return []
+    healthy = {k for k, _, n in got if n >= HEALTHY_FRACTION * reference}
+    slow = {k for k, _, n in got if n * SLOW_FACTOR <= reference}
+    rate = {k: n for k, _, n in got}
+    base_rate = sum(rate[k] for k in healthy) / len(healthy)
+    phases = []
+    for kind, members in (("baseline", healthy), ("slow", slow)):
+        for run in _runs(sorted(members), allow_gap=1 if kind == "slow" else 0):
+            if run[-1] - run[0] + 1 < MIN_PHASE_S:
+                continue
+            seconds = range(run[0], run[-1] + 1)
+            mean = sum(rate.get(k, 0) for k in seconds) / len(seconds)
+            window = TimeWindow(start_ns=t0 + run[0] * SECOND_NS, end_ns=t0 + (run[-1] + 1) * SECOND_NS)
+            slowdown = (base_rate / mean if mean else float("inf")) if kind == "slow" else None
+            phases.append(Phase(pid=pid, kind=kind, window=window, work_rate=mean,
+                                slowdown=None if slowdown in (None, float("inf")) else round(slowdown, 2)))
+    if not any(p.kind == "slow" for p in phases) or sum(1 for k in healthy) < MIN_PHASE_S:
+        return [p for p in phases if p.kind == "baseline"]
+    return sorted(phases, key=lambda p: p.window.start_ns)
+
+
+def _runs(ks: list[int], allow_gap: int) -> list[list[int]]:
+    """Consecutive runs of second indices, bridging gaps of up to `allow_gap` seconds."""
+    runs: list[list[int]] = []
+    for k in ks:
+        if runs and k - runs[-1][-1] <= allow_gap + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return runs
+
+
+def sum_seconds(seconds: list[SecondAccount], window: TimeWindow | None = None) -> Account:
+    """The total of a thread's seconds whose start lies in the window (all when None)."""
+    total = {c: 0 for c in _COLUMNS}
+    for s in seconds:
+        if window is None or window.start_ns <= s.start_ns < window.end_ns:
+            for c in _COLUMNS:
+                total[c] += getattr(s, c)
+    return Account(**total)

@@ -1,0 +1,755 @@
+"""Causes, read off the time accounting: what the feeding thread's lost time went to, and who took it.
+
+Two readings of the accounting (accounting.py), per feeding process and its busiest feeding thread:
+- contrast: in a slow phase (the work rate fell to half or less), the parts of the thread's time whose
+  share grew against the healthy baseline are the symptom; the time lost (the phase's wall time
+  times 1 - 1/slowdown) is shared among them by how much each grew;
+- steady: outside slow phases, time in which the GPU sat idle (1 - utilisation, per second) while
+  the thread did something other than wait for it; without a GPU utilisation record this reading
+  is labelled as such and kept LOW.
+Each part then maps to a cause through one short table (`_PART_CAUSE`) and an explainer that names
+the culprits from the rows: the tasks that held the CPU (per-CPU on-CPU aggregates, else the first
+holders), the tasks that woke the thread (and what they themselves were doing), the other processes
+using the GPU, the kind of CUDA calls whose time grew. Chains are ranked by the seconds they explain.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import duckdb
+
+from ingero_mcp.analysis import recommend as rc
+from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.accounting import SECOND_NS, origin_ns, sum_seconds, wakers_sql
+from ingero_mcp.analysis.models import (
+    Account,
+    Accounting,
+    CausalChain,
+    Culprit,
+    Evidence,
+    Phase,
+    SecondAccount,
+    ThreadAccount,
+    TimeWindow,
+)
+
+MIN_GROWTH = 0.03  # a part must grow by this share of wall time to count in a slow phase
+STEADY_MIN_SHARE = 0.05  # a part must hold this share of the idle-GPU time to count outside slow phases
+IDLE_GPU = 50.0  # %: below this utilisation a second counts as the GPU waiting on the host
+MINOR_SHARE = 0.01  # chains explaining less of the feeding time are listed as minor
+HIGH_SHARE, MEDIUM_SHARE = 0.25, 0.05
+
+# The accounting's parts as the causes read them.
+PARTS = ("cpu_wait", "sleep_outside", "io", "gpu_wait", "run_inside", "run_outside", "unknown")
+_PART_LABEL = {
+    "cpu_wait": "waiting for a CPU", "sleep_outside": "sleeping outside CUDA calls", "io": "in IO sleep (D state)",
+    "gpu_wait": "asleep in CUDA calls (waiting for the GPU)", "run_inside": "on the CPU inside CUDA calls",
+    "run_outside": "running outside CUDA calls (Python, data preparation)", "unknown": "off-CPU (split not recorded)",
+}
+_COLLECTOR = re.compile(r"ingero[-_]mcp(\.cli)?\s+trace|ingero_mcp\.cli\s+trace")
+
+
+def part_ns(a: Account, part: str) -> int:
+    """One part of an account, in the causes' terms."""
+    return {
+        "cpu_wait": a.cpu_wait_inside_ns + a.cpu_wait_outside_ns,
+        "sleep_outside": a.sleep_outside_ns - a.sleep_io_ns,
+        "io": a.sleep_io_ns,
+        "gpu_wait": a.sleep_inside_ns,
+        "run_inside": a.run_inside_ns,
+        "run_outside": a.run_outside_ns,
+        "unknown": a.off_cpu_unknown_ns,
+    }[part]
+
+
+def part_sql(part: str) -> str:
+    """The same part as a SQL expression over thread_seconds."""
+    return {
+        "cpu_wait": "cpu_wait_inside_ns + cpu_wait_outside_ns",
+        "sleep_outside": "sleep_outside_ns - sleep_io_ns",
+        "io": "sleep_io_ns",
+        "gpu_wait": "sleep_inside_ns",
+        "run_inside": "run_inside_ns",
+        "run_outside": "run_outside_ns",
+        "unknown": "off_cpu_unknown_ns",
+    }[part]
+
+
+@dataclass
+class Finding:
+    """A part of a feeding thread's time that explains lost feeding time in a window."""
+
+    thread: ThreadAccount
+    part: str
+    window: TimeWindow
+    seconds_lost: float
+    mode: str  # 'contrast' or 'steady'
+    share: float  # the part's share of wall time in the window
+    base_share: float | None = None  # in the baseline (contrast)
+    slowdown: float | None = None
+    stopped: bool = False
+    gpu_util: float | None = None
+    util_known: bool = True
+    ks: tuple[int, int] = (0, 0)  # seconds (since the trace start) of the window, inclusive
+
+
+@dataclass
+class Ctx:
+    """What every explainer needs: the connection, names, the process tree, the trace's second 0."""
+
+    con: duckdb.DuckDBPyConnection
+    t0: int
+    window: TimeWindow
+    names: dict[int, str]
+    procs: dict[int, tuple[int | None, str | None, str | None]]  # pid -> (ppid, comm, cmdline)
+    has_cpu_aggregates: bool
+    chains: list[CausalChain] = field(default_factory=list)
+
+    def family(self, pid: int) -> set[int]:
+        """The process and its descendants (forked workers)."""
+        out, todo = {pid}, [pid]
+        kids: dict[int, list[int]] = defaultdict(list)
+        for p, (pp, _c, _m) in self.procs.items():
+            if pp is not None:
+                kids[pp].append(p)
+        while todo:
+            for k in kids.get(todo.pop(), []):
+                if k not in out:
+                    out.add(k)
+                    todo.append(k)
+        return out
+
+    def alive_children(self, pid: int, w: TimeWindow) -> list[int]:
+        """Descendants of a process that were alive during the window (forked before its end, not exited before its start)."""
+        got = rows(self.con, "SELECT pid, min(first_seen_ns), max(coalesce(exit_ns, last_seen_ns)) FROM processes GROUP BY pid")
+        life = {int(p): (a, b) for p, a, b in got}
+        return [p for p in self.family(pid) - {pid}
+                if (life.get(p, (None, None))[0] or 0) < w.end_ns and (life.get(p, (None, None))[1] or 2**62) > w.start_ns]
+
+    def is_collector(self, pid: int | None) -> bool:
+        """Whether a pid is this project's collector (it is labelled, never blamed)."""
+        return pid is not None and bool(_COLLECTOR.search((self.procs.get(pid, (None, None, None))[2]) or ""))
+
+    def who(self, pid: int | None, tid: int | None = None, comm: str | None = None) -> str:
+        """'comm[pid]' or 'comm[pid]/tid', a thread named by its own name where known."""
+        name = (self.names.get(tid) if tid is not None else None) or comm or (self.procs.get(pid or -1, (None, None, None))[1]) or "?"
+        if pid is None:
+            return f"{name}"
+        if tid is None or tid == pid:
+            return f"{name}[{pid}]"
+        return f"{name}[{pid}/{tid}]"
+
+    def relation(self, job: int, pid: int | None, tid: int | None, comm: str | None) -> str:
+        """How a task relates to the job: same process, child process, other process, kernel."""
+        if pid is None:
+            return "unknown"
+        if pid == job:
+            return "same process"
+        if pid in self.family(job):
+            return "child process"
+        if pid == 0 or re.match(r"(kworker|ksoftirqd|swapper|irq/|rcu_|migration|kthreadd|nvidia)", comm or ""):
+            return "kernel"
+        if self.is_collector(pid):
+            return "the collector"
+        return "other process"
+
+    def offset(self, ns: int) -> str:
+        """'+12.0 s': a moment relative to the start of the trace."""
+        return f"+{(ns - self.t0) / 1e9:,.1f} s"
+
+    def span(self, w: TimeWindow) -> str:
+        """'+8.0 s to +18.0 s'."""
+        return f"{self.offset(w.start_ns)} to {self.offset(w.end_ns)}"
+
+
+def _context(con: duckdb.DuckDBPyConnection, window: TimeWindow, names: dict[int, str]) -> Ctx:
+    procs = {int(p): (None if pp is None else int(pp), c, m)
+             for p, pp, c, m in rows(con, "SELECT pid, any_value(ppid), any_value(comm), any_value(cmdline) FROM processes GROUP BY pid")}
+    has_cpu = bool(rows(con, "SELECT 1 FROM host_aggregates WHERE op = 'sched_switch' AND cpu IS NOT NULL LIMIT 1"))
+    return Ctx(con=con, t0=origin_ns(con) or window.start_ns, window=window, names=names, procs=procs, has_cpu_aggregates=has_cpu)
+
+
+# ---- finding the parts that lost time --------------------------------------------------------
+
+
+def _shares(a: Account) -> dict[str, float]:
+    return {p: (part_ns(a, p) / a.wall_ns if a.wall_ns else 0.0) for p in PARTS}
+
+
+def _k_range(ctx: Ctx, w: TimeWindow) -> tuple[int, int]:
+    return (w.start_ns - ctx.t0) // SECOND_NS, (w.end_ns - 1 - ctx.t0) // SECOND_NS
+
+
+def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> list[Finding]:
+    """In each slow phase, the parts whose time per unit of CUDA work grew against the baseline.
+
+    If every launch or copy had cost what it cost in the baseline, the phase would have lasted
+    work_calls x (baseline wall / baseline work_calls); the difference is the time lost, and each part's
+    excess over its own baseline cost per unit of work says how much of it that part explains.
+    """
+    baseline = [p.window for p in phases if p.kind == "baseline"]
+    if not baseline:
+        return []
+    base = _sum_windows(thread.seconds, baseline)
+    if base.wall_ns <= 0 or base.work_calls <= 0:
+        return []
+    base_share = _shares(base)
+    found = []
+    for phase in (p for p in phases if p.kind == "slow"):
+        acc = sum_seconds(thread.seconds, phase.window)
+        if acc.wall_ns <= 0:
+            continue
+        expected = {p: acc.work_calls * part_ns(base, p) / base.work_calls for p in PARTS}
+        excess = {p: part_ns(acc, p) - expected[p] for p in PARTS}
+        lost_ns = acc.wall_ns - acc.work_calls * base.wall_ns / base.work_calls
+        grown = {p: e for p, e in excess.items() if e > 0 and _shares(acc)[p] - base_share[p] >= MIN_GROWTH}
+        if lost_ns <= 0 or not grown:
+            continue
+        total = sum(grown.values())
+        for p, e in grown.items():
+            ks = _part_seconds(ctx, thread.seconds, phase.window, p, base_share[p])
+            w = TimeWindow(start_ns=ctx.t0 + ks[0] * SECOND_NS, end_ns=ctx.t0 + (ks[1] + 1) * SECOND_NS)
+            sub = sum_seconds(thread.seconds, w)
+            found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost_ns * e / total / 1e9, mode="contrast",
+                                 share=_shares(sub)[p], base_share=base_share[p], slowdown=phase.slowdown,
+                                 stopped=phase.slowdown is None, gpu_util=_util(thread.seconds, w), ks=ks))
+    return found
+
+
+def _sum_windows(seconds: list[SecondAccount], windows: list[TimeWindow]) -> Account:
+    total = Account()
+    for w in windows:
+        part = sum_seconds(seconds, w)
+        total = Account(**{f: getattr(total, f) + getattr(part, f) for f in Account.model_fields})
+    return total
+
+
+def _part_seconds(ctx: Ctx, seconds: list[SecondAccount], w: TimeWindow, part: str, base_share: float) -> tuple[int, int]:
+    """The seconds of a window in which a part stood out (its share at least midway between the baseline's and
+    the window's): a phase can hold two causes one after the other."""
+    inside = [s for s in seconds if w.start_ns <= s.start_ns < w.end_ns and s.wall_ns > 0]
+    acc = sum_seconds(inside)
+    mid = base_share + 0.5 * (_shares(acc)[part] - base_share)
+    member = [s.k for s in inside if part_ns(s, part) >= max(mid, 0.05) * s.wall_ns]
+    if not member:
+        member = [s.k for s in inside]
+    return min(member), max(member)
+
+
+def _util(seconds: list[SecondAccount], w: TimeWindow) -> float | None:
+    got = [s.gpu_util_percent for s in seconds if w.start_ns <= s.start_ns < w.end_ns and s.gpu_util_percent is not None]
+    return sum(got) / len(got) if got else None
+
+
+def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> list[Finding]:
+    """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""
+    slow = [p.window for p in phases if p.kind == "slow"]
+    seconds = [s for s in thread.seconds if not any(w.start_ns <= s.start_ns < w.end_ns for w in slow)]
+    if not seconds:
+        return []
+    util_known = any(s.gpu_util_percent is not None for s in seconds)
+    wall = sum(s.wall_ns for s in seconds)
+    by_k = {s.k: s for s in seconds}
+    found = []
+    for p in PARTS:
+        if p == "gpu_wait":
+            continue
+        member = []
+        for s in seconds:
+            util = s.gpu_util_percent
+            if util_known and (util is None or util >= IDLE_GPU):
+                continue
+            if part_ns(s, p) >= 0.2 * s.wall_ns:
+                member.append(s.k)
+        for run in _runs(member):
+            if run[-1] - run[0] + 1 < 2:
+                continue
+            lost = sum(part_ns(by_k[k], p) * (1.0 - (by_k[k].gpu_util_percent or 0.0) / 100.0) for k in run if k in by_k)
+            if lost < STEADY_MIN_SHARE * wall:
+                continue
+            ks = (run[0], run[-1])
+            w = TimeWindow(start_ns=ctx.t0 + ks[0] * SECOND_NS, end_ns=ctx.t0 + (ks[1] + 1) * SECOND_NS)
+            acc = sum_seconds(seconds, w)
+            found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost / 1e9, mode="steady",
+                                 share=part_ns(acc, p) / acc.wall_ns if acc.wall_ns else 0.0,
+                                 gpu_util=_util(seconds, w), util_known=util_known, ks=ks))
+    return found
+
+
+def _runs(ks: list[int]) -> list[list[int]]:
+    """Consecutive seconds, bridging one-second gaps."""
+    out: list[list[int]] = []
+    for k in sorted(ks):
+        if out and k - out[-1][-1] <= 2:
+            out[-1].append(k)
+        else:
+            out.append([k])
+    return out
+
+
+# ---- explaining a part: culprits and the cause ------------------------------------------------
+
+
+def holders_sql(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> str:
+    """Who held the CPU while the thread waited for one: its waits on each CPU in each 1 s bucket, shared among
+    the other tasks by their on-CPU time on that CPU in that bucket (host_aggregates, kept per thread and CPU)."""
+    return f"""
+        WITH w AS (SELECT cpu, end_ns, dur_ns FROM thread_state
+                   WHERE pid = {pid} AND tid = {tid} AND state = 'cpu_wait' AND cpu IS NOT NULL
+                     AND end_ns > {w.start_ns} AND end_ns <= {w.end_ns}),
+        occ AS (SELECT cpu, bucket_start_ns, bucket_ns, pid, tid, comm, sum_duration_ns AS on_ns FROM host_aggregates
+                WHERE op = 'sched_switch' AND cpu IS NOT NULL AND pid <> 0 AND tid IS DISTINCT FROM {tid}
+                  AND bucket_start_ns < {w.end_ns} AND bucket_start_ns + bucket_ns > {w.start_ns} - 1000000000),
+        b AS (SELECT DISTINCT cpu, bucket_start_ns, bucket_ns FROM occ),
+        wb AS (SELECT b.cpu, b.bucket_start_ns, sum(w.dur_ns) AS wait_ns
+               FROM w ASOF JOIN b ON w.cpu = b.cpu AND b.bucket_start_ns <= w.end_ns
+               WHERE w.end_ns < b.bucket_start_ns + b.bucket_ns GROUP BY ALL),
+        tot AS (SELECT cpu, bucket_start_ns, sum(on_ns) AS all_on FROM occ GROUP BY ALL)
+        SELECT o.pid, o.tid, any_value(o.comm) AS comm, sum(wb.wait_ns * o.on_ns / tot.all_on)::BIGINT AS ns,
+               list(DISTINCT o.cpu ORDER BY o.cpu) AS cpus
+        FROM wb JOIN occ o USING (cpu, bucket_start_ns) JOIN tot USING (cpu, bucket_start_ns)
+        WHERE tot.all_on > 0
+        GROUP BY o.pid, o.tid ORDER BY ns DESC LIMIT 50"""
+
+
+def first_holders_sql(pid: int, tid: int, w: TimeWindow) -> str:
+    """Fallback without per-CPU aggregates: the task that took the CPU when the thread was preempted, or that
+    left it as the thread came back, weighted by the wait."""
+    return f"""
+        SELECT coalesce(first_holder_pid, last_holder_pid) AS hpid, coalesce(first_holder_tid, last_holder_tid) AS htid,
+               any_value(coalesce(first_holder_comm, last_holder_comm)) AS comm, sum(dur_ns)::BIGINT AS ns,
+               list(DISTINCT cpu ORDER BY cpu) AS cpus
+        FROM thread_state WHERE pid = {pid} AND tid = {tid} AND state = 'cpu_wait'
+          AND end_ns > {w.start_ns} AND end_ns <= {w.end_ns}
+          AND coalesce(first_holder_pid, last_holder_pid) IS NOT NULL
+        GROUP BY ALL ORDER BY ns DESC LIMIT 50"""
+
+
+def _group_culprits(ctx: Ctx, job: int, got: list[tuple], tid_is_pid: bool = False) -> list[Culprit]:
+    """Holder rows (pid, tid, comm, ns, cpus) -> culprits per process, largest first."""
+    by: dict[tuple[int | None, str], Culprit] = {}
+    for pid, tid, comm, ns, _cpus in got:
+        pid = None if pid is None else int(pid)
+        if tid_is_pid and pid is not None and pid not in ctx.procs:
+            pass
+        rel = ctx.relation(job, pid, tid, comm)
+        key = (pid if rel in ("same process", "other process", "the collector") else None, f"{rel}:{comm if rel != 'same process' else ''}")
+        if rel == "child process":
+            key = (None, f"child:{comm}")
+        c = by.setdefault(key, Culprit(pid=pid if key[0] is not None else None, comm=comm, relation=rel))
+        if rel == "child process" and pid not in c.tids:
+            c.tids.append(pid)
+        elif tid is not None and int(tid) not in c.tids and rel != "child process":
+            c.tids.append(int(tid))
+        c.ns += int(ns or 0)
+    return sorted(by.values(), key=lambda c: -c.ns)
+
+
+def _culprit_text(ctx: Ctx, culprits: list[Culprit], limit: int = 3) -> str:
+    parts = []
+    for c in culprits[:limit]:
+        if c.relation == "child process":
+            ids = sorted(c.tids)
+            parts.append(f"{c.comm}[{_id_range(ids)}] (child processes)")
+        elif c.relation == "same process":
+            parts.append(f"{ctx.who(c.pid, c.tids[0] if len(c.tids) == 1 else None, c.comm)}"
+                         + (f" threads {_id_range(sorted(c.tids))}" if len(c.tids) > 1 else "") + " (same process)")
+        elif c.pid is not None:
+            tids = [t for t in c.tids if t != c.pid]
+            parts.append(f"{c.comm}[{c.pid}]" + (f" ({c.relation})" if c.relation != "other process" else ""))
+            del tids
+        else:
+            parts.append(f"{c.comm} ({c.relation})")
+    return ", ".join(parts) if parts else "no task recorded"
+
+
+def _id_range(ids: list[int]) -> str:
+    if not ids:
+        return ""
+    if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 2:
+        return f"{ids[0]}-{ids[-1]}"
+    return ",".join(map(str, ids))
+
+
+def _merge_hogs(culprits: list[Culprit]) -> list[Culprit]:
+    """Other processes with the same name are one culprit (three `hogd` processes: hogd[609-611])."""
+    out: list[Culprit] = []
+    by_name: dict[str, Culprit] = {}
+    for c in culprits:
+        if c.relation == "other process" and c.comm:
+            if c.comm in by_name:
+                m = by_name[c.comm]
+                m.ns += c.ns
+                m.tids = sorted(set(m.tids) | {c.pid} | set()) if c.pid is not None else m.tids
+                continue
+            c = c.model_copy(update={"tids": [c.pid] if c.pid is not None else []})
+            by_name[c.comm] = c
+        out.append(c)
+    return sorted(out, key=lambda c: -c.ns)
+
+
+def _culprit_names(culprits: list[Culprit], ctx: Ctx, limit: int = 3) -> str:
+    parts = []
+    for c in culprits[:limit]:
+        if c.relation == "other process":
+            parts.append(f"{c.comm}[{_id_range(sorted(c.tids))}]" if c.tids else f"{c.comm}")
+        else:
+            parts.append(_culprit_text(ctx, [c], 1))
+    return ", ".join(parts) if parts else "no task recorded"
+
+
+@dataclass
+class Explained:
+    """A cause for a finding: id, the one-line reason, culprits, extra evidence and recommendation numbers."""
+
+    cause: str
+    reason: str
+    culprits: list[Culprit] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    numbers: dict[str, object] = field(default_factory=dict)
+    confident: bool = True
+
+
+def explain_cpu_wait(ctx: Ctx, f: Finding) -> Explained:
+    """Waiting for a CPU: who held it (named from the rows) decides between other processes and the job's own."""
+    t = f.thread
+    w = f.window
+    sql = holders_sql(ctx, t.pid, t.tid, w) if ctx.has_cpu_aggregates else first_holders_sql(t.pid, t.tid, w)
+    got = rows(ctx.con, sql)
+    method = "per-CPU on-CPU time in the same second" if ctx.has_cpu_aggregates else "the task that took the CPU at each preemption"
+    culprits = _merge_hogs(_group_culprits(ctx, t.pid, got))
+    cpus = sorted({int(c) for r in got for c in (r[4] or [])})
+    total = sum(c.ns for c in culprits) or 1
+    own_workers = sum(c.ns for c in culprits if c.relation == "child process")
+    own_threads = sum(c.ns for c in culprits if c.relation == "same process")
+    if own_workers >= 0.5 * total:
+        cause = rc.OWN_WORKERS_CPU
+    elif own_threads >= 0.5 * total:
+        cause = rc.OWN_THREADS_CPU
+    else:
+        cause = rc.CPU_CONTENTION
+    names = _culprit_names(culprits, ctx)
+    cpu_text = f" on CPU {','.join(map(str, cpus[:8]))}" if cpus and len(cpus) <= 4 else ""
+    reason = f"behind {names}{cpu_text}"
+    ev = [Evidence(name="CPU holders (share of the wait)", value="; ".join(
+        f"{_culprit_names([c], ctx, 1)} {100 * c.ns / total:.0f}%" for c in culprits[:5]) or "none recorded",
+        sql=" ".join(sql.split())),
+        Evidence(name="how the holders were found", value=method)]
+    return Explained(cause=cause, reason=reason, culprits=culprits[:5], evidence=ev,
+                     numbers={"holders": names, "cpus": ",".join(map(str, cpus)) or "?"})
+
+
+def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
+    """Sleeping outside CUDA calls: whoever woke the thread, and what that waker was doing meanwhile."""
+    t = f.thread
+    sql = " ".join(wakers_sql(t.pid, t.tid, f.window).split())
+    got = rows(ctx.con, sql)
+    total = sum(int(r[5] or 0) for r in got) or 1
+    known = [r for r in got if r[0] is not None]
+    if not known:
+        return _sleep_without_waker(ctx, f, io, sql)
+    wpid, wtid, wcomm, wctx, _n, wns, io_ns, syscall = known[0]
+    wpid, wtid = int(wpid), int(wtid)
+    rel = ctx.relation(t.pid, wpid, wtid, wcomm)
+    culprits = []
+    for r in known[:5]:
+        c = Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2],
+                    relation=ctx.relation(t.pid, int(r[0]), int(r[1]), r[2]), ns=int(r[5] or 0))
+        culprits.append(c)
+    share = int(wns or 0) / total
+    ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
+        f"{ctx.who(c.pid, c.tids[0], c.comm)} {100 * c.ns / total:.0f}%" for c in culprits), sql=sql)]
+    sc = f", in {syscall}()" if syscall else ""
+    if wctx in ("irq", "softirq") or rel == "kernel" or (io_ns or 0) >= 0.5 * int(wns or 1):
+        cause = rc.IO_WAIT if (io_ns or 0) > 0 or io else rc.SLEEP_KERNEL
+        reason = (f"woken by the kernel ({wcomm or wctx}{'' if wctx in (None, 'task') else ', ' + wctx}){sc}"
+                  + (f": {100 * (io_ns or 0) / max(int(wns or 1), 1):.0f}% uninterruptible (IO)" if io_ns else ""))
+        return Explained(cause=cause, reason=reason, culprits=culprits, evidence=ev, numbers={"syscall": syscall or "?"})
+    waker_acc = _thread_account(ctx, wpid, wtid, f.window)
+    doing = _doing(waker_acc)
+    who = ctx.who(wpid, wtid, wcomm)
+    if rel == "same process":
+        cause = rc.LOCK_OR_GIL
+        reason = (f"woken by thread {who} ({100 * share:.0f}% of the sleep{sc}), which was {doing}: "
+                  "the thread waited on the GIL or a lock it held")
+    elif rel == "child process":
+        cause = rc.INPUT_WAIT
+        kids = [c for c in culprits if c.relation == "child process"]
+        names = f"{kids[0].comm}[{_id_range(sorted({c.pid for c in kids if c.pid}))}]" if kids else who
+        reason = f"waiting on its worker processes {names} ({100 * share:.0f}% of the sleep{sc}), which were {doing}"
+    else:
+        cause = rc.WAITING_ON_PROCESS
+        reason = f"woken by {who} ({rel}, {100 * share:.0f}% of the sleep{sc}), which was {doing}"
+    if waker_acc:
+        ev.append(Evidence(name=f"what {who} did meanwhile", value=doing,
+                           sql=_seconds_sql(wpid, wtid, f.ks, "sum(run_outside_ns + run_inside_ns) / sum(wall_ns)")))
+    return Explained(cause=cause, reason=reason, culprits=culprits, evidence=ev, numbers={"waker": who, "doing": doing})
+
+
+def _sleep_without_waker(ctx: Ctx, f: Finding, io: bool, sql: str) -> Explained:
+    """No waker recorded (a v1 store): what the job's other traced threads and processes did meanwhile."""
+    t = f.thread
+    fam = ctx.family(t.pid)
+    others = rows(ctx.con, f"""
+        SELECT pid, tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS wall_ns
+        FROM thread_seconds WHERE pid IN ({', '.join(map(str, sorted(fam)))}) AND NOT (pid = {t.pid} AND tid = {t.tid})
+          AND k BETWEEN {f.ks[0]} AND {f.ks[1]} GROUP BY pid, tid HAVING sum(run_outside_ns + run_inside_ns) > 0
+        ORDER BY run_ns DESC LIMIT 20""")
+    kids = [r for r in others if int(r[0]) != t.pid]
+    kid_run = sum(int(r[2]) for r in kids)
+    kid_wall = sum(int(r[3]) for r in kids) or 1
+    ev = [Evidence(name="wakers", value="not recorded (a v1 store): who woke the thread is unknown", sql=sql)]
+    if kids and kid_run >= 0.3 * kid_wall:
+        pids = sorted({int(r[0]) for r in kids})
+        comm = ctx.names.get(pids[0]) or ctx.procs.get(pids[0], (None, "?", None))[1]
+        culprits = [Culprit(pid=None, tids=pids, comm=comm, relation="child process", ns=kid_run)]
+        return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, confident=False,
+                         reason=(f"while its child processes {comm}[{_id_range(pids)}] ran on-CPU "
+                                 f"{100 * kid_run / kid_wall:.0f}% of that time (waker not recorded: likely waiting on them)"))
+    cause = rc.IO_WAIT if io else rc.SLEEP_UNKNOWN
+    return Explained(cause=cause, reason="on something the store does not name (waker not recorded)", evidence=ev,
+                     confident=False)
+
+
+def _thread_account(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> Account | None:
+    k0, k1 = _k_range(ctx, w)
+    cols = ", ".join(f"sum({c})::BIGINT" for c in Account.model_fields)
+    got = rows(ctx.con, f"SELECT {cols} FROM thread_seconds WHERE pid = {pid} AND tid = {tid} AND k BETWEEN {k0} AND {k1}")
+    if not got or got[0][0] is None:
+        return None
+    return Account(**{c: int(v or 0) for c, v in zip(Account.model_fields, got[0], strict=True)})
+
+
+def _doing(a: Account | None) -> str:
+    if a is None or not a.wall_ns:
+        return "not traced (what it did is unknown)"
+    run = (a.run_outside_ns + a.run_inside_ns) / a.wall_ns
+    wait = a.cpu_wait_ns / a.wall_ns
+    sleep = (a.sleep_outside_ns + a.sleep_inside_ns) / a.wall_ns
+    return f"running {100 * run:.0f}% of that time, waiting for a CPU {100 * wait:.0f}%, sleeping {100 * sleep:.0f}%"
+
+
+def call_class_sql(pid: int, tid: int, ks: tuple[int, int], t0: int) -> str:
+    """In-call time of a thread by kind of call (call_spans.call_class) over seconds ks, with bytes moved."""
+    lo, hi = t0 + ks[0] * SECOND_NS, t0 + (ks[1] + 1) * SECOND_NS
+    return (f"SELECT call_class, count(*) AS spans, sum(least(end_ns, {hi}) - greatest(start_ns, {lo}))::BIGINT AS ns, "
+            f"sum(bytes)::BIGINT AS bytes FROM call_spans WHERE pid = {pid} AND tid = {tid} "
+            f"AND end_ns > {lo} AND start_ns < {hi} GROUP BY call_class ORDER BY ns DESC")
+
+
+def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
+    """Time inside CUDA calls grew (or filled idle GPU time): which kind of call, and whether another process
+    used the GPU meanwhile."""
+    t = f.thread
+    sql = call_class_sql(t.pid, t.tid, f.ks, ctx.t0)
+    now = {r[0]: (int(r[1]), int(r[2] or 0), r[3]) for r in rows(ctx.con, sql)}
+    wall = max(1, (f.ks[1] - f.ks[0] + 1) * SECOND_NS)
+    base: dict[str, int] = defaultdict(int)
+    base_wall = 0
+    for w in baseline:
+        ks = _k_range(ctx, w)
+        base_wall += (ks[1] - ks[0] + 1) * SECOND_NS
+        for r in rows(ctx.con, call_class_sql(t.pid, t.tid, ks, ctx.t0)):
+            base[r[0]] += int(r[2] or 0)
+    growth = {c: v[1] / wall - (base[c] / base_wall if base_wall else 0.0) for c, v in now.items()}
+    top = max(growth, key=lambda c: growth[c]) if growth else "other"
+    ev = [Evidence(name="time in CUDA calls by kind (share of the window)", value="; ".join(
+        f"{c} {100 * v[1] / wall:.1f}%" + (f" (baseline {100 * base[c] / base_wall:.1f}%)" if base_wall else "")
+        for c, v in sorted(now.items(), key=lambda kv: -kv[1][1])[:5]), sql=sql)]
+    others = _other_gpu_users(ctx, t.pid, f)
+    if others and top in ("sync", "launch", "other", "copy_pinned", "copy") and f.part in ("gpu_wait", "run_inside"):
+        culprits, text, osql = others
+        ev.append(Evidence(name="other processes' CUDA work in the window", value=text, sql=osql))
+        return Explained(cause=rc.GPU_SHARED, culprits=culprits, evidence=ev,
+                         reason=f"the GPU was shared with {_culprit_names(culprits, ctx)} ({text})")
+    if top == "copy_pageable" or (top == "copy" and _slow_copies(now)):
+        n, ns, nbytes = now.get(top, (0, 0, None))
+        gbs = (nbytes or 0) / ns if ns else 0.0
+        return Explained(cause=rc.PAGEABLE_COPIES, evidence=ev, confident=top == "copy_pageable",
+                         reason=(f"{n} host<->device copies from pageable memory ({(nbytes or 0) / 1e9:.2f} GB at "
+                                 f"{gbs:.1f} GB/s)" if top == "copy_pageable" else
+                                 f"{n} host<->device copies at {gbs:.1f} GB/s (pinned or not: not recorded)"),
+                         numbers={"gbs": f"{gbs:.1f}"})
+    if top == "alloc":
+        n, ns, _b = now["alloc"]
+        return Explained(cause=rc.ALLOCATOR_CHURN, evidence=ev,
+                         reason=f"{n} memory allocations and frees took {ns / 1e9:.2f} s ({100 * ns / wall:.0f}% of the window)")
+    if top == "launch_first":
+        n, ns, _b = now["launch_first"]
+        return Explained(cause=rc.COLD_START, evidence=ev,
+                         reason=f"{n} first launches of distinct kernels took {ns / 1e9:.2f} s (module loading)")
+    if top == "sync" or f.part == "gpu_wait":
+        return Explained(cause=rc.GPU_SLOWER, evidence=ev, confident=False,
+                         reason="its synchronising calls waited longer for the GPU, with no other process seen using it: "
+                                "the GPU work per step grew, or a GPU user the tracer cannot see")
+    return Explained(cause=rc.LAUNCH_OVERHEAD, evidence=ev,
+                     reason=f"CPU time inside {top} calls")
+
+
+def _slow_copies(now: dict[str, tuple[int, int, object]]) -> bool:
+    n, ns, nbytes = now.get("copy", (0, 0, None))
+    return bool(nbytes) and ns > 0 and (nbytes or 0) / ns < 15.0 and (nbytes or 0) / max(n, 1) >= 1 << 20
+
+
+def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str, str] | None:
+    fam = ctx.family(pid)
+    lo, hi = f.window.start_ns, f.window.end_ns
+    sql = (f"SELECT pid, count(*) AS calls, sum(duration_ns)::BIGINT AS in_calls_ns FROM cuda_calls "
+           f"WHERE ts_ns BETWEEN {lo} AND {hi} AND pid NOT IN ({', '.join(map(str, sorted(fam)))}) "
+           f"GROUP BY pid ORDER BY calls DESC")
+    got = [r for r in rows(ctx.con, sql) if not ctx.is_collector(int(r[0]))]
+    gsql = (f"SELECT pid, max(used_memory_bytes) AS mem, avg(sm_util_percent) AS sm FROM gpu_processes "
+            f"WHERE ts_ns BETWEEN {lo} AND {hi} AND pid NOT IN ({', '.join(map(str, sorted(fam)))}) GROUP BY pid")
+    try:
+        nvml = [r for r in rows(ctx.con, gsql) if not ctx.is_collector(int(r[0]))]
+    except duckdb.Error:
+        nvml = []
+    if not got and not nvml:
+        return None
+    culprits = [Culprit(pid=int(p), tids=[], comm=ctx.procs.get(int(p), (None, None, None))[1], relation="other process",
+                        ns=int(ns or 0)) for p, _n, ns in got[:3]]
+    seen = {c.pid for c in culprits}
+    culprits += [Culprit(pid=int(p), comm=ctx.procs.get(int(p), (None, None, None))[1] or "?", relation="other process")
+                 for p, _m, _s in nvml if int(p) not in seen][:3]
+    text = "; ".join(f"{c.comm or '?'}[{c.pid}] {n:,} CUDA calls" for c, (_p, n, _ns) in zip(culprits, got, strict=False))
+    if nvml:
+        text += ("; " if text else "") + "on the GPU per NVML: " + ", ".join(f"pid {int(p)}" for p, _m, _s in nvml[:3])
+    return culprits, text, sql
+
+
+def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
+    """Running outside CUDA calls: the feeding thread's own Python/data work; page faults when allocations surged."""
+    t = f.thread
+    k0, k1 = f.ks
+    sql = (f"WITH o AS (SELECT min(started_ns) AS t0 FROM sessions) SELECT sum(count)::BIGINT AS pages, "
+           f"count(DISTINCT bucket_start_ns) AS seconds FROM host_aggregates, o WHERE op = 'mm_page_alloc' AND pid = {t.pid} "
+           f"AND (bucket_start_ns - o.t0) // 1000000000 BETWEEN {k0} AND {k1}")
+    pages, _secs = rows(ctx.con, sql)[0]
+    rate = int(pages or 0) / max(1, k1 - k0 + 1)
+    base_rate = None
+    if baseline:
+        tot = n = 0
+        for w in baseline:
+            b0, b1 = _k_range(ctx, w)
+            p, _s = rows(ctx.con, sql.replace(f"BETWEEN {k0} AND {k1}", f"BETWEEN {b0} AND {b1}"))[0]
+            tot += int(p or 0)
+            n += b1 - b0 + 1
+        base_rate = tot / max(n, 1)
+    ev = [Evidence(name="pages allocated by the process per second", value=round(rate), sql=" ".join(sql.split()))]
+    if rate >= 20_000 and (base_rate is None or rate >= 4 * max(base_rate, 1)):
+        return Explained(cause=rc.PAGE_FAULTS, evidence=ev,
+                         reason=(f"allocating {rate:,.0f} pages/s ({rate * 4096 / 1e9:.1f} GB/s of fresh memory"
+                                 + (f", vs {base_rate:,.0f}/s before" if base_rate is not None else "")
+                                 + "): the time goes to page faults on new memory"))
+    kids = ctx.alive_children(t.pid, f.window)
+    note = "no child process (worker) alive then" if not kids else f"{len(kids)} child processes alive"
+    return Explained(cause=rc.HOST_BOUND, evidence=ev,
+                     reason=f"its own work between CUDA calls (Python, data preparation; {note}): the GPU waits on it")
+
+
+# ---- chains -------------------------------------------------------------------------------------
+
+
+def _severity(seconds: float, wall_s: float, f: Finding, confident: bool) -> str:
+    share = seconds / wall_s if wall_s else 0.0
+    level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
+    if f.mode == "steady" and (not f.util_known or not confident) and level != "LOW":
+        level = "LOW" if not f.util_known else "MEDIUM"
+    if not confident and level == "HIGH":
+        level = "MEDIUM"
+    return level
+
+
+def _seconds_sql(pid: int, tid: int, ks: tuple[int, int], expr: str) -> str:
+    return f"SELECT {expr} FROM thread_seconds WHERE pid = {pid} AND tid = {tid} AND k BETWEEN {ks[0]} AND {ks[1]}"
+
+
+def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> CausalChain:
+    t = f.thread
+    who = f"{t.process_comm or t.comm or '?'}[{t.pid}]'s " + ("main thread" if t.tid == t.pid else f"thread {ctx.who(t.pid, t.tid)}")
+    label = _PART_LABEL[f.part]
+    pct = 100 * f.share
+    if f.mode == "contrast":
+        before = f" (vs {100 * (f.base_share or 0):.0f}% in the healthy baseline)"
+        drop = ("its CUDA work stopped" if f.stopped else f"throughput fell {f.slowdown:.1f}x") if f.slowdown or f.stopped else ""
+        summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{before}, {ex.reason}; {drop}"
+    else:
+        gpu = f", GPU {f.gpu_util:.0f}% busy" if f.gpu_util is not None else ", GPU utilisation not recorded"
+        summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{gpu}: {ex.reason}"
+    ev = [Evidence(name=f"share of the thread's time {label}", value=round(pct, 1), unit="%",
+                   sql=_seconds_sql(t.pid, t.tid, f.ks, f"sum({part_sql(f.part)}) / sum(wall_ns)"))]
+    if f.base_share is not None:
+        ev.append(Evidence(name="the same in the healthy baseline", value=round(100 * f.base_share, 1), unit="%"))
+    if f.slowdown:
+        ev.append(Evidence(name="work rate, healthy baseline / this window (launches+copies per second)",
+                           value=round(f.slowdown, 2), unit="x",
+                           sql=f"SELECT sum(work_calls) / (max(k) - min(k) + 1) FROM thread_seconds WHERE pid = {t.pid} "
+                               f"AND k BETWEEN {f.ks[0]} AND {f.ks[1]}"))
+    if f.gpu_util is not None:
+        ev.append(Evidence(name="GPU utilisation in the window", value=round(f.gpu_util, 1), unit="%",
+                           sql=f"SELECT avg(gpu_util_percent) FROM snapshots WHERE ts_ns BETWEEN {f.window.start_ns} AND {f.window.end_ns}"))
+    ev.append(Evidence(name="feeding time explained (s)", value=round(f.seconds_lost, 2), unit="s"))
+    ev += ex.evidence
+    numbers = {"who": who, "share": f"{pct:.0f}", "window": ctx.span(f.window), "cpus_total": "?", **ex.numbers}
+    return CausalChain(
+        id=f"{ex.cause}-{t.pid}-{t.tid}-{f.ks[0]}-{n}", op=ex.cause,
+        severity=_severity(f.seconds_lost, wall_s, f, ex.confident),  # type: ignore[arg-type]
+        summary=summary, root_cause=ex.cause, explanation=_explanation(f, ex),
+        seconds_lost=round(f.seconds_lost, 3), window=f.window, culprits=ex.culprits, pids=[t.pid],
+        evidence=ev, recommendations=rc.recommend(ex.cause, numbers))
+
+
+def _explanation(f: Finding, ex: Explained) -> str:
+    if f.mode == "contrast":
+        return (f"Read from the time accounting: in this slow phase the part of the feeding thread's time "
+                f"{_PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}%; "
+                f"{f.seconds_lost:.2f} s of the time lost to the slowdown is attributed to it. " + ex.reason + ".")
+    return (f"Read from the time accounting: while the GPU was idle, the feeding thread was {_PART_LABEL[f.part]} "
+            f"{100 * f.share:.1f}% of the time; {f.seconds_lost:.2f} s of GPU-idle time is attributed to it. " + ex.reason + ".")
+
+
+def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: TimeWindow,
+                      names: dict[int, str]) -> tuple[list[CausalChain], list[str]]:
+    """Chains from the accounting, ranked by the seconds they explain, and the minor ones as lines."""
+    if not acc.complete or not acc.threads:
+        return [], []
+    ctx = _context(con, window, names)
+    chains: list[CausalChain] = []
+    minor: list[str] = []
+    done: set[int] = set()
+    for t in acc.threads:
+        if t.role != "feeder" or t.pid in done or ctx.is_collector(t.pid):
+            continue
+        done.add(t.pid)  # the busiest feeding thread of each process (threads come busiest first)
+        phases = [p for p in acc.phases if p.pid == t.pid]
+        baseline = [p.window for p in phases if p.kind == "baseline"]
+        wall_s = t.total.wall_ns / 1e9
+        for i, f in enumerate(contrast_findings(ctx, t, phases) + steady_findings(ctx, t, phases)):
+            ex = _explain(ctx, f, baseline)
+            chain = _chain(ctx, f, ex, wall_s, i)
+            if wall_s and f.seconds_lost / wall_s < MINOR_SHARE:
+                minor.append(f"{chain.root_cause}: {chain.summary} ({f.seconds_lost:.2f} s)")
+                continue
+            chains.append(chain)
+    return _merge_same(chains), minor
+
+
+def _explain(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
+    if f.part == "cpu_wait":
+        return explain_cpu_wait(ctx, f)
+    if f.part in ("sleep_outside", "io"):
+        return explain_sleep(ctx, f, io=f.part == "io")
+    if f.part in ("gpu_wait", "run_inside"):
+        return explain_in_calls(ctx, f, baseline)
+    if f.part == "run_outside":
+        return explain_run_outside(ctx, f, baseline)
+    return Explained(cause=rc.UNEXPLAINED, reason="the store does not say what the thread was doing off-CPU", confident=False)
+
+
+def _merge_same(chains: list[CausalChain]) -> list[CausalChain]:
+    """Order by severity, then seconds explained."""
+    rank = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
+    return sorted(chains, key=lambda c: (rank[c.severity], -(c.seconds_lost or 0)))

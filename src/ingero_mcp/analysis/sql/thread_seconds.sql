@@ -1,0 +1,85 @@
+-- thread_seconds: where each second of each traced thread went (feeder_time_per_second).
+-- Needs: thread_state, call_spans, sessions (the trace's first second starts at the earliest session start).
+-- One row per (pid, tid, second k since the trace start), over the part of the second in which the
+-- thread was seen (its first event to its last). The parts sum to wall_ns exactly:
+--   wall_ns = run_outside_ns + run_inside_ns + sleep_inside_ns + sleep_outside_ns
+--           + cpu_wait_inside_ns + cpu_wait_outside_ns + off_cpu_unknown_ns
+--   run_outside_ns      on a CPU, not in a CUDA call: Python, data preparation, the framework
+--   run_inside_ns       on a CPU inside CUDA calls: launch cost, CPU-staged copies, spin-waits
+--   sleep_inside_ns     asleep inside CUDA calls: waiting for the GPU (or a driver lock)
+--   sleep_outside_ns    asleep outside CUDA calls: on another thread, a lock or the GIL, a queue, IO
+--                       (of which sleep_io_ns uninterruptible: usually disk IO)
+--   cpu_wait_*_ns       runnable but not running: the CPU was held by another task
+--   off_cpu_unknown_ns  off-CPU, split not recorded
+--   calls, work_calls   CUDA calls started in the second; work_calls: launches, copies and memsets
+CREATE OR REPLACE TEMP VIEW thread_seconds AS
+WITH origin AS (
+    SELECT min(started_ns) AS t0 FROM sessions
+),
+life AS (
+    SELECT pid, tid, min(lo) AS first_ns, max(hi) AS last_ns FROM (
+        SELECT pid, tid, min(ts_ns) AS lo, max(ts_ns + greatest(duration_ns, 0)) AS hi FROM cuda_calls GROUP BY ALL
+        UNION ALL
+        SELECT pid, tid, min(start_ns), max(end_ns) FROM thread_state GROUP BY ALL
+    ) GROUP BY ALL
+),
+secs AS (
+    SELECT pid, tid, k, greatest(first_ns, t0 + k * 1000000000) AS a, least(last_ns, t0 + (k + 1) * 1000000000) AS b
+    FROM (SELECT l.*, o.t0, unnest(range((l.first_ns - o.t0) // 1000000000, (l.last_ns - o.t0) // 1000000000 + 1)) AS k
+          FROM life l, origin o)
+),
+secs_in AS (
+    SELECT s.*, coalesce(c.before_ns + least(s.a, c.end_ns) - c.start_ns, 0) AS in_a
+    FROM secs s ASOF LEFT JOIN call_spans c ON s.pid = c.pid AND s.tid = c.tid AND c.start_ns <= s.a
+),
+secs_inb AS (
+    SELECT s.*, coalesce(c.before_ns + least(s.b, c.end_ns) - c.start_ns, 0) - s.in_a AS in_call_ns
+    FROM secs_in s ASOF LEFT JOIN call_spans c ON s.pid = c.pid AND s.tid = c.tid AND c.start_ns <= s.b
+),
+pieces AS (
+    SELECT pid, tid, state, sleep_state, k,
+           greatest(start_ns, t0 + k * 1000000000) AS a, least(end_ns, t0 + (k + 1) * 1000000000) AS b
+    FROM (SELECT st.*, o.t0,
+                 unnest(range((st.start_ns - o.t0) // 1000000000, (st.end_ns - 1 - o.t0) // 1000000000 + 1)) AS k
+          FROM thread_state st, origin o WHERE st.end_ns > st.start_ns)
+),
+pieces_in AS (
+    SELECT p.*, coalesce(c.before_ns + least(p.a, c.end_ns) - c.start_ns, 0) AS in_a
+    FROM pieces p ASOF LEFT JOIN call_spans c ON p.pid = c.pid AND p.tid = c.tid AND c.start_ns <= p.a
+),
+pieces_inb AS (
+    SELECT p.*, coalesce(c.before_ns + least(p.b, c.end_ns) - c.start_ns, 0) - p.in_a AS inside_ns
+    FROM pieces_in p ASOF LEFT JOIN call_spans c ON p.pid = c.pid AND p.tid = c.tid AND c.start_ns <= p.b
+),
+off AS (
+    SELECT pid, tid, k,
+           sum(inside_ns) FILTER (WHERE state = 'sleeping') AS sleep_in,
+           sum(b - a - inside_ns) FILTER (WHERE state = 'sleeping') AS sleep_out,
+           sum(b - a - inside_ns) FILTER (WHERE state = 'sleeping' AND sleep_state = 'D') AS sleep_io,
+           sum(inside_ns) FILTER (WHERE state = 'cpu_wait') AS wait_in,
+           sum(b - a - inside_ns) FILTER (WHERE state = 'cpu_wait') AS wait_out,
+           sum(inside_ns) FILTER (WHERE state = 'off_cpu') AS unk_in,
+           sum(b - a) FILTER (WHERE state = 'off_cpu') AS unk
+    FROM pieces_inb GROUP BY ALL
+),
+calls AS (
+    SELECT c.pid, c.tid, (c.ts_ns - o.t0) // 1000000000 AS k, count(*) AS calls,
+           count(*) FILTER (WHERE contains(c.op, 'aunch') OR contains(c.op, 'emcpy') OR contains(c.op, 'emset')) AS work_calls
+    FROM cuda_calls c, origin o GROUP BY ALL
+)
+SELECT s.pid, s.tid, s.k, s.a AS start_ns, s.b - s.a AS wall_ns,
+       s.b - s.a - s.in_call_ns - coalesce(o.sleep_out, 0) - coalesce(o.wait_out, 0)
+           - (coalesce(o.unk, 0) - coalesce(o.unk_in, 0)) AS run_outside_ns,
+       s.in_call_ns - coalesce(o.sleep_in, 0) - coalesce(o.wait_in, 0) - coalesce(o.unk_in, 0) AS run_inside_ns,
+       coalesce(o.sleep_in, 0) AS sleep_inside_ns,
+       coalesce(o.sleep_out, 0) AS sleep_outside_ns,
+       coalesce(o.sleep_io, 0) AS sleep_io_ns,
+       coalesce(o.wait_in, 0) AS cpu_wait_inside_ns,
+       coalesce(o.wait_out, 0) AS cpu_wait_outside_ns,
+       coalesce(o.unk, 0) AS off_cpu_unknown_ns,
+       s.in_call_ns AS in_call_ns,
+       coalesce(c.calls, 0) AS calls, coalesce(c.work_calls, 0) AS work_calls
+FROM secs_inb s
+LEFT JOIN off o USING (pid, tid, k)
+LEFT JOIN calls c USING (pid, tid, k)
+WHERE s.b > s.a;
