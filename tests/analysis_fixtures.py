@@ -27,15 +27,15 @@ SLOW_SYNCS = 30
 
 def _calls() -> dict[str, list]:
     cols: dict[str, list] = {k: [] for k in (
-        "ts_ns", "duration_ns", "pid", "tid", "api", "op", "bytes", "memcpy_kind", "off_cpu_ns", "preempted_ns",
-        "blocked_ns", "context_switches", "page_allocs", "page_alloc_bytes", "return_code",
+        "ts_ns", "duration_ns", "pid", "tid", "api", "op", "bytes", "memcpy_kind", "off_cpu_ns", "cpu_wait_ns",
+        "sleep_ns", "context_switches", "page_allocs", "page_alloc_bytes", "return_code",
     )}
 
     def add(ts: int, dur: int, op: str, *, api: str = "runtime", nbytes: int | None = None, kind: str | None = None,
             pre: int = 0, blk: int = 0, cs: int = 0, pages: int = 0) -> None:
         for key, value in (("ts_ns", ts), ("duration_ns", dur), ("pid", 100), ("tid", 100), ("api", api), ("op", op),
-                           ("bytes", nbytes), ("memcpy_kind", kind), ("off_cpu_ns", pre + blk), ("preempted_ns", pre),
-                           ("blocked_ns", blk), ("context_switches", cs), ("page_allocs", pages),
+                           ("bytes", nbytes), ("memcpy_kind", kind), ("off_cpu_ns", pre + blk), ("cpu_wait_ns", pre),
+                           ("sleep_ns", blk), ("context_switches", cs), ("page_allocs", pages),
                            ("page_alloc_bytes", pages * 4096), ("return_code", 0)):
             cols[key].append(value)
 
@@ -58,7 +58,7 @@ def contention_store(path: Path, *, sampled: bool = False, attribution: bool = T
     """Write the scenario described in the module docstring; `sampled` marks cuda_calls as a sample."""
     calls = _calls()
     if not attribution:
-        for key in ("off_cpu_ns", "preempted_ns", "blocked_ns", "context_switches", "page_allocs", "page_alloc_bytes"):
+        for key in ("off_cpu_ns", "cpu_wait_ns", "sleep_ns", "context_switches", "page_allocs", "page_alloc_bytes"):
             calls[key] = [None] * len(calls[key])
     with TraceWriter(path) as w:
         w.replace("sessions", {"source": ["demo:test"], "host": ["testhost"], "cpu_count": [4],

@@ -32,7 +32,7 @@ WITH c AS (SELECT ts_ns, max(ts_ns + duration_ns) OVER (ORDER BY ts_ns ROWS BETW
 g AS (SELECT prev_end AS s, ts_ns AS e, ts_ns - prev_end AS gap FROM c WHERE ts_ns - prev_end >= 50000000),
 st AS (SELECT g.s, g.e, g.gap,
               coalesce(sum(least(coalesce(i.on_ns, g.e), g.e) - greatest(i.off_ns, g.s)) FILTER (WHERE i.prev_state = 'preempted'), 0) AS pre,
-              coalesce(sum(least(coalesce(i.on_ns, g.e), g.e) - greatest(i.off_ns, g.s)) FILTER (WHERE i.prev_state = 'blocked'), 0) AS blk
+              coalesce(sum(least(coalesce(i.on_ns, g.e), g.e) - greatest(i.off_ns, g.s)) FILTER (WHERE i.prev_state IN ('blocked', 'sleeping', 'uninterruptible')), 0) AS blk
        FROM g LEFT JOIN sched_intervals i ON i.pid = 1534 AND i.tid = 1534 AND i.off_ns < g.e AND coalesce(i.on_ns, g.e) > g.s
        GROUP BY ALL)
 """

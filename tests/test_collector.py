@@ -194,7 +194,7 @@ def test_durations_and_nesting(recorded: dict[str, Any], con: Any) -> None:
 
 
 def test_preempted_under_contention_and_not_without(recorded: dict[str, Any], con: Any) -> None:
-    sql = (f"SELECT sum(preempted_ns)::DOUBLE / sum(duration_ns), sum(blocked_ns), count(*) FILTER (preempted_ns > 0) "
+    sql = (f"SELECT sum(cpu_wait_ns)::DOUBLE / sum(duration_ns), sum(sleep_ns), count(*) FILTER (cpu_wait_ns > 0) "
            f"FROM cuda_calls WHERE pid = ? AND op IN ({','.join(repr(o) for o in SPIN_OPS)})")
     busy_share, _, busy_n = _q(con, sql, [recorded["pids"]["busy"]])[0]
     calm_share, _, _ = _q(con, sql, [recorded["pids"]["calm"]])[0]
@@ -204,20 +204,20 @@ def test_preempted_under_contention_and_not_without(recorded: dict[str, Any], co
     # CPU-bound calls do not sleep (bar a rare page-cache read or the kernel allocating the uprobe
     # slot on a process's first probe hit)
     for name in ("busy", "calm"):
-        blocked_share = _q(con, "SELECT sum(blocked_ns)::DOUBLE / sum(duration_ns) FROM cuda_calls WHERE pid = ?",
+        blocked_share = _q(con, "SELECT sum(sleep_ns)::DOUBLE / sum(duration_ns) FROM cuda_calls WHERE pid = ?",
                            [recorded["pids"][name]])[0][0]
         assert blocked_share < 0.05, (name, blocked_share)
     hogs = recorded["hogs"]
     preemptors = _q(con, "SELECT DISTINCT preemptor_pid FROM sched_intervals WHERE pid = ? AND prev_state = 'preempted'",
                     [recorded["pids"]["busy"]])
     assert {p for (p,) in preemptors} & set(hogs)
-    assert _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ? AND off_cpu_ns <> preempted_ns + blocked_ns",
+    assert _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ? AND off_cpu_ns <> cpu_wait_ns + sleep_ns",
               [recorded["pids"]["busy"]])[0][0] == 0
     # the sleeping sync calls of `mix` are blocked (each sleeps 200 us), with a switch-out each. Not
     # every one: on a loaded VM the timer can fire before the thread gets to switch out, and then it
     # leaves the CPU runnable, which is counted as preempted.
-    n, n_blocked, share, min_switches = _q(con, "SELECT count(*), count(*) FILTER (blocked_ns > 0), "
-                                                "sum(blocked_ns)::DOUBLE / sum(duration_ns), min(context_switches) "
+    n, n_blocked, share, min_switches = _q(con, "SELECT count(*), count(*) FILTER (sleep_ns > 0), "
+                                                "sum(sleep_ns)::DOUBLE / sum(duration_ns), min(context_switches) "
                                                 "FROM cuda_calls WHERE pid = ? AND op = 'cuCtxSynchronize'",
                                            [recorded["pids"]["mix"]])[0]
     assert n_blocked >= 0.9 * n and share > 0.3 and min_switches >= 1, (n, n_blocked, share, min_switches)
@@ -484,7 +484,7 @@ def test_calls_in_flight_at_stop_are_recorded(standin: StandIn, tmp_path: Path) 
     done = dict(_q(con, "SELECT op, count(*) FROM cuda_calls WHERE return_code IS NOT NULL GROUP BY op"))
     assert done == {"cudaLaunchKernel": 11, "cudaMemcpy": 1, "cudaMemcpyAsync": 1, "cudaMalloc": 1, "cudaFree": 1,
                     "cuMemcpyHtoD_v2": 1}  # i = 0: cudaMemcpy is H2H (no driver call); 10 launches: 2nd thread
-    hung = _q(con, "SELECT op, duration_ns, blocked_ns, preempted_ns, stream FROM cuda_calls WHERE return_code IS NULL")
+    hung = _q(con, "SELECT op, duration_ns, sleep_ns, cpu_wait_ns, stream FROM cuda_calls WHERE return_code IS NULL")
     assert len(hung) == 1 and hung[0][0] == "cudaStreamSynchronize" and hung[0][4] == 0x1000
     assert hung[0][1] >= 1_000_000_000 and hung[0][2] >= 0.9 * hung[0][1]  # asleep nearly all of it
     started, stopped = _q(con, "SELECT started_ns, stopped_ns FROM sessions")[0]

@@ -57,8 +57,8 @@ def test_session_and_coverage(con: duckdb.DuckDBPyConnection, scenario: str) -> 
 
 def test_call_attribution_is_consistent(con: duckdb.DuckDBPyConnection) -> None:
     bad = one(con, """
-        SELECT count(*) FILTER (WHERE off_cpu_ns <> preempted_ns + blocked_ns),
-               count(*) FILTER (WHERE off_cpu_ns > duration_ns OR preempted_ns < 0 OR blocked_ns < 0),
+        SELECT count(*) FILTER (WHERE off_cpu_ns <> cpu_wait_ns + sleep_ns),
+               count(*) FILTER (WHERE off_cpu_ns > duration_ns OR cpu_wait_ns < 0 OR sleep_ns < 0),
                count(*) FILTER (WHERE page_alloc_bytes <> page_allocs * 4096),
                count(*) FILTER (WHERE off_cpu_ns > 0 AND context_switches = 0),
                count(*) FILTER (WHERE ts_ns < s.started_ns OR ts_ns + duration_ns > s.stopped_ns)
@@ -76,17 +76,19 @@ def test_sched_intervals_make_up_the_attribution(con: duckdb.DuckDBPyConnection)
     bad = one(con, """
         SELECT count(*) FILTER (WHERE on_ns - off_ns <> off_cpu_ns),
                count(*) FILTER (WHERE off_ns < s.started_ns OR on_ns > s.stopped_ns),
-               count(*) FILTER (WHERE prev_state NOT IN ('preempted', 'blocked'))
+               count(*) FILTER (WHERE prev_state NOT IN ('preempted', 'sleeping')),
+               count(*) FILTER (WHERE sleep_ns + cpu_wait_ns <> off_cpu_ns OR sleep_ns < 0 OR cpu_wait_ns < 0
+                                OR (prev_state = 'preempted') <> (sleep_ns = 0))
         FROM sched_intervals, sessions s""")
-    assert bad == (0, 0, 0)
-    # Each attributed call's preempted/blocked time is exactly the sum of the intervals inside it.
+    assert bad == (0, 0, 0, 0)
+    # Each attributed call's CPU-wait/sleep split is exactly the sum of the intervals' split inside it.
     mismatched = one(con, """
-        WITH c AS (SELECT tid, ts_ns, ts_ns + duration_ns AS end_ns, preempted_ns, blocked_ns, context_switches
+        WITH c AS (SELECT tid, ts_ns, ts_ns + duration_ns AS end_ns, cpu_wait_ns, sleep_ns, context_switches
                    FROM cuda_calls WHERE off_cpu_ns > 0),
-             j AS (SELECT c.ts_ns, c.tid, any_value(c.preempted_ns) AS pre, any_value(c.blocked_ns) AS blk,
+             j AS (SELECT c.ts_ns, c.tid, any_value(c.cpu_wait_ns) AS pre, any_value(c.sleep_ns) AS blk,
                           any_value(c.context_switches) AS cs,
-                          sum(i.off_cpu_ns) FILTER (WHERE i.prev_state = 'preempted') AS ipre,
-                          sum(i.off_cpu_ns) FILTER (WHERE i.prev_state = 'blocked') AS iblk, count(*) AS n
+                          sum(i.cpu_wait_ns) AS ipre,
+                          sum(i.sleep_ns) AS iblk, count(*) AS n
                    FROM c JOIN sched_intervals i ON i.tid = c.tid AND i.off_ns >= c.ts_ns AND i.on_ns <= c.end_ns
                    GROUP BY c.ts_ns, c.tid)
         SELECT (SELECT count(*) FROM c) - count(*),
@@ -161,7 +163,7 @@ def test_ground_truth_is_in_the_data(con: duckdb.DuckDBPyConnection, scenario: s
     slow = f"""FROM cuda_calls WHERE op = '{exp.op}' AND pid = {exp.pid}
                AND duration_ns >= (SELECT quantile_disc(duration_ns, 0.99) FROM cuda_calls
                                    WHERE op = '{exp.op}' AND pid = {exp.pid})"""
-    dur, pre, blk, pages = one(con, f"SELECT sum(duration_ns), sum(preempted_ns), sum(blocked_ns), sum(page_allocs) {slow}")
+    dur, pre, blk, pages = one(con, f"SELECT sum(duration_ns), sum(cpu_wait_ns), sum(sleep_ns), sum(page_allocs) {slow}")
     if exp.cause == "cpu-contention":
         assert pre > 0.5 * dur
         who = one(con, f"""SELECT mode(preemptor_comm) FROM sched_intervals i JOIN (SELECT tid, ts_ns, ts_ns + duration_ns AS e {slow}) c
@@ -233,7 +235,7 @@ def test_same_seed_same_trace(tmp_path: Path) -> None:
         db = tmp_path / f"s{i}.duckdb"
         generate("cpu-contention", db, seed=seed, scale=0.3)
         c = open_store(db)
-        sums.append(one(c, "SELECT count(*), sum(duration_ns), sum(preempted_ns) FROM cuda_calls"))
+        sums.append(one(c, "SELECT count(*), sum(duration_ns), sum(cpu_wait_ns) FROM cuda_calls"))
         c.close()
     assert sums[0] == sums[1] != sums[2]
 

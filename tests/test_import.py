@@ -142,7 +142,7 @@ def test_dataloader_stored_sample_and_the_cold_start_launch(dl: duckdb.DuckDBPyC
     assert q(dl, "SELECT max(duration_ns) FROM cuda_calls WHERE op = 'cudaLaunchKernel'")[0][0] == 25_799_899
     first = q(dl, "SELECT duration_ns FROM cuda_calls WHERE op = 'cudaLaunchKernel' ORDER BY ts_ns LIMIT 1")[0][0]
     assert first == 25_799_899  # the longest launch is the process's first one
-    assert q(dl, "SELECT count(*) FROM cuda_calls WHERE off_cpu_ns IS NOT NULL OR preempted_ns IS NOT NULL")[0][0] == 0
+    assert q(dl, "SELECT count(*) FROM cuda_calls WHERE off_cpu_ns IS NOT NULL OR cpu_wait_ns IS NOT NULL")[0][0] == 0
     coverage = dict(q(dl, "SELECT table_name, complete FROM table_coverage"))
     assert coverage["cuda_calls"] is False and coverage["sched_intervals"] is False
     assert coverage["host_aggregates"] is True

@@ -101,7 +101,7 @@ async def test_lists_seven_read_only_tools_with_bounds_and_the_prompt(store: Pat
     assert tools["get_timeline"].input_schema["properties"]["limit"]["maximum"] == 1000
     # the schema, generated from the store, is in run_sql's description
     desc = tools["run_sql"].description
-    for fragment in ("cuda_calls(", "preempted_ns BIGINT", "sched_intervals(", "snapshots(", "host_aggregates("):
+    for fragment in ("cuda_calls(", "cpu_wait_ns BIGINT", "sched_intervals(", "snapshots(", "host_aggregates("):
         assert fragment in desc
     assert [p.name for p in prompts] == ["investigate"]
     assert {(a.name, a.required) for a in prompts[0].arguments or []} == {("pid", False), ("focus", False)}

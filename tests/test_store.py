@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import sqlite3
 from pathlib import Path
 
@@ -104,3 +106,62 @@ def test_live_writer_without_duckdb_leaves_segments_that_fold_later(tmp_path: Pa
     assert open_store(db).execute("SELECT op FROM cuda_calls").fetchall() == [("cudaFree",)]
     assert fold_segments(db) == 1
     assert open_store(db).execute("SELECT count(*) FROM cuda_calls").fetchall() == [(1,)]
+
+
+V1_STORES = sorted((Path(__file__).resolve().parents[1] / "investigations").glob("h200-seed-benchmark*.duckdb"))
+V2_ONLY = {"cuda_calls": ["cpu_wait_ns", "sleep_ns", "kernel_handle", "host_ptr", "host_pinned"],
+           "sched_intervals": ["sleep_ns", "cpu_wait_ns", "preemptor_tid", "on_cpu", "last_holder_pid", "last_holder_tid",
+                               "last_holder_comm", "waker_pid", "waker_tid", "waker_comm", "waker_context", "syscall"],
+           "host_aggregates": ["tid", "cpu"], "process_events": ["old_comm"],
+           "threads": ["pid", "tid", "comm", "first_seen_ns", "last_seen_ns", "exit_ns"],
+           "gpu_processes": ["ts_ns", "gpu_id", "pid", "used_memory_bytes", "sm_util_percent"]}
+
+
+def _v1_split(con: duckdb.DuckDBPyConnection) -> list[tuple]:
+    return con.execute("""
+        SELECT prev_state, count(*), sum(sleep_ns), sum(cpu_wait_ns), count(cpu_wait_ns),
+               count(*) FILTER (WHERE cpu_wait_ns IS NOT NULL AND sleep_ns + cpu_wait_ns <> off_cpu_ns),
+               count(*) FILTER (WHERE prev_state = 'blocked' AND wakeup_ns IS NULL AND cpu_wait_ns IS NOT NULL),
+               count(*) FILTER (WHERE prev_state = 'preempted' AND (sleep_ns <> 0 OR cpu_wait_ns <> off_cpu_ns))
+        FROM sched_intervals GROUP BY ALL ORDER BY 1""").fetchall()
+
+
+@pytest.mark.parametrize("path", V1_STORES, ids=lambda p: p.name)
+def test_v1_store_reads_in_the_v2_shape(path: Path) -> None:
+    assert V1_STORES, "the committed v1 stores are missing"
+    raw = duckdb.connect(str(path), read_only=True)
+    assert raw.execute("SELECT max(version) FROM schema_version").fetchall() == [(1,)]
+    v1_calls = raw.execute("SELECT sum(preempted_ns), sum(blocked_ns), count(*) FROM cuda_calls").fetchall()
+    raw.close()
+    con = open_store(path)  # read-only: temp views over the v1 tables
+    for table, columns in V2_ONLY.items():
+        con.execute(f"SELECT {', '.join(columns)} FROM {table} LIMIT 1").fetchall()
+    assert con.execute("SELECT sum(cpu_wait_ns), sum(sleep_ns), count(*) FROM cuda_calls").fetchall() == v1_calls
+    assert con.execute("SELECT count(kernel_handle), count(host_pinned) FROM cuda_calls").fetchall() == [(0, 0)]
+    split = _v1_split(con)
+    assert {s for s, *_ in split} == {"blocked", "preempted"}
+    assert all(r[5:] == (0, 0, 0) for r in split), split
+    assert con.execute("SELECT count(*) FROM threads").fetchall() == [(0,)]
+    with pytest.raises(duckdb.Error):
+        con.execute("SELECT preempted_ns FROM cuda_calls").fetchall()
+    with pytest.raises(duckdb.Error):  # still read-only
+        con.execute("INSERT INTO threads VALUES (1, 1, 1, 'x', 0, 0, NULL)").fetchall()
+    con.close()
+    # explain runs on it, as on a v2 store
+    out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "explain", "--db", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "cudaStreamSynchronize" in out.stdout + out.stderr, out.stderr[-2000:]
+
+
+def test_writable_v1_store_migrates(tmp_path: Path) -> None:
+    src = V1_STORES[0]
+    db = tmp_path / "v1.duckdb"
+    db.write_bytes(src.read_bytes())
+    seen = _v1_split(open_store(src))
+    with TraceWriter(db) as w:  # opening for writing migrates in place
+        w.append("threads", {"pid": [1], "tid": [2], "comm": ["x"]})
+    con = open_store(db)
+    assert con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall() == [(1,), (2,)]
+    assert con.execute("SELECT count(*) FROM information_schema.tables WHERE table_catalog = 'temp'").fetchall() == [(0,)]
+    assert _v1_split(con) == seen  # the same split as the read-only views give
+    assert con.execute("SELECT count(*) FROM threads").fetchall() == [(1,)]

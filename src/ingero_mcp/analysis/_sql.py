@@ -17,6 +17,15 @@ class AnalysisError(StoreError):
     """A request the analysis cannot answer (bad window, unknown pid); shown as one line."""
 
 
+# Schema v2 splits v1's 'blocked' into 'sleeping' and 'uninterruptible'; this analysis still reads them as one.
+SLEEP_STATES = "('blocked', 'sleeping', 'uninterruptible')"
+
+
+def state_expr(col: str = "prev_state") -> str:
+    """`col` with every sleeping state read as v1's 'blocked'."""
+    return f"CASE WHEN {col} IN {SLEEP_STATES} THEN 'blocked' ELSE {col} END"
+
+
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] | None = None) -> list[tuple]:
     """Run `sql` and fetch the whole result (DuckDB 2.0 wants results drained before the next call)."""
     return con.execute(sql, list(params) if params else []).fetchall()

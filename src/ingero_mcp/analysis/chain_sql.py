@@ -7,7 +7,7 @@ of its first row is the number shown: that is the `Evidence.sql` a reader can re
 
 from __future__ import annotations
 
-from ingero_mcp.analysis._sql import bucket_in, pid_in, sql_str, tidy, ts_in, where
+from ingero_mcp.analysis._sql import bucket_in, pid_in, sql_str, state_expr, tidy, ts_in, where
 from ingero_mcp.analysis.models import TimeWindow
 
 TOP_K = 200  # slow calls per op examined one by one (the longest ones)
@@ -36,7 +36,7 @@ def summary_sql(th: dict[str, int], window: TimeWindow | None, pids: list[int] |
     return tidy(f"""
         WITH {slow_cte(th, window, pids)}
         SELECT s.op, count(*), sum(s.duration_ns), sum(s.bytes), count(s.off_cpu_ns), sum(s.off_cpu_ns),
-               sum(s.preempted_ns), sum(s.blocked_ns), sum(s.context_switches), sum(s.page_allocs),
+               sum(s.cpu_wait_ns), sum(s.sleep_ns), sum(s.context_switches), sum(s.page_allocs),
                list(DISTINCT s.pid ORDER BY s.pid), count(DISTINCT s.tid), count(snap.ts_ns),
                avg(snap.cpu_percent), max(snap.cpu_percent), avg(snap.gpu_util_percent), min(s.ts_ns), max(s.ts_ns)
         FROM slow s ASOF LEFT JOIN snapshots snap ON s.ts_ns >= snap.ts_ns
@@ -48,7 +48,7 @@ def top_sql(th: dict[str, int], window: TimeWindow | None, pids: list[int] | Non
     """The TOP_K longest slow calls of each op, one row each."""
     return tidy(f"""
         WITH {slow_cte(th, window, pids)}, {top_cte()}
-        SELECT top.op, top.ts_ns, top.duration_ns, top.pid, top.tid, top.off_cpu_ns, top.preempted_ns, top.blocked_ns,
+        SELECT top.op, top.ts_ns, top.duration_ns, top.pid, top.tid, top.off_cpu_ns, top.cpu_wait_ns, top.sleep_ns,
                top.context_switches, top.page_allocs, top.bytes, top.memcpy_kind, snap.cpu_percent, snap.gpu_util_percent
         FROM top ASOF LEFT JOIN snapshots snap ON top.ts_ns >= snap.ts_ns
         ORDER BY top.op, top.duration_ns DESC, top.ts_ns
@@ -58,7 +58,7 @@ def top_sql(th: dict[str, int], window: TimeWindow | None, pids: list[int] | Non
 def inside_call_sql(pid: int, tid: int, ts_ns: int, end_ns: int, limit: int = 5) -> str:
     """The longest scheduler intervals of a thread inside one call."""
     return tidy(f"""
-        SELECT off_ns, coalesce(off_cpu_ns, on_ns - off_ns), prev_state, preemptor_pid, preemptor_comm
+        SELECT off_ns, coalesce(off_cpu_ns, on_ns - off_ns), {state_expr()}, preemptor_pid, preemptor_comm
         FROM sched_intervals WHERE pid = {int(pid)} AND tid = {int(tid)} AND off_ns >= {int(ts_ns)} AND off_ns < {int(end_ns)}
         ORDER BY 2 DESC NULLS LAST LIMIT {int(limit)}
     """)
@@ -94,7 +94,7 @@ def sched_overlap_sql(top: list[tuple]) -> str:
     return tidy(f"""
         WITH v(op, pid, tid, ts_ns, end_ns) AS (VALUES {_values_top(top)}),
         cover AS (SELECT v.*, unnest(range(ts_ns // {b}, end_ns // {b} + 1)) AS b FROM v)
-        SELECT cover.op, i.prev_state, i.preemptor_pid, any_value(i.preemptor_comm), count(*),
+        SELECT cover.op, {state_expr('i.prev_state')}, i.preemptor_pid, any_value(i.preemptor_comm), count(*),
                sum(least(cover.end_ns, coalesce(i.on_ns, cover.end_ns)) - i.off_ns) AS overlap_ns,
                count(DISTINCT cover.ts_ns)
         FROM cover JOIN sched_intervals i
@@ -107,7 +107,7 @@ def sched_overlap_sql(top: list[tuple]) -> str:
 def sched_overlap_one(op: str, state: str | None, th: dict[str, int], window: TimeWindow | None,
                       pids: list[int] | None, preemptor: int | None = None) -> str:
     """Off-CPU ns of the calling threads inside the op's TOP_K slow calls (one state / one preemptor)."""
-    cond = [f"i.prev_state = {sql_str(state)}" if state else "", f"i.preemptor_pid = {int(preemptor)}" if preemptor is not None else ""]
+    cond = [f"{state_expr('i.prev_state')} = {sql_str(state)}" if state else "", f"i.preemptor_pid = {int(preemptor)}" if preemptor is not None else ""]
     return tidy(f"""
         WITH {slow_cte({op: th[op]}, window, pids)}, {top_cte()}
         SELECT coalesce(sum(least(top.ts_ns + top.duration_ns, coalesce(i.on_ns, top.ts_ns + top.duration_ns)) - i.off_ns), 0)

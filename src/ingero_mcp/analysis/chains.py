@@ -436,9 +436,9 @@ def _evidence(c: Candidate, v: _Verdict, th: dict[str, int], window: TimeWindow 
         Evidence(name="slow_calls_time", value=c.dur_ns, unit="ns", sql=q.slow_one(op, "sum(duration_ns)", th, window, pids)),
     ]
     if c.attributed and c.attributed == c.n:
-        for name, col in (("slow_calls_preempted", "preempted_ns"), ("slow_calls_blocked", "blocked_ns"),
+        for name, col in (("slow_calls_preempted", "cpu_wait_ns"), ("slow_calls_blocked", "sleep_ns"),
                           ("slow_calls_context_switches", "context_switches"), ("slow_calls_page_allocs", "page_allocs")):
-            value = {"preempted_ns": c.preempted_ns, "blocked_ns": c.blocked_ns, "context_switches": c.switches,
+            value = {"cpu_wait_ns": c.preempted_ns, "sleep_ns": c.blocked_ns, "context_switches": c.switches,
                      "page_allocs": c.pages}[col]
             ev.append(Evidence(name=name, value=value, unit="ns" if col.endswith("_ns") else "", sql=q.slow_one(op, f"sum({col})", th, window, pids)))
     elif c.top:

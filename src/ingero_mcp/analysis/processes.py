@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import duckdb
 
-from ingero_mcp.analysis._sql import bucket_in, interval_in, pid_in, rows, table_complete, tidy, ts_in, where
+from ingero_mcp.analysis._sql import SLEEP_STATES, bucket_in, interval_in, pid_in, rows, table_complete, tidy, ts_in, where
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.models import ProcessBreakdown, ProcessOp, TimeWindow
 
@@ -22,8 +22,8 @@ def sched_rows_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
     return tidy(f"""
         SELECT pid, count(*) AS switches, sum(off) AS off_cpu_ns,
                sum(CASE WHEN prev_state = 'preempted' THEN off ELSE 0 END) AS preempted_ns,
-               sum(CASE WHEN prev_state = 'blocked' THEN off ELSE 0 END) AS blocked_ns,
-               count(*) FILTER (WHERE prev_state IN ('preempted', 'blocked')) AS known_state,
+               sum(CASE WHEN prev_state IN {SLEEP_STATES} THEN off ELSE 0 END) AS blocked_ns,
+               count(*) FILTER (WHERE prev_state = 'preempted' OR prev_state IN {SLEEP_STATES}) AS known_state,
                max(off) AS worst_ns, arg_max(off_ns, off) AS worst_ts_ns
         FROM (SELECT pid, prev_state, off_ns, coalesce(off_cpu_ns, on_ns - off_ns, 0) AS off
               FROM sched_intervals {where(interval_in(window), pid_in(pids))})

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import duckdb
 
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import bucket_in, pid_in, rows, sql_str, tidy, ts_in, where
+from ingero_mcp.analysis._sql import bucket_in, pid_in, rows, sql_str, state_expr, tidy, ts_in, where
 from ingero_mcp.analysis.calls import CallGroup
 from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow
 
@@ -140,10 +140,10 @@ def find_drops(con: duckdb.DuckDBPyConnection, window: TimeWindow | None, origin
 def thread_state_sql(d: Drop, tid: int) -> str:
     """Off-CPU time of the calling thread during the drop, by state (scheduler rows clipped to the drop)."""
     return tidy(f"""
-        SELECT prev_state, sum(least(coalesce(on_ns, {d.end_ns}), {d.end_ns}) - greatest(off_ns, {d.start_ns}))
+        SELECT {state_expr()}, sum(least(coalesce(on_ns, {d.end_ns}), {d.end_ns}) - greatest(off_ns, {d.start_ns}))
         FROM sched_intervals WHERE pid = {d.pid} AND tid = {int(tid)}
           AND off_ns < {d.end_ns} AND coalesce(on_ns, {d.end_ns}) > {d.start_ns}
-        GROUP BY prev_state
+        GROUP BY ALL
     """)
 
 
@@ -151,7 +151,7 @@ def thread_state_one(d: Drop, tid: int, state: str) -> str:
     """One state's off-CPU ns of the calling thread during the drop."""
     return tidy(f"""
         SELECT coalesce(sum(least(coalesce(on_ns, {d.end_ns}), {d.end_ns}) - greatest(off_ns, {d.start_ns})), 0)
-        FROM sched_intervals WHERE pid = {d.pid} AND tid = {int(tid)} AND prev_state = {sql_str(state)}
+        FROM sched_intervals WHERE pid = {d.pid} AND tid = {int(tid)} AND {state_expr()} = {sql_str(state)}
           AND off_ns < {d.end_ns} AND coalesce(on_ns, {d.end_ns}) > {d.start_ns}
     """)
 
@@ -159,7 +159,7 @@ def thread_state_one(d: Drop, tid: int, state: str) -> str:
 def in_calls_sql(d: Drop) -> str:
     """The pid's time inside CUDA calls during the drop, per op, with the calls' own attribution."""
     return tidy(f"""
-        SELECT op, tid, count(*), sum(duration_ns), sum(preempted_ns), sum(blocked_ns), count(preempted_ns)
+        SELECT op, tid, count(*), sum(duration_ns), sum(cpu_wait_ns), sum(sleep_ns), count(cpu_wait_ns)
         FROM cuda_calls WHERE pid = {d.pid} AND ts_ns >= {d.start_ns} AND ts_ns < {d.end_ns}
         GROUP BY ALL ORDER BY 4 DESC
     """)

@@ -25,8 +25,8 @@ def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None) -> str:
         SELECT ts_ns, pid, tid, 'cuda' AS kind,
                op || coalesce(' ' || memcpy_kind, '') || coalesce(' ' || bytes || ' B', '')
                   || CASE WHEN return_code IS NOT NULL AND return_code <> 0 THEN ' rc=' || return_code ELSE '' END
-                  || CASE WHEN off_cpu_ns > 0 THEN ' (off-CPU ' || off_cpu_ns || ' ns, preempted ' || coalesce(preempted_ns, 0)
-                          || ' ns, blocked ' || coalesce(blocked_ns, 0) || ' ns)' ELSE '' END AS description,
+                  || CASE WHEN off_cpu_ns > 0 THEN ' (off-CPU ' || off_cpu_ns || ' ns, preempted ' || coalesce(cpu_wait_ns, 0)
+                          || ' ns, blocked ' || coalesce(sleep_ns, 0) || ' ns)' ELSE '' END AS description,
                duration_ns, duration_ns AS weight
         FROM cuda_calls {at}
         UNION ALL

@@ -41,7 +41,7 @@ from ingero_mcp.importers.ingero_source import (
     prefetch,
 )
 from ingero_mcp.store import TABLES, TraceWriter
-from ingero_mcp.store.schema import SCHEMA_VERSION, ddl, migrate
+from ingero_mcp.store.schema import ddl, migrate
 
 ORIGIN = "ingero"
 BUCKET_NS = 60_000_000_000  # Ingero's event_aggregates are per minute (bucket = minute-truncated ns)
@@ -175,7 +175,8 @@ def _ensure_tables(dst: Path) -> None:
         raise IngeroImportError(f"cannot open {dst} for writing: {str(exc).splitlines()[0]}") from exc
     try:
         migrate(con)
-        con.execute(ddl(SCHEMA_VERSION)).fetchall()  # every statement is IF NOT EXISTS: idempotent
+        # v1.sql is CREATE ... IF NOT EXISTS only (idempotent); tables were appended to it before v2 existed.
+        con.execute(ddl(1)).fetchall()
     finally:
         con.close()
 

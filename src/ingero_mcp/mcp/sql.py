@@ -25,32 +25,45 @@ MAX_LIMIT = 10_000
 DEFAULT_TIMEOUT_S = 10.0
 
 _COLUMN_RE = re.compile(r"^\s+(\w+)\s+([A-Z]+)[^-]*?(?:--\s*(.*))?$")
+# v2 on: `ALTER TABLE t ADD COLUMN c TYPE;  -- note` and `ALTER TABLE t RENAME COLUMN a TO c;  -- note`.
+_ALTER_RE = re.compile(r"^ALTER TABLE (\w+) (?:ADD COLUMN (\w+)|RENAME COLUMN \w+ TO (\w+))[^-]*?(?:--\s*(.*))?$")
 
 
 def _column_notes() -> dict[tuple[str, str], str]:
     """(table, column) -> the comment beside that column in the versioned DDL."""
     notes: dict[tuple[str, str], str] = {}
-    table = None
-    for line in ddl(SCHEMA_VERSION).splitlines():
-        start = re.match(r"CREATE TABLE IF NOT EXISTS (\w+)", line)
-        if start:
-            table = start.group(1)
-            continue
-        match = _COLUMN_RE.match(line)
-        if table and match and match.group(3):
-            notes[(table, match.group(1))] = match.group(3).strip()
+    for version in range(1, SCHEMA_VERSION + 1):
+        table = None
+        for line in ddl(version).splitlines():
+            start = re.match(r"CREATE TABLE IF NOT EXISTS (\w+)", line)
+            if start:
+                table = start.group(1)
+                continue
+            alter = _ALTER_RE.match(line)
+            if alter:
+                table = None
+                if alter.group(4):
+                    notes[(alter.group(1), alter.group(2) or alter.group(3))] = alter.group(4).strip()
+                continue
+            match = _COLUMN_RE.match(line)
+            if table and match and match.group(3):
+                notes[(table, match.group(1))] = match.group(3).strip()
     return notes
 
 
 def describe_schema(con: duckdb.DuckDBPyConnection) -> str:
     """The store's tables and columns as compact text, read from the store's own catalog."""
     rows = con.execute(
-        "SELECT table_name, column_name, data_type FROM information_schema.columns "
-        "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position"
+        "SELECT table_catalog = 'temp', table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = 'main' AND table_catalog IN ('temp', current_database()) "
+        "ORDER BY table_name, ordinal_position"
     ).fetchall()
+    # An older store read through TEMP views of the current shape (store.reader): the view wins.
+    views = {str(table) for temp, table, _, _ in rows if temp}
     columns: dict[str, list[tuple[str, str]]] = {}
-    for table, column, dtype in rows:
-        columns.setdefault(str(table), []).append((str(column), str(dtype)))
+    for temp, table, column, dtype in rows:
+        if temp or str(table) not in views:
+            columns.setdefault(str(table), []).append((str(column), str(dtype)))
     notes = _column_notes()
     ordered = [t for t in TABLES if t in columns] + sorted(t for t in columns if t not in TABLES)
     lines = []

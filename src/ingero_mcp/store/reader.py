@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from functools import cache
 import time
 from pathlib import Path
 
 import duckdb
 
 from ingero_mcp.store.errors import StoreError
-from ingero_mcp.store.schema import REPLACE_TABLES, SCHEMA_VERSION, TABLES, current_version, migrate
+from ingero_mcp.store.schema import REPLACE_TABLES, SCHEMA_VERSION, TABLES, V1_AS_V2, current_version, migrate
 from ingero_mcp.store.writer import segment_dir
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -85,6 +86,65 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         raise StoreError(f"{path} has schema version {version}; this ingero-mcp reads up to {SCHEMA_VERSION}: upgrade it")
 
 
+@cache
+def _current_shape() -> dict[str, list[tuple[str, str]]]:
+    """Each table's (column, type) in SCHEMA_VERSION, from an empty in-memory store."""
+    mem = duckdb.connect()
+    try:
+        migrate(mem)
+        rows = mem.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position"
+        ).fetchall()
+    finally:
+        mem.close()
+    shape: dict[str, list[tuple[str, str]]] = {}
+    for table, column, dtype in rows:
+        shape.setdefault(str(table), []).append((str(column), str(dtype)))
+    return shape
+
+
+def _lay_current_views(con: duckdb.DuckDBPyConnection) -> None:
+    """An older store opened read-only cannot be migrated: show it in the current shape through TEMP views.
+
+    DuckDB resolves the temp catalog first, so `FROM cuda_calls` reads the view; the view reads the
+    stored table by its qualified name (`<db>.main.<table>`), which does not bind back to itself.
+    """
+    if current_version(con) >= SCHEMA_VERSION:
+        return
+    db = str(con.execute("SELECT current_database()").fetchall()[0][0])
+    stored = _stored_columns(con, db)
+    for table, columns in _current_shape().items():
+        if table == "schema_version":
+            continue
+        have = stored.get(table, set())
+        if have == {c for c, _ in columns}:
+            continue
+        con.execute(f'CREATE TEMP VIEW "{table}" AS {_select_as_current(table, columns, have, f"{db}")}').fetchall()
+
+
+def _select_as_current(table: str, columns: list[tuple[str, str]], have: set[str], db: str) -> str:
+    """SELECT over `<db>.main.<table>` (columns `have`, an older version) giving the current `columns`."""
+    select = []
+    for column, dtype in columns:
+        expr = V1_AS_V2.get((table, column)) if column not in have else None
+        if expr is None:
+            expr = f'"{column}"' if column in have else "NULL"
+        select.append(f'CAST({expr} AS {dtype}) AS "{column}"')
+    source = f'"{db}".main."{table}"' if have else "(SELECT 1) AS _none WHERE false"
+    return f"SELECT {', '.join(select)} FROM {source}"
+
+
+def _stored_columns(con: duckdb.DuckDBPyConnection, db: str) -> dict[str, set[str]]:
+    stored: dict[str, set[str]] = {}
+    for table, column in con.execute(
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_catalog = ? AND table_schema = 'main'",
+        [db],
+    ).fetchall():
+        stored.setdefault(str(table), set()).add(str(column))
+    return stored
+
+
 def open_store(db_path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
     """A read-only connection on the trace at `db_path`, live segments included."""
     path = Path(db_path)
@@ -97,6 +157,7 @@ def open_store(db_path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
     if not has_segments:
         con = _connect_read_only(path)
         _check_version(con, path)
+        _lay_current_views(con)
         return _lock_down(con)
     for attempt in range(4):
         # The collector replaces latest-*.parquet every second and deletes the segments when it
@@ -127,8 +188,12 @@ def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
             _check_version(src, path)
             src.close()
             build.execute(f"ATTACH '{_sql_quote(str(path))}' AS recorded (READ_ONLY)").fetchall()
+            shape = _current_shape()
+            stored = _stored_columns(build, "recorded")
             for table in TABLES:
-                build.execute(f"INSERT INTO {table} BY NAME SELECT * FROM recorded.{table}").fetchall()
+                # An older recorded file is read in the current shape, as _lay_current_views shows it.
+                select = _select_as_current(table, shape[table], stored.get(table, set()), "recorded")
+                build.execute(f"INSERT INTO {table} BY NAME {select}").fetchall()
             build.execute("DETACH recorded").fetchall()
         for table in TABLES:
             table_dir = segments / table

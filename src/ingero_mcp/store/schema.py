@@ -13,10 +13,28 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Tables whose rows for a session are rewritten whole (latest state), not appended.
-REPLACE_TABLES = frozenset({"sessions", "processes", "collector_stats", "table_coverage"})
+REPLACE_TABLES = frozenset({"sessions", "processes", "threads", "collector_stats", "table_coverage"})
+
+
+# What an older store did not record, mapped to the current shape: (table, column) -> SQL over the
+# old table's columns. A current column not named here and absent from the old table is NULL.
+V1_AS_V2: dict[tuple[str, str], str] = {
+    # v1's in-kernel per-call split already counted woken-then-waiting time as preempted.
+    ("cuda_calls", "cpu_wait_ns"): "preempted_ns",
+    ("cuda_calls", "sleep_ns"): "blocked_ns",
+    # v1 intervals: 'preempted' waited for a CPU the whole time; 'blocked' slept until wakeup_ns
+    # (when seen), then waited for a CPU until on_ns.
+    ("sched_intervals", "sleep_ns"): (
+        "CASE WHEN prev_state = 'preempted' THEN 0 ELSE coalesce(wakeup_ns, on_ns) - off_ns END"
+    ),
+    ("sched_intervals", "cpu_wait_ns"): (
+        "CASE WHEN prev_state = 'preempted' THEN on_ns - off_ns "
+        "WHEN wakeup_ns IS NOT NULL THEN on_ns - wakeup_ns END"
+    ),
+}
 
 
 def _schema_dir() -> Path:
@@ -38,7 +56,15 @@ def _table_names(sql: str) -> tuple[str, ...]:
     return tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", sql))
 
 
-TABLES: tuple[str, ...] = tuple(t for t in _table_names(ddl(SCHEMA_VERSION)) if t != "schema_version")
+def _all_tables() -> tuple[str, ...]:
+    """The tables of the current schema: those created by every version up to SCHEMA_VERSION, in order."""
+    names: list[str] = []
+    for version in range(1, SCHEMA_VERSION + 1):
+        names += [t for t in _table_names(ddl(version)) if t != "schema_version" and t not in names]
+    return tuple(names)
+
+
+TABLES: tuple[str, ...] = _all_tables()
 
 
 def current_version(con: duckdb.DuckDBPyConnection) -> int:
@@ -64,5 +90,9 @@ def migrate(con: duckdb.DuckDBPyConnection) -> int:
         )
     for version in range(have + 1, SCHEMA_VERSION + 1):
         con.execute(ddl(version)).fetchall()
+        if version == 2 and have == 1:
+            # The rows v1 wrote get the split their v1 states imply, as readers of v1 files see it.
+            sets = ", ".join(f"{c} = {V1_AS_V2[('sched_intervals', c)]}" for c in ("sleep_ns", "cpu_wait_ns"))
+            con.execute(f"UPDATE sched_intervals SET {sets}").fetchall()
         con.execute("INSERT INTO schema_version VALUES (?, ?)", [version, time.time_ns()]).fetchall()
     return SCHEMA_VERSION
