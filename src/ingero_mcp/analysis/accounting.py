@@ -17,7 +17,7 @@ import duckdb
 
 from ingero_mcp.analysis._sql import rows, table_complete
 from ingero_mcp.analysis.models import Account, Accounting, Phase, SecondAccount, ThreadAccount, TimeWindow
-from ingero_mcp.analysis.views import install_views
+from ingero_mcp.analysis.views import SECONDS_TABLE, materialize_seconds
 
 SECOND_NS = 1_000_000_000
 MAX_PROCESSES = 4  # feeding processes accounted, by CUDA work
@@ -48,10 +48,10 @@ def seconds_in(window: TimeWindow | None, t0: int) -> str:
     return f"k BETWEEN {int(lo)} AND {int(hi)}"
 
 
-def account_sql(where: str) -> str:
+def account_sql(where: str, table: str = "thread_seconds") -> str:
     """Per-thread totals of thread_seconds (the SQL behind ThreadAccount.total)."""
     sums = ", ".join(f"sum({c})::BIGINT AS {c}" for c in _COLUMNS)
-    return f"SELECT pid, tid, {sums} FROM thread_seconds WHERE {where} GROUP BY pid, tid"
+    return f"SELECT pid, tid, {sums} FROM {table} WHERE {where} GROUP BY pid, tid"
 
 
 def _account(values: tuple) -> Account:
@@ -103,10 +103,10 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
     t0 = origin_ns(con)
     if t0 is None:
         return Accounting(complete=False, note="the store has no session")
-    install_views(con)
+    materialize_seconds(con)
     in_window = seconds_in(window, t0)
     only = f" AND pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else ""
-    totals = {(int(r[0]), int(r[1])): _account(r[2:]) for r in rows(con, account_sql(in_window + only))}
+    totals = {(int(r[0]), int(r[1])): _account(r[2:]) for r in rows(con, account_sql(in_window + only, SECONDS_TABLE))}
     feeders = _feeders(totals)
     waited = _waited_on(con, feeders, totals, window)
     names, procs = _names(con)
@@ -180,7 +180,7 @@ def _seconds(con: duckdb.DuckDBPyConnection, keys: list[tuple[int, int]], in_win
     cols = ", ".join(_COLUMNS)
     util = dict(_gpu_util_per_second(con))
     got: dict[tuple[int, int], list[SecondAccount]] = defaultdict(list)
-    for r in rows(con, f"SELECT pid, tid, k, start_ns, {cols} FROM thread_seconds WHERE {in_window} AND ({which}) "
+    for r in rows(con, f"SELECT pid, tid, k, start_ns, {cols} FROM {SECONDS_TABLE} WHERE {in_window} AND ({which}) "
                        "ORDER BY pid, tid, k"):
         values = {c: int(v or 0) for c, v in zip(_COLUMNS, r[4:], strict=True)}
         got[(int(r[0]), int(r[1]))].append(SecondAccount(k=int(r[2]), start_ns=int(r[3]), gpu_util_percent=util.get(int(r[2])),
@@ -199,22 +199,22 @@ def _gpu_util_per_second(con: duckdb.DuckDBPyConnection) -> list[tuple[int, floa
     return [(int(k), float(u)) for k, u in rows(con, gpu_util_sql())]
 
 
-def work_rate_sql(pid: int, in_window: str) -> str:
+def work_rate_sql(pid: int, in_window: str, table: str = "thread_seconds") -> str:
     """A process's CUDA work calls per second, over the seconds in which its busiest thread was seen whole."""
     return f"""
-        WITH t AS (SELECT tid FROM thread_seconds WHERE pid = {int(pid)} AND {in_window}
+        WITH t AS (SELECT tid FROM {table} WHERE pid = {int(pid)} AND {in_window}
                    GROUP BY tid ORDER BY sum(work_calls) DESC LIMIT 1)
         SELECT s.k, min(s.start_ns) AS start_ns,
-               (SELECT sum(work_calls) FROM thread_seconds a WHERE a.pid = {int(pid)} AND a.k = s.k) AS work_calls,
+               (SELECT sum(work_calls) FROM {table} a WHERE a.pid = {int(pid)} AND a.k = s.k) AS work_calls,
                max(s.wall_ns) AS wall_ns
-        FROM thread_seconds s SEMI JOIN t ON s.tid = t.tid
+        FROM {table} s SEMI JOIN t ON s.tid = t.tid
         WHERE s.pid = {int(pid)} AND {in_window}
         GROUP BY s.k ORDER BY s.k"""
 
 
 def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -> list[Phase]:
     """Baseline and slow stretches of a process's work rate (see the module's docstring)."""
-    got = [(int(k), int(start), int(n or 0)) for k, start, n, wall in rows(con, work_rate_sql(pid, in_window))
+    got = [(int(k), int(start), int(n or 0)) for k, start, n, wall in rows(con, work_rate_sql(pid, in_window, SECONDS_TABLE))
            if wall >= FULL_SECOND * SECOND_NS]
     if len(got) < 2 * MIN_PHASE_S:
         return []

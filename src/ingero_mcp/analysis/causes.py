@@ -23,6 +23,7 @@ import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.views import SECONDS_TABLE
 from ingero_mcp.analysis.accounting import SECOND_NS, origin_ns, sum_seconds, wakers_sql
 from ingero_mcp.analysis.models import (
     Account,
@@ -495,7 +496,7 @@ def _sleep_without_waker(ctx: Ctx, f: Finding, io: bool, sql: str) -> Explained:
     fam = ctx.family(t.pid)
     others = rows(ctx.con, f"""
         SELECT pid, tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS wall_ns
-        FROM thread_seconds WHERE pid IN ({', '.join(map(str, sorted(fam)))}) AND NOT (pid = {t.pid} AND tid = {t.tid})
+        FROM {SECONDS_TABLE} WHERE pid IN ({', '.join(map(str, sorted(fam)))}) AND NOT (pid = {t.pid} AND tid = {t.tid})
           AND k BETWEEN {f.ks[0]} AND {f.ks[1]} GROUP BY pid, tid HAVING sum(run_outside_ns + run_inside_ns) > 0
         ORDER BY run_ns DESC LIMIT 20""")
     kids = [r for r in others if int(r[0]) != t.pid]
@@ -517,7 +518,7 @@ def _sleep_without_waker(ctx: Ctx, f: Finding, io: bool, sql: str) -> Explained:
 def _thread_account(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> Account | None:
     k0, k1 = _k_range(ctx, w)
     cols = ", ".join(f"sum({c})::BIGINT" for c in Account.model_fields)
-    got = rows(ctx.con, f"SELECT {cols} FROM thread_seconds WHERE pid = {pid} AND tid = {tid} AND k BETWEEN {k0} AND {k1}")
+    got = rows(ctx.con, f"SELECT {cols} FROM {SECONDS_TABLE} WHERE pid = {pid} AND tid = {tid} AND k BETWEEN {k0} AND {k1}")
     if not got or got[0][0] is None:
         return None
     return Account(**{c: int(v or 0) for c, v in zip(Account.model_fields, got[0], strict=True)})

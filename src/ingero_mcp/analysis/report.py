@@ -1,18 +1,22 @@
 """The incident report: trace info, per-op stats, per-process breakdown and causal chains in one model.
 
-The report runs the one cuda_calls pass (calls.call_groups) once and hands it to every part.
+The report runs the one cuda_calls pass (calls.call_groups) and the time accounting once each and hands
+them to every part; the verdict leads.
 """
 
 from __future__ import annotations
 
 import duckdb
 
+from ingero_mcp.analysis._sql import rows, ts_in, where
+from ingero_mcp.analysis.accounting import accounting
 from ingero_mcp.analysis.calls import call_groups
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.info import events_lost, trace_info
 from ingero_mcp.analysis.models import Report, TimeWindow
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
+from ingero_mcp.analysis.verdict import verdict
 from ingero_mcp.analysis.window import window_or_trace
 
 
@@ -24,8 +28,11 @@ def build_report(
     groups = call_groups(con, window, pids)
     stats = trace_stats(con, window, pids, groups=groups)
     processes = per_process_breakdown(con, window, pids, groups=groups)
-    chains = causal_chains(con, window, pids, groups=groups)
+    acc = accounting(con, window, pids)
+    minor: list[str] = []
+    chains = causal_chains(con, window, pids, groups=groups, acc=acc, minor=minor)
     whole = window_or_trace(con, window)
+    gpu_mean = rows(con, f"SELECT avg(gpu_util_percent) FROM snapshots {where(ts_in(window))}")[0][0]
     notes = list(stats.notes)
     if info.live:
         notes.append("the trace is still being recorded (or its collector stopped without closing it)")
@@ -41,4 +48,8 @@ def build_report(
     lost = events_lost(info)
     if lost:
         notes.append(f"{lost:,} events were lost by the collector (collector_stats.events_lost)")
-    return Report(window=whole, info=info, stats=stats.ops, host=stats.host, processes=processes, chains=chains, notes=notes)
+    if acc.note:
+        notes.append(acc.note)
+    return Report(window=whole, info=info, verdict=verdict(acc, chains, None if gpu_mean is None else float(gpu_mean)),
+                  stats=stats.ops, host=stats.host, processes=processes, chains=chains, minor=minor, accounting=acc,
+                  notes=notes)

@@ -21,6 +21,19 @@ def view_sql(name: str) -> str:
     return (resources.files("ingero_mcp.analysis") / "sql" / f"{name}.sql").read_text()
 
 
+# thread_seconds computed once per connection: the view recomputes its joins on every query, and a filter pushed
+# into it can turn its ASOF joins into slow plans. Internal queries read this table; evidence SQL names the view.
+SECONDS_TABLE = "thread_seconds_t"
+
+
+def materialize_seconds(con: duckdb.DuckDBPyConnection) -> str:
+    """Make (once per connection) the table holding the rows of thread_seconds; returns its name."""
+    install_views(con)
+    if not con.execute("SELECT 1 FROM duckdb_tables() WHERE temporary AND table_name = ?", [SECONDS_TABLE]).fetchall():
+        con.execute(f"CREATE TEMP TABLE {SECONDS_TABLE} AS SELECT * FROM thread_seconds").fetchall()
+    return SECONDS_TABLE
+
+
 def install_views(con: duckdb.DuckDBPyConnection) -> None:
     """Create (or refresh) the accounting views on `con`; cheap, and safe to call on every request."""
     have = {r[0] for r in con.execute(

@@ -153,10 +153,36 @@ def process_detail(p: ProcessBreakdown) -> Panel:
     return Panel(Group(*parts), title=Text(f"pid {p.pid} {fmt.clean(p.comm, 32)}"), title_align="left")
 
 
+def accounting_table(report: Report) -> Table:
+    """Where the time of each feeding thread (and of the threads it waited on) went, as shares of its wall time."""
+    acc = report.accounting
+    table = Table(title="Time accounting (share of each thread's wall time; thread_seconds)", title_justify="left")
+    for col in ("thread", "role", "wall", "run outside CUDA", "run in CUDA", "GPU wait", "sleep outside", "of it IO",
+                "CPU wait", "unknown", "launches+copies"):
+        table.add_column(col, justify="left" if col in ("thread", "role") else "right")
+    for t in (acc.threads if acc else [])[:12]:
+        a = t.total
+        pct = (lambda ns: f"{100 * ns / a.wall_ns:.1f}%" if a.wall_ns else "-")
+        name = f"{fmt.clean(t.comm or t.process_comm or '?', 32)}[{t.pid}" + ("]" if t.tid == t.pid else f"/{t.tid}]")
+        table.add_row(name, t.role, fmt.ns(a.wall_ns), pct(a.run_outside_ns), pct(a.run_inside_ns), pct(a.sleep_inside_ns),
+                      pct(a.sleep_outside_ns), pct(a.sleep_io_ns), pct(a.cpu_wait_ns), pct(a.off_cpu_unknown_ns),
+                      fmt.count(a.work_calls))
+    return table
+
+
 def render_report(console: Console, report: Report, db: str, *, per_process: bool = False, show_sql: bool = False) -> None:
     """The whole incident report: header, chains (ours, then imported), top ops, processes."""
     start = report.info.window.start_ns if report.info.window else report.window.start_ns
     console.print(header(report, db))
+    if report.verdict:
+        v = Text()
+        v.append("Verdict\n", style="bold underline")
+        for line in report.verdict:
+            style = SEVERITY_STYLE.get(line.split(":", 1)[0], "")
+            v.append(fmt.clean(line, 2000) + "\n", style=style)
+        console.print(v)
+    if report.accounting and report.accounting.complete and report.accounting.threads:
+        console.print(accounting_table(report))
     own = [c for c in report.chains if c.origin == "ingero-mcp"]
     imported = [c for c in report.chains if c.origin != "ingero-mcp"]
     if own:
@@ -164,8 +190,14 @@ def render_report(console: Console, report: Report, db: str, *, per_process: boo
         for c in own:
             console.print(chain_panel(c, start, show_sql))
     else:
-        console.print(Text("No causal chain: no CUDA op has a heavy tail (p99/p50 >= 3 over >= 10 calls), an extreme "
-                           "outlier or a low copy bandwidth in this window.", style="bold green"))
+        console.print(Text("No causal chain: no part of the feeding threads' time grew in a slow phase or filled idle GPU "
+                           "time beyond 1% of the feeding time.", style="bold green"))
+    if report.minor:
+        m = Text()
+        m.append("Minor (each explains under 1% of the feeding time)\n", style="bold")
+        for line in report.minor[:10]:
+            m.append("  " + fmt.clean(line, 400) + "\n")
+        console.print(m)
     if imported:
         console.print(Text(f"Chains stored by {imported[0].origin} (imported; not recomputed): {len(imported)} kinds",
                            style="bold underline"))

@@ -1,0 +1,49 @@
+"""The verdict: the few lines a user reads first, made from the accounting and the top chains."""
+
+from __future__ import annotations
+
+from ingero_mcp.analysis.models import Accounting, CausalChain, ThreadAccount
+
+
+def _split(t: ThreadAccount) -> str:
+    a = t.total
+    parts = [("running outside CUDA calls", a.run_outside_ns), ("on the CPU in CUDA calls", a.run_inside_ns),
+             ("asleep in CUDA calls (waiting for the GPU)", a.sleep_inside_ns),
+             ("sleeping outside CUDA calls", a.sleep_outside_ns), ("waiting for a CPU", a.cpu_wait_ns),
+             ("off-CPU, split unknown", a.off_cpu_unknown_ns)]
+    shown = [f"{100 * ns / a.wall_ns:.0f}% {label}" for label, ns in sorted(parts, key=lambda p: -p[1])
+             if a.wall_ns and ns / a.wall_ns >= 0.005]
+    return ", ".join(shown)
+
+
+def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: float | None) -> list[str]:
+    """Who fed the GPU and where its time went, then the causes that explain the lost time (or why none)."""
+    lines: list[str] = []
+    if acc is None or not acc.complete:
+        lines.append(f"No time accounting: {acc.note if acc else 'not computed'}.")
+    else:
+        feeders = [t for t in acc.threads if t.role == "feeder"]
+        seen: set[int] = set()
+        for t in feeders:
+            if t.pid in seen:
+                continue
+            seen.add(t.pid)
+            thread = "main thread" if t.tid == t.pid else f"thread {t.comm or '?'}[{t.tid}]"
+            lines.append(f"{t.process_comm or t.comm or '?'}[{t.pid}]'s {thread} fed the GPU "
+                         f"({t.total.work_calls:,} launches/copies), {t.total.wall_ns / 1e9:,.1f} s: {_split(t)}.")
+            if len(seen) >= 2:
+                break
+        if not feeders:
+            lines.append("No thread started CUDA work in this window.")
+    own = [c for c in chains if c.origin == "ingero-mcp" and c.severity in ("HIGH", "MEDIUM")]
+    for c in own[:3]:
+        lost = f" [{c.seconds_lost:.1f} s explained]" if c.seconds_lost is not None else ""
+        lines.append(f"{c.severity}: {c.summary}{lost}")
+    if not own and acc is not None and acc.complete and acc.threads:
+        if gpu_util_mean is not None and gpu_util_mean >= 80:
+            lines.append(f"No host-side cause: the GPU was {gpu_util_mean:.0f}% busy on average, the job is GPU-bound.")
+        else:
+            util = f" (GPU {gpu_util_mean:.0f}% busy on average)" if gpu_util_mean is not None else " (GPU utilisation not recorded)"
+            lines.append("No host-side cause explains more than 5% of the feeding time" + util
+                         + ": nothing slowed the feeding threads beyond their steady state.")
+    return lines
