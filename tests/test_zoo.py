@@ -1,0 +1,88 @@
+"""The zoo: causes staged on a real H200 and recorded with the collector; the report must name each one.
+
+Each `investigations/zoo/NAME.duckdb` comes with `NAME.truth.json`, written by the scenario itself
+(bench/gpu/zoo/NAME.py): what it staged, when, and which processes or threads did it. For each
+store the top HIGH/MEDIUM chain must name the staged cause, its culprit (pid/tid or name) and its
+window (within a second at each end); the healthy controls must give nothing HIGH or MEDIUM.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ingero_mcp.analysis.models import CausalChain, Report
+from ingero_mcp.analysis.report import build_report
+from ingero_mcp.store import open_store
+
+ZOO = Path(__file__).resolve().parents[1] / "investigations" / "zoo"
+NAMES = sorted(p.name.removesuffix(".truth.json") for p in ZOO.glob("*.truth.json"))
+SECOND = 1_000_000_000
+
+# The staged cause (truth vocabulary) -> the chain root causes that name it.
+CAUSES = {
+    "cpu_contention": {"cpu-contention"},
+    "own_workers_cpu": {"own-workers-cpu"},
+    "gpu_shared": {"gpu-shared"},
+    "gil_contention": {"gil-or-lock"},
+    "pageable_copies": {"pageable-copies"},
+    "allocator_churn": {"allocator-churn"},
+    "host_bound_prep": {"host-bound"},
+    "lazy_module_loading": {"cold-start"},
+    "disk_io": {"io-wait"},
+    "page_faults": {"page-faults"},
+}
+
+
+def _truth(name: str) -> dict:
+    return json.loads((ZOO / f"{name}.truth.json").read_text())
+
+
+def _report(name: str) -> Report:
+    con = open_store(ZOO / f"{name}.duckdb")
+    try:
+        return build_report(con)
+    finally:
+        con.close()
+
+
+def _top(report: Report) -> list[CausalChain]:
+    return [c for c in report.chains if c.origin == "ingero-mcp" and c.severity in ("HIGH", "MEDIUM")]
+
+
+def test_the_zoo_holds_the_staged_causes_and_two_controls() -> None:
+    causes = {_truth(n)["cause"] for n in NAMES}
+    assert len(NAMES) >= 10
+    assert sum(_truth(n)["cause"] == "none" for n in NAMES) >= 2
+    assert {"cpu_contention", "own_workers_cpu", "gpu_shared", "gil_contention", "pageable_copies",
+            "allocator_churn", "host_bound_prep", "lazy_module_loading"} <= causes
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_report_names_the_staged_cause(name: str) -> None:
+    truth = _truth(name)
+    report = _report(name)
+    top = _top(report)
+    assert report.verdict, "the report leads with a verdict"
+    if truth["cause"] == "none":
+        assert not top, [f"{c.severity} {c.root_cause}: {c.summary}" for c in top]
+        return
+    assert top, f"no HIGH/MEDIUM chain; chains: {[c.summary for c in report.chains]}"
+    chain = top[0]
+    assert chain.root_cause in CAUSES[truth["cause"]], f"{chain.root_cause}: {chain.summary}"
+    # the culprit: the staged processes/threads, or the feeding process for causes of its own making
+    if truth["culprits"]:
+        named = {c.pid for c in chain.culprits} | {t for c in chain.culprits for t in c.tids}
+        comms = {c.comm for c in chain.culprits}
+        staged = {c["pid"] for c in truth["culprits"]} | {t for c in truth["culprits"] for t in c.get("tids", [])}
+        staged_comms = {c.get("comm") for c in truth["culprits"]}
+        assert named & staged or comms & staged_comms, (chain.culprits, truth["culprits"])
+    else:
+        assert truth["feeder"]["pid"] in chain.pids, (chain.pids, truth["feeder"])
+    # the window, within a second at each end
+    if truth.get("window_ns") and chain.window:
+        start, end = truth["window_ns"]
+        assert abs(chain.window.start_ns - start) <= SECOND, (chain.window, truth["window_ns"])
+        assert abs(chain.window.end_ns - end) <= SECOND, (chain.window, truth["window_ns"])
