@@ -88,6 +88,8 @@ class Scenario:
         self.cuda = self.device == "cuda"
         self.scale = self.args.scale
         self.smoke = self.scale < 0.5 or not self.cuda
+        if not self.cuda:  # CPU smoke on a small machine: one intra-op thread, so the phases compare like for like
+            os.environ.setdefault("OMP_NUM_THREADS", "1")
         self.baseline_s, self.window_s, self.recovery_s = (x * self.scale for x in (baseline_s, window_s, recovery_s))
         self.host_cpus = {"job": list(job_cpus), "culprits": list(culprit_cpus or [])}
         self.job_cpus = pin(job_cpus)
