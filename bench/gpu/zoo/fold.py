@@ -64,11 +64,20 @@ def span_of(truth: dict) -> tuple[int, int]:
     return min(s[0] for s in spans) - MARGIN_BEFORE_NS, max(s[1] for s in spans) + MARGIN_AFTER_NS
 
 
-def trim_copy(folded: Path, target: Path, lo: int, hi: int) -> dict[str, tuple[int, int]]:
+def _q(path: Path) -> str:
+    return str(path).replace("'", "''")
+
+
+def trim_copy(folded: Path, target: Path, lo: int, hi: int, block_size: int = 0) -> dict[str, tuple[int, int]]:
     """Copy the rows of `folded` that touch [lo, hi] into a fresh store at `target`. Returns kept/all per table."""
-    con = duckdb.connect(str(target))
+    if block_size:  # a small block size makes a small store much smaller (DuckDB >= 1.2 reads it)
+        con = duckdb.connect()
+        con.execute(f"ATTACH '{_q(target)}' AS fresh (BLOCK_SIZE {int(block_size)})").fetchall()
+        con.execute("USE fresh").fetchall()
+    else:
+        con = duckdb.connect(str(target))
     migrate(con)
-    con.execute(f"ATTACH '{str(folded).replace(chr(39), chr(39) * 2)}' AS src (READ_ONLY)").fetchall()
+    con.execute(f"ATTACH '{_q(folded)}' AS src (READ_ONLY)").fetchall()
     src_tables = {r[0] for r in con.execute(
         "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'src'").fetchall()}
     counts: dict[str, tuple[int, int]] = {}
@@ -107,7 +116,7 @@ def scenario_archives(paths: list[Path], tmp: Path) -> list[Path]:
     return found
 
 
-def fold_one(archive: Path, out: Path, tmp: Path, max_mb: float) -> bool:
+def fold_one(archive: Path, out: Path, tmp: Path, max_mb: float, block_size: int = 0) -> bool:
     name = archive.name.removesuffix(".tar.xz")
     work = tmp / "scen" / name
     with tarfile.open(archive) as tar:
@@ -129,7 +138,7 @@ def fold_one(archive: Path, out: Path, tmp: Path, max_mb: float) -> bool:
     lo, hi = span_of(truth)
     fresh = tmp / f"{name}.trimmed.duckdb"
     fresh.unlink(missing_ok=True)
-    counts = trim_copy(db, fresh, lo, hi)
+    counts = trim_copy(db, fresh, lo, hi, block_size)
     size_mb = fresh.stat().st_size / 1e6
     table = ", ".join(f"{t} {k:,}/{n:,}" for t, (k, n) in counts.items() if n)
     if size_mb > max_mb:
@@ -153,13 +162,16 @@ def main() -> int:
     parser.add_argument("archives", nargs="+", type=Path, help="zoo-<k>.tar files, or NAME.tar.xz scenario archives")
     parser.add_argument("--out", type=Path, default=REPO / "investigations" / "zoo")
     parser.add_argument("--max-mb", type=float, default=6.0, help="refuse a store larger than this (default 6)")
+    parser.add_argument("--block-size", type=int, default=0,
+                        help="DuckDB block size of the written stores, e.g. 16384: a much smaller file for a small "
+                        "trace, readable by DuckDB >= 1.2 only (default: DuckDB's, 256 KiB)")
     args = parser.parse_args()
     ok = True
     with tempfile.TemporaryDirectory(prefix="zoo-fold-") as tmp_name:
         tmp = Path(tmp_name)
         for archive in scenario_archives(args.archives, tmp):
             try:
-                ok &= fold_one(archive, args.out, tmp, args.max_mb)
+                ok &= fold_one(archive, args.out, tmp, args.max_mb, args.block_size)
             except Exception as exc:  # one bad archive must not stop the others
                 print(f"{archive.name}: FAILED: {type(exc).__name__}: {exc}")
                 ok = False
