@@ -1,0 +1,104 @@
+#!/bin/bash
+# The zoo, recorded on the GPU host: for each scenario, the collector (CPUs 12-15) records while
+# the scenario stages its cause; then each scenario's segments + truth + logs are packed into
+# at most 7 files $OUT/zoo-<k>.tar (15 MiB each at most) and $OUT/zoo-summary.txt.
+#
+#   bash bench/gpu/zoo/device_zoo.sh first        cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn
+#   bash bench/gpu/zoo/device_zoo.sh second       host_bound_prep lazy_loading disk_io healthy_gpu_bound healthy_training page_fault_storm
+#   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
+#
+# Run from the repository root; carry .device (bcc-bundle.tar.xz, setup-bcc.sh, and small/wheels
+# if the collector needs wheels the host lacks: see fetch_wheels.sh). Environment knobs, for a
+# CPU-only rehearsal: ZOO_ARGS="--device cpu --scale 0.15", ZOO_COLLECTOR_CPUS=0-1, OUT=/tmp/out.
+set -u
+cd "$(dirname "$0")/../../.."
+ZOO=bench/gpu/zoo
+OUT=${OUT:-/tmp/zoo-out}
+WORK=${ZOO_WORK:-/tmp/zoo}
+CCPUS=${ZOO_COLLECTOR_CPUS:-12-15}
+ARGS=${ZOO_ARGS:-}
+FIRST="cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn"
+SECOND="host_bound_prep lazy_loading disk_io healthy_gpu_bound healthy_training page_fault_storm"
+names=()
+for a in "$@"; do
+  case $a in
+    first) names+=($FIRST) ;;
+    second) names+=($SECOND) ;;
+    all) names+=($FIRST $SECOND) ;;
+    *) names+=("$a") ;;
+  esac
+done
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|all|SCENARIO..." >&2; exit 2; }
+mkdir -p "$OUT"
+rm -rf "$WORK"; mkdir -p "$WORK"
+LOG=$WORK/driver.log
+T0=$(date +%s)
+log() { echo "[zoo +$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
+
+if [ -f .device/bcc-bundle.tar.xz ]; then
+  eval "$(bash .device/setup-bcc.sh .device/bcc-bundle.tar.xz)"
+else
+  log "no .device/bcc-bundle.tar.xz: using this machine's BCC"
+fi
+if ls .device/small/wheels/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .device/small/wheels/*.whl 2>&1 | tail -3
+fi
+export PYTHONPATH=$PWD/src:/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
+
+log "scenarios: ${names[*]} (args: ${ARGS:-none}; collector on CPUs $CCPUS)"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,utilization.gpu,memory.used --format=csv,noheader >> "$LOG" 2>&1
+else
+  log "no nvidia-smi"
+fi
+python3 -m ingero_mcp.cli check >> "$LOG" 2>&1
+python3 -c "import ingero_mcp.collector.tracer" >> "$LOG" 2>&1 || log "LOUD: the collector does not import here (a wheel missing? see fetch_wheels.sh)"
+libs=$(python3 -c "import sys; sys.path.insert(0,'bench/gpu'); import run_overhead as r; print(' '.join('--cuda-lib '+l for l in r.cuda_libs()))" 2>>"$LOG")
+log "CUDA libraries: ${libs:-none}"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader >> "$LOG" 2>&1
+
+stop_collector() {  # pid: SIGINT, 60 s to fold/flush, then KILL
+  local cpid=$1 i
+  kill -INT "$cpid" 2>/dev/null
+  for i in $(seq 1 300); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.2; done
+  if kill -0 "$cpid" 2>/dev/null; then log "collector $cpid still running 60 s after SIGINT: KILL"; kill -KILL "$cpid"; fi
+  wait "$cpid" 2>/dev/null
+  return $?
+}
+
+run_one() {
+  local name=$1 d=$WORK/$1 cpid ready=0 rc crc i
+  mkdir -p "$d"
+  if [ ! -f "$ZOO/$name.py" ]; then log "$name: no such scenario ($ZOO/$name.py)"; return; fi
+  # shellcheck disable=SC2086
+  taskset -c "$CCPUS" python3 -m ingero_mcp.cli trace --db "$d/$name.duckdb" --quiet $libs > "$d/collector.log" 2>&1 &
+  cpid=$!
+  for i in $(seq 1 300); do
+    grep -q "recording to" "$d/collector.log" && { ready=1; break; }
+    kill -0 "$cpid" 2>/dev/null || break
+    sleep 0.2
+  done
+  if [ $ready = 0 ]; then
+    log "$name: FAILED: collector not recording after 60 s: $(tail -3 "$d/collector.log" | tr '\n' ' ')"
+    stop_collector "$cpid"
+    return
+  fi
+  # shellcheck disable=SC2086
+  timeout -k 5 60 python3 "$ZOO/$name.py" --truth "$d/$name.truth.json" $ARGS > "$d/scenario.log" 2>&1
+  rc=$?
+  sleep 1  # the collector's last flush covers the scenario's exit
+  stop_collector "$cpid"; crc=$?
+  local steps
+  steps=$(python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print(f\"steps {t['steps']['total']} ratio {t['throughput_ratio']} culprits {len(t['culprits'])}\")" "$d/$name.truth.json" 2>/dev/null || echo "NO TRUTH")
+  log "$name: rc $rc, $steps; collector rc $crc: $(grep -E 'stopped|lost|error' "$d/collector.log" | tail -2 | tr '\n' ' ')"
+  [ $rc = 0 ] || tail -5 "$d/scenario.log" | sed "s/^/    $name| /" | tee -a "$LOG"
+  tar -C "$WORK" -cf - "$name" | xz -T4 -6 > "$WORK/$name.tar.xz" && rm -rf "$d"
+}
+
+for name in "${names[@]}"; do
+  run_one "$name"
+done
+rm -f /var/tmp/zoo_disk_io.bin
+log "recorded; packing"
+python3 "$ZOO/pack.py" "$WORK" "$OUT" --log "$LOG"
+ls -la "$OUT"
