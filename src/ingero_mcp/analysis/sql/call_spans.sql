@@ -7,7 +7,8 @@
 --                      moment t is before_ns + least(t, end_ns) - start_ns of the last span starting
 --                      at or before t (an ASOF join), so any overlap with the spans costs two lookups
 --   op, bytes, memcpy_kind, host_pinned, kernel_handle   of the span's outermost (first) call
---   call_class         'sync', 'copy_pinned', 'copy_pageable', 'copy' (pinned or not unknown), 'alloc'
+--   call_class         'sync' (synchronise calls, and copies under 1 MiB: loss.item() and the like wait
+--                      for the stream's queued work, their own transfer is negligible), 'copy_pinned', 'copy_pageable', 'copy' (pinned or not unknown), 'alloc'
 --                      (device or host memory allocated, freed, registered), 'launch_first' (the
 --                      process's first launch of that kernel), 'launch', 'other'
 CREATE OR REPLACE TEMP VIEW call_spans AS
@@ -40,6 +41,7 @@ SELECT pid, tid, start_ns, end_ns, calls,
                                              ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_ns,
        op, bytes, memcpy_kind, host_pinned, kernel_handle,
        CASE WHEN contains(op, 'ynchronize') THEN 'sync'
+            WHEN contains(op, 'emcpy') AND coalesce(bytes, 0) < 1048576 THEN 'sync'
             WHEN contains(op, 'emcpy') AND host_pinned THEN 'copy_pinned'
             WHEN contains(op, 'emcpy') AND NOT host_pinned THEN 'copy_pageable'
             WHEN contains(op, 'emcpy') THEN 'copy'
