@@ -74,7 +74,7 @@ run_one() {
   taskset -c "$CCPUS" python3 -m ingero_mcp.cli trace --db "$d/$name.duckdb" --quiet $libs > "$d/collector.log" 2>&1 &
   cpid=$!
   for i in $(seq 1 300); do
-    grep -q "recording to" "$d/collector.log" && { ready=1; break; }
+    grep -q "recording to" "$d/collector.log" 2>/dev/null && { ready=1; break; }
     kill -0 "$cpid" 2>/dev/null || break
     sleep 0.2
   done
