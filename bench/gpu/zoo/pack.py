@@ -51,6 +51,8 @@ def main() -> int:
             else:
                 left.append(arc)
     args.out.mkdir(parents=True, exist_ok=True)
+    for old in args.out.glob("zoo-*.tar"):  # packed again after every scenario: no stale file stays
+        old.unlink()
     lines = []
     for k, members in enumerate(bins, 1):
         target = args.out / f"zoo-{k}.tar"
