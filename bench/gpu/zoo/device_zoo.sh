@@ -3,7 +3,7 @@
 # the scenario stages its cause; then each scenario's segments + truth + logs are packed into
 # at most 7 files $OUT/zoo-<k>.tar (15 MiB each at most) and $OUT/zoo-summary.txt.
 #
-#   bash bench/gpu/zoo/device_zoo.sh first        cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn
+#   bash bench/gpu/zoo/device_zoo.sh first        cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn lock_holder
 #   bash bench/gpu/zoo/device_zoo.sh second       host_bound_prep lazy_loading disk_io healthy_gpu_bound healthy_training page_fault_storm
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
@@ -19,7 +19,7 @@ WORK=${ZOO_WORK:-/tmp/zoo}
 CCPUS=${ZOO_COLLECTOR_CPUS:-12-15}
 ARGS=${ZOO_ARGS:-}
 # ZOO_BUDGET_S (default 450): start no scenario later than this many seconds into the call.
-FIRST="cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn"
+FIRST="cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn lock_holder"
 SECOND="host_bound_prep lazy_loading disk_io healthy_gpu_bound healthy_training page_fault_storm"
 names=()
 for a in "$@"; do
