@@ -11,12 +11,12 @@ import json
 import sys
 
 CAUSES = {"cpu_contention", "own_workers_cpu", "gpu_shared", "gil_contention", "pageable_copies", "allocator_churn",
-          "host_bound_prep", "lazy_module_loading", "disk_io", "page_faults", "none"}
+          "host_bound_prep", "lazy_module_loading", "disk_io", "page_faults", "lock_contention", "none"}
 KEYS = {"scenario", "cause", "description", "feeder", "culprits", "window_ns", "baseline_ns", "cpus", "steps",
         "throughput_ratio", "torch", "notes"}
 # scenario -> (culprit comm expected, at least how many); scenarios not listed must name none
 CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "gpu_shared": ("gpuhog", 1),
-            "gil_holder": ("gil_spin", 1)}
+            "gil_holder": ("gil_spin", 1), "lock_holder": ("lock_holder", 1)}
 
 
 def check(t: dict) -> list[str]:

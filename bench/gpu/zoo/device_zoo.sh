@@ -3,10 +3,11 @@
 # the scenario stages its cause; then each scenario's segments + truth + logs are packed into
 # at most 7 files $OUT/zoo-<k>.tar (15 MiB each at most) and $OUT/zoo-summary.txt.
 #
-#   bash bench/gpu/zoo/device_zoo.sh first        cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn
+#   bash bench/gpu/zoo/device_zoo.sh first        cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn lock_holder
 #   bash bench/gpu/zoo/device_zoo.sh second       host_bound_prep lazy_loading disk_io healthy_gpu_bound healthy_training page_fault_storm
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
+# Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario.
 # Run from the repository root; carry .device (bcc-bundle.tar.xz, setup-bcc.sh, and small/wheels
 # if the collector needs wheels the host lacks: see fetch_wheels.sh). Environment knobs, for a
 # CPU-only rehearsal: ZOO_ARGS="--device cpu --scale 0.15", ZOO_COLLECTOR_CPUS=0-1, OUT=/tmp/out.
@@ -17,7 +18,8 @@ OUT=${OUT:-/tmp/zoo-out}
 WORK=${ZOO_WORK:-/tmp/zoo}
 CCPUS=${ZOO_COLLECTOR_CPUS:-12-15}
 ARGS=${ZOO_ARGS:-}
-FIRST="cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn"
+# ZOO_BUDGET_S (default 450): start no scenario later than this many seconds into the call.
+FIRST="cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn lock_holder"
 SECOND="host_bound_prep lazy_loading disk_io healthy_gpu_bound healthy_training page_fault_storm"
 names=()
 for a in "$@"; do
@@ -74,7 +76,7 @@ run_one() {
   taskset -c "$CCPUS" python3 -m ingero_mcp.cli trace --db "$d/$name.duckdb" --quiet $libs > "$d/collector.log" 2>&1 &
   cpid=$!
   for i in $(seq 1 300); do
-    grep -q "recording to" "$d/collector.log" && { ready=1; break; }
+    grep -q "recording to" "$d/collector.log" 2>/dev/null && { ready=1; break; }
     kill -0 "$cpid" 2>/dev/null || break
     sleep 0.2
   done
@@ -95,10 +97,18 @@ run_one() {
   tar -C "$WORK" -cf - "$name" | xz -T4 -6 > "$WORK/$name.tar.xz" && rm -rf "$d"
 }
 
+# The device call is killed at 10 minutes: no scenario starts after BUDGET s, and what is recorded so
+# far is packed into $OUT after every scenario, so a kill still leaves the finished ones there.
+BUDGET=${ZOO_BUDGET_S:-450}
 for name in "${names[@]}"; do
+  if [ $(( $(date +%s) - T0 )) -gt "$BUDGET" ]; then
+    log "!!! $name: NOT RUN: ${BUDGET} s budget spent (record it in another call) !!!"
+    continue
+  fi
   run_one "$name"
+  rm -f /var/tmp/zoo_disk_io.bin
+  python3 "$ZOO/pack.py" "$WORK" "$OUT" --log "$LOG" > /dev/null
 done
-rm -f /var/tmp/zoo_disk_io.bin
-log "recorded; packing"
+log "done; packed:"
 python3 "$ZOO/pack.py" "$WORK" "$OUT" --log "$LOG"
 ls -la "$OUT"

@@ -105,14 +105,26 @@ def trim_copy(folded: Path, target: Path, lo: int, hi: int, block_size: int = 0)
 def scenario_archives(paths: list[Path], tmp: Path) -> list[Path]:
     """NAME.tar.xz files: given directly, or inside zoo-<k>.tar files."""
     found: list[Path] = []
-    for path in paths:
+    for k, path in enumerate(paths):
         if path.name.endswith(".tar.xz"):
             found.append(path)
             continue
         with tarfile.open(path) as tar:
-            dest = tmp / "outer" / path.stem
+            dest = tmp / "outer" / f"{k}-{path.stem}"  # both device calls write a zoo-1.tar
             tar.extractall(dest, filter="data")
         found.extend(sorted(dest.glob("*.tar.xz")))
+    # A scenario too big for one file came in parts (pack.py), maybe spread over several zoo-<k>.tar.
+    parts: dict[str, list[Path]] = {}
+    for part in sorted((tmp / "outer").glob("*/*.tar.xz.part*")) if (tmp / "outer").is_dir() else []:
+        parts.setdefault(part.name.split(".tar.xz.part")[0], []).append(part)
+    for name, pieces in parts.items():
+        joined = tmp / "joined" / f"{name}.tar.xz"
+        joined.parent.mkdir(parents=True, exist_ok=True)
+        with joined.open("wb") as fh:
+            for piece in sorted(pieces, key=lambda p: p.name):
+                fh.write(piece.read_bytes())
+        print(f"{name}: joined {len(pieces)} parts")
+        found.append(joined)
     return found
 
 

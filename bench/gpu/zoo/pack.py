@@ -1,6 +1,7 @@
 """Packs the zoo's per-scenario archives (WORK/NAME.tar.xz) into at most 7 files OUT/zoo-<k>.tar of
 at most 15 MiB each (first fit, largest first), and writes OUT/zoo-summary.txt: the driver's log,
-each archive's size and which file holds it, and LOUDLY any archive that did not fit.
+each archive's size and which file holds it, and LOUDLY any archive that did not fit. An archive
+larger than one file is cut into NAME.tar.xz.partNN pieces (fold.py joins them).
 
     python3 bench/gpu/zoo/pack.py /tmp/zoo $OUT --log /tmp/zoo/driver.log
 """
@@ -23,7 +24,16 @@ def main() -> int:
     parser.add_argument("--max-mib", type=float, default=15.0)
     args = parser.parse_args()
     limit = int(args.max_mib * MIB) - 64 * 1024  # tar headers and padding
-    archives = sorted(args.work.glob("*.tar.xz"), key=lambda p: p.stat().st_size, reverse=True)
+    for arc in list(args.work.glob("*.tar.xz")):
+        if arc.stat().st_size > limit:  # too big for one file: cut in parts (fold.py joins NAME.tar.xz.partNN)
+            data = arc.read_bytes()
+            step = limit - 4096
+            for i in range(0, len(data), step):
+                (args.work / f"{arc.name}.part{i // step:02d}").write_bytes(data[i:i + step])
+            print(f"{arc.name}: {len(data) / MIB:.2f} MiB, cut into {(len(data) + step - 1) // step} parts")
+            arc.unlink()
+    archives = sorted([*args.work.glob("*.tar.xz"), *args.work.glob("*.tar.xz.part*")],
+                      key=lambda p: p.stat().st_size, reverse=True)
     bins: list[list[Path]] = []
     sizes: list[int] = []
     left: list[Path] = []
@@ -41,6 +51,8 @@ def main() -> int:
             else:
                 left.append(arc)
     args.out.mkdir(parents=True, exist_ok=True)
+    for old in args.out.glob("zoo-*.tar"):  # packed again after every scenario: no stale file stays
+        old.unlink()
     lines = []
     for k, members in enumerate(bins, 1):
         target = args.out / f"zoo-{k}.tar"
