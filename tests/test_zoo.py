@@ -27,6 +27,7 @@ CAUSES = {
     "own_workers_cpu": {"own-workers-cpu"},
     "gpu_shared": {"gpu-shared"},
     "gil_contention": {"gil-or-lock"},
+    "lock_contention": {"gil-or-lock"},
     "pageable_copies": {"pageable-copies"},
     "allocator_churn": {"allocator-churn"},
     "host_bound_prep": {"host-bound"},
