@@ -156,6 +156,7 @@ class Tracer:
         self._sample_thread: threading.Thread | None = None
         self._sample_stop = threading.Event()
         self._snapshots: list[dict[str, Any]] = []
+        self._gpu_rows: list[dict[str, list[Any]]] = []
         self.sample_errors = 0
         self.last_sample_error: str | None = None
         self._finished = False
@@ -408,8 +409,11 @@ class Tracer:
 
     def _take_sample(self) -> None:
         snap = self.sampler.sample()
+        gpu = self.nvml.processes(snap["ts_ns"])
         with self._drain_lock:
             self._snapshots.append(snap)
+            if gpu["pid"]:
+                self._gpu_rows.append(gpu)
 
     def _sample_loop(self) -> None:
         # Its own thread: an NVML call on a wedged GPU can block for seconds; flushes must not wait.
@@ -424,6 +428,10 @@ class Tracer:
     def _store_snapshots(self) -> None:
         with self._drain_lock:
             snaps, self._snapshots = self._snapshots, []
+            gpu, self._gpu_rows = self._gpu_rows, []
+        for rows in gpu:
+            self.writer.append("gpu_processes", pa.table(rows, schema=_GPU_PROC_SCHEMA))
+            self.stored["gpu_processes"] = self.stored.get("gpu_processes", 0) + len(rows["pid"])
         if snaps:
             self.snapshot = snaps[-1]
             self.writer.append("snapshots", {k: [s[k] for s in snaps] for k in snaps[0]})
@@ -794,6 +802,8 @@ class Tracer:
              "scheduler intervals; comm the latest name"),
             ("process_events", lost["process_events"] == 0, "every fork/exec/exit/oom_kill on the host"),
             ("snapshots", True, "one system snapshot per second"),
+            ("gpu_processes", True, "every compute process NVML lists on each GPU, once a second (also processes not "
+             "traced); empty without NVML or a GPU"),
             ("processes", True, "every traced process (targets, their children, CUDA users); other processes appear in host_aggregates and process_events"),
         ]
         return {"table_name": [r[0] for r in rows], "complete": [r[1] for r in rows], "note": [r[2] for r in rows]}
@@ -896,6 +906,10 @@ _OPEN_INTERVAL_SCHEMA = pa.schema([
     ("preemptor_comm", pa.string()), ("cpu", pa.int32()), ("wakeup_ns", pa.int64()), ("sleep_ns", pa.int64()),
     ("cpu_wait_ns", pa.int64()), ("waker_pid", pa.int32()), ("waker_tid", pa.int32()), ("waker_comm", pa.string()),
     ("waker_context", pa.string()), ("syscall", pa.string()),
+])
+_GPU_PROC_SCHEMA = pa.schema([
+    ("ts_ns", pa.int64()), ("gpu_id", pa.int32()), ("pid", pa.int32()), ("used_memory_bytes", pa.int64()),
+    ("sm_util_percent", pa.float64()),
 ])
 _THREAD_SCHEMA = pa.schema([
     ("pid", pa.int32()), ("tid", pa.int32()), ("comm", pa.string()), ("first_seen_ns", pa.int64()),
