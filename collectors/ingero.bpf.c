@@ -4,12 +4,17 @@
 //  - `traced`: the tgids whose CUDA calls and scheduler intervals are recorded as rows. Userspace
 //    seeds it (--pid, or processes found mapping libcudart/libcuda); task_newtask adds the children
 //    of traced processes, so DataLoader workers are followed from their first instruction.
-//  - `tstate`: per traced thread, monotonic counters (preempted ns, blocked ns, switches, pages)
-//    updated at sched_switch / sched_wakeup / mm_page_alloc, plus a small stack of CUDA calls in
+//  - `tstate`: per traced thread, monotonic counters (CPU-wait ns, sleep ns, switches, pages)
+//    updated at sched_switch / sched_waking / mm_page_alloc, the off-CPU interval in progress
+//    (switch-out time, state, first holder, waker, syscall), plus a small stack of CUDA calls in
 //    flight. A call's attribution is the counters' delta between its entry and its return, so nested
 //    calls (cudaMemcpy -> cuMemcpy*) each get their own exact numbers without per-call map updates.
-//  - `agg`: exact per (pid, 1 s bucket) counts of sched_switch (with the on-CPU time of the slices
-//    that ended) and mm_page_alloc (with bytes) for EVERY process.
+//  - `agg`: exact per (pid, tid, cpu, 1 s bucket) counts of sched_switch (with the on-CPU time of
+//    the slices that ended) and per (pid, 1 s bucket) mm_page_alloc (with bytes), for EVERY task.
+//  - `irq_depth`: per-CPU interrupt nesting (hardirq, softirq, hrtimer expiry), so a wakeup made
+//    from interrupt context is flagged as such (its "waker" is merely the interrupted task).
+//  - `pending_holder`: per CPU, the traced thread that just left it and the tid that took it; at the
+//    next switch on that CPU the taker is `current`, which gives its tgid for free.
 //  - `counters`: per-CPU totals of events seen and of records that could not be stored (ring full,
 //    map full, call stack too deep), so nothing is lost silently.
 // Records go to three BPF ring buffers with fixed-size records that userspace reads in bulk via
@@ -25,6 +30,7 @@
 #define FILENAME_LEN 128
 #define PAGE_BYTES 4096ULL
 #define CLONE_THREAD_FLAG 0x00010000ULL
+#define WAKE_RACE_NS 1000000ULL
 
 // counters (per-CPU array indices); mirrored in collector/records.py
 #define C_CUDA_SEEN 0
@@ -41,18 +47,40 @@
 #define C_TSTATE_FULL 11
 #define C_WAKEUP_SEEN 12
 #define C_AGG_DROP_PAGE 13
+#define C_WAKE_IRQ 14
 #define N_COUNTERS 16
 
 // event flags
 #define F_BYTES 1
 #define F_STREAM 2
 #define F_REC_ALLOC 4   // on success, remember *aux -> bytes (cudaMalloc / cuMemAlloc)
+#define F_HANDLE 8      // handle: the kernel / graph exec launched
+#define F_HOSTPTR 16    // hptr: the host address of a copy, or a host range's base
+#define F_REC_HOST 32   // on success, hptr := *aux (host allocations return their pointer)
+
+// off-CPU states (sched_ev.state, tstate.off_state); names in collector/records.py
+#define S_PREEMPTED 1
+#define S_SLEEPING 2
+#define S_UNINTERRUPTIBLE 3
+#define S_NEW 4
+#define S_OTHER 5
+
+// waker context
+#define W_TASK 1
+#define W_IRQ 2
+#define W_SOFTIRQ 3
+
+// sched_ev.flags
+#define SF_PREEMPTOR_TGID 1   // preemptor_pid is the first holder's tgid (else its tid, as v1)
 
 // proc event kinds
 #define P_FORK 1
 #define P_EXEC 2
 #define P_EXIT 3
 #define P_OOM 4
+#define P_THREAD 5
+#define P_RENAME 6
+#define P_TEXIT 7   // a thread (not the last) of a traced process exited: ends its threads row only
 
 // agg kinds
 #define A_SWITCH 1
@@ -64,8 +92,10 @@ struct frame {
     u64 bytes;
     u64 stream;
     u64 aux;
-    u64 pre0;
-    u64 blk0;
+    u64 handle;
+    u64 hptr;
+    u64 wait0;
+    u64 sleep0;
     u64 pgb0;
     u32 sw0;
     u32 pg0;
@@ -76,20 +106,26 @@ struct frame {
 };
 
 struct tstate {
-    u64 pre_ns;        // runnable but not running: preempted at switch-out, or woken and waiting
-    u64 blk_ns;        // sleeping: switch-out (not runnable) until the wakeup
+    u64 wait_ns;       // runnable but not running: preempted at switch-out, or woken (created) and waiting
+    u64 sleep_ns;      // sleeping: switch-out (not runnable) until the wakeup (whole interval if unseen)
     u64 pg_bytes;
     u32 switches;
     u32 pages;
-    u64 off_ts;        // switched out at (0: on CPU)
+    u64 off_ts;        // switched out (or created) at (0: on CPU)
     u64 wake_ts;       // woken at, since the last switch-out (0: not yet)
-    u32 preemptor_pid; // task that got the CPU at switch-out
+    u32 preemptor_tid; // first holder: the task that got the CPU at switch-out
+    u32 preemptor_pid; // its tgid once seen leaving that CPU (sflags), else its tid
     u32 cpu;
-    char preemptor_comm[COMM_LEN];
     u32 tgid;
-    u8 off_state;      // 1 preempted, 2 blocked
+    char preemptor_comm[COMM_LEN];
+    u32 waker_pid;
+    u32 waker_tid;
+    char waker_comm[COMM_LEN];
+    s32 syscall;       // syscall number at switch-out, -1: not in a syscall / unknown
+    u8 off_state;      // S_*
     u8 depth;
-    u16 pad;
+    u8 waker_ctx;      // W_*, 0: no wakeup seen
+    u8 sflags;         // SF_*
     struct frame fr[MAX_DEPTH];
 };
 
@@ -98,8 +134,10 @@ struct cuda_ev {
     u64 dur;
     u64 bytes;
     u64 stream;
-    u64 pre_ns;
-    u64 blk_ns;
+    u64 handle;
+    u64 host_ptr;
+    u64 wait_ns;
+    u64 sleep_ns;
     u64 pg_bytes;
     u32 pid;
     u32 tid;
@@ -114,14 +152,25 @@ struct cuda_ev {
 struct sched_ev {
     u64 off_ts;
     u64 on_ts;
-    u64 wake_ts;
+    u64 wake_ts;        // wakeup (or creation) seen at; 0: none seen
     u32 pid;
     u32 tid;
     u32 preemptor_pid;
-    u32 cpu;
+    u32 preemptor_tid;
+    u32 cpu;            // the CPU it left
+    u32 on_cpu;         // the CPU it came back on
+    u32 holder_pid;     // last holder: the task that left on_cpu as it came back
+    u32 holder_tid;
+    u32 waker_pid;
+    u32 waker_tid;
+    s32 syscall;
     char preemptor_comm[COMM_LEN];
+    char holder_comm[COMM_LEN];
+    char waker_comm[COMM_LEN];
     u8 state;
-    u8 pad[7];
+    u8 waker_ctx;
+    u8 flags;
+    u8 pad;
 };
 
 struct proc_ev {
@@ -133,14 +182,28 @@ struct proc_ev {
     s32 exit_code;
     u32 flags;         // 1: exit_code valid, 2: process is traced
     char comm[COMM_LEN];
-    char filename[FILENAME_LEN];
+    char filename[FILENAME_LEN];   // exec: the program; rename: the old name
 };
 
 struct agg_key {
     u32 pid;
+    u32 tid;           // A_SWITCH: the thread (0 with pid 0: that CPU's idle task); A_PAGE: 0
     u32 sec;
-    u32 kind;
-    u32 pad;
+    u16 cpu;           // A_SWITCH: the CPU the slices ran on; A_PAGE: AGG_NO_CPU
+    u16 kind;
+};
+#define AGG_NO_CPU 0xffff
+
+struct irq_depth_t {
+    s32 hard;
+    s32 soft;
+    s32 timer;
+    s32 pad;
+};
+
+struct pending_t {
+    u32 waiter;        // traced tid that just left this CPU (0: none)
+    u32 holder;        // the tid that took the CPU
 };
 
 struct alloc_key {
@@ -163,6 +226,8 @@ BPF_HASH(allocs, struct alloc_key, u64, 65536);
 BPF_HASH(exit_codes, u32, s32, 16384);
 BPF_PERCPU_ARRAY(counters, u64, N_COUNTERS);
 BPF_PERCPU_ARRAY(cpu_in, u64, 1);   // when the task now on this CPU was switched in
+BPF_PERCPU_ARRAY(irq_depth, struct irq_depth_t, 1);
+BPF_PERCPU_ARRAY(pending_holder, struct pending_t, 1);
 BPF_ARRAY(config, u64, 4);   // [0]: trace every process that calls CUDA (no --pid)
 
 BPF_RINGBUF_OUTPUT(cuda_events, CUDA_RB_PAGES);
@@ -193,10 +258,12 @@ static __always_inline struct tstate *get_state(u32 tid, u32 tgid) {
     return tstate.lookup(&tid);
 }
 
-static __always_inline void agg_add(u32 pid, u64 now, u32 kind, u64 sum, int drop_idx) {
+static __always_inline void agg_add(u32 pid, u32 tid, u16 cpu, u64 now, u16 kind, u64 sum, int drop_idx) {
     struct agg_key k = {};
     k.pid = pid;
+    k.tid = tid;
     k.sec = now / 1000000000ULL;
+    k.cpu = cpu;
     k.kind = kind;
     struct agg_val *v = agg.lookup(&k);
     if (!v) {
@@ -216,8 +283,8 @@ static __always_inline void agg_add(u32 pid, u64 now, u32 kind, u64 sum, int dro
 
 // ---- CUDA calls ---------------------------------------------------------------------------
 
-static __always_inline int enter(struct pt_regs *ctx, u16 op, u64 bytes, u64 stream, u64 aux,
-                                 u8 kind, u8 flags) {
+static __always_inline int enter_h(struct pt_regs *ctx, u16 op, u64 bytes, u64 stream, u64 aux,
+                                   u8 kind, u8 flags, u64 handle, u64 hptr) {
     u64 pt = bpf_get_current_pid_tgid();
     u32 tgid = pt >> 32;
     u32 tid = (u32)pt;
@@ -247,8 +314,10 @@ static __always_inline int enter(struct pt_regs *ctx, u16 op, u64 bytes, u64 str
     f->bytes = bytes;
     f->stream = stream;
     f->aux = aux;
-    f->pre0 = st->pre_ns;
-    f->blk0 = st->blk_ns;
+    f->handle = handle;
+    f->hptr = hptr;
+    f->wait0 = st->wait_ns;
+    f->sleep0 = st->sleep_ns;
     f->pgb0 = st->pg_bytes;
     f->sw0 = st->switches;
     f->pg0 = st->pages;
@@ -258,6 +327,11 @@ static __always_inline int enter(struct pt_regs *ctx, u16 op, u64 bytes, u64 str
     st->depth = d + 1;
     f->ts = bpf_ktime_get_ns();
     return 0;
+}
+
+static __always_inline int enter(struct pt_regs *ctx, u16 op, u64 bytes, u64 stream, u64 aux,
+                                 u8 kind, u8 flags) {
+    return enter_h(ctx, op, bytes, stream, aux, kind, flags, 0, 0);
 }
 
 int on_return(struct pt_regs *ctx) {
@@ -293,6 +367,12 @@ int on_return(struct pt_regs *ctx) {
             if (ak.ptr)
                 allocs.update(&ak, &size);
         }
+        u64 hptr = f->hptr;
+        u8 flags = f->flags;
+        if ((flags & F_REC_HOST) && ret == 0 && f->aux) {
+            bpf_probe_read_user(&hptr, sizeof(hptr), (void *)f->aux);
+            flags |= F_HOSTPTR;
+        }
         struct cuda_ev *ev = cuda_events.ringbuf_reserve(sizeof(struct cuda_ev));
         if (!ev) {
             count(C_CUDA_DROP);
@@ -302,8 +382,10 @@ int on_return(struct pt_regs *ctx) {
         ev->dur = now - f->ts;
         ev->bytes = f->bytes;
         ev->stream = f->stream;
-        ev->pre_ns = st->pre_ns - f->pre0;
-        ev->blk_ns = st->blk_ns - f->blk0;
+        ev->handle = f->handle;
+        ev->host_ptr = hptr;
+        ev->wait_ns = st->wait_ns - f->wait0;
+        ev->sleep_ns = st->sleep_ns - f->sleep0;
         ev->pg_bytes = st->pg_bytes - f->pgb0;
         ev->pid = pt >> 32;
         ev->tid = tid;
@@ -312,7 +394,7 @@ int on_return(struct pt_regs *ctx) {
         ev->ret = ret;
         ev->op = f->op;
         ev->kind = f->kind;
-        ev->flags = f->flags & (F_BYTES | F_STREAM);
+        ev->flags = flags & (F_BYTES | F_STREAM | F_HANDLE | F_HOSTPTR);
         cuda_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
         return 0;
     }
@@ -346,28 +428,57 @@ static __always_inline int SHAPE_none(struct pt_regs *ctx, u16 op) {
 static __always_inline int SHAPE_stream1(struct pt_regs *ctx, u16 op) {
     return enter(ctx, op, 0, PT_REGS_PARM1(ctx), 0, 0, F_STREAM);
 }
-// cudaGraphLaunch(graphExec, stream) / cuGraphLaunch(hGraphExec, hStream)
+// cudaGraphLaunch(graphExec, stream) / cuGraphLaunch(hGraphExec, hStream): the handle is the graph exec
 static __always_inline int SHAPE_stream2(struct pt_regs *ctx, u16 op) {
-    return enter(ctx, op, 0, PT_REGS_PARM2(ctx), 0, 0, F_STREAM);
+    return enter_h(ctx, op, 0, PT_REGS_PARM2(ctx), 0, 0, F_STREAM | F_HANDLE, PT_REGS_PARM1(ctx), 0);
+}
+// The host side of a copy of kind k (cudaMemcpyKind + 1): H2D reads src, D2H writes dst.
+static __always_inline u64 host_side(u8 k, u64 dst, u64 src, u8 *flags) {
+    // Both loaded from ctx before choosing: the verifier refuses a load through a ctx pointer
+    // the compiler would otherwise pick between the two register slots.
+    asm volatile("" : "+r"(dst), "+r"(src));
+    if (k == 2) {
+        *flags |= F_HOSTPTR;
+        return src;
+    }
+    if (k == 3) {
+        *flags |= F_HOSTPTR;
+        return dst;
+    }
+    return 0;
 }
 // cudaMemcpy(dst, src, count, kind)
 static __always_inline int SHAPE_rt_memcpy(struct pt_regs *ctx, u16 op) {
     u64 k = PT_REGS_PARM4(ctx);
-    return enter(ctx, op, PT_REGS_PARM3(ctx), 0, 0, k < 5 ? k + 1 : 0, F_BYTES);
+    u8 kind = k < 5 ? k + 1 : 0;
+    u8 flags = F_BYTES;
+    u64 h = host_side(kind, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), &flags);
+    return enter_h(ctx, op, PT_REGS_PARM3(ctx), 0, 0, kind, flags, 0, h);
 }
 // cudaMemcpyAsync(dst, src, count, kind, stream)
 static __always_inline int SHAPE_rt_memcpy_async(struct pt_regs *ctx, u16 op) {
     u64 k = PT_REGS_PARM4(ctx);
-    return enter(ctx, op, PT_REGS_PARM3(ctx), PT_REGS_PARM5(ctx), 0, k < 5 ? k + 1 : 0,
-                 F_BYTES | F_STREAM);
+    u8 kind = k < 5 ? k + 1 : 0;
+    u8 flags = F_BYTES | F_STREAM;
+    u64 h = host_side(kind, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), &flags);
+    return enter_h(ctx, op, PT_REGS_PARM3(ctx), PT_REGS_PARM5(ctx), 0, kind, flags, 0, h);
 }
 // cudaMalloc(void **ptr, size) / cuMemAlloc_v2(CUdeviceptr *ptr, size)
 static __always_inline int SHAPE_malloc(struct pt_regs *ctx, u16 op) {
     return enter(ctx, op, PT_REGS_PARM2(ctx), 0, PT_REGS_PARM1(ctx), 0, F_BYTES | F_REC_ALLOC);
 }
-// cudaHostAlloc(void **ptr, size, flags) / cuMemHostAlloc(void **pp, size, flags)
+// cudaHostAlloc(void **ptr, size, flags) / cuMemHostAlloc(void **pp, size, flags) /
+// cudaMallocHost(void **ptr, size) / cuMemAllocHost_v2(void **pp, size): the pointer returned -> hptr
 static __always_inline int SHAPE_hostalloc(struct pt_regs *ctx, u16 op) {
-    return enter(ctx, op, PT_REGS_PARM2(ctx), 0, 0, 0, F_BYTES);
+    return enter(ctx, op, PT_REGS_PARM2(ctx), 0, PT_REGS_PARM1(ctx), 0, F_BYTES | F_REC_HOST);
+}
+// cudaHostRegister(ptr, size, flags) / cuMemHostRegister_v2(p, size, flags)
+static __always_inline int SHAPE_hostreg(struct pt_regs *ctx, u16 op) {
+    return enter_h(ctx, op, PT_REGS_PARM2(ctx), 0, 0, 0, F_BYTES | F_HOSTPTR, 0, PT_REGS_PARM1(ctx));
+}
+// cudaHostUnregister(ptr) / cudaFreeHost(ptr) / cuMemHostUnregister(p) / cuMemFreeHost(p)
+static __always_inline int SHAPE_hostptr1(struct pt_regs *ctx, u16 op) {
+    return enter_h(ctx, op, 0, 0, 0, 0, F_HOSTPTR, 0, PT_REGS_PARM1(ctx));
 }
 // cudaFree(void *ptr) / cuMemFree_v2(CUdeviceptr): the size remembered at allocation, if seen
 static __always_inline int SHAPE_free(struct pt_regs *ctx, u16 op) {
@@ -377,38 +488,87 @@ static __always_inline int SHAPE_free(struct pt_regs *ctx, u16 op) {
 }
 // cudaLaunchKernel(func, dim3 grid (2 regs), dim3 block (2 regs), args, sharedMem, stream)
 static __always_inline int SHAPE_rt_launch(struct pt_regs *ctx, u16 op) {
-    return enter(ctx, op, 0, stack_arg(ctx, 1), 0, 0, F_STREAM);
+    return enter_h(ctx, op, 0, stack_arg(ctx, 1), 0, 0, F_STREAM | F_HANDLE, PT_REGS_PARM1(ctx), 0);
 }
 // cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, hStream, params, extra)
 static __always_inline int SHAPE_drv_launch(struct pt_regs *ctx, u16 op) {
-    return enter(ctx, op, 0, stack_arg(ctx, 2), 0, 0, F_STREAM);
+    return enter_h(ctx, op, 0, stack_arg(ctx, 2), 0, 0, F_STREAM | F_HANDLE, PT_REGS_PARM1(ctx), 0);
 }
-// cuLaunchKernelEx(const CUlaunchConfig *config, f, params, extra): hStream at offset 32
+// cuLaunchKernelEx(const CUlaunchConfig *config, f, params, extra): hStream at offset 32;
+// cudaLaunchKernelExC(const cudaLaunchConfig_t *config, func, args) has the same two first args
 static __always_inline int SHAPE_drv_launch_ex(struct pt_regs *ctx, u16 op) {
     u64 stream = 0;
     u64 cfg = PT_REGS_PARM1(ctx);
     if (cfg)
         bpf_probe_read_user(&stream, sizeof(stream), (void *)(cfg + 32));
-    return enter(ctx, op, 0, stream, 0, 0, F_STREAM);
+    return enter_h(ctx, op, 0, stream, 0, 0, F_STREAM | F_HANDLE, PT_REGS_PARM2(ctx), 0);
 }
 // cuMemcpy{HtoD,DtoH,DtoD}_v2(dst, src, bytes), cuMemcpy(dst, src, bytes)
 static __always_inline int SHAPE_drv_memcpy(struct pt_regs *ctx, u16 op, u8 kind) {
-    return enter(ctx, op, PT_REGS_PARM3(ctx), 0, 0, kind, F_BYTES);
+    u8 flags = F_BYTES;
+    u64 h = host_side(kind, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), &flags);
+    return enter_h(ctx, op, PT_REGS_PARM3(ctx), 0, 0, kind, flags, 0, h);
 }
 // cuMemcpy*Async(dst, src, bytes, stream)
 static __always_inline int SHAPE_drv_memcpy_async(struct pt_regs *ctx, u16 op, u8 kind) {
-    return enter(ctx, op, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), 0, kind, F_BYTES | F_STREAM);
+    u8 flags = F_BYTES | F_STREAM;
+    u64 h = host_side(kind, PT_REGS_PARM1(ctx), PT_REGS_PARM2(ctx), &flags);
+    return enter_h(ctx, op, PT_REGS_PARM3(ctx), PT_REGS_PARM4(ctx), 0, kind, flags, 0, h);
 }
 
 // ---- scheduler -----------------------------------------------------------------------------
+
+// The system call a thread is in, from the registers saved at kernel entry (pt_regs is a stable
+// layout, unlike task_struct: BCC compiles against the distribution's headers, not the running
+// kernel's). Entry through `syscall` saved rcx == ip and r11 == flags; an interrupt or a page
+// fault (whose orig_ax is a vector or an error code, not a syscall number) does not.
+static __always_inline s32 current_syscall(void) {
+#ifdef HAVE_TASK_PT_REGS
+    struct pt_regs r = {};
+    struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+    if (!regs || bpf_probe_read_kernel(&r, sizeof(r), regs))
+        return -1;
+    if ((r.cs & 3) != 3 || r.cx != r.ip || r.r11 != r.flags)
+        return -1;
+    return (s32)r.orig_ax;
+#else
+    return -1;
+#endif
+}
+
+static __always_inline u8 wake_context(void) {
+    int z = 0;
+    struct irq_depth_t *d = irq_depth.lookup(&z);
+    if (!d)
+        return W_TASK;
+    if (d->hard > 0)
+        return W_IRQ;
+    if (d->soft > 0)
+        return W_SOFTIRQ;
+    if (d->timer > 0)
+        return W_IRQ;   // an hrtimer expiring in hardirq (the softirq ones are counted above)
+    return W_TASK;
+}
+
+static __always_inline void note_waker(struct tstate *st, u64 now) {
+    u64 pt = bpf_get_current_pid_tgid();
+    st->wake_ts = now;
+    st->waker_pid = pt >> 32;
+    st->waker_tid = (u32)pt;
+    bpf_get_current_comm(&st->waker_comm, COMM_LEN);
+    st->waker_ctx = wake_context();
+    if (st->waker_ctx != W_TASK)
+        count(C_WAKE_IRQ);
+}
 
 TRACEPOINT_PROBE(sched, sched_switch) {
     u64 now = bpf_ktime_get_ns();
     u64 pt = bpf_get_current_pid_tgid();
     u32 prev_tgid = pt >> 32;
     u32 prev_tid = args->prev_pid;
+    u32 cpu = bpf_get_smp_processor_id();
     count(C_SWITCH_TOTAL);
-    // on-CPU time of the slice that ends now, credited to the outgoing task (pid 0: idle time)
+    // on-CPU time of the slice that ends now, credited to the outgoing thread on this CPU (pid 0: idle)
     int z = 0;
     u64 oncpu = 0;
     u64 *tin = cpu_in.lookup(&z);
@@ -417,9 +577,23 @@ TRACEPOINT_PROBE(sched, sched_switch) {
             oncpu = now - *tin;
         *tin = now;
     }
-    agg_add(prev_tgid, now, A_SWITCH, oncpu, C_AGG_DROP_SWITCH);
+    agg_add(prev_tgid, prev_tid, (u16)cpu, now, A_SWITCH, oncpu, C_AGG_DROP_SWITCH);
+
+    // The task leaving now took this CPU from a traced thread at the previous switch here: its
+    // tgid is known now (current), so the first holder gets a pid, not only a tid.
+    struct pending_t *pend = pending_holder.lookup(&z);
+    if (pend && pend->waiter) {
+        u32 w = pend->waiter;
+        pend->waiter = 0;
+        struct tstate *ws = tstate.lookup(&w);
+        if (ws && ws->off_ts && ws->preemptor_tid == prev_tid && !(ws->sflags & SF_PREEMPTOR_TGID)) {
+            ws->preemptor_pid = prev_tgid;
+            ws->sflags |= SF_PREEMPTOR_TGID;
+        }
+    }
 
     long prev_state = args->prev_state;
+    u32 next_tid = args->next_pid;
     if (prev_state & 0x30) {
         // EXIT_DEAD / EXIT_ZOMBIE: the thread's last switch-out, after sched_process_exit
         // deleted its state; do not make a new one (it would leak).
@@ -427,19 +601,41 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     } else if (prev_tid != 0 && traced.lookup(&prev_tgid)) {
         struct tstate *st = get_state(prev_tid, prev_tgid);
         if (st) {
-            long s = prev_state;
+            long s = prev_state & 0xff;
             st->switches++;
             st->off_ts = now;
-            st->wake_ts = 0;
-            // TASK_RUNNING (0) or the "preempted" report value (TASK_REPORT_MAX, low byte 0)
-            st->off_state = ((s & 0xff) == 0) ? 1 : 2;
-            st->preemptor_pid = args->next_pid;
+            if (s != 0 && st->waker_ctx && st->wake_ts && now - st->wake_ts < WAKE_RACE_NS) {
+                // woken while still going to sleep (sched_waking ran just before this switch-out,
+                // the thread had already set its sleeping state): runnable from the switch-out on,
+                // and the waker is known. A waking older than WAKE_RACE_NS is stale, not this sleep's.
+                st->wake_ts = now;
+            } else {
+                st->wake_ts = 0;
+                st->waker_ctx = 0;
+            }
+            // TASK_RUNNING (0) or the "preempted" report value (TASK_REPORT_MAX, low byte 0);
+            // 0x80 is TASK_REPORT_IDLE (an idle kthread's wait), a sleep, not disk IO
+            if (s == 0)
+                st->off_state = S_PREEMPTED;
+            else if (s == 0x1 || s == 0x80)
+                st->off_state = S_SLEEPING;
+            else if (s == 0x2)
+                st->off_state = S_UNINTERRUPTIBLE;
+            else
+                st->off_state = S_OTHER;
+            st->preemptor_tid = next_tid;
+            st->preemptor_pid = next_tid;
+            st->sflags = next_tid == 0 ? SF_PREEMPTOR_TGID : 0;   // the idle task: pid 0
             bpf_probe_read_kernel(&st->preemptor_comm, COMM_LEN, args->next_comm);
-            st->cpu = bpf_get_smp_processor_id();
+            st->cpu = cpu;
+            st->syscall = current_syscall();
+            if (pend && next_tid != 0) {
+                pend->waiter = prev_tid;
+                pend->holder = next_tid;
+            }
         }
     }
 
-    u32 next_tid = args->next_pid;
     if (next_tid == 0)
         return 0;
     struct tstate *nt = tstate.lookup(&next_tid);
@@ -447,15 +643,20 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         return 0;
     u64 off = nt->off_ts;
     u64 wake = nt->wake_ts;
-    if (nt->off_state == 1) {
-        nt->pre_ns += now - off;
-    } else if (wake > off && wake <= now) {
-        nt->blk_ns += wake - off;
-        nt->pre_ns += now - wake;
+    u8 state = nt->off_state;
+    int woke = wake >= off && wake <= now && nt->waker_ctx;
+    if (state == S_PREEMPTED || state == S_NEW) {
+        nt->wait_ns += now - off;
+    } else if (woke) {
+        nt->sleep_ns += wake - off;
+        nt->wait_ns += now - wake;
     } else {
-        nt->blk_ns += now - off;
+        nt->sleep_ns += now - off;   // wakeup not seen: the call's split counts it all as sleep
     }
     nt->off_ts = 0;
+    u8 wctx = nt->waker_ctx;
+    nt->waker_ctx = 0;   // on CPU: the next waking is the next sleep's (or one racing its switch-out)
+    nt->wake_ts = 0;
     count(C_SCHED_SEEN);
     struct sched_ev *ev = sched_events.ringbuf_reserve(sizeof(struct sched_ev));
     if (!ev) {
@@ -464,26 +665,111 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     }
     ev->off_ts = off;
     ev->on_ts = now;
-    ev->wake_ts = (nt->off_state == 2 && wake > off && wake <= now) ? wake : 0;
+    ev->wake_ts = (state != S_PREEMPTED && woke) ? wake : 0;
     ev->pid = nt->tgid;
     ev->tid = next_tid;
     ev->preemptor_pid = nt->preemptor_pid;
+    ev->preemptor_tid = nt->preemptor_tid;
     ev->cpu = nt->cpu;
+    ev->on_cpu = cpu;
+    ev->holder_pid = prev_tgid;
+    ev->holder_tid = prev_tid;
+    ev->waker_pid = nt->waker_pid;
+    ev->waker_tid = nt->waker_tid;
+    ev->syscall = nt->syscall;
     __builtin_memcpy(ev->preemptor_comm, nt->preemptor_comm, COMM_LEN);
-    ev->state = nt->off_state;
+    bpf_probe_read_kernel(&ev->holder_comm, COMM_LEN, args->prev_comm);
+    __builtin_memcpy(ev->waker_comm, nt->waker_comm, COMM_LEN);
+    ev->state = state;
+    ev->waker_ctx = (state != S_PREEMPTED && woke) ? wctx : 0;
+    ev->flags = nt->sflags;
+    ev->pad = 0;
     sched_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
     return 0;
 }
 
-TRACEPOINT_PROBE(sched, sched_wakeup) {
+// sched_waking runs in the waker's context (current = the waker), where sched_wakeup may run on
+// the wakee's CPU with someone else current.
+TRACEPOINT_PROBE(sched, sched_waking) {
     u32 tid = args->pid;
     struct tstate *st = tstate.lookup(&tid);
-    if (st && st->off_ts && !st->wake_ts) {
-        st->wake_ts = bpf_ktime_get_ns();
+    if (!st || st->waker_ctx)
+        return 0;
+    // off_ts == 0: woken on its way to sleep, before its switch-out (which then keeps this waker)
+    if (!st->off_ts || (st->off_state != S_PREEMPTED && st->off_state != S_NEW)) {
+        note_waker(st, bpf_ktime_get_ns());
         count(C_WAKEUP_SEEN);
     }
     return 0;
 }
+
+// A new thread (or child process) of a traced process is runnable from its creation: its first
+// wait for a CPU starts now. current = the creator.
+TRACEPOINT_PROBE(sched, sched_wakeup_new) {
+    u32 tid = args->pid;
+    struct tstate *st = tstate.lookup(&tid);
+    if (!st || st->off_ts || st->switches)
+        return 0;
+    u64 now = bpf_ktime_get_ns();
+    st->off_ts = now;
+    st->off_state = S_NEW;
+    st->preemptor_tid = 0;
+    st->preemptor_pid = 0;
+    st->sflags = 0;
+    st->preemptor_comm[0] = 0;
+    st->cpu = args->target_cpu;
+    st->syscall = -1;
+    note_waker(st, now);
+    return 0;
+}
+
+// Interrupt nesting per CPU, for waker_context.
+TRACEPOINT_PROBE(irq, irq_handler_entry) {
+    int z = 0;
+    struct irq_depth_t *d = irq_depth.lookup(&z);
+    if (d)
+        d->hard++;
+    return 0;
+}
+TRACEPOINT_PROBE(irq, irq_handler_exit) {
+    int z = 0;
+    struct irq_depth_t *d = irq_depth.lookup(&z);
+    if (d && d->hard > 0)
+        d->hard--;
+    return 0;
+}
+TRACEPOINT_PROBE(irq, softirq_entry) {
+    int z = 0;
+    struct irq_depth_t *d = irq_depth.lookup(&z);
+    if (d)
+        d->soft++;
+    return 0;
+}
+TRACEPOINT_PROBE(irq, softirq_exit) {
+    int z = 0;
+    struct irq_depth_t *d = irq_depth.lookup(&z);
+    if (d && d->soft > 0)
+        d->soft--;
+    return 0;
+}
+#ifdef HAVE_HRTIMER
+// Timer interrupts (the local APIC timer) do not pass through irq_handler_entry; the hrtimer
+// callbacks they run (a nanosleep's expiry, a futex timeout) are what wake sleepers from them.
+TRACEPOINT_PROBE(timer, hrtimer_expire_entry) {
+    int z = 0;
+    struct irq_depth_t *d = irq_depth.lookup(&z);
+    if (d)
+        d->timer++;
+    return 0;
+}
+TRACEPOINT_PROBE(timer, hrtimer_expire_exit) {
+    int z = 0;
+    struct irq_depth_t *d = irq_depth.lookup(&z);
+    if (d && d->timer > 0)
+        d->timer--;
+    return 0;
+}
+#endif
 
 TRACEPOINT_PROBE(kmem, mm_page_alloc) {
     u64 now = bpf_ktime_get_ns();
@@ -491,7 +777,7 @@ TRACEPOINT_PROBE(kmem, mm_page_alloc) {
     u32 tid = (u32)pt;
     u64 bytes = PAGE_BYTES << (args->order & 31);
     count(C_PAGE_TOTAL);
-    agg_add(pt >> 32, now, A_PAGE, bytes, C_AGG_DROP_PAGE);
+    agg_add(pt >> 32, 0, AGG_NO_CPU, now, A_PAGE, bytes, C_AGG_DROP_PAGE);
     struct tstate *st = tstate.lookup(&tid);
     if (st) {
         st->pages++;
@@ -511,15 +797,34 @@ static __always_inline struct proc_ev *proc_reserve(void) {
 }
 
 TRACEPOINT_PROBE(task, task_newtask) {
-    if (args->clone_flags & CLONE_THREAD_FLAG)
-        return 0;
     u64 pt = bpf_get_current_pid_tgid();
     u32 ptgid = pt >> 32;
     u32 child = args->pid;
+    if (args->clone_flags & CLONE_THREAD_FLAG) {
+        // A new thread of a traced process: its state now, so sched_wakeup_new starts its first wait.
+        if (!traced.lookup(&ptgid))
+            return 0;
+        get_state(child, ptgid);
+        struct proc_ev *tev = proc_reserve();
+        if (!tev)
+            return 0;
+        tev->ts = bpf_ktime_get_ns();
+        tev->kind = P_THREAD;
+        tev->pid = ptgid;
+        tev->tid = child;
+        tev->child = 0;
+        tev->exit_code = 0;
+        tev->flags = 2;
+        bpf_probe_read_kernel(&tev->comm, COMM_LEN, args->comm);
+        tev->filename[0] = 0;
+        proc_events.ringbuf_submit(tev, 0);
+        return 0;
+    }
     u32 flags = 0;
     if (traced.lookup(&ptgid)) {
         u8 one = 1;
         traced.update(&child, &one);
+        get_state(child, child);
         flags = 2;
     }
     struct proc_ev *ev = proc_reserve();
@@ -558,6 +863,42 @@ TRACEPOINT_PROBE(sched, sched_process_exec) {
     return 0;
 }
 
+// A thread's name changed (prctl(PR_SET_NAME), a write to /proc/<tid>/comm, exec).
+TRACEPOINT_PROBE(task, task_rename) {
+    u64 pt = bpf_get_current_pid_tgid();
+#ifdef HAVE_RENAME_PID
+    u32 tid = args->pid;
+#else
+    u32 tid = (u32)pt;   // newer kernels dropped the field: the task renamed is current
+#endif
+    u32 tgid = pt >> 32;
+    if (tid != (u32)pt) {
+        struct tstate *st = tstate.lookup(&tid);   // renamed by another task: known if traced
+        if (!st)
+            return 0;
+        tgid = st->tgid;
+    }
+    if (!traced.lookup(&tgid))
+        return 0;
+    struct proc_ev *ev = proc_reserve();
+    if (!ev)
+        return 0;
+    ev->ts = bpf_ktime_get_ns();
+    ev->kind = P_RENAME;
+    ev->pid = tgid;
+    ev->tid = tid;
+    ev->child = 0;
+    ev->exit_code = 0;
+    ev->flags = 2;
+    // the names as strings: the tracepoint's copies are not zero-padded after the NUL
+    __builtin_memset(ev->comm, 0, COMM_LEN);
+    __builtin_memset(ev->filename, 0, FILENAME_LEN);
+    bpf_probe_read_kernel_str(&ev->comm, COMM_LEN, args->newcomm);
+    bpf_probe_read_kernel_str(&ev->filename, COMM_LEN, args->oldcomm);
+    proc_events.ringbuf_submit(ev, 0);
+    return 0;
+}
+
 #ifdef HAVE_EXIT_GROUP
 TRACEPOINT_PROBE(syscalls, sys_enter_exit_group) {
     u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -573,12 +914,28 @@ TRACEPOINT_PROBE(sched, sched_process_exit) {
     u32 tid = (u32)pt;
     tstate.delete(&tid);
 #ifdef HAVE_GROUP_DEAD
-    if (!args->group_dead)
-        return 0;
+    int last = args->group_dead;
 #else
-    if (tid != tgid)
-        return 0;
+    int last = tid == tgid;
 #endif
+    if (!last) {
+        if (!traced.lookup(&tgid))
+            return 0;
+        struct proc_ev *tev = proc_reserve();
+        if (!tev)
+            return 0;
+        tev->ts = bpf_ktime_get_ns();
+        tev->kind = P_TEXIT;
+        tev->pid = tgid;
+        tev->tid = tid;
+        tev->child = 0;
+        tev->exit_code = 0;
+        tev->flags = 2;
+        bpf_get_current_comm(&tev->comm, COMM_LEN);
+        tev->filename[0] = 0;
+        proc_events.ringbuf_submit(tev, 0);
+        return 0;
+    }
     u32 flags = traced.lookup(&tgid) ? 2 : 0;
     traced.delete(&tgid);
     s32 code = 0;

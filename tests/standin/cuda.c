@@ -1,6 +1,7 @@
 /* Stand-in libcuda.so.1: the real driver API symbol names (versioned _v2 where the driver exports
  * them) and signatures, each call taking a controlled time. */
 #include <stddef.h>
+#include <stdlib.h>
 #include "standin.h"
 
 typedef int CUresult;
@@ -54,3 +55,8 @@ CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
 CUresult cuMemFree_v2(CUdeviceptr p) { (void)p; standin_spin(spin_ns); return 0; }
 CUresult cuStreamSynchronize(CUstream s) { (void)s; standin_sleep(sleep_ns); return 0; }
 CUresult cuCtxSynchronize(void) { standin_sleep(sleep_ns); return 0; }
+
+CUresult cuMemAllocHost_v2(void **pp, size_t size) { *pp = malloc(size); return *pp ? 0 : 2; }
+CUresult cuMemFreeHost(void *p) { free(p); return 0; }
+CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned flags) { (void)size; (void)flags; return p ? 0 : 1; }
+CUresult cuMemHostUnregister(void *p) { return p ? 0 : 1; }

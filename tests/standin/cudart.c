@@ -74,6 +74,10 @@ cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned flags) {
 }
 
 cudaError_t cudaFreeHost(void *ptr) { free(ptr); return 0; }
+cudaError_t cudaMallocHost(void **ptr, size_t size) { return cudaHostAlloc(ptr, size, 0); }
+/* Registering pins an existing range; the stand-in only has to accept the call. */
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned flags) { (void)size; (void)flags; return ptr ? 0 : 1; }
+cudaError_t cudaHostUnregister(void *ptr) { return ptr ? 0 : 1; }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s) { (void)s; standin_sleep(sleep_ns); return 0; }
 cudaError_t cudaDeviceSynchronize(void) { standin_sleep(sleep_ns); return 0; }

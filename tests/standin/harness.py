@@ -168,6 +168,7 @@ def mix_expected(n: int, children: int) -> tuple[Counter[str], Counter[str], dic
                "cuCtxSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize"):
         parent[op] = n
     parent["cudaHostAlloc"] = len(range(0, n, 10))
+    parent["cudaFreeHost"] = parent["cudaHostAlloc"]
     if n > 0:
         parent["cudaLaunchKernel"] += 10  # from the workload's second thread (stream 0x6000)
     nested = {1: "cuMemcpyHtoD_v2", 2: "cuMemcpyDtoH_v2", 3: "cuMemcpyDtoD_v2", 4: "cuMemcpy"}

@@ -5,6 +5,8 @@
  *                                                         cudaLaunchKernel from a second thread
  *   workload rate N                                       N back-to-back cudaLaunchKernel calls
  *   workload hog                                          spin forever (comm "standin-hog")
+ *   workload v2 SLEEPER_CPU SPIN_CPU                      what schema v2 records (see v2() below); prints
+ *                                                         "tid NAME TID", "func NAME ADDR" and "pinned ..."
  *
  * Env: WL_CPU=n pins to CPU n; WL_FIFO=1 runs SCHED_FIFO (no CFS task can preempt it);
  * WL_WAIT=1 prints "ready" and waits for a line on stdin before working. */
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +38,11 @@ int cudaMalloc(void **, size_t);
 int cudaFree(void *);
 int cudaHostAlloc(void **, size_t, unsigned);
 int cudaFreeHost(void *);
+int cudaHostRegister(void *, size_t, unsigned);
+int cudaHostUnregister(void *);
+int cuMemAllocHost_v2(void **, size_t);
+int cuMemFreeHost(void *);
+int cuMemcpyHtoD_v2(CUdeviceptr, const void *, size_t);
 int cudaStreamSynchronize(void *);
 int cudaDeviceSynchronize(void);
 int cudaEventSynchronize(void *);
@@ -148,6 +156,126 @@ static int mix(long n, long spin, long sleep_ns, int children, int child_mb) {
     return failed;
 }
 
+/* ---- v2: threads, wakers, CPU holders, renames, syscalls, kernel identity, pinned copies ---- */
+
+static int tid(void) { return (int)syscall(SYS_gettid); }
+
+static void pin(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof(set), &set) != 0) perror("sched_setaffinity");
+}
+
+static void say(const char *what, const char *name, long value) {
+    printf("%s %s %ld\n", what, name, value);
+    fflush(stdout);
+}
+
+static void spin_for(long ns) {
+    long end = now_ns() + ns;
+    while (now_ns() < end) {}
+}
+
+static void kernel_a(void) {}
+static void kernel_b(void) {}
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int turn = 0, done = 0;
+static int sleeper_cpu = 1, spin_cpu = 0;
+#define ROUNDS 20
+
+/* Sleeps on a condition variable (futex) on a CPU kept busy by a hog: each wakeup is followed by
+ * a wait for that CPU. Renamed with prctl first. */
+static void *sleeper(void *arg) {
+    (void)arg;
+    prctl(PR_SET_NAME, "v2-sleeper");
+    pin(sleeper_cpu);
+    say("tid", "sleeper", tid());
+    pthread_mutex_lock(&mu);
+    for (int r = 1; r <= ROUNDS; r++) {
+        while (turn < r) pthread_cond_wait(&cv, &mu);
+    }
+    done = 1;
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+
+/* Wakes the sleeper every 5 ms (nanosleep between). */
+static void *waker(void *arg) {
+    (void)arg;
+    prctl(PR_SET_NAME, "v2-waker");
+    pin(spin_cpu);
+    say("tid", "waker", tid());
+    struct timespec ts = {0, 5000000};
+    for (int r = 1; r <= ROUNDS; r++) {
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&mu);
+        turn = r;
+        pthread_cond_signal(&cv);
+        pthread_mutex_unlock(&mu);
+    }
+    return NULL;
+}
+
+/* Two of these pinned to one CPU: each preempts the other. */
+static void *spinner(void *arg) {
+    const char *name = arg;
+    prctl(PR_SET_NAME, name);
+    pin(spin_cpu);
+    say("tid", name, tid());
+    spin_for(400000000L);
+    return NULL;
+}
+
+static int v2(int s_cpu, int p_cpu) {
+    sleeper_cpu = s_cpu;
+    spin_cpu = p_cpu;
+    standin_rt_config(0, 0);
+    standin_drv_config(0, 0);
+    prctl(PR_SET_NAME, "v2-main");  /* the main thread's name is the process's */
+    say("tid", "main", tid());
+    /* kernel identity: two kernels, launched through the runtime and the driver */
+    say("func", "a", (long)(unsigned long)kernel_a);
+    say("func", "b", (long)(unsigned long)kernel_b);
+    dim3 g = {1, 1, 1}, b = {32, 1, 1};
+    for (int i = 0; i < 3; i++) cudaLaunchKernel((void *)kernel_a, g, b, NULL, 0, S(0x7000));
+    for (int i = 0; i < 3; i++) cudaLaunchKernel((void *)kernel_b, g, b, NULL, 0, S(0x7000));
+    for (int i = 0; i < 2; i++) cuLaunchKernel((void *)kernel_a, 1, 1, 1, 32, 1, 1, 0, S(0x7000), NULL, NULL);
+    CUlaunchConfig cfg = {1, 1, 1, 32, 1, 1, 0, S(0x7000), NULL, 0};
+    for (int i = 0; i < 2; i++) cuLaunchKernelEx(&cfg, (void *)kernel_b, NULL, NULL);
+    /* pinned copies, told apart by their sizes: 101, 102, 104, 106 pinned; 103, 105 not */
+    static char dev[4096];
+    void *h, *p2;
+    char *m = malloc(1 << 20);
+    cudaHostAlloc(&h, 1 << 20, 0);
+    cudaMemcpy(dev, (char *)h + 100, 101, 1);
+    cudaMemcpy((char *)h + 200, dev, 102, 2);
+    cudaMemcpy(dev, m, 103, 1);
+    cudaHostRegister(m, 1 << 20, 0);
+    cudaMemcpy(dev, m + 8, 104, 1);
+    cudaHostUnregister(m);
+    cudaMemcpy(dev, m, 105, 1);
+    cudaFreeHost(h);
+    cuMemAllocHost_v2(&p2, 4096);
+    cuMemcpyHtoD_v2((CUdeviceptr)dev, p2, 106);
+    cuMemFreeHost(p2);
+    /* a woken thread waiting for a busy CPU; new threads; renames; futex and nanosleep */
+    pthread_t t1, t2, t3, t4;
+    pthread_create(&t1, NULL, sleeper, NULL);
+    usleep(20000);
+    pthread_create(&t2, NULL, waker, NULL);
+    pthread_join(t2, NULL);
+    pthread_join(t1, NULL);
+    /* two threads on one CPU */
+    pthread_create(&t3, NULL, spinner, "v2-spin1");
+    pthread_create(&t4, NULL, spinner, "v2-spin2");
+    pthread_join(t3, NULL);
+    pthread_join(t4, NULL);
+    return done ? 0 : 1;
+}
+
 static int rate(long n) {
     standin_rt_config(0, 0);
     dim3 g = {1, 1, 1}, b = {32, 1, 1};
@@ -172,6 +300,8 @@ int main(int argc, char **argv) {
     setup();
     if (strcmp(argv[1], "mix") == 0 && argc >= 7)
         return mix(atol(argv[2]), atol(argv[3]), atol(argv[4]), atoi(argv[5]), atoi(argv[6]));
+    if (strcmp(argv[1], "v2") == 0 && argc >= 4)
+        return v2(atoi(argv[2]), atoi(argv[3]));
     if (strcmp(argv[1], "rate") == 0 && argc >= 3)
         return rate(atol(argv[2]));
     fprintf(stderr, "bad arguments\n");

@@ -59,6 +59,11 @@ OPS: tuple[Op, ...] = (
     _rt("cudaGraphLaunch", "stream2", optional=True),
     _rt("cudaMallocAsync", "malloc", optional=True),
     _rt("cudaFreeAsync", "free", optional=True),
+    # pinned host memory: where host_pinned of a copy comes from (optional: older runtimes, stand-ins)
+    _rt("cudaMallocHost", "hostalloc", optional=True),
+    _rt("cudaFreeHost", "hostptr1", optional=True),
+    _rt("cudaHostRegister", "hostreg", optional=True),
+    _rt("cudaHostUnregister", "hostptr1", optional=True),
     # driver API (libcuda): the versioned names are the ones current drivers export
     _drv("cuLaunchKernel", "drv_launch"),
     _drv("cuLaunchKernelEx", "drv_launch_ex"),
@@ -89,9 +94,20 @@ OPS: tuple[Op, ...] = (
     _drv("cuGraphLaunch", "stream2", optional=True),
     _drv("cuMemAllocAsync", "malloc", optional=True),
     _drv("cuMemFreeAsync", "free", optional=True),
+    _drv("cuMemAllocHost_v2", "hostalloc", optional=True),
+    _drv("cuMemFreeHost", "hostptr1", optional=True),
+    _drv("cuMemHostRegister_v2", "hostreg", optional=True),
+    _drv("cuMemHostUnregister", "hostptr1", optional=True),
 )
 
 OP_NAMES: tuple[str, ...] = tuple(op.name for op in OPS)
+# What each op does to the process's pinned host ranges (collector/pinned.py): +1 adds
+# [host_ptr, host_ptr + bytes), -1 removes the range based at host_ptr.
+PIN_EFFECT: dict[str, int] = {
+    "cudaHostAlloc": 1, "cuMemHostAlloc": 1, "cudaMallocHost": 1, "cuMemAllocHost_v2": 1,
+    "cudaHostRegister": 1, "cuMemHostRegister_v2": 1,
+    "cudaFreeHost": -1, "cuMemFreeHost": -1, "cudaHostUnregister": -1, "cuMemHostUnregister": -1,
+}
 OP_APIS: tuple[str, ...] = tuple(op.api for op in OPS)
 
 _KIND_SHAPES = frozenset({"drv_memcpy", "drv_memcpy_async"})

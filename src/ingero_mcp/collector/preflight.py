@@ -15,8 +15,10 @@ from pathlib import Path
 from ingero_mcp.collector.discovery import scan_cuda_libraries
 
 TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
-REQUIRED_TRACEPOINTS = ("sched/sched_switch", "sched/sched_wakeup", "kmem/mm_page_alloc",
-                        "sched/sched_process_exec", "sched/sched_process_exit", "task/task_newtask")
+REQUIRED_TRACEPOINTS = ("sched/sched_switch", "sched/sched_waking", "sched/sched_wakeup_new", "kmem/mm_page_alloc",
+                        "sched/sched_process_exec", "sched/sched_process_exit", "task/task_newtask",
+                        "task/task_rename", "irq/irq_handler_entry", "irq/irq_handler_exit", "irq/softirq_entry",
+                        "irq/softirq_exit")
 
 
 @dataclass

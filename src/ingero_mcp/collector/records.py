@@ -17,8 +17,8 @@ _HDR = [("_len", "<u4"), ("_pgoff", "<u4")]
 CUDA_DTYPE = np.dtype(
     _HDR
     + [
-        ("ts", "<u8"), ("dur", "<u8"), ("bytes", "<u8"), ("stream", "<u8"),
-        ("pre_ns", "<u8"), ("blk_ns", "<u8"), ("pg_bytes", "<u8"),
+        ("ts", "<u8"), ("dur", "<u8"), ("bytes", "<u8"), ("stream", "<u8"), ("handle", "<u8"), ("host_ptr", "<u8"),
+        ("wait_ns", "<u8"), ("sleep_ns", "<u8"), ("pg_bytes", "<u8"),
         ("pid", "<u4"), ("tid", "<u4"), ("switches", "<u4"), ("pages", "<u4"),
         ("ret", "<i4"), ("op", "<u2"), ("kind", "u1"), ("flags", "u1"),
     ]
@@ -27,8 +27,11 @@ SCHED_DTYPE = np.dtype(
     _HDR
     + [
         ("off_ts", "<u8"), ("on_ts", "<u8"), ("wake_ts", "<u8"),
-        ("pid", "<u4"), ("tid", "<u4"), ("preemptor_pid", "<u4"), ("cpu", "<u4"),
-        ("preemptor_comm", "S16"), ("state", "u1"), ("_pad", "V7"),
+        ("pid", "<u4"), ("tid", "<u4"), ("preemptor_pid", "<u4"), ("preemptor_tid", "<u4"),
+        ("cpu", "<u4"), ("on_cpu", "<u4"), ("holder_pid", "<u4"), ("holder_tid", "<u4"),
+        ("waker_pid", "<u4"), ("waker_tid", "<u4"), ("syscall", "<i4"),
+        ("preemptor_comm", "S16"), ("holder_comm", "S16"), ("waker_comm", "S16"),
+        ("state", "u1"), ("waker_ctx", "u1"), ("flags", "u1"), ("_pad", "V1"),
     ]
 )
 PROC_DTYPE = np.dtype(
@@ -38,24 +41,32 @@ PROC_DTYPE = np.dtype(
         ("exit_code", "<i4"), ("flags", "<u4"), ("comm", "S16"), ("filename", "S128"),
     ]
 )
-assert CUDA_DTYPE.itemsize == 88 and SCHED_DTYPE.itemsize == 72 and PROC_DTYPE.itemsize == 184
+assert CUDA_DTYPE.itemsize == 104 and SCHED_DTYPE.itemsize == 128 and PROC_DTYPE.itemsize == 184
 
 # counters[] indices (C_* in ingero.bpf.c)
 C_CUDA_SEEN, C_CUDA_DROP, C_CUDA_DEPTH, C_CUDA_ORPHAN = 0, 1, 2, 3
 C_SCHED_SEEN, C_SCHED_DROP, C_PROC_SEEN, C_PROC_DROP = 4, 5, 6, 7
 C_AGG_DROP_SWITCH, C_SWITCH_TOTAL, C_PAGE_TOTAL, C_TSTATE_FULL = 8, 9, 10, 11
-C_WAKEUP_SEEN, C_AGG_DROP_PAGE = 12, 13
+C_WAKEUP_SEEN, C_AGG_DROP_PAGE, C_WAKE_IRQ = 12, 13, 14
 N_COUNTERS = 16
 
-F_BYTES, F_STREAM = 1, 2
-PROC_KINDS: tuple[str | None, ...] = (None, "fork", "exec", "exit", "oom_kill")
-STATES: tuple[str | None, ...] = (None, "preempted", "blocked")
+F_BYTES, F_STREAM, F_HANDLE, F_HOSTPTR = 1, 2, 8, 16
+# P_* in ingero.bpf.c; P_TEXIT (a thread's exit) only ends a threads row, it is not a process event
+PROC_KINDS: tuple[str | None, ...] = (None, "fork", "exec", "exit", "oom_kill", "thread", "rename", "thread_exit")
+P_FORK, P_EXEC, P_EXIT, P_OOM, P_THREAD, P_RENAME, P_TEXIT = 1, 2, 3, 4, 5, 6, 7
+# S_* in ingero.bpf.c
+STATES: tuple[str | None, ...] = (None, "preempted", "sleeping", "uninterruptible", "new", "other")
+S_PREEMPTED, S_NEW = 1, 4
+WAKER_CONTEXTS: tuple[str | None, ...] = (None, "task", "irq", "softirq")
+SF_PREEMPTOR_TGID = 1
+AGG_NO_CPU = 0xFFFF
 AGG_KINDS = {1: ("sched", "sched_switch"), 2: ("mm", "mm_page_alloc")}
 
 _OP_NAMES = pa.array(OP_NAMES, pa.string())
 _OP_APIS = pa.array(OP_APIS, pa.string())
 _KINDS = pa.array(MEMCPY_KINDS, pa.string())
 _STATES = pa.array(STATES, pa.string())
+_WAKER_CONTEXTS = pa.array(WAKER_CONTEXTS, pa.string())
 _PROC_KINDS = pa.array(PROC_KINDS, pa.string())
 
 
@@ -90,8 +101,8 @@ def cuda_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
     op = ev["op"]
     has_bytes = (ev["flags"] & F_BYTES) != 0
     has_stream = (ev["flags"] & F_STREAM) != 0
-    pre = ev["pre_ns"].astype(np.int64)
-    blk = ev["blk_ns"].astype(np.int64)
+    pre = ev["wait_ns"].astype(np.int64)
+    blk = ev["sleep_ns"].astype(np.int64)
     return pa.table(
         {
             "ts_ns": pa.array(ev["ts"].astype(np.int64) + offset_ns, pa.int64()),
@@ -110,8 +121,32 @@ def cuda_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
             "context_switches": pa.array(ev["switches"].astype(np.int32), pa.int32()),
             "page_allocs": pa.array(ev["pages"].astype(np.int32), pa.int32()),
             "page_alloc_bytes": pa.array(ev["pg_bytes"].astype(np.int64), pa.int64()),
+            "kernel_handle": _masked(ev["handle"], (ev["flags"] & F_HANDLE) != 0, pa.uint64()),
+            "host_ptr": _masked(ev["host_ptr"], (ev["flags"] & F_HOSTPTR) != 0, pa.uint64()),
         }
     )
+
+
+def sched_split(state: np.ndarray, off: np.ndarray, on: np.ndarray, wake: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sleep_ns, cpu_wait_ns, known) of intervals, as schemas/v2.sql defines them.
+
+    Preempted or new: no sleep, waiting for a CPU from off_ns (new: the creation). Otherwise asleep
+    until the wakeup, then waiting; a wakeup not seen leaves both unknown (known False: NULL).
+    """
+    runnable = (state == S_PREEMPTED) | (state == S_NEW)
+    woke = (wake != 0) & ~runnable
+    sleep = np.where(runnable, 0, wake - off)
+    wait = np.where(runnable, on - off, on - wake)
+    return sleep, wait, runnable | woke
+
+
+def syscall_names(nr: np.ndarray) -> pa.Array:
+    """x86-64 syscall numbers -> names ('syscall_<n>' for the rare ones), -1 -> NULL."""
+    from ingero_mcp.collector.syscalls import syscall_name
+
+    uniq, inv = np.unique(nr.astype(np.int64), return_inverse=True)
+    names = pa.array([syscall_name(int(n)) for n in uniq.tolist()], pa.string())
+    return names.take(pa.array(inv.reshape(-1).astype(np.int32)))
 
 
 def sched_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
@@ -119,6 +154,12 @@ def sched_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
     off = ev["off_ts"].astype(np.int64)
     on = ev["on_ts"].astype(np.int64)
     wake = ev["wake_ts"].astype(np.int64)
+    state = ev["state"]
+    sleep, wait, known = sched_split(state, off, on, wake)
+    is_new = state == S_NEW
+    has_waker = ev["waker_ctx"] != 0
+    # first holder: the tid always; preemptor_pid is its tgid when it was seen leaving that CPU
+    # before this thread came back (flags), else its tid (as v1 recorded it)
     return pa.table(
         {
             "pid": pa.array(ev["pid"].astype(np.int32), pa.int32()),
@@ -126,11 +167,23 @@ def sched_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
             "off_ns": pa.array(off + offset_ns, pa.int64()),
             "on_ns": pa.array(on + offset_ns, pa.int64()),
             "off_cpu_ns": pa.array(on - off, pa.int64()),
-            "prev_state": _names(ev["state"], _STATES),
-            "preemptor_pid": pa.array(ev["preemptor_pid"].astype(np.int32), pa.int32()),
-            "preemptor_comm": comm_array(ev["preemptor_comm"]),
+            "prev_state": _names(state, _STATES),
+            "preemptor_pid": _masked(ev["preemptor_pid"].astype(np.int32), ~is_new, pa.int32()),
+            "preemptor_comm": pc.if_else(pa.array(is_new), pa.scalar(None, pa.string()), comm_array(ev["preemptor_comm"])),
             "cpu": pa.array(ev["cpu"].astype(np.int32), pa.int32()),
             "wakeup_ns": _masked(wake + offset_ns, wake != 0, pa.int64()),
+            "sleep_ns": _masked(sleep, known, pa.int64()),
+            "cpu_wait_ns": _masked(wait, known, pa.int64()),
+            "preemptor_tid": _masked(ev["preemptor_tid"].astype(np.int32), ~is_new, pa.int32()),
+            "on_cpu": pa.array(ev["on_cpu"].astype(np.int32), pa.int32()),
+            "last_holder_pid": pa.array(ev["holder_pid"].astype(np.int32), pa.int32()),
+            "last_holder_tid": pa.array(ev["holder_tid"].astype(np.int32), pa.int32()),
+            "last_holder_comm": comm_array(ev["holder_comm"]),
+            "waker_pid": _masked(ev["waker_pid"].astype(np.int32), has_waker, pa.int32()),
+            "waker_tid": _masked(ev["waker_tid"].astype(np.int32), has_waker, pa.int32()),
+            "waker_comm": pc.if_else(pa.array(has_waker), comm_array(ev["waker_comm"]), pa.scalar(None, pa.string())),
+            "waker_context": _names(ev["waker_ctx"], _WAKER_CONTEXTS),
+            "syscall": syscall_names(ev["syscall"]),
         }
     )
 
@@ -138,8 +191,8 @@ def sched_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
 def proc_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
     """process_events rows from fork/exec/exit/oom records."""
     kind = ev["kind"]
-    is_fork = kind == 1
-    is_exit = kind == 3
+    is_fork = kind == P_FORK
+    is_exit = kind == P_EXIT
     exit_valid = is_exit & ((ev["flags"] & 1) != 0)
     filenames = comm_array(ev["filename"])
     return pa.table(
@@ -150,7 +203,8 @@ def proc_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
             "tid": pa.array(ev["tid"].astype(np.int32), pa.int32()),
             "child_pid": _masked(ev["child"].astype(np.int32), is_fork, pa.int32()),
             "comm": comm_array(ev["comm"]),
-            "filename": pc.if_else(pa.array(kind == 2), filenames, pa.scalar(None, pa.string())),
+            "filename": pc.if_else(pa.array(kind == P_EXEC), filenames, pa.scalar(None, pa.string())),
             "exit_code": _masked(ev["exit_code"], exit_valid, pa.int32()),
+            "old_comm": pc.if_else(pa.array(kind == P_RENAME), filenames, pa.scalar(None, pa.string())),
         }
     )

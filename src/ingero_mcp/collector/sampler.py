@@ -38,6 +38,33 @@ def _cpu_times() -> tuple[int, int, int]:
     return busy, total, running
 
 
+def gpu_process_rows(ts_ns: int, per_gpu: list[tuple[int, list[Any], list[Any]]]) -> dict[str, list[Any]]:
+    """gpu_processes rows from what NVML said about each GPU at one moment.
+
+    `per_gpu`: (gpu index, nvmlDeviceGetComputeRunningProcesses() entries (.pid, .usedGpuMemory: bytes,
+    None when the driver does not say), nvmlDeviceGetProcessUtilization() samples (.pid, .smUtil %)).
+    One row per (GPU, pid) seen in either list; sm_util_percent is the mean of that pid's samples
+    since the previous query (NULL without one), used_memory_bytes NULL where not reported.
+    """
+    rows: dict[str, list[Any]] = {k: [] for k in ("ts_ns", "gpu_id", "pid", "used_memory_bytes", "sm_util_percent")}
+    for gpu, procs, samples in per_gpu:
+        util: dict[int, list[float]] = {}
+        for sample in samples:
+            util.setdefault(int(sample.pid), []).append(float(sample.smUtil))
+        memory: dict[int, int | None] = {}
+        for proc in procs:
+            used = getattr(proc, "usedGpuMemory", None)
+            memory[int(proc.pid)] = int(used) if isinstance(used, int) and 0 <= used < 1 << 62 else None
+        for pid in sorted(set(memory) | set(util)):
+            rows["ts_ns"].append(ts_ns)
+            rows["gpu_id"].append(gpu)
+            rows["pid"].append(pid)
+            rows["used_memory_bytes"].append(memory.get(pid))
+            got = util.get(pid)
+            rows["sm_util_percent"].append(sum(got) / len(got) if got else None)
+    return rows
+
+
 class Nvml:
     """GPU utilisation and memory through NVML, if nvidia-ml-py and a GPU are there."""
 
@@ -58,6 +85,7 @@ class Nvml:
                 self.models.append(name.decode() if isinstance(name, bytes) else str(name))
             drv = pynvml.nvmlSystemGetDriverVersion()
             self.driver = drv.decode() if isinstance(drv, bytes) else str(drv)
+            self._util_since = [0] * len(self.handles)  # NVML timestamps (us) of the last samples read
         except Exception as exc:  # noqa: BLE001 - NVML is optional: no module, no driver, no GPU
             self.error = f"{type(exc).__name__}: {exc}"
             self.handles = []
@@ -72,6 +100,25 @@ class Nvml:
         except Exception:  # noqa: BLE001 - a GPU fell off the bus: report nothing rather than fail
             return None, None, None
         return sum(utils) / len(utils), sum(m.used for m in mems), sum(m.total for m in mems)
+
+    def processes(self, ts_ns: int) -> dict[str, list[Any]]:
+        """gpu_processes rows now: every compute process on every GPU (traced or not), with its memory
+        and its SM utilisation samples where the driver keeps them. Empty without NVML or a GPU."""
+        per_gpu: list[tuple[int, list[Any], list[Any]]] = []
+        for i, h in enumerate(self.handles):
+            try:
+                procs = list(self._nvml.nvmlDeviceGetComputeRunningProcesses(h))
+            except Exception:  # noqa: BLE001 - not supported / GPU lost: nothing for this GPU
+                continue
+            samples: list[Any] = []
+            try:
+                samples = list(self._nvml.nvmlDeviceGetProcessUtilization(h, self._util_since[i]))
+                if samples:
+                    self._util_since[i] = max(int(x.timeStamp) for x in samples)
+            except Exception:  # noqa: BLE001 - NVML_ERROR_NOT_FOUND: no sample since then; or unsupported
+                pass
+            per_gpu.append((i, procs, samples))
+        return gpu_process_rows(ts_ns, per_gpu)
 
 
 class SystemSampler:

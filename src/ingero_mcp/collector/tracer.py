@@ -40,6 +40,7 @@ from ingero_mcp.collector.discovery import (
     scan_cuda_libraries,
 )
 from ingero_mcp.collector.ops import OP_NAMES, OPS, entry_functions_c, ops_for
+from ingero_mcp.collector.pinned import PinnedRanges
 from ingero_mcp.collector.preflight import tracefs_dir
 from ingero_mcp.collector.ringbuf import RingReader
 from ingero_mcp.collector.sampler import Nvml, SystemSampler, host_info
@@ -47,7 +48,10 @@ from ingero_mcp.collector.sampler import Nvml, SystemSampler, host_info
 CUDA_RB_PAGES = 16384  # 64 MiB: ~760k call records, >2 s of headroom at 300k calls/s
 SCHED_RB_PAGES = 4096  # 16 MiB
 PROC_RB_PAGES = 256  # 1 MiB
-AGG_ENTRIES = 65536
+# Keys (pid, tid, cpu, second) for sched_switch, (pid, second) for mm_page_alloc; up to ~3 seconds
+# live before a harvest. A 16-CPU host with 4,000 threads running each second, each on ~2 CPUs:
+# ~24k switch keys a second, ~72k live; drops are counted (collector_stats 'sched_switch' lost).
+AGG_ENTRIES = 131072
 BUCKET_NS = 1_000_000_000
 HIST_BINS = 256  # log2 durations, 4 bins per octave (live view only; the store keeps every value)
 
@@ -133,6 +137,10 @@ class Tracer:
         self.stored: dict[str, int] = {"cuda_calls": 0, "sched_intervals": 0, "process_events": 0,
                                        "host_aggregates": 0, "snapshots": 0}
         self.aggregated = {1: 0, 2: 0}
+        self.threads: dict[int, dict[str, Any]] = {}  # tid -> threads row (threads of traced processes)
+        self._threads_dirty = False
+        self.pinned = PinnedRanges()
+        self.pin_complete: dict[int, bool] = {}  # pid -> every pinned range it made can have been seen
         self.op_hist = np.zeros((len(OPS), HIST_BINS), np.int64)
         self.op_count = np.zeros(len(OPS), np.int64)
         self.op_max = np.zeros(len(OPS), np.int64)
@@ -148,6 +156,7 @@ class Tracer:
         self._sample_thread: threading.Thread | None = None
         self._sample_stop = threading.Event()
         self._snapshots: list[dict[str, Any]] = []
+        self._gpu_rows: list[dict[str, list[Any]]] = []
         self.sample_errors = 0
         self.last_sample_error: str | None = None
         self._finished = False
@@ -174,10 +183,24 @@ class Tracer:
             cflags.append("-DHAVE_OOM")
         if (events / "syscalls" / "sys_enter_exit_group" / "format").is_file():
             cflags.append("-DHAVE_EXIT_GROUP")
-        self.features = [f[2:] for f in cflags if f.startswith("-DHAVE_")]
+        if (events / "timer" / "hrtimer_expire_entry" / "format").is_file():
+            cflags.append("-DHAVE_HRTIMER")
+        rename_fmt = events / "task" / "task_rename" / "format"
+        if rename_fmt.is_file() and "pid_t pid;" in rename_fmt.read_text():
+            cflags.append("-DHAVE_RENAME_PID")
+        # bpf_task_pt_regs (kernel >= 5.15, BTF): the syscall a thread left the CPU in (x86-64 registers)
+        want_regs = os.uname().machine == "x86_64" and Path("/sys/kernel/btf/vmlinux").is_file()
         text = (collectors_dir() / "ingero.bpf.c").read_text() + "\n" + entry_functions_c()
         self.bpf_version = getattr(bcc, "__version__", "?")
-        self.bpf = bcc.BPF(text=text, cflags=cflags)
+        try:
+            self.bpf = bcc.BPF(text=text, cflags=[*cflags, "-DHAVE_TASK_PT_REGS"] if want_regs else cflags)
+            if want_regs:
+                cflags.append("-DHAVE_TASK_PT_REGS")
+        except Exception:  # noqa: BLE001 - a kernel or BCC without the helper: syscall stays NULL
+            if not want_regs:
+                raise
+            self.bpf = bcc.BPF(text=text, cflags=cflags)
+        self.features = [f[2:] for f in cflags if f.startswith("-DHAVE_")]
         self.bpf["config"][self.bpf["config"].Key(0)] = self.bpf["config"].Leaf(1 if self.trace_all else 0)
         self.traced_map = self.bpf["traced"]
         self.agg = self.bpf["agg"]
@@ -209,8 +232,42 @@ class Tracer:
                 rec[key] = value
         if rec["traced"] and rec["cmdline"] is None and rec["exit_ns"] is None:
             rec["cmdline"] = read_cmdline(pid)
+        if rec["traced"] and pid not in self.pin_complete:
+            self.pin_complete[pid] = _no_gpu_context(pid)
+            self._seed_threads(pid)
         self._procs_dirty = True
         return rec
+
+    def _seed_threads(self, pid: int) -> None:
+        """The threads a traced process has now, with their names (/proc/<pid>/task/*/comm)."""
+        now = time.time_ns()
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except (OSError, ValueError):
+            return
+        for tid in tids:
+            try:
+                comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n")
+            except OSError:
+                continue
+            self._note_thread(pid, tid, now, comm=comm)
+
+    def _note_thread(self, pid: int, tid: int, ts: int, *, comm: str | None = None, exit_ns: int | None = None,
+                     until: int | None = None) -> None:
+        rec = self.threads.get(tid)
+        if rec is None or rec["pid"] != pid:
+            rec = {"pid": pid, "tid": tid, "comm": None, "first_seen_ns": ts, "last_seen_ns": ts, "exit_ns": None}
+            self.threads[tid] = rec
+        rec["first_seen_ns"] = min(rec["first_seen_ns"], ts)
+        rec["last_seen_ns"] = max(rec["last_seen_ns"], until or ts)
+        if comm is not None:
+            rec["comm"] = comm
+        if exit_ns is not None:
+            rec["exit_ns"] = exit_ns
+        self._threads_dirty = True
+
+    def _pin_complete(self, pid: int) -> bool:
+        return self.pin_complete.get(pid, False)
 
     def _say(self, message: str) -> None:
         print(f"ingero-mcp trace: {message}", file=self.log, flush=True)
@@ -352,8 +409,11 @@ class Tracer:
 
     def _take_sample(self) -> None:
         snap = self.sampler.sample()
+        gpu = self.nvml.processes(snap["ts_ns"])
         with self._drain_lock:
             self._snapshots.append(snap)
+            if gpu["pid"]:
+                self._gpu_rows.append(gpu)
 
     def _sample_loop(self) -> None:
         # Its own thread: an NVML call on a wedged GPU can block for seconds; flushes must not wait.
@@ -368,6 +428,10 @@ class Tracer:
     def _store_snapshots(self) -> None:
         with self._drain_lock:
             snaps, self._snapshots = self._snapshots, []
+            gpu, self._gpu_rows = self._gpu_rows, []
+        for rows in gpu:
+            self.writer.append("gpu_processes", pa.table(rows, schema=_GPU_PROC_SCHEMA))
+            self.stored["gpu_processes"] = self.stored.get("gpu_processes", 0) + len(rows["pid"])
         if snaps:
             self.snapshot = snaps[-1]
             self.writer.append("snapshots", {k: [s[k] for s in snaps] for k in snaps[0]})
@@ -388,8 +452,8 @@ class Tracer:
     def _harvest(self, *, everything: bool = False) -> None:
         """Move finished (pid, second) buckets from the kernel map to host_aggregates."""
         cutoff = (time.monotonic_ns() // BUCKET_NS) - 1
-        rows: dict[str, list[Any]] = {k: [] for k in ("bucket_start_ns", "pid", "comm", "source", "op", "count", "sum_bytes",
-                                                      "sum_duration_ns")}
+        rows: dict[str, list[Any]] = {k: [] for k in ("bucket_start_ns", "pid", "tid", "cpu", "comm", "source", "op", "count",
+                                                      "sum_bytes", "sum_duration_ns")}
         done = []
         for key, val in self.agg.items_lookup_batch():
             if not everything and key.sec >= cutoff:
@@ -398,6 +462,9 @@ class Tracer:
             source, op = R.AGG_KINDS.get(key.kind, ("?", "?"))
             rows["bucket_start_ns"].append(key.sec * BUCKET_NS + self.offset_ns)
             rows["pid"].append(key.pid)
+            per_thread = key.kind == 1  # sched_switch: per (pid, tid, cpu); mm_page_alloc: per pid
+            rows["tid"].append(key.tid if per_thread else None)
+            rows["cpu"].append(key.cpu if per_thread and key.cpu != R.AGG_NO_CPU else None)
             rows["comm"].append(bytes(val.comm).rstrip(b"\0").decode("utf-8", "replace"))
             rows["source"].append(source)
             rows["op"].append(op)
@@ -419,7 +486,10 @@ class Tracer:
         self.stored["host_aggregates"] += table.num_rows
 
     def _process_cuda(self, ev: np.ndarray) -> None:
-        self.writer.append("cuda_calls", R.cuda_table(ev, self.offset_ns))
+        table = R.cuda_table(ev, self.offset_ns)
+        pinned = self.pinned.annotate(ev["pid"], ev["op"], ev["ret"], ev["ts"], ev["kind"], ev["host_ptr"],
+                                      (ev["flags"] & R.F_HOSTPTR) != 0, ev["bytes"], self._pin_complete)
+        self.writer.append("cuda_calls", table.append_column("host_pinned", pinned))
         self.stored["cuda_calls"] += len(ev)
         op = ev["op"].astype(np.int64)
         dur = ev["dur"].astype(np.int64)
@@ -427,8 +497,8 @@ class Tracer:
         self.op_hist += np.bincount(op * HIST_BINS + bins, minlength=len(OPS) * HIST_BINS).reshape(len(OPS), HIST_BINS)
         self.op_count += np.bincount(op, minlength=len(OPS))
         np.maximum.at(self.op_max, op, dur)
-        pre = ev["pre_ns"].astype(np.float64)
-        for row, weights in enumerate((dur.astype(np.float64), pre + ev["blk_ns"], pre)):
+        pre = ev["wait_ns"].astype(np.float64)
+        for row, weights in enumerate((dur.astype(np.float64), pre + ev["sleep_ns"], pre)):
             self.op_sums[row] += np.bincount(op, weights=weights, minlength=len(OPS))
         for pid in np.unique(ev["pid"]).tolist():
             rec = self.procs.get(pid)
@@ -436,27 +506,46 @@ class Tracer:
                 self._note_proc(pid, traced=True)
 
     def _process_proc(self, ev: np.ndarray) -> None:
-        self.writer.append("process_events", R.proc_table(ev, self.offset_ns))
+        rows = ev[ev["kind"] != R.P_TEXIT]  # thread exits only end threads rows
+        if len(rows):
+            self.writer.append("process_events", R.proc_table(rows, self.offset_ns))
         self.stored["process_events"] += len(ev)
         for row in ev.tolist():
             ts = row[2] + self.offset_ns
-            kind, pid, child, code, flags = row[3], row[4], row[6], row[7], row[8]
-            comm = row[9].decode("utf-8", "replace")
+            kind, pid, tid, child, code, flags = row[3], row[4], row[5], row[6], row[7], row[8]
+            comm = row[9].decode("utf-8", "replace").rstrip("\0")
             traced = bool(flags & 2)
-            if kind == 1:  # fork
+            if kind == R.P_THREAD:
+                self._note_thread(pid, tid, ts, comm=comm)
+            elif kind == R.P_RENAME:
+                self._note_thread(pid, tid, ts, comm=comm)
+                if tid == pid and pid in self.procs:  # the main thread's name is the process's
+                    self._note_proc(pid, comm=comm, last_seen_ns=ts)
+            elif kind == R.P_TEXIT:
+                self._note_thread(pid, tid, ts, exit_ns=ts)
+            elif kind == 1:  # fork
                 if traced or pid in self.procs:
                     self._note_proc(child, ppid=pid, comm=comm, first_seen_ns=ts, traced=traced or None)
+                if traced:
+                    self._note_thread(child, child, ts, comm=comm)
                 if traced and (pid in self.live_targets or not self.trace_all):
                     self.live_targets.add(child)
             elif kind == 2:  # exec
                 if traced or pid in self.procs:
                     self._note_proc(pid, comm=comm, traced=traced or None, last_seen_ns=ts)
+                    self.pinned.forget(pid)  # a new program: no pinned memory yet, all of it seen from here
+                    self.pin_complete[pid] = True
+                    if traced:
+                        self._note_thread(pid, pid, ts, comm=comm)
                     if traced:
                         self.procs[pid]["cmdline"] = read_cmdline(pid) or self.procs[pid]["cmdline"]
             elif kind == 3:  # exit
                 if pid in self.procs or traced:
                     self._note_proc(pid, comm=comm if pid not in self.procs else None, exit_ns=ts, last_seen_ns=ts,
                                     exit_code=code if flags & 1 else None)
+                if traced:
+                    self._note_thread(pid, tid, ts, exit_ns=ts)
+                self.pinned.forget(pid)
                 self.live_targets.discard(pid)
 
     def _store_pending(self) -> None:
@@ -473,8 +562,32 @@ class Tracer:
             elif name == "sched":
                 self.writer.append("sched_intervals", R.sched_table(ev, self.offset_ns))
                 self.stored["sched_intervals"] += len(ev)
+                self._threads_from_intervals(ev)
             else:
                 self._process_proc(ev)
+
+    def _threads_from_intervals(self, ev: np.ndarray) -> None:
+        """Every traced thread that ran is a threads row, seen from its first switch-out to its last switch-in."""
+        tid = ev["tid"].astype(np.int64)
+        order = np.argsort(tid, kind="stable")
+        tids, first = np.unique(tid[order], return_index=True)
+        off = np.minimum.reduceat(ev["off_ts"][order].astype(np.int64), first) + self.offset_ns
+        on = np.maximum.reduceat(ev["on_ts"][order].astype(np.int64), first) + self.offset_ns
+        pids = ev["pid"][order][first]
+        for t, p, lo, hi in zip(tids.tolist(), pids.tolist(), off.tolist(), on.tolist(), strict=True):
+            rec = self.threads.get(t)
+            if rec is not None and rec["pid"] == p:
+                if lo < rec["first_seen_ns"] or hi > rec["last_seen_ns"]:
+                    rec["first_seen_ns"] = min(rec["first_seen_ns"], lo)
+                    rec["last_seen_ns"] = max(rec["last_seen_ns"], hi)
+                    self._threads_dirty = True
+                continue
+            comm = None
+            try:
+                comm = Path(f"/proc/{p}/task/{t}/comm").read_text().rstrip("\n")
+            except OSError:
+                pass
+            self._note_thread(p, t, lo, comm=comm, until=hi)
 
     def _flush(self) -> None:
         self._store_pending()
@@ -572,38 +685,53 @@ class Tracer:
         duration = entry to stop and a NULL return_code; such intervals a NULL on_ns."""
         now = (self.stopped_ns or time.time_ns()) - self.offset_ns  # the stop, on the kernel's clock
         calls: list[tuple[int, ...]] = []
-        intervals: dict[str, list[Any]] = {k: [] for k in ("pid", "tid", "off_ns", "off_cpu_ns", "prev_state",
-                                                          "preemptor_pid", "preemptor_comm", "cpu", "wakeup_ns")}
+        intervals: dict[str, list[Any]] = {f.name: [] for f in _OPEN_INTERVAL_SCHEMA}
         states = 0
         for key, st in self.bpf["tstate"].items():
             states += 1
             off_pre = off_blk = 0
             if st.off_ts:
-                if st.off_state == 1:
+                runnable = st.off_state in (R.S_PREEMPTED, R.S_NEW)
+                woke = not runnable and st.waker_ctx and st.wake_ts >= st.off_ts
+                if runnable:
                     off_pre = now - st.off_ts
-                elif st.wake_ts > st.off_ts:
+                elif woke:
                     off_blk, off_pre = st.wake_ts - st.off_ts, now - st.wake_ts
                 else:
-                    off_blk = now - st.off_ts
-                intervals["pid"].append(st.tgid)
-                intervals["tid"].append(key.value)
-                intervals["off_ns"].append(st.off_ts + self.offset_ns)
-                intervals["off_cpu_ns"].append(now - st.off_ts)
-                intervals["prev_state"].append(R.STATES[st.off_state] if st.off_state < len(R.STATES) else None)
-                intervals["preemptor_pid"].append(st.preemptor_pid)
-                intervals["preemptor_comm"].append(bytes(st.preemptor_comm).rstrip(b"\0").decode("utf-8", "replace"))
-                intervals["cpu"].append(st.cpu)
-                intervals["wakeup_ns"].append(st.wake_ts + self.offset_ns if st.off_state == 2 and st.wake_ts > st.off_ts else None)
+                    off_blk = now - st.off_ts  # not woken by the stop: asleep all along
+                new = st.off_state == R.S_NEW
+                row = {
+                    "pid": st.tgid, "tid": key.value, "off_ns": st.off_ts + self.offset_ns, "off_cpu_ns": now - st.off_ts,
+                    "prev_state": R.STATES[st.off_state] if st.off_state < len(R.STATES) else None,
+                    "preemptor_pid": None if new else st.preemptor_pid,
+                    "preemptor_tid": None if new else st.preemptor_tid,
+                    "preemptor_comm": None if new else bytes(st.preemptor_comm).rstrip(b"\0").decode("utf-8", "replace"),
+                    "cpu": st.cpu,
+                    "wakeup_ns": st.wake_ts + self.offset_ns if (woke or new) else None,
+                    "sleep_ns": off_blk, "cpu_wait_ns": off_pre,
+                    "waker_pid": st.waker_pid if (woke or new) else None,
+                    "waker_tid": st.waker_tid if (woke or new) else None,
+                    "waker_comm": bytes(st.waker_comm).rstrip(b"\0").decode("utf-8", "replace") if (woke or new) else None,
+                    "waker_context": R.WAKER_CONTEXTS[st.waker_ctx] if (woke or new) and st.waker_ctx < 4 else None,
+                    "syscall": R.syscall_names(np.array([st.syscall]))[0].as_py(),
+                }
+                for k, v in row.items():
+                    intervals[k].append(v)
             for d in range(min(st.depth, len(st.fr))):
                 f = st.fr[d]
-                calls.append((f.ts, now - f.ts, f.bytes, f.stream, st.pre_ns - f.pre0 + off_pre, st.blk_ns - f.blk0 + off_blk,
+                hptr_ok = f.flags & R.F_HOSTPTR
+                calls.append((f.ts, now - f.ts, f.bytes, f.stream, f.handle, f.hptr if hptr_ok else 0,
+                              st.wait_ns - f.wait0 + off_pre, st.sleep_ns - f.sleep0 + off_blk,
                               st.pg_bytes - f.pgb0, st.tgid, key.value, st.switches - f.sw0, st.pages - f.pg0, 0,
-                              f.op, f.kind, f.flags & (R.F_BYTES | R.F_STREAM)))
+                              f.op, f.kind, f.flags & (R.F_BYTES | R.F_STREAM | R.F_HANDLE | R.F_HOSTPTR)))
         self.thread_states_left = states
         self.unfinished = {"calls_in_flight": len(calls), "threads_off_cpu": len(intervals["pid"])}
         if calls:
             ev = np.array([(0, 0, *c) for c in calls], dtype=R.CUDA_DTYPE)
             table = R.cuda_table(ev, self.offset_ns)
+            table = table.append_column("host_pinned", self.pinned.annotate(
+                ev["pid"], ev["op"], ev["ret"], ev["ts"], ev["kind"], ev["host_ptr"], (ev["flags"] & R.F_HOSTPTR) != 0,
+                ev["bytes"], self._pin_complete))
             table = table.set_column(table.schema.get_field_index("return_code"), "return_code",
                                      pa.nulls(len(calls), pa.int32()))
             self.writer.append("cuda_calls", table)
@@ -667,10 +795,15 @@ class Tracer:
              f"every switch-out/switch-in of threads of traced processes; lost {lost['sched_intervals']}; "
              "on_ns NULL: still off-CPU when the recording stopped (off_cpu_ns up to the stop)"),
             ("host_aggregates", lost["sched_switch"] + lost["mm_page_alloc"] == 0,
-             "exact per (pid, 1 s bucket) counts of sched_switch and mm_page_alloc for every process on the host; "
-             "sched_switch sum_duration_ns: on-CPU time of the slices that ended in the bucket (pid 0: idle)"),
+             "exact counts for every task on the host: sched_switch per (pid, tid, cpu, 1 s bucket), sum_duration_ns "
+             "the on-CPU time of the slices that ended in the bucket (pid 0: that CPU's idle); mm_page_alloc per "
+             "(pid, 1 s bucket), tid and cpu NULL"),
+            ("threads", True, "threads of traced processes: /proc at attach, thread creations, renames, exits and "
+             "scheduler intervals; comm the latest name"),
             ("process_events", lost["process_events"] == 0, "every fork/exec/exit/oom_kill on the host"),
             ("snapshots", True, "one system snapshot per second"),
+            ("gpu_processes", True, "every compute process NVML lists on each GPU, once a second (also processes not "
+             "traced); empty without NVML or a GPU"),
             ("processes", True, "every traced process (targets, their children, CUDA users); other processes appear in host_aggregates and process_events"),
         ]
         return {"table_name": [r[0] for r in rows], "complete": [r[1] for r in rows], "note": [r[2] for r in rows]}
@@ -723,6 +856,11 @@ class Tracer:
         })
         self.writer.replace("collector_stats", self._stats_table(c))
         self.writer.replace("table_coverage", self._coverage_table(c))
+        if self._threads_dirty:
+            cols = ("pid", "tid", "comm", "first_seen_ns", "last_seen_ns", "exit_ns")
+            rows = list(self.threads.values())
+            self.writer.replace("threads", pa.table({c: [t[c] for t in rows] for c in cols}, schema=_THREAD_SCHEMA))
+            self._threads_dirty = False
         if self._procs_dirty:
             cols = ("pid", "ppid", "comm", "cmdline", "first_seen_ns", "last_seen_ns", "exit_ns", "exit_code", "traced")
             procs = list(self.procs.values())
@@ -756,16 +894,44 @@ def _cpu_seconds() -> float:
 
 
 _AGG_SCHEMA = pa.schema([
-    ("bucket_start_ns", pa.int64()), ("pid", pa.int32()), ("comm", pa.string()), ("source", pa.string()),
+    ("bucket_start_ns", pa.int64()), ("pid", pa.int32()), ("tid", pa.int32()), ("cpu", pa.int32()),
+    ("comm", pa.string()), ("source", pa.string()),
     ("op", pa.string()), ("count", pa.int64()), ("sum_bytes", pa.int64()), ("sum_duration_ns", pa.int64()),
     ("bucket_ns", pa.int64()),
     ("stored", pa.int64()),
 ])
 _OPEN_INTERVAL_SCHEMA = pa.schema([
     ("pid", pa.int32()), ("tid", pa.int32()), ("off_ns", pa.int64()), ("off_cpu_ns", pa.int64()),
-    ("prev_state", pa.string()), ("preemptor_pid", pa.int32()), ("preemptor_comm", pa.string()), ("cpu", pa.int32()),
-    ("wakeup_ns", pa.int64()),
+    ("prev_state", pa.string()), ("preemptor_pid", pa.int32()), ("preemptor_tid", pa.int32()),
+    ("preemptor_comm", pa.string()), ("cpu", pa.int32()), ("wakeup_ns", pa.int64()), ("sleep_ns", pa.int64()),
+    ("cpu_wait_ns", pa.int64()), ("waker_pid", pa.int32()), ("waker_tid", pa.int32()), ("waker_comm", pa.string()),
+    ("waker_context", pa.string()), ("syscall", pa.string()),
 ])
+_GPU_PROC_SCHEMA = pa.schema([
+    ("ts_ns", pa.int64()), ("gpu_id", pa.int32()), ("pid", pa.int32()), ("used_memory_bytes", pa.int64()),
+    ("sm_util_percent", pa.float64()),
+])
+_THREAD_SCHEMA = pa.schema([
+    ("pid", pa.int32()), ("tid", pa.int32()), ("comm", pa.string()), ("first_seen_ns", pa.int64()),
+    ("last_seen_ns", pa.int64()), ("exit_ns", pa.int64()),
+])
+
+
+def _no_gpu_context(pid: int) -> bool:
+    """True when the process has no NVIDIA device open yet (/proc/<pid>/fd), so it cannot have made
+    pinned host memory: every pinned range it makes from now on is seen. False when unsure."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(("/dev/nvidia", "/dev/dxg")):
+            return False
+    return True
 _PROC_SCHEMA = pa.schema([
     ("pid", pa.int32()), ("ppid", pa.int32()), ("comm", pa.string()), ("cmdline", pa.string()),
     ("first_seen_ns", pa.int64()), ("last_seen_ns", pa.int64()), ("exit_ns", pa.int64()), ("exit_code", pa.int32()),
