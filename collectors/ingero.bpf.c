@@ -228,7 +228,7 @@ BPF_PERCPU_ARRAY(counters, u64, N_COUNTERS);
 BPF_PERCPU_ARRAY(cpu_in, u64, 1);   // when the task now on this CPU was switched in
 BPF_PERCPU_ARRAY(irq_depth, struct irq_depth_t, 1);
 BPF_PERCPU_ARRAY(pending_holder, struct pending_t, 1);
-BPF_ARRAY(config, u64, 4);   // [0]: trace every process that calls CUDA (no --pid)
+BPF_ARRAY(config, u64, 4);   // [0]: trace every process that calls CUDA (no --pid); [1]: irq depth armed
 
 BPF_RINGBUF_OUTPUT(cuda_events, CUDA_RB_PAGES);
 BPF_RINGBUF_OUTPUT(sched_events, SCHED_RB_PAGES);
@@ -723,26 +723,22 @@ TRACEPOINT_PROBE(sched, sched_wakeup_new) {
     return 0;
 }
 
-// Interrupt nesting per CPU, for waker_context.
-TRACEPOINT_PROBE(irq, irq_handler_entry) {
+// Interrupt nesting per CPU, for waker_context. Entries count only once userspace has armed them
+// (config[1], set after every probe is attached): an entry seen before its exit probe was attached
+// would leave that CPU's depth stuck above 0, while an exit without its entry is ignored (never < 0).
+static __always_inline struct irq_depth_t *irq_armed(void) {
+    int one = 1;
+    u64 *armed = config.lookup(&one);
+    if (!armed || !*armed)
+        return 0;
     int z = 0;
-    struct irq_depth_t *d = irq_depth.lookup(&z);
-    if (d)
-        d->hard++;
-    return 0;
+    return irq_depth.lookup(&z);
 }
 TRACEPOINT_PROBE(irq, irq_handler_exit) {
     int z = 0;
     struct irq_depth_t *d = irq_depth.lookup(&z);
     if (d && d->hard > 0)
         d->hard--;
-    return 0;
-}
-TRACEPOINT_PROBE(irq, softirq_entry) {
-    int z = 0;
-    struct irq_depth_t *d = irq_depth.lookup(&z);
-    if (d)
-        d->soft++;
     return 0;
 }
 TRACEPOINT_PROBE(irq, softirq_exit) {
@@ -752,21 +748,32 @@ TRACEPOINT_PROBE(irq, softirq_exit) {
         d->soft--;
     return 0;
 }
+TRACEPOINT_PROBE(irq, irq_handler_entry) {
+    struct irq_depth_t *d = irq_armed();
+    if (d)
+        d->hard++;
+    return 0;
+}
+TRACEPOINT_PROBE(irq, softirq_entry) {
+    struct irq_depth_t *d = irq_armed();
+    if (d)
+        d->soft++;
+    return 0;
+}
 #ifdef HAVE_HRTIMER
 // Timer interrupts (the local APIC timer) do not pass through irq_handler_entry; the hrtimer
 // callbacks they run (a nanosleep's expiry, a futex timeout) are what wake sleepers from them.
-TRACEPOINT_PROBE(timer, hrtimer_expire_entry) {
-    int z = 0;
-    struct irq_depth_t *d = irq_depth.lookup(&z);
-    if (d)
-        d->timer++;
-    return 0;
-}
 TRACEPOINT_PROBE(timer, hrtimer_expire_exit) {
     int z = 0;
     struct irq_depth_t *d = irq_depth.lookup(&z);
     if (d && d->timer > 0)
         d->timer--;
+    return 0;
+}
+TRACEPOINT_PROBE(timer, hrtimer_expire_entry) {
+    struct irq_depth_t *d = irq_armed();
+    if (d)
+        d->timer++;
     return 0;
 }
 #endif

@@ -17,6 +17,18 @@
 --                 after a preemption: runnable, waiting for a CPU
 -- Per CUDA call, the same split summed over the intervals of the calling thread that fell inside
 -- the call (measured in the kernel between the call's entry and its return).
+--
+-- As the collector records them (collectors/README.md has the details):
+--   * An interval's sleep_ns and cpu_wait_ns are both NULL exactly when it is not 'preempted' or
+--     'new' and no wakeup was seen (wakeup_ns NULL): the thread went to sleep before the collector
+--     attached. Per call, such an interval counts as sleep, so a call's split always sums to off_cpu_ns.
+--   * 'new': wakeup_ns = off_ns = the thread's creation, sleep_ns 0, the waker its creator.
+--   * A wakeup that races the switch-out (woken after setting its sleeping state, before leaving
+--     the CPU) gives wakeup_ns = off_ns, sleep_ns = 0.
+--   * preemptor_pid is the first holder's tgid when it was seen leaving that CPU before the thread
+--     came back (nearly always), else its tid (v1's meaning); preemptor_* NULL for 'new'.
+--   * v1 stores read through v2 views: 'blocked' intervals keep that state, sleep_ns =
+--     coalesce(wakeup_ns, on_ns) - off_ns, cpu_wait_ns = on_ns - wakeup_ns (NULL without a wakeup).
 
 -- ---- CUDA calls: the off-CPU split renamed to what it measures; kernel and host-memory facts --
 ALTER TABLE cuda_calls RENAME COLUMN preempted_ns TO cpu_wait_ns;  -- runnable, not running (after a preemption or a wakeup)
@@ -29,6 +41,8 @@ ALTER TABLE cuda_calls ADD COLUMN host_pinned BOOLEAN;    -- copies H2D/D2H: TRU
                                                           -- (cudaHostAlloc, cuMemHostAlloc, cudaHostRegister, ...);
                                                           -- FALSE outside every pinned range of a process traced from
                                                           -- its first CUDA call; NULL unknown
+                                                          -- (collector: "from its first CUDA call" = it had no
+                                                          -- /dev/nvidia* open when tracing of it began, or exec'd since)
 
 -- ---- Scheduler intervals: both halves of every off-CPU interval, the waker and the holders ----
 -- prev_state (v2): 'preempted' (runnable at switch-out), 'sleeping' (S: interruptible: futex,
@@ -45,8 +59,11 @@ ALTER TABLE sched_intervals ADD COLUMN waker_pid INTEGER;      -- who woke it (r
 ALTER TABLE sched_intervals ADD COLUMN waker_tid INTEGER;
 ALTER TABLE sched_intervals ADD COLUMN waker_comm VARCHAR;
 ALTER TABLE sched_intervals ADD COLUMN waker_context VARCHAR;  -- 'task', 'irq' or 'softirq' (then the waker is the interrupted task)
+                                                               -- ('irq' includes hrtimer expiries: a nanosleep's end)
 ALTER TABLE sched_intervals ADD COLUMN syscall VARCHAR;        -- the system call it slept in ('futex', 'poll', 'read', 'ioctl'...;
                                                                -- NULL: not in a system call, or unknown)
+                                                               -- (x86-64 names of the common blocking calls, else 'syscall_<n>';
+                                                               -- also set for a thread preempted inside a system call)
 
 -- ---- Host aggregates: on-CPU time per thread and CPU, so the holders of a wait are an overlap --
 ALTER TABLE host_aggregates ADD COLUMN tid INTEGER;   -- sched_switch rows: the thread (NULL: per process)

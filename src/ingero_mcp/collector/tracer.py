@@ -202,6 +202,8 @@ class Tracer:
             self.bpf = bcc.BPF(text=text, cflags=cflags)
         self.features = [f[2:] for f in cflags if f.startswith("-DHAVE_")]
         self.bpf["config"][self.bpf["config"].Key(0)] = self.bpf["config"].Leaf(1 if self.trace_all else 0)
+        # every tracepoint is attached now: interrupt entries may count (their exits are there)
+        self.bpf["config"][self.bpf["config"].Key(1)] = self.bpf["config"].Leaf(1)
         self.traced_map = self.bpf["traced"]
         self.agg = self.bpf["agg"]
         self.counters = self.bpf["counters"]
@@ -800,7 +802,8 @@ class Tracer:
              "(pid, 1 s bucket), tid and cpu NULL"),
             ("threads", True, "threads of traced processes: /proc at attach, thread creations, renames, exits and "
              "scheduler intervals; comm the latest name"),
-            ("process_events", lost["process_events"] == 0, "every fork/exec/exit/oom_kill on the host"),
+            ("process_events", lost["process_events"] == 0, "every fork/exec/exit/oom_kill on the host; 'thread' (new "
+             "thread) and 'rename' (comm changed, old_comm the old name) for threads of traced processes"),
             ("snapshots", True, "one system snapshot per second"),
             ("gpu_processes", True, "every compute process NVML lists on each GPU, once a second (also processes not "
              "traced); empty without NVML or a GPU"),
