@@ -555,7 +555,9 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
         base_wall += (ks[1] - ks[0] + 1) * SECOND_NS
         for r in rows(ctx.con, call_class_sql(t.pid, t.tid, ks, ctx.t0)):
             base[r[0]] += int(r[2] or 0)
-    growth = {c: v[1] / wall - (base[c] / base_wall if base_wall else 0.0) for c, v in now.items()}
+    # Contrast: the kind whose share grew against the baseline. Steady: the baseline is the same time seen whole
+    # (the window lies inside it), so every growth is ~0 and the largest kind is the answer.
+    growth = {c: v[1] / wall - (base[c] / base_wall if base_wall and f.mode == "contrast" else 0.0) for c, v in now.items()}
     top = max(growth, key=lambda c: growth[c]) if growth else "other"
     ev = [Evidence(name="time in CUDA calls by kind (share of the window)", value="; ".join(
         f"{c} {100 * v[1] / wall:.1f}%" + (f" (baseline {100 * base[c] / base_wall:.1f}%)" if base_wall else "")
