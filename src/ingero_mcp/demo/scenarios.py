@@ -310,7 +310,8 @@ def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     t = _secs(b)
     busy_init = (t > 0.3) & (t < 3.5)
     cpu = np.where(busy_init, 13.5, 6.0) + rng.normal(0, 0.8, t.size)
-    gpu = np.where(t < 3.5, 0.0, 22 + rng.normal(0, 3, t.size))
+    # Serving: ~1.8 ms of GPU work per request, a request every ~63 ms.
+    gpu = np.where(t < 3.5, 0.0, 3 + rng.normal(0, 0.5, t.size))
     gmem = np.where(t < 1.5, 0.3 * GiB, 3.1 * GiB)
     mem = np.where(t < 1.2, 0.21, 0.27) + 0.002 * rng.standard_normal(t.size)
     b.write_snapshots(cpu, cpus, 64 * GiB, mem, gpu, gmem, 24 * GiB)
@@ -383,6 +384,7 @@ def _allocator_spike(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         OpSpec("cudaStreamSynchronize", 9 * MS, 0.15, gap_ns=10 * US),
     ]
     spike_pages_total = np.zeros(b.n_buckets)
+    spike_ns_total = np.zeros(b.n_buckets)
     cuts = list(range(b.start_ns, b.end_ns, period_ns)) + list(range(b.start_ns + SEC, b.end_ns, period_ns))
     for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns, cuts):
         calls = loop_calls(rng, template, c0, c1)
@@ -414,10 +416,14 @@ def _allocator_spike(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         sp = calls.pages >= 20_000
         spike_pages_total += np.bincount(np.clip((calls.ts[sp] - b.start_ns) // SEC, 0, b.n_buckets - 1),
                                          weights=calls.pages[sp], minlength=b.n_buckets)
+        spike_ns_total += np.bincount(np.clip((calls.ts[sp] - b.start_ns) // SEC, 0, b.n_buckets - 1),
+                                      weights=calls.dur[sp], minlength=b.n_buckets)
     b.background(main.pid, "mm_page_alloc", 3_000.0)
     t = _secs(b)
     cpu = 13 + rng.normal(0, 1, t.size) + np.minimum(spike_pages_total / 50_000, 8)
-    gpu = 45 + rng.normal(0, 4, t.size) - np.minimum(spike_pages_total / 20_000, 20)
+    # The GPU runs the step's kernels while the thread waits in the 9 ms sync (~70% of a step), and idles while
+    # the allocator refills its pool.
+    gpu = 70 * (1 - spike_ns_total / SEC) + rng.normal(0, 2, t.size)
     mem = 0.30 + 0.03 * ((t % 5) > 1)
     gmem = np.where((t % 5) > 1, 14 * GiB, 6 * GiB)
     b.write_snapshots(cpu, cpus, 64 * GiB, mem, gpu, gmem, 24 * GiB)
