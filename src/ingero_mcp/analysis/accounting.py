@@ -44,7 +44,7 @@ def seconds_in(window: TimeWindow | None, t0: int) -> str:
     if window is None:
         return "TRUE"
     lo = (window.start_ns - t0) // SECOND_NS
-    hi = (window.end_ns - t0) // SECOND_NS
+    hi = (window.end_ns - 1 - t0) // SECOND_NS  # the end is exclusive: a window to +20 s ends in second 19
     return f"k BETWEEN {int(lo)} AND {int(hi)}"
 
 
