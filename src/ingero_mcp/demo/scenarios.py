@@ -2,7 +2,7 @@
 
 `generate(name, db)` writes a complete session through `TraceWriter` (no root, no GPU): every
 table filled as the collector fills it. `EXPECTED[name]` says which causal chain the analysis
-must find in it (the op and root-cause keywords), so the scenarios are test fixtures as well as
+must give for it (the root cause, the culprit, the window), so the scenarios are test fixtures as well as
 the `ingero-mcp demo` command. `scale` stretches the trace in time (events grow linearly), which
 is how the benchmarks make 1M- and 10M-event traces.
 """
@@ -42,58 +42,50 @@ CHUNK_NS = 60 * SEC  # calls are generated a minute of trace at a time, to bound
 
 @dataclass(frozen=True)
 class Expected:
-    """Ground truth of a scenario: the chain the analysis must report, and what it must blame."""
+    """Ground truth of a scenario: what is staged, and what a report on it must say."""
 
-    op: str  # the CUDA op whose tail the scenario makes heavy
-    pid: int  # the process making those calls
-    cause: str  # short id of the cause
-    keywords: tuple[str, ...]  # at least one appears (case-insensitive) in the chain's root cause
-    related_ops: tuple[str, ...] = ()  # other ops that may get a chain for the same cause
-    competitor: str | None = None  # the process the chain should name: its comm, or "<pid>" when comms tie
-    severity: str = "HIGH"  # at scale 1; a one-time cost (cold start) weighs less in a longer trace
+    op: str  # the CUDA op the staged problem shows on (its tail or its total)
+    pid: int  # the process making those calls (the job)
+    cause: str  # short id of the staged problem
+    root_cause: str  # the root-cause id (analysis/recommend.py) the report's top HIGH/MEDIUM chain must give
+    window_s: tuple[float, float]  # when the problem is staged, seconds since the trace start (scale 1)
+    competitor: str | None = None  # the culprit the chain must name: its comm, or "<pid>" when comms tie
     description: str = ""
 
 
 EXPECTED: dict[str, Expected] = {
     "dataloader": Expected(
-        op="cudaStreamSynchronize", pid=4100, cause="cpu-contention",
-        keywords=("cpu contention", "preempted"),
-        related_ops=("cudaMemcpyAsync", "cudaLaunchKernel"), competitor="pt_data_worker",
-        description="4 DataLoader workers + the main thread on 4 CPUs: the main thread's sync and "
-        "memcpy calls are slow because it is preempted by its own workers (CPU 100 %, GPU ~15 %).",
+        op="cudaStreamSynchronize", pid=4100, cause="cpu-contention", root_cause="own-workers-cpu",
+        window_s=(0.0, 30.0), competitor="pt_data_worker",
+        description="4 DataLoader workers + the main thread on 4 CPUs: the main thread waits for a CPU behind its "
+        "own workers, inside its calls and after every wakeup (CPU 100 %, GPU ~15 %).",
     ),
     "cold-start": Expected(
-        op="cudaMalloc", pid=5300, cause="cold-start",
-        keywords=("cold start", "first call", "initialisation", "initialization"),
-        related_ops=("cudaLaunchKernel",),
+        op="cudaMalloc", pid=5300, cause="cold-start", root_cause="cold-start", window_s=(1.2, 3.5),
         description="A server starts inside the trace: its first cudaMalloc (context creation) takes "
         "~1.4 s and the first launch of each kernel ~2-25 ms (lazy module loading); then all is normal.",
     ),
     "memcpy-bottleneck": Expected(
-        op="cudaMemcpy", pid=6100, cause="memcpy-bandwidth",
-        keywords=("pageable", "bandwidth"),
+        op="cudaMemcpy", pid=6100, cause="memcpy-bandwidth", root_cause="pageable-copies", window_s=(0.0, 30.0),
         description="Each step copies a 256 MiB batch host-to-device from pageable memory at ~3 GB/s "
         "with a synchronous cudaMemcpy; the thread sleeps (blocked), it is not preempted.",
     ),
     "allocator-spike": Expected(
-        op="cudaMalloc", pid=7100, cause="page-alloc-storm",
-        keywords=("page-allocation", "page allocation"),
-        description="Every 5 s the caching allocator is emptied and refilled: bursts of cudaMalloc "
+        op="cudaMalloc", pid=7100, cause="page-alloc-storm", root_cause="allocator-churn", window_s=(1.0, 2.0),
+        description="Every 5 s (from +1 s) the caching allocator is emptied and refilled: bursts of cudaMalloc "
         "calls of 20-60 ms, each with tens of thousands of page allocations during the call.",
     ),
     "cpu-contention": Expected(
-        op="cudaStreamSynchronize", pid=8100, cause="cpu-contention",
-        keywords=("cpu contention", "preempted"),
-        related_ops=("cudaMemcpyAsync", "cudaLaunchKernel"), competitor="ffmpeg",
+        op="cudaStreamSynchronize", pid=8100, cause="cpu-contention", root_cause="cpu-contention",
+        window_s=(8.0, 22.0), competitor="ffmpeg",
         description="An unrelated ffmpeg transcode (not traced) takes all 4 CPUs for the middle half of "
         "the trace; the inference loop's calls made then are preempted by it.",
     ),
     "gpu-shared": Expected(
-        op="cudaStreamSynchronize", pid=9100, cause="gpu-shared",
-        keywords=("gpu is shared", "shared gpu", "another process"),
+        op="cudaStreamSynchronize", pid=9100, cause="gpu-shared", root_cause="gpu-shared", window_s=(3.4, 4.0),
         competitor="9200",
-        description="A second process (serve.py) runs inference bursts on the same GPU; the trainer's "
-        "syncs wait for the GPU (blocked, no preemption, CPUs idle).",
+        description="A second process (serve.py) runs inference bursts (0.6 s every 4 s) on the same GPU; the "
+        "trainer's syncs wait for the GPU (blocked, no preemption, CPUs idle).",
     ),
 }
 
