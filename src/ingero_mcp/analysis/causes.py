@@ -457,8 +457,9 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
     rel = ctx.relation(t.pid, wpid, wtid, wcomm)
     culprits = []
     for r in known[:5]:
-        c = Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2],
-                    relation=ctx.relation(t.pid, int(r[0]), int(r[1]), r[2]), ns=int(r[5] or 0))
+        # A wakeup from an interrupt names the task the interrupt landed on, not a task that did the waking.
+        rel_r = "interrupt" if r[3] in ("irq", "softirq") else ctx.relation(t.pid, int(r[0]), int(r[1]), r[2])
+        c = Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2], relation=rel_r, ns=int(r[5] or 0))
         culprits.append(c)
     share = int(wns or 0) / total
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
