@@ -339,3 +339,16 @@ def test_demo_command_refuses_to_overwrite_other_files(tmp_path: Path, capsys: p
     assert "not a demo trace store" in capsys.readouterr().err
     assert other.read_text() == "my notes"
     assert main(["demo", "no-such-scenario", "--db", str(tmp_path / "x.duckdb")]) == 2
+
+
+def test_v2_cold_start_context_creation_reads_files_in_d_state(stores: dict[str, Path]) -> None:
+    """The first cudaMalloc creates the context: the driver reads its files, asleep in D state (uninterruptible),
+    woken by the disk's interrupt; no other sleep of the server is uninterruptible."""
+    c = open_store(stores["cold-start"])
+    got = one(c, """
+        WITH f AS (SELECT ts_ns, ts_ns + duration_ns AS e, sleep_ns FROM cuda_calls WHERE pid = 5300 ORDER BY ts_ns LIMIT 1)
+        SELECT count(*), sum(i.sleep_ns) = any_value(f.sleep_ns), bool_and(i.syscall = 'read' AND i.waker_context = 'irq'),
+               (SELECT count(*) FROM sched_intervals WHERE prev_state = 'uninterruptible')
+        FROM sched_intervals i, f WHERE i.off_ns >= f.ts_ns AND i.on_ns <= f.e AND i.prev_state = 'uninterruptible'""")
+    c.close()
+    assert got == (24, True, True, 24)

@@ -263,7 +263,9 @@ def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     wc.dur[early] = lognormal(rng, 6 * MS, 0.5, int(early.sum())).astype(np.int64)
     wc.layout(first_ns)
     b.emit_calls(srv.pid, srv.pid, warm, wc, preemptor=blocked_idle, blocked_next=blocked_idle, cpus=cpus,
-                 wakers=Wakers(call=irq_waker(blocked_idle, "softirq"), call_syscall="read"))
+                 # context creation reads the driver's and the CUDA libraries' files: D-state sleeps ended by the
+                 # disk's interrupt
+                 wakers=Wakers(call=irq_waker(blocked_idle), call_syscall="read", call_state="uninterruptible"))
     serve_start = int(wc.ts[-1] + wc.dur[-1] + 50 * MS)
 
     template = [

@@ -66,6 +66,7 @@ class Wakers:
 
     call: WakerFn | None = None
     call_syscall: str = "ioctl"
+    call_state: str = "sleeping"  # 'uninterruptible' for a driver reading files (D state)
     gap: WakerFn | None = None
     gap_syscall: str | None = "futex"
     gap_state: str = "sleeping"
@@ -380,7 +381,7 @@ class TraceBuilder:
         g_off = np.concatenate([(gap_start + third)[pre_mask], (gap_start + 2 * third + calls.gap_pre)[blk_mask]])
         g_sleep = np.concatenate([np.zeros(int(pre_mask.sum()), np.int64), calls.gap_block[blk_mask]])
         g_wait = np.concatenate([calls.gap_pre[pre_mask], calls.gap_wait[blk_mask]])
-        state = np.concatenate([np.where(c_sleep > 0, 1, 0), np.zeros(int(pre_mask.sum()), np.int32),
+        state = np.concatenate([np.where(c_sleep > 0, STATES.index(wakers.call_state), 0), np.zeros(int(pre_mask.sum()), np.int32),
                                 np.full(int(blk_mask.sum()), STATES.index(wakers.gap_state))]).astype(np.int32)
         where = np.concatenate([np.ones(c_off.size, bool), np.zeros(g_off.size, bool)])  # inside a call?
         off_ns = np.concatenate([c_off, g_off])
