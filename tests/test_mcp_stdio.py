@@ -169,6 +169,17 @@ async def test_the_config_as_written_serves_the_bundled_h200_trace() -> None:
     async with Client(params) as client:
         chains = await client.call_tool("get_causal_chains", {"top_n": 3})
         calls = await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls WHERE op = 'cudaHostAlloc'"})
+        # the first chain: the main thread host-bound over the DataLoader(shuffle) stretch; its evidence's SQL
+        # (over the accounting's views) re-runs through the same server and gives the number shown
+        first = chains.structured_content["chains"][0]
+        share = next(e for e in first["evidence"] if e["name"].startswith("share of the thread's time"))
+        again = await client.call_tool("run_sql", {"sql": share["sql"]})
+        # a v1 store, read in the v2 shape through run_sql as through every other reader
+        v2 = await client.call_tool("run_sql", {"sql": "SELECT count(*) FILTER (WHERE sleep_ns + cpu_wait_ns = off_cpu_ns) "
+                                                       "= count(off_cpu_ns) AS ok FROM cuda_calls"})
     text = chains.content[0].text
-    assert not chains.is_error and "GPU starved" in text and "1534" in text
+    assert not chains.is_error and "1534" in text and "host-bound" in text
+    assert first["root_cause"] == "host-bound" and first["severity"] == "HIGH" and first["pids"] == [1534]
+    assert not again.is_error and float(again.content[0].text.splitlines()[-1]) == share["value"] > 95
+    assert not v2.is_error and v2.structured_content["rows"] == [[True]]
     assert calls.content[0].text.splitlines()[-2:] == ["n (BIGINT)", "4"]

@@ -44,7 +44,7 @@ def seconds_in(window: TimeWindow | None, t0: int) -> str:
     if window is None:
         return "TRUE"
     lo = (window.start_ns - t0) // SECOND_NS
-    hi = (window.end_ns - t0) // SECOND_NS
+    hi = (window.end_ns - 1 - t0) // SECOND_NS  # the end is exclusive: a window to +20 s ends in second 19
     return f"k BETWEEN {int(lo)} AND {int(hi)}"
 
 
@@ -150,7 +150,7 @@ def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = Fal
         s2 AS (
             SELECT s.*, coalesce(c2.before_ns + least(s.end_ns, c2.end_ns) - c2.start_ns, 0) - s.in_a AS inside_ns
             FROM s ASOF LEFT JOIN call_spans c2 ON s.pid = c2.pid AND s.tid = c2.tid AND c2.start_ns <= s.end_ns)
-        SELECT waker_pid, waker_tid, any_value(waker_comm) AS waker_comm, any_value(waker_context) AS waker_context,
+        SELECT waker_pid, waker_tid, min(waker_comm) AS waker_comm, min(waker_context) AS waker_context,
                count(*) AS sleeps, sum(dur_ns)::BIGINT AS sleep_ns,
                sum(dur_ns) FILTER (WHERE sleep_state = 'D')::BIGINT AS io_ns,
                arg_max(syscall, dur_ns) AS syscall

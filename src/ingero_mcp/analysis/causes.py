@@ -309,7 +309,7 @@ def holders_sql(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> str:
                FROM w ASOF JOIN b ON w.cpu = b.cpu AND b.bucket_start_ns <= w.end_ns
                WHERE w.end_ns < b.bucket_start_ns + b.bucket_ns GROUP BY ALL),
         tot AS (SELECT cpu, bucket_start_ns, sum(on_ns) AS all_on FROM occ GROUP BY ALL)
-        SELECT o.pid, o.tid, any_value(o.comm) AS comm, sum(wb.wait_ns * o.on_ns / tot.all_on)::BIGINT AS ns,
+        SELECT o.pid, o.tid, min(o.comm) AS comm, sum(wb.wait_ns * o.on_ns / tot.all_on)::BIGINT AS ns,
                list(DISTINCT o.cpu ORDER BY o.cpu) AS cpus
         FROM wb JOIN occ o USING (cpu, bucket_start_ns) JOIN tot USING (cpu, bucket_start_ns)
         WHERE tot.all_on > 0
@@ -321,7 +321,7 @@ def first_holders_sql(pid: int, tid: int, w: TimeWindow) -> str:
     left it as the thread came back, weighted by the wait."""
     return f"""
         SELECT coalesce(first_holder_pid, last_holder_pid) AS hpid, coalesce(first_holder_tid, last_holder_tid) AS htid,
-               any_value(coalesce(first_holder_comm, last_holder_comm)) AS comm, sum(dur_ns)::BIGINT AS ns,
+               min(coalesce(first_holder_comm, last_holder_comm)) AS comm, sum(dur_ns)::BIGINT AS ns,
                list(DISTINCT cpu ORDER BY cpu) AS cpus
         FROM thread_state WHERE pid = {pid} AND tid = {tid} AND state = 'cpu_wait'
           AND end_ns > {w.start_ns} AND end_ns <= {w.end_ns}
@@ -457,8 +457,9 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
     rel = ctx.relation(t.pid, wpid, wtid, wcomm)
     culprits = []
     for r in known[:5]:
-        c = Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2],
-                    relation=ctx.relation(t.pid, int(r[0]), int(r[1]), r[2]), ns=int(r[5] or 0))
+        # A wakeup from an interrupt names the task the interrupt landed on, not a task that did the waking.
+        rel_r = "interrupt" if r[3] in ("irq", "softirq") else ctx.relation(t.pid, int(r[0]), int(r[1]), r[2])
+        c = Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2], relation=rel_r, ns=int(r[5] or 0))
         culprits.append(c)
     share = int(wns or 0) / total
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
@@ -485,8 +486,10 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
         cause = rc.WAITING_ON_PROCESS
         reason = f"woken by {who} ({rel}, {100 * share:.0f}% of the sleep{sc}), which was {doing}"
     if waker_acc:
-        ev.append(Evidence(name=f"what {who} did meanwhile", value=doing,
-                           sql=_seconds_sql(wpid, wtid, f.ks, "sum(run_outside_ns + run_inside_ns) / sum(wall_ns)")))
+        ev.append(Evidence(name=f"what {who} did meanwhile", value=doing))
+        ev.append(Evidence(name=f"share of {who}'s time on a CPU meanwhile", unit="%",
+                           value=round(100 * (waker_acc.run_outside_ns + waker_acc.run_inside_ns) / max(waker_acc.wall_ns, 1), 1),
+                           sql=_seconds_sql(wpid, wtid, f.ks, "round(100 * sum(run_outside_ns + run_inside_ns) / sum(wall_ns), 1)")))
     return Explained(cause=cause, reason=reason, culprits=culprits, evidence=ev, numbers={"waker": who, "doing": doing})
 
 
@@ -555,7 +558,9 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
         base_wall += (ks[1] - ks[0] + 1) * SECOND_NS
         for r in rows(ctx.con, call_class_sql(t.pid, t.tid, ks, ctx.t0)):
             base[r[0]] += int(r[2] or 0)
-    growth = {c: v[1] / wall - (base[c] / base_wall if base_wall else 0.0) for c, v in now.items()}
+    # Contrast: the kind whose share grew against the baseline. Steady: the baseline is the same time seen whole
+    # (the window lies inside it), so every growth is ~0 and the largest kind is the answer.
+    growth = {c: v[1] / wall - (base[c] / base_wall if base_wall and f.mode == "contrast" else 0.0) for c, v in now.items()}
     top = max(growth, key=lambda c: growth[c]) if growth else "other"
     ev = [Evidence(name="time in CUDA calls by kind (share of the window)", value="; ".join(
         f"{c} {100 * v[1] / wall:.1f}%" + (f" (baseline {100 * base[c] / base_wall:.1f}%)" if base_wall else "")
@@ -639,7 +644,8 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
             tot += int(p or 0)
             n += b1 - b0 + 1
         base_rate = tot / max(n, 1)
-    ev = [Evidence(name="pages allocated by the process per second", value=round(rate), sql=" ".join(sql.split()))]
+    rate_sql = f"SELECT round(coalesce(pages, 0) / {k1 - k0 + 1})::BIGINT FROM ({' '.join(sql.split())})"
+    ev = [Evidence(name="pages allocated by the process per second", value=int(rows(ctx.con, rate_sql)[0][0]), sql=rate_sql)]
     if rate >= 20_000 and (base_rate is None or rate >= 4 * max(base_rate, 1)):
         return Explained(cause=rc.PAGE_FAULTS, evidence=ev,
                          reason=(f"allocating {rate:,.0f} pages/s ({rate * 4096 / 1e9:.1f} GB/s of fresh memory"
@@ -681,14 +687,15 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         gpu = f", GPU {f.gpu_util:.0f}% busy" if f.gpu_util is not None else ", GPU utilisation not recorded"
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{gpu}: {ex.reason}"
     ev = [Evidence(name=f"share of the thread's time {label}", value=round(pct, 1), unit="%",
-                   sql=_seconds_sql(t.pid, t.tid, f.ks, f"sum({part_sql(f.part)}) / sum(wall_ns)"))]
+                   sql=_seconds_sql(t.pid, t.tid, f.ks, f"round(100 * sum({part_sql(f.part)}) / sum(wall_ns), 1)"))]
     if f.base_share is not None:
         ev.append(Evidence(name="the same in the healthy baseline", value=round(100 * f.base_share, 1), unit="%"))
     if f.slowdown:
-        ev.append(Evidence(name="work rate, healthy baseline / this window (launches+copies per second)",
-                           value=round(f.slowdown, 2), unit="x",
-                           sql=f"SELECT sum(work_calls) / (max(k) - min(k) + 1) FROM thread_seconds WHERE pid = {t.pid} "
-                               f"AND k BETWEEN {f.ks[0]} AND {f.ks[1]}"))
+        rate_sql = (f"SELECT round(sum(work_calls) / (max(k) - min(k) + 1), 1) FROM thread_seconds WHERE pid = {t.pid} "
+                    f"AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
+        ev.append(Evidence(name="work rate in this window (launches+copies per second)",
+                           value=float(rows(ctx.con, rate_sql)[0][0] or 0.0), sql=rate_sql))
+        ev.append(Evidence(name="work rate, healthy baseline / this slow phase", value=round(f.slowdown, 2), unit="x"))
     if f.gpu_util is not None:
         ev.append(Evidence(name="GPU utilisation in the window", value=round(f.gpu_util, 1), unit="%",
                            sql=f"SELECT avg(gpu_util_percent) FROM snapshots WHERE ts_ns BETWEEN {f.window.start_ns} AND {f.window.end_ns}"))

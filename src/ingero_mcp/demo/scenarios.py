@@ -2,7 +2,7 @@
 
 `generate(name, db)` writes a complete session through `TraceWriter` (no root, no GPU): every
 table filled as the collector fills it. `EXPECTED[name]` says which causal chain the analysis
-must find in it (the op and root-cause keywords), so the scenarios are test fixtures as well as
+must give for it (the root cause, the culprit, the window), so the scenarios are test fixtures as well as
 the `ingero-mcp demo` command. `scale` stretches the trace in time (events grow linearly), which
 is how the benchmarks make 1M- and 10M-event traces.
 """
@@ -26,9 +26,12 @@ from ingero_mcp.demo.synth import (
     OpSpec,
     Proc,
     TraceBuilder,
+    Wakers,
+    irq_waker,
     lognormal,
     loop_calls,
     pick,
+    task_waker,
 )
 from ingero_mcp.store import TraceWriter
 
@@ -39,58 +42,50 @@ CHUNK_NS = 60 * SEC  # calls are generated a minute of trace at a time, to bound
 
 @dataclass(frozen=True)
 class Expected:
-    """Ground truth of a scenario: the chain the analysis must report, and what it must blame."""
+    """Ground truth of a scenario: what is staged, and what a report on it must say."""
 
-    op: str  # the CUDA op whose tail the scenario makes heavy
-    pid: int  # the process making those calls
-    cause: str  # short id of the cause
-    keywords: tuple[str, ...]  # at least one appears (case-insensitive) in the chain's root cause
-    related_ops: tuple[str, ...] = ()  # other ops that may get a chain for the same cause
-    competitor: str | None = None  # the process the chain should name: its comm, or "<pid>" when comms tie
-    severity: str = "HIGH"  # at scale 1; a one-time cost (cold start) weighs less in a longer trace
+    op: str  # the CUDA op the staged problem shows on (its tail or its total)
+    pid: int  # the process making those calls (the job)
+    cause: str  # short id of the staged problem
+    root_cause: str  # the root-cause id (analysis/recommend.py) the report's top HIGH/MEDIUM chain must give
+    window_s: tuple[float, float]  # when the problem is staged, seconds since the trace start (scale 1)
+    competitor: str | None = None  # the culprit the chain must name: its comm, or "<pid>" when comms tie
     description: str = ""
 
 
 EXPECTED: dict[str, Expected] = {
     "dataloader": Expected(
-        op="cudaStreamSynchronize", pid=4100, cause="cpu-contention",
-        keywords=("cpu contention", "preempted"),
-        related_ops=("cudaMemcpyAsync", "cudaLaunchKernel"), competitor="pt_data_worker",
-        description="4 DataLoader workers + the main thread on 4 CPUs: the main thread's sync and "
-        "memcpy calls are slow because it is preempted by its own workers (CPU 100 %, GPU ~15 %).",
+        op="cudaStreamSynchronize", pid=4100, cause="cpu-contention", root_cause="own-workers-cpu",
+        window_s=(0.0, 30.0), competitor="pt_data_worker",
+        description="4 DataLoader workers + the main thread on 4 CPUs: the main thread waits for a CPU behind its "
+        "own workers, inside its calls and after every wakeup (CPU 100 %, GPU ~15 %).",
     ),
     "cold-start": Expected(
-        op="cudaMalloc", pid=5300, cause="cold-start",
-        keywords=("cold start", "first call", "initialisation", "initialization"),
-        related_ops=("cudaLaunchKernel",),
+        op="cudaMalloc", pid=5300, cause="cold-start", root_cause="cold-start", window_s=(1.2, 3.5),
         description="A server starts inside the trace: its first cudaMalloc (context creation) takes "
         "~1.4 s and the first launch of each kernel ~2-25 ms (lazy module loading); then all is normal.",
     ),
     "memcpy-bottleneck": Expected(
-        op="cudaMemcpy", pid=6100, cause="memcpy-bandwidth",
-        keywords=("pageable", "bandwidth"),
+        op="cudaMemcpy", pid=6100, cause="memcpy-bandwidth", root_cause="pageable-copies", window_s=(0.0, 30.0),
         description="Each step copies a 256 MiB batch host-to-device from pageable memory at ~3 GB/s "
         "with a synchronous cudaMemcpy; the thread sleeps (blocked), it is not preempted.",
     ),
     "allocator-spike": Expected(
-        op="cudaMalloc", pid=7100, cause="page-alloc-storm",
-        keywords=("page-allocation", "page allocation"),
-        description="Every 5 s the caching allocator is emptied and refilled: bursts of cudaMalloc "
+        op="cudaMalloc", pid=7100, cause="page-alloc-storm", root_cause="allocator-churn", window_s=(1.0, 2.0),
+        description="Every 5 s (from +1 s) the caching allocator is emptied and refilled: bursts of cudaMalloc "
         "calls of 20-60 ms, each with tens of thousands of page allocations during the call.",
     ),
     "cpu-contention": Expected(
-        op="cudaStreamSynchronize", pid=8100, cause="cpu-contention",
-        keywords=("cpu contention", "preempted"),
-        related_ops=("cudaMemcpyAsync", "cudaLaunchKernel"), competitor="ffmpeg",
+        op="cudaStreamSynchronize", pid=8100, cause="cpu-contention", root_cause="cpu-contention",
+        window_s=(8.0, 22.0), competitor="ffmpeg",
         description="An unrelated ffmpeg transcode (not traced) takes all 4 CPUs for the middle half of "
         "the trace; the inference loop's calls made then are preempted by it.",
     ),
     "gpu-shared": Expected(
-        op="cudaStreamSynchronize", pid=9100, cause="gpu-shared",
-        keywords=("gpu is shared", "shared gpu", "another process"),
+        op="cudaStreamSynchronize", pid=9100, cause="gpu-shared", root_cause="gpu-shared", window_s=(3.4, 4.0),
         competitor="9200",
-        description="A second process (serve.py) runs inference bursts on the same GPU; the trainer's "
-        "syncs wait for the GPU (blocked, no preemption, CPUs idle).",
+        description="A second process (serve.py) runs inference bursts (0.6 s every 4 s) on the same GPU; the "
+        "trainer's syncs wait for the GPU (blocked, no preemption, CPUs idle).",
     ),
 }
 
@@ -146,7 +141,7 @@ def _secs(b: TraceBuilder) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 def _dataloader(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     rng = b.rng
-    cpus = 4
+    cpus = b.cpus = 4
     epoch_ns = 10 * SEC
     _system_processes(b)
     b.proc(Proc(4000, "bash", "-bash", ppid=812))
@@ -162,10 +157,14 @@ def _dataloader(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         e1 = e0 + epoch_ns
         for k in range(4):
             exit_ns = e1 - 5 * MS if e1 - 5 * MS < b.end_ns else None
-            b.fork_exec_exit(main.pid, Proc(int(worker_pid(e, k)), "pt_data_worker",
-                                            main.cmdline, traced=True, exit_ns=exit_ns,
-                                            exit_code=0 if exit_ns else None),
-                             fork_ns=e0 + 2 * MS + k * 1 * MS)
+            w = b.fork_exec_exit(main.pid, Proc(int(worker_pid(e, k)), "pt_data_worker",
+                                                main.cmdline, traced=True, exit_ns=exit_ns,
+                                                exit_code=0 if exit_ns else None),
+                                 fork_ns=e0 + 2 * MS + k * 1 * MS)
+            # A forked worker starts as "python3" and names itself (torch sets the thread name).
+            b.process_events.append(dict(ts_ns=(w.first_seen_ns or e0) + 400 * US, event="rename", pid=w.pid, tid=w.pid,
+                                         comm="pt_data_worker", old_comm=main.comm))
+    b.thread(main.pid, 4160, "pt_autograd_0", b.start_ns)
 
     def worker_at(ts: np.ndarray, r: np.random.Generator) -> np.ndarray:
         epoch = np.clip((ts - b.start_ns) // epoch_ns, 0, n_epochs - 1)
@@ -184,15 +183,21 @@ def _dataloader(b: TraceBuilder) -> tuple[int, int, str | None, str]:
 
         start = (p.first_seen_ns or b.start_ns) + 1 * MS
         end = p.exit_ns or b.end_ns
+        # Between batches a worker sleeps on its index queue until the main thread puts the next index there,
+        # then waits for a CPU: the four workers and the main thread share four CPUs.
         b.renewal_intervals(pid, pid, start, end, on_median_ns=3 * MS, pre_median_ns=1.2 * MS,
-                            blk_median_ns=300 * US, pre_frac=0.75, preemptor=other, blocked_next=other, cpus=cpus)
+                            blk_median_ns=300 * US, pre_frac=0.75, preemptor=other, blocked_next=other, cpus=cpus,
+                            wakers=Wakers(gap=task_waker(pick([main.pid])), gap_syscall="futex"),
+                            wake_wait_ns=0.8 * MS)
         b.background(pid, "mm_page_alloc", 14_000.0)
 
     template = [
-        OpSpec("cudaMemcpyAsync", 14 * US, bytes=64 * 3 * 224 * 224, kind="H2D", gap_ns=150 * US, block_ns=5 * MS),
-        OpSpec("cudaMemcpyAsync", 8 * US, 0.25, bytes=512, kind="H2D", gap_ns=15 * US),
+        # The batch, from the pinned buffer of pin_memory=True, after waiting for it on the workers' result queue.
+        OpSpec("cudaMemcpyAsync", 14 * US, bytes=64 * 3 * 224 * 224, kind="H2D", gap_ns=150 * US, block_ns=5 * MS,
+               pinned=True),
+        OpSpec("cudaMemcpyAsync", 8 * US, 0.25, bytes=512, kind="H2D", gap_ns=15 * US, pinned=True),
         OpSpec("cudaLaunchKernel", 5 * US, 0.35, gap_ns=35 * US, repeat=40),
-        OpSpec("cudaMemcpyAsync", 9 * US, 0.25, bytes=4, kind="D2H", gap_ns=20 * US),
+        OpSpec("cudaMemcpyAsync", 9 * US, 0.25, bytes=4, kind="D2H", gap_ns=20 * US, pinned=False),  # loss.item()
         OpSpec("cudaStreamSynchronize", 40 * US, 0.5, gap_ns=10 * US),
     ]
     for c0, c1 in _chunks(b, b.start_ns + 200 * MS, b.end_ns):
@@ -206,9 +211,14 @@ def _dataloader(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         calls.add_stall(sync_slow, blk=lognormal(rng, 150 * US, 0.5, int(sync_slow.sum())))
         gap_pre = rng.random(calls.spec_idx.size) < 0.02
         calls.gap_pre[gap_pre] = lognormal(rng, 3 * MS, 0.6, int(gap_pre.sum())).astype(np.int64)
+        # Every wakeup (a batch on the result queue, the GPU's interrupt ending a sync) is followed by a wait for
+        # a CPU: all four are busy with the workers.
+        n = calls.spec_idx.size
+        calls.wake_waits(lognormal(rng, 1.2 * MS, 0.6, n), lognormal(rng, 1.5 * MS, 0.6, n))
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
-        b.emit_calls(main.pid, main.pid, template, calls, preemptor=worker_at, blocked_next=worker_at, cpus=cpus)
+        b.emit_calls(main.pid, main.pid, template, calls, preemptor=worker_at, blocked_next=worker_at, cpus=cpus,
+                     wakers=Wakers(call=irq_waker(worker_at), gap=task_waker(worker_at), gap_syscall="poll"))
     b.background(main.pid, "mm_page_alloc", 1_500.0)
 
     t = _secs(b)
@@ -217,13 +227,14 @@ def _dataloader(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     gpu = 15 + rng.normal(0, 3, t.size)
     mem = 0.38 + 0.02 * np.sin(t / 7)
     b.write_snapshots(cpu, cpus, 32 * GiB, mem, gpu, np.full(t.size, 9 * GiB), 24 * GiB)
+    b.write_gpu_processes(main.pid, 9 * GiB, gpu)
     return cpus, 32 * GiB, "NVIDIA A10G", EXPECTED["dataloader"].description
 
 
 # --------------------------------------------------------------------------------------------
 def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     rng = b.rng
-    cpus = 8
+    cpus = b.cpus = 8
     _system_processes(b)
     b.proc(Proc(5200, "bash", "-bash", ppid=812))
     exec_ns = b.start_ns + 300 * MS
@@ -251,13 +262,18 @@ def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     early = is_malloc & (np.cumsum(is_malloc) > 1) & (np.cumsum(is_malloc) <= 6)
     wc.dur[early] = lognormal(rng, 6 * MS, 0.5, int(early.sum())).astype(np.int64)
     wc.layout(first_ns)
-    b.emit_calls(srv.pid, srv.pid, warm, wc, preemptor=blocked_idle, blocked_next=blocked_idle, cpus=cpus)
+    b.emit_calls(srv.pid, srv.pid, warm, wc, preemptor=blocked_idle, blocked_next=blocked_idle, cpus=cpus,
+                 # context creation reads the driver's and the CUDA libraries' files: D-state sleeps ended by the
+                 # disk's interrupt
+                 wakers=Wakers(call=irq_waker(blocked_idle), call_syscall="read", call_state="uninterruptible"))
     serve_start = int(wc.ts[-1] + wc.dur[-1] + 50 * MS)
 
     template = [
-        OpSpec("cudaMemcpyAsync", 12 * US, 0.3, bytes=3 * 224 * 224 * 4 * 8, kind="H2D", gap_ns=400 * US, block_ns=60 * MS),
+        # Between requests the server sleeps in epoll_wait until the NIC's softirq wakes it.
+        OpSpec("cudaMemcpyAsync", 12 * US, 0.3, bytes=3 * 224 * 224 * 4 * 8, kind="H2D", gap_ns=400 * US, block_ns=60 * MS,
+               pinned=False),
         OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=40 * US, repeat=24),
-        OpSpec("cudaMemcpyAsync", 10 * US, 0.3, bytes=8 * 1000 * 4, kind="D2H", gap_ns=20 * US),
+        OpSpec("cudaMemcpyAsync", 10 * US, 0.3, bytes=8 * 1000 * 4, kind="D2H", gap_ns=20 * US, pinned=False),
         OpSpec("cudaStreamSynchronize", 1_800 * US, 0.25, gap_ns=10 * US),
     ]
     for n_chunk, (c0, c1) in enumerate(_chunks(b, serve_start, b.end_ns)):
@@ -280,35 +296,40 @@ def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
-        b.emit_calls(srv.pid, srv.pid, template, calls, preemptor=pick([190, 905]), blocked_next=blocked_idle, cpus=cpus)
+        b.emit_calls(srv.pid, srv.pid, template, calls, preemptor=pick([190, 905]), blocked_next=blocked_idle, cpus=cpus,
+                     wakers=Wakers(call=irq_waker(blocked_idle), gap=irq_waker(blocked_idle, "softirq"),
+                                   gap_syscall="epoll_wait"))
     b.background(srv.pid, "mm_page_alloc", np.where(np.arange(b.n_buckets) < 3, 60_000.0, 800.0))
 
     t = _secs(b)
     busy_init = (t > 0.3) & (t < 3.5)
     cpu = np.where(busy_init, 13.5, 6.0) + rng.normal(0, 0.8, t.size)
-    gpu = np.where(t < 3.5, 0.0, 22 + rng.normal(0, 3, t.size))
+    # Serving: ~1.8 ms of GPU work per request, a request every ~63 ms.
+    gpu = np.where(t < 3.5, 0.0, 3 + rng.normal(0, 0.5, t.size))
     gmem = np.where(t < 1.5, 0.3 * GiB, 3.1 * GiB)
     mem = np.where(t < 1.2, 0.21, 0.27) + 0.002 * rng.standard_normal(t.size)
     b.write_snapshots(cpu, cpus, 64 * GiB, mem, gpu, gmem, 24 * GiB)
+    b.write_gpu_processes(srv.pid, int(3.1 * GiB), gpu, alive=t > (first_ns - b.start_ns) / SEC)
     return cpus, 64 * GiB, "NVIDIA L4", EXPECTED["cold-start"].description
 
 
 # --------------------------------------------------------------------------------------------
 def _memcpy_bottleneck(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     rng = b.rng
-    cpus = 8
+    cpus = b.cpus = 8
     _system_processes(b)
     b.proc(Proc(6000, "bash", "-bash", ppid=812))
     main = b.proc(Proc(6100, "python3", "python3 train_tabular.py --batch 4194304", ppid=6000, traced=True))
     idle = pick([0])
     batch_bytes = 256 * MiB
     template = [
-        OpSpec("cudaMemcpy", 20 * US, 0.3, bytes=batch_bytes, kind="H2D", gap_ns=3 * MS),
-        OpSpec("cudaMemcpy", 18 * US, 0.3, bytes=2048, kind="H2D", gap_ns=40 * US),
+        # The batch is a numpy array turned into a tensor: pageable memory, copied through the driver's staging buffer.
+        OpSpec("cudaMemcpy", 20 * US, 0.3, bytes=batch_bytes, kind="H2D", gap_ns=3 * MS, pinned=False),
+        OpSpec("cudaMemcpy", 18 * US, 0.3, bytes=2048, kind="H2D", gap_ns=40 * US, pinned=False),
         OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=30 * US, repeat=30),
         OpSpec("cudaDeviceSynchronize", 4 * MS, 0.2, gap_ns=10 * US),
-        OpSpec("cudaMemcpy", 22 * US, 0.3, bytes=4, kind="D2H", gap_ns=20 * US),
-        OpSpec("cudaMemcpy", 21 * US, 0.3, bytes=4, kind="D2H", gap_ns=20 * US),
+        OpSpec("cudaMemcpy", 22 * US, 0.3, bytes=4, kind="D2H", gap_ns=20 * US, pinned=False),
+        OpSpec("cudaMemcpy", 21 * US, 0.3, bytes=4, kind="D2H", gap_ns=20 * US, pinned=False),
     ]
     for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns):
         calls = loop_calls(rng, template, c0, c1)
@@ -328,33 +349,36 @@ def _memcpy_bottleneck(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
-        b.emit_calls(main.pid, main.pid, template, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
+        b.emit_calls(main.pid, main.pid, template, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus,
+                     wakers=Wakers(call=irq_waker(idle)))
     b.background(main.pid, "mm_page_alloc", 2_500.0)
     t = _secs(b)
     cpu = 14 + rng.normal(0, 1, t.size)
     gpu = 7 + rng.normal(0, 1.5, t.size)
     b.write_snapshots(cpu, cpus, 128 * GiB, 0.45 + 0.003 * rng.standard_normal(t.size), gpu,
                       np.full(t.size, 6 * GiB), 80 * GiB)
+    b.write_gpu_processes(main.pid, 6 * GiB, gpu)
     return cpus, 128 * GiB, "NVIDIA A100-SXM4-80GB", EXPECTED["memcpy-bottleneck"].description
 
 
 # --------------------------------------------------------------------------------------------
 def _allocator_spike(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     rng = b.rng
-    cpus = 8
+    cpus = b.cpus = 8
     period_ns = 5 * SEC
     _system_processes(b)
     b.proc(Proc(7000, "bash", "-bash", ppid=812))
     main = b.proc(Proc(7100, "python3", "python3 train_seg.py --variable-size-inputs", ppid=7000, traced=True))
     idle = pick([0])
     template = [
-        OpSpec("cudaMemcpyAsync", 14 * US, 0.3, bytes=16 * MiB, kind="H2D", gap_ns=2 * MS),
+        OpSpec("cudaMemcpyAsync", 14 * US, 0.3, bytes=16 * MiB, kind="H2D", gap_ns=2 * MS, pinned=True),
         OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=40 * US, repeat=40),
         OpSpec("cudaMalloc", 90 * US, 0.5, bytes=32 * MiB, gap_ns=30 * US),
         OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=40 * US, repeat=20),
         OpSpec("cudaStreamSynchronize", 9 * MS, 0.15, gap_ns=10 * US),
     ]
     spike_pages_total = np.zeros(b.n_buckets)
+    spike_ns_total = np.zeros(b.n_buckets)
     cuts = list(range(b.start_ns, b.end_ns, period_ns)) + list(range(b.start_ns + SEC, b.end_ns, period_ns))
     for c0, c1 in _chunks(b, b.start_ns + 100 * MS, b.end_ns, cuts):
         calls = loop_calls(rng, template, c0, c1)
@@ -381,24 +405,30 @@ def _allocator_spike(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
-        b.emit_calls(main.pid, main.pid, template, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
+        b.emit_calls(main.pid, main.pid, template, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus,
+                     wakers=Wakers(call=irq_waker(idle)))
         sp = calls.pages >= 20_000
         spike_pages_total += np.bincount(np.clip((calls.ts[sp] - b.start_ns) // SEC, 0, b.n_buckets - 1),
                                          weights=calls.pages[sp], minlength=b.n_buckets)
+        spike_ns_total += np.bincount(np.clip((calls.ts[sp] - b.start_ns) // SEC, 0, b.n_buckets - 1),
+                                      weights=calls.dur[sp], minlength=b.n_buckets)
     b.background(main.pid, "mm_page_alloc", 3_000.0)
     t = _secs(b)
     cpu = 13 + rng.normal(0, 1, t.size) + np.minimum(spike_pages_total / 50_000, 8)
-    gpu = 45 + rng.normal(0, 4, t.size) - np.minimum(spike_pages_total / 20_000, 20)
+    # The GPU runs the step's kernels while the thread waits in the 9 ms sync (~70% of a step), and idles while
+    # the allocator refills its pool.
+    gpu = 70 * (1 - spike_ns_total / SEC) + rng.normal(0, 2, t.size)
     mem = 0.30 + 0.03 * ((t % 5) > 1)
     gmem = np.where((t % 5) > 1, 14 * GiB, 6 * GiB)
     b.write_snapshots(cpu, cpus, 64 * GiB, mem, gpu, gmem, 24 * GiB)
+    b.write_gpu_processes(main.pid, 14 * GiB, gpu)
     return cpus, 64 * GiB, "NVIDIA RTX A5000", EXPECTED["allocator-spike"].description
 
 
 # --------------------------------------------------------------------------------------------
 def _cpu_contention(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     rng = b.rng
-    cpus = 4
+    cpus = b.cpus = 4
     span = b.end_ns - b.start_ns
     hog_start = b.start_ns + round(span * 0.27 / SEC) * SEC
     hog_end = b.start_ns + round(span * 0.73 / SEC) * SEC
@@ -411,7 +441,9 @@ def _cpu_contention(b: TraceBuilder) -> tuple[int, int, str | None, str]:
                               fork_ns=hog_start - 1 * MS, exec_file="/usr/bin/ffmpeg", exec_ns=hog_start)
     secs_start = np.arange(b.n_buckets) * SEC + b.start_ns
     hog_frac = np.clip((np.minimum(secs_start + SEC, hog_end) - np.maximum(secs_start, hog_start)) / SEC, 0, 1)
-    b.background(ffmpeg.pid, "sched_switch", 2_400.0 * hog_frac)
+    # libx264 -preset slow: four encoder threads, each keeping a CPU busy.
+    for tid in (8200, 8201, 8202, 8203):
+        b.run_on_cpus(ffmpeg.pid, tid, 0.97 * hog_frac, 600.0 * hog_frac, cpus)
     b.background(ffmpeg.pid, "mm_page_alloc", 9_000.0 * hog_frac)
 
     def who(ts: np.ndarray, r: np.random.Generator) -> np.ndarray:
@@ -420,7 +452,9 @@ def _cpu_contention(b: TraceBuilder) -> tuple[int, int, str | None, str]:
 
     idle_or_hog = lambda ts, r: np.where((ts >= hog_start) & (ts < hog_end), ffmpeg.pid, 0)  # noqa: E731
     template = [
-        OpSpec("cudaMemcpyAsync", 12 * US, 0.3, bytes=3 * 640 * 640 * 4, kind="H2D", gap_ns=1_200 * US, block_ns=8 * MS),
+        # Before each frame: asleep on the camera's socket until the NIC's softirq wakes the thread.
+        OpSpec("cudaMemcpyAsync", 12 * US, 0.3, bytes=3 * 640 * 640 * 4, kind="H2D", gap_ns=1_200 * US, block_ns=8 * MS,
+               pinned=False),
         OpSpec("cudaLaunchKernel", 5 * US, 0.35, gap_ns=30 * US, repeat=30),
         OpSpec("cudaMemcpyAsync", 10 * US, 0.3, bytes=25_200 * 4, kind="D2H", gap_ns=15 * US),
         OpSpec("cudaStreamSynchronize", 180 * US, 0.4, gap_ns=10 * US),
@@ -435,23 +469,28 @@ def _cpu_contention(b: TraceBuilder) -> tuple[int, int, str | None, str]:
             calls.add_stall(sel, pre=np.clip(lognormal(rng, med, 0.6, k), 1 * MS, 60 * MS), n_pre=rng.integers(1, 4, k))
         gp = inside & (rng.random(calls.spec_idx.size) < 0.03)
         calls.gap_pre[gp] = lognormal(rng, 4 * MS, 0.5, int(gp.sum())).astype(np.int64)
+        # Woken by a frame while ffmpeg holds every CPU, the thread waits for one before it runs.
+        n = calls.spec_idx.size
+        calls.wake_waits(np.zeros(n), np.where(inside, lognormal(rng, 3 * MS, 0.6, n), 0))
         _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
-        b.emit_calls(main.pid, main.pid, template, calls, preemptor=who, blocked_next=idle_or_hog, cpus=cpus)
+        b.emit_calls(main.pid, main.pid, template, calls, preemptor=who, blocked_next=idle_or_hog, cpus=cpus,
+                     wakers=Wakers(call=irq_waker(idle_or_hog), gap=irq_waker(idle_or_hog, "softirq"), gap_syscall="recvfrom"))
     b.background(main.pid, "mm_page_alloc", 900.0)
     t = _secs(b)
     cpu = 24.0 + 75.0 * hog_frac + rng.normal(0, 1, t.size)
     gpu = 38.0 - 24.0 * hog_frac + rng.normal(0, 2, t.size)
     b.write_snapshots(cpu, cpus, 16 * GiB, 0.52 + 0.004 * rng.standard_normal(t.size), gpu,
                       np.full(t.size, 2 * GiB), 16 * GiB)
+    b.write_gpu_processes(main.pid, 2 * GiB, gpu)
     return cpus, 16 * GiB, "NVIDIA T4", EXPECTED["cpu-contention"].description
 
 
 # --------------------------------------------------------------------------------------------
 def _gpu_shared(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     rng = b.rng
-    cpus = 16
+    cpus = b.cpus = 16
     period_ns = 4 * SEC
     burst_ns = 600 * MS
     _system_processes(b)
@@ -459,20 +498,21 @@ def _gpu_shared(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     trainer = b.proc(Proc(9100, "python3", "python3 train.py --model bert-base", ppid=9000, traced=True))
     server = b.proc(Proc(9200, "python3", "python3 serve.py --model llama-7b --port 9000", ppid=1, traced=True))
     idle = pick([0])
+    b.thread(trainer.pid, 9160, "pt_autograd_0", b.start_ns)
 
     def in_burst(ts: np.ndarray) -> np.ndarray:
         return ((ts - b.start_ns) % period_ns) >= period_ns - burst_ns
 
     train_t = [
-        OpSpec("cudaMemcpyAsync", 13 * US, 0.3, bytes=32 * 512 * 8, kind="H2D", gap_ns=600 * US),
+        OpSpec("cudaMemcpyAsync", 13 * US, 0.3, bytes=32 * 512 * 8, kind="H2D", gap_ns=600 * US, pinned=True),
         OpSpec("cudaLaunchKernel", 5 * US, 0.35, gap_ns=25 * US, repeat=40),
         OpSpec("cudaStreamSynchronize", 3 * MS, 0.15, gap_ns=10 * US),
     ]
     serve_t = [
-        OpSpec("cudaMemcpyAsync", 11 * US, 0.3, bytes=4096 * 4, kind="H2D", gap_ns=300 * US),
+        OpSpec("cudaMemcpyAsync", 11 * US, 0.3, bytes=4096 * 4, kind="H2D", gap_ns=300 * US, pinned=False),
         OpSpec("cudaLaunchKernel", 5 * US, 0.35, gap_ns=20 * US, repeat=24),
         OpSpec("cudaStreamSynchronize", 6 * MS, 0.15, gap_ns=10 * US),
-        OpSpec("cudaMemcpyAsync", 9 * US, 0.3, bytes=4096 * 4, kind="D2H", gap_ns=20 * US),
+        OpSpec("cudaMemcpyAsync", 9 * US, 0.3, bytes=4096 * 4, kind="D2H", gap_ns=20 * US, pinned=False),
     ]
     cuts = [b.start_ns + p + off for p in range(0, b.end_ns - b.start_ns, period_ns)
             for off in (period_ns - burst_ns, period_ns)]
@@ -489,7 +529,8 @@ def _gpu_shared(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
-        b.emit_calls(trainer.pid, trainer.pid, train_t, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
+        b.emit_calls(trainer.pid, trainer.pid, train_t, calls, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus,
+                     wakers=Wakers(call=irq_waker(idle)))
 
         if not burst:
             continue
@@ -500,7 +541,8 @@ def _gpu_shared(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         s.add_stall(ssync, blk=sblk)
         s.layout(c0)
         s.keep(s.ts + s.dur <= c1)
-        b.emit_calls(server.pid, server.pid, serve_t, s, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus)
+        b.emit_calls(server.pid, server.pid, serve_t, s, preemptor=pick([190, 905]), blocked_next=idle, cpus=cpus,
+                     wakers=Wakers(call=irq_waker(idle)))
     b.background(trainer.pid, "mm_page_alloc", 1_200.0)
     b.background(server.pid, "mm_page_alloc", 400.0)
     t = _secs(b)
@@ -509,6 +551,9 @@ def _gpu_shared(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     gpu = np.where(burst, 99.0, 58.0) + rng.normal(0, 2, t.size)
     b.write_snapshots(cpu, cpus, 256 * GiB, 0.31 + 0.002 * rng.standard_normal(t.size), gpu,
                       np.full(t.size, 61 * GiB), 80 * GiB)
+    # NVML: both processes hold GPU memory all along; the server's SMs are busy only in its bursts.
+    b.write_gpu_processes(trainer.pid, 22 * GiB, 58.0 + rng.normal(0, 2, t.size))
+    b.write_gpu_processes(server.pid, 39 * GiB, np.where(burst, 41.0, 0.0))
     return cpus, 256 * GiB, "NVIDIA H100 80GB HBM3", EXPECTED["gpu-shared"].description
 
 

@@ -122,6 +122,14 @@ def run_query(
     if not 1 <= limit <= MAX_LIMIT:
         raise SqlError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
     cursor = con.cursor()
+    # A cursor is a connection of its own: the temporary views of `con` (an older store's current-shape views, the
+    # accounting's thread_state / call_spans / thread_seconds) are laid on it again, so that the SQL a report cites
+    # runs here as it ran there.
+    from ingero_mcp.analysis.views import install_views
+    from ingero_mcp.store.reader import lay_current_views
+
+    lay_current_views(cursor)
+    install_views(cursor)
     fired = threading.Event()
 
     def stop() -> None:

@@ -104,7 +104,7 @@ def _current_shape() -> dict[str, list[tuple[str, str]]]:
     return shape
 
 
-def _lay_current_views(con: duckdb.DuckDBPyConnection) -> None:
+def lay_current_views(con: duckdb.DuckDBPyConnection) -> None:
     """An older store opened read-only cannot be migrated: show it in the current shape through TEMP views.
 
     DuckDB resolves the temp catalog first, so `FROM cuda_calls` reads the view; the view reads the
@@ -157,7 +157,7 @@ def open_store(db_path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
     if not has_segments:
         con = _connect_read_only(path)
         _check_version(con, path)
-        _lay_current_views(con)
+        lay_current_views(con)
         return _lock_down(con)
     for attempt in range(4):
         # The collector replaces latest-*.parquet every second and deletes the segments when it
@@ -191,7 +191,7 @@ def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
             shape = _current_shape()
             stored = _stored_columns(build, "recorded")
             for table in TABLES:
-                # An older recorded file is read in the current shape, as _lay_current_views shows it.
+                # An older recorded file is read in the current shape, as lay_current_views shows it.
                 select = _select_as_current(table, shape[table], stored.get(table, set()), "recorded")
                 build.execute(f"INSERT INTO {table} BY NAME {select}").fetchall()
             build.execute("DETACH recorded").fetchall()
