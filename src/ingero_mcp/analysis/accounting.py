@@ -5,7 +5,7 @@ threads they wait on are those that woke them from their sleeps outside CUDA cal
 `thread_seconds` view (sql/thread_seconds.sql) splits every second into running outside or inside
 CUDA calls, sleeping inside or outside them, waiting for a CPU, and off-CPU of unknown kind; the parts
 sum to the wall time, which `check_sums` asserts. Phases come from the feeding process's work rate
-per second: where it falls to half of its healthy rate or less for two seconds or more, that stretch
+per second: where it falls to two thirds of its healthy rate or less for two seconds or more, that stretch
 is a slow phase, compared with the healthy baseline by the chains (causes.py).
 """
 
@@ -23,8 +23,8 @@ SECOND_NS = 1_000_000_000
 MAX_PROCESSES = 4  # feeding processes accounted, by CUDA work
 MIN_FEEDER_SHARE = 0.05  # a thread with less of its process's work calls is not a feeder (unless the only one)
 MIN_WAITED_SHARE = 0.05  # a waker that ended less of a feeder's outside sleep is not followed
-SLOW_FACTOR = 2.0  # a second is slow when the work rate fell to 1/SLOW_FACTOR of the healthy rate or less
-HEALTHY_FRACTION = 0.6  # a second is healthy at this fraction of the reference rate or more
+SLOW_FACTOR = 1.5  # a second is slow when the work rate fell to 1/SLOW_FACTOR of the healthy rate or less
+HEALTHY_FRACTION = 0.8  # a second is healthy at this fraction of the reference rate or more
 MIN_PHASE_S = 2  # shortest phase, seconds
 FULL_SECOND = 0.9  # seconds with less wall than this (first, last) do not decide phases
 

@@ -37,7 +37,8 @@ from ingero_mcp.analysis.models import (
     TimeWindow,
 )
 
-MIN_GROWTH = 0.03  # a part must grow by this share of wall time to count in a slow phase
+MIN_GROWTH = 0.03  # a part's excess must be at least this share of the slow phase's wall time
+MIN_EXCESS = 0.05  # ... and at least this share of the time lost in it
 STEADY_MIN_SHARE = 0.05  # a part must hold this share of the idle-GPU time to count outside slow phases
 IDLE_GPU = 50.0  # %: below this utilisation a second counts as the GPU waiting on the host
 MINOR_SHARE = 0.01  # chains explaining less of the feeding time are listed as minor
@@ -95,6 +96,7 @@ class Finding:
     gpu_util: float | None = None
     util_known: bool = True
     ks: tuple[int, int] = (0, 0)  # seconds (since the trace start) of the window, inclusive
+    startup: bool = False  # a slow phase before the first healthy second: the process starting, not slowing
 
 
 @dataclass
@@ -199,14 +201,19 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> l
         return []
     base_share = _shares(base)
     found = []
+    first_base = min(w.start_ns for w in baseline)
     for phase in (p for p in phases if p.kind == "slow"):
         acc = sum_seconds(thread.seconds, phase.window)
         if acc.wall_ns <= 0:
             continue
+        startup = phase.window.end_ns <= first_base
         expected = {p: acc.work_calls * part_ns(base, p) / base.work_calls for p in PARTS}
         excess = {p: part_ns(acc, p) - expected[p] for p in PARTS}
         lost_ns = acc.wall_ns - acc.work_calls * base.wall_ns / base.work_calls
-        grown = {p: e for p, e in excess.items() if e > 0 and _shares(acc)[p] - base_share[p] >= MIN_GROWTH}
+        # a part counts when its cost per unit of work grew enough to explain a share of the loss; its share of
+        # wall time need not grow (a copy-bound loop stays copy-bound when its copies get slower)
+        grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns
+                 and e >= MIN_GROWTH * acc.wall_ns}
         if lost_ns <= 0 or not grown:
             continue
         total = sum(grown.values())
@@ -216,7 +223,8 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> l
             sub = sum_seconds(thread.seconds, w)
             found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost_ns * e / total / 1e9, mode="contrast",
                                  share=_shares(sub)[p], base_share=base_share[p], slowdown=phase.slowdown,
-                                 stopped=phase.slowdown is None, gpu_util=_util(thread.seconds, w), ks=ks))
+                                 stopped=phase.slowdown is None, gpu_util=_util(thread.seconds, w), ks=ks,
+                                 startup=startup))
     return found
 
 
@@ -253,6 +261,8 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> lis
         return []
     util_known = any(s.gpu_util_percent is not None for s in seconds)
     wall = sum(s.wall_ns for s in seconds)
+    healthy = [p.window.start_ns for p in phases if p.kind == "baseline"]
+    first_healthy = min(healthy) if healthy else None
     by_k = {s.k: s for s in seconds}
     found = []
     for p in PARTS:
@@ -276,7 +286,8 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> lis
             acc = sum_seconds(seconds, w)
             found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost / 1e9, mode="steady",
                                  share=part_ns(acc, p) / acc.wall_ns if acc.wall_ns else 0.0,
-                                 gpu_util=_util(seconds, w), util_known=util_known, ks=ks))
+                                 gpu_util=_util(seconds, w), util_known=util_known, ks=ks,
+                                 startup=first_healthy is not None and w.end_ns <= first_healthy))
     return found
 
 
@@ -329,22 +340,27 @@ def first_holders_sql(pid: int, tid: int, w: TimeWindow) -> str:
         GROUP BY ALL ORDER BY ns DESC LIMIT 50"""
 
 
-def _group_culprits(ctx: Ctx, job: int, got: list[tuple], tid_is_pid: bool = False) -> list[Culprit]:
-    """Holder rows (pid, tid, comm, ns, cpus) -> culprits per process, largest first."""
-    by: dict[tuple[int | None, str], Culprit] = {}
+def _group_culprits(ctx: Ctx, job: int, got: list[tuple]) -> list[Culprit]:
+    """Holder rows (pid, tid, comm, ns, cpus) -> culprits, largest first: a thread of the job each, the job's child
+    processes by name, other processes each (merged by name later), kernel threads by name."""
+    by: dict[tuple, Culprit] = {}
     for pid, tid, comm, ns, _cpus in got:
         pid = None if pid is None else int(pid)
-        if tid_is_pid and pid is not None and pid not in ctx.procs:
-            pass
+        tid = None if tid is None else int(tid)
+        # names as they ended up (renames followed: threads, then processes), not the aggregate's first comm
+        comm = (ctx.names.get(tid) if tid is not None else None) or ctx.procs.get(pid or -1, (None, None, None))[1] or comm
         rel = ctx.relation(job, pid, tid, comm)
-        key = (pid if rel in ("same process", "other process", "the collector") else None, f"{rel}:{comm if rel != 'same process' else ''}")
-        if rel == "child process":
-            key = (None, f"child:{comm}")
-        c = by.setdefault(key, Culprit(pid=pid if key[0] is not None else None, comm=comm, relation=rel))
-        if rel == "child process" and pid not in c.tids:
-            c.tids.append(pid)
-        elif tid is not None and int(tid) not in c.tids and rel != "child process":
-            c.tids.append(int(tid))
+        if rel == "same process":
+            key: tuple = (rel, tid)
+            c = by.setdefault(key, Culprit(pid=pid, tids=[tid] if tid is not None else [], comm=comm, relation=rel))
+        elif rel == "child process":
+            c = by.setdefault((rel, comm), Culprit(pid=None, comm=comm, relation=rel))
+            if pid is not None and pid not in c.tids:
+                c.tids.append(pid)
+        elif rel in ("other process", "the collector"):
+            c = by.setdefault((rel, pid), Culprit(pid=pid, tids=[], comm=comm, relation=rel))
+        else:
+            c = by.setdefault((rel, comm), Culprit(pid=None, comm=comm, relation=rel))
         c.ns += int(ns or 0)
     return sorted(by.values(), key=lambda c: -c.ns)
 
@@ -353,8 +369,8 @@ def _culprit_text(ctx: Ctx, culprits: list[Culprit], limit: int = 3) -> str:
     parts = []
     for c in culprits[:limit]:
         if c.relation == "child process":
-            ids = sorted(c.tids)
-            parts.append(f"{c.comm}[{_id_range(ids)}] (child processes)")
+            ids = sorted(c.tids) or ([c.pid] if c.pid is not None else [])
+            parts.append(f"{c.comm}[{_id_range(ids)}] (child process{'es' if len(ids) > 1 else ''})")
         elif c.relation == "same process":
             parts.append(f"{ctx.who(c.pid, c.tids[0] if len(c.tids) == 1 else None, c.comm)}"
                          + (f" threads {_id_range(sorted(c.tids))}" if len(c.tids) > 1 else "") + " (same process)")
@@ -414,19 +430,26 @@ class Explained:
     confident: bool = True
 
 
-def explain_cpu_wait(ctx: Ctx, f: Finding) -> Explained:
+def _is_data_worker(comm: str | None) -> bool:
+    """A DataLoader worker as PyTorch names it (pt_data_worker), or a worker of another loader by its name."""
+    return bool(comm) and bool(re.search(r"data_?worker|dataloader|loader", comm or "", re.I))
+
+
+def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
     """Waiting for a CPU: who held it (named from the rows) decides between other processes and the job's own."""
     t = f.thread
+    job = t.pid if job is None else job
     w = f.window
     sql = holders_sql(ctx, t.pid, t.tid, w) if ctx.has_cpu_aggregates else first_holders_sql(t.pid, t.tid, w)
     got = rows(ctx.con, sql)
     method = "per-CPU on-CPU time in the same second" if ctx.has_cpu_aggregates else "the task that took the CPU at each preemption"
-    culprits = _merge_hogs(_group_culprits(ctx, t.pid, got))
+    culprits = _merge_hogs(_group_culprits(ctx, job, got))
     cpus = sorted({int(c) for r in got for c in (r[4] or [])})
     total = sum(c.ns for c in culprits) or 1
     own_workers = sum(c.ns for c in culprits if c.relation == "child process")
     own_threads = sum(c.ns for c in culprits if c.relation == "same process")
-    if own_workers >= 0.5 * total:
+    data_workers = sum(c.ns for c in culprits if c.relation == "child process" and _is_data_worker(c.comm))
+    if data_workers >= 0.5 * total:
         cause = rc.OWN_WORKERS_CPU
     elif own_threads >= 0.5 * total:
         cause = rc.OWN_THREADS_CPU
@@ -443,54 +466,162 @@ def explain_cpu_wait(ctx: Ctx, f: Finding) -> Explained:
                      numbers={"holders": names, "cpus": ",".join(map(str, cpus)) or "?"})
 
 
-def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
-    """Sleeping outside CUDA calls: whoever woke the thread, and what that waker was doing meanwhile."""
+TIMED_SLEEPS = frozenset({"nanosleep", "clock_nanosleep"})
+MAX_CHAIN = 3  # wait-chain hops followed from the sleeping thread
+
+
+def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> tuple[str, list[tuple]]:
+    sql = " ".join(wakers_sql(pid, tid, w).split())
+    return sql, rows(ctx.con, sql)
+
+
+def _is_timed(syscall: str | None, wctx: str | None, rel: str) -> bool:
+    """A sleep the thread chose (time.sleep): a timer syscall ended by the kernel, not by another task of the job."""
+    return (syscall or "") in TIMED_SLEEPS and (wctx in ("irq", "softirq") or rel in ("kernel", "unknown"))
+
+
+def _follow(ctx: Ctx, job: int, start: tuple[int, int], w: TimeWindow) -> list[tuple[int, int, str | None, Account | None]]:
+    """The wait chain from a waker: while the waker (a thread of the job) itself mostly slept, and those sleeps were
+    ended by another thread of the job (not a timer or the kernel), follow that thread's own waker."""
+    chain = []
+    seen = set()
+    cur = start
+    for _ in range(MAX_CHAIN):
+        pid, tid = cur
+        seen.add(cur)
+        acc = _thread_account(ctx, pid, tid, w)
+        chain.append((pid, tid, ctx.names.get(tid), acc))
+        if acc is None or not acc.wall_ns or (acc.sleep_outside_ns + acc.sleep_inside_ns) < 0.5 * acc.wall_ns:
+            break
+        _sql, got = _wakers(ctx, pid, tid, w)
+        nxt = None
+        for wpid, wtid, wcomm, wctx, _n, _ns, _io, sc in got:
+            if wpid is None or wtid is None or (int(wpid), int(wtid)) in seen or wctx in ("irq", "softirq"):
+                continue
+            rel = ctx.relation(job, int(wpid), int(wtid), wcomm)
+            if rel in ("same process", "child process") and not _is_timed(sc, wctx, rel):
+                nxt = (int(wpid), int(wtid))
+            break
+        if nxt is None:
+            break
+        cur = nxt
+    return chain
+
+
+def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
+    """Futex waits ended by their timeout (the GIL is asked for every 5 ms; locks with timeouts): the waiter is not
+    woken by the holder, so name the thread of the same process that kept running meanwhile."""
     t = f.thread
-    sql = " ".join(wakers_sql(t.pid, t.tid, f.window).split())
-    got = rows(ctx.con, sql)
+    got = rows(ctx.con, f"""
+        SELECT tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS wall_ns
+        FROM {SECONDS_TABLE} WHERE pid = {t.pid} AND tid <> {t.tid} AND k BETWEEN {f.ks[0]} AND {f.ks[1]}
+        GROUP BY tid ORDER BY run_ns DESC LIMIT 3""")
+    if not got or not got[0][2] or int(got[0][1]) < 0.5 * int(got[0][2]):
+        return None
+    tid, run_ns, wall_ns = int(got[0][0]), int(got[0][1]), int(got[0][2])
+    timed = int(known[0][5] or 0)
+    who = ctx.who(t.pid, tid)
+    ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
+              f"{'a timer interrupt' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
+              f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:4]), sql=sql),
+          Evidence(name=f"share of the window {who} was running", value=round(100 * run_ns / wall_ns, 1), unit="%",
+                   sql=_seconds_sql(t.pid, tid, f.ks, "sum(run_outside_ns + run_inside_ns) / sum(wall_ns)"))]
+    return Explained(
+        cause=rc.LOCK_OR_GIL, evidence=ev,
+        culprits=[Culprit(pid=t.pid, tids=[tid], comm=ctx.names.get(tid), relation="same process", ns=timed)],
+        numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
+        reason=(f"asleep in futex() waits that ended on their timeout ({100 * timed / total:.0f}% of the sleep: a lock "
+                f"or the GIL, asked for again every few ms) while {who} of the same process ran "
+                f"{100 * run_ns / wall_ns:.0f}% of that time: {who} holds the GIL (or the lock)"))
+
+
+def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
+    """Sleeping outside CUDA calls: whoever woke the thread, followed along the wait chain to the thread whose own
+    time explains the wait (the GIL holder, the busy worker), or the kernel (IO, a timer)."""
+    t = f.thread
+    sql, got = _wakers(ctx, t.pid, t.tid, f.window)
     total = sum(int(r[5] or 0) for r in got) or 1
     known = [r for r in got if r[0] is not None]
     if not known:
         return _sleep_without_waker(ctx, f, io, sql)
+    tasks = [r for r in known if r[3] not in ("irq", "softirq")]
+    if known[0][3] in ("irq", "softirq") and known[0][7] in ("futex", "futex_waitv"):
+        holder = _timed_lock_holder(ctx, f, sql, known, total)
+        if holder:
+            return holder
+    if known[0][3] in ("irq", "softirq") and known[0][7] in ("futex", "futex_waitv") and tasks \
+            and int(tasks[0][5] or 0) >= 0.2 * total:
+        # a lock wait with a timeout (the GIL waits 5 ms, then asks for the lock): the timer ends the wait, the task
+        # that releases the lock is the one it waits on
+        known = tasks + [r for r in known if r not in tasks]
     wpid, wtid, wcomm, wctx, _n, wns, io_ns, syscall = known[0]
     wpid, wtid = int(wpid), int(wtid)
-    rel = ctx.relation(t.pid, wpid, wtid, wcomm)
+    rel = "interrupt" if wctx in ("irq", "softirq") else ctx.relation(t.pid, wpid, wtid, wcomm)
     culprits = []
     for r in known[:5]:
-        # A wakeup from an interrupt names the task the interrupt landed on, not a task that did the waking.
-        rel_r = "interrupt" if r[3] in ("irq", "softirq") else ctx.relation(t.pid, int(r[0]), int(r[1]), r[2])
-        c = Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2], relation=rel_r, ns=int(r[5] or 0))
+        rctx = r[3]
+        if rctx in ("irq", "softirq"):
+            continue  # the task an interrupt landed on did not wake anyone
+        c = Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2],
+                    relation=ctx.relation(t.pid, int(r[0]), int(r[1]), r[2]), ns=int(r[5] or 0))
         culprits.append(c)
     share = int(wns or 0) / total
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
-        f"{ctx.who(c.pid, c.tids[0], c.comm)} {100 * c.ns / total:.0f}%" for c in culprits), sql=sql)]
+        f"{'an interrupt' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
+        f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:5]), sql=sql)]
     sc = f", in {syscall}()" if syscall else ""
-    if wctx in ("irq", "softirq") or rel == "kernel" or (io_ns or 0) >= 0.5 * int(wns or 1):
+    if _is_timed(syscall, wctx, rel):
+        return Explained(cause=rc.TIMED_SLEEP, evidence=ev, confident=False,
+                         reason=f"asleep in {syscall}() until its timer fired ({100 * share:.0f}% of the sleep): "
+                                "the program sleeps on purpose (time.sleep, a rate limit, polling)")
+    if rel in ("interrupt", "kernel") or (io_ns or 0) >= 0.5 * int(wns or 1):
         cause = rc.IO_WAIT if (io_ns or 0) > 0 or io else rc.SLEEP_KERNEL
-        reason = (f"woken by the kernel ({wcomm or wctx}{'' if wctx in (None, 'task') else ', ' + wctx}){sc}"
+        by = "an interrupt" if rel == "interrupt" else f"the kernel ({wcomm})"
+        reason = (f"woken by {by}{sc}"
                   + (f": {100 * (io_ns or 0) / max(int(wns or 1), 1):.0f}% uninterruptible (IO)" if io_ns else ""))
-        return Explained(cause=cause, reason=reason, culprits=culprits, evidence=ev, numbers={"syscall": syscall or "?"})
-    waker_acc = _thread_account(ctx, wpid, wtid, f.window)
-    doing = _doing(waker_acc)
+        return Explained(cause=cause, reason=reason, culprits=[c for c in culprits if c.relation != "kernel"][:0],
+                         evidence=ev, numbers={"syscall": syscall or "?"})
+    hops = _follow(ctx, t.pid, (wpid, wtid), f.window)
+    end_pid, end_tid, _end_name, end_acc = hops[-1]
+    doing = _doing(end_acc)
     who = ctx.who(wpid, wtid, wcomm)
-    if rel == "same process":
+    end_who = ctx.who(end_pid, end_tid)
+    path = " <- ".join(ctx.who(p, tt) for p, tt, _n, _a in hops)
+    if (end_pid, end_tid) != (wpid, wtid):
+        end_rel = ctx.relation(t.pid, end_pid, end_tid, ctx.names.get(end_tid))
+        culprits.insert(0, Culprit(pid=end_pid, tids=[end_tid], comm=ctx.names.get(end_tid), relation=end_rel,
+                                   ns=int(wns or 0)))
+        ev.append(Evidence(name="wait chain (who woke whom)", value=path))
+    else:
+        end_rel = rel
+    if end_acc and end_acc.wall_ns and end_acc.cpu_wait_ns >= 0.3 * end_acc.wall_ns \
+            and end_acc.cpu_wait_ns >= end_acc.run_outside_ns + end_acc.run_inside_ns:
+        starved = explain_cpu_wait(ctx, Finding(thread=ThreadAccount(pid=end_pid, tid=end_tid, role="waited-on",
+                                                                     total=end_acc), part="cpu_wait", window=f.window,
+                                                seconds_lost=0.0, mode=f.mode, share=0.0, ks=f.ks), job=t.pid)
+        kind = "worker processes" if end_rel == "child process" else "thread"
+        return Explained(cause=starved.cause, culprits=starved.culprits, evidence=ev + starved.evidence,
+                         numbers={**starved.numbers, "waker": end_who, "doing": doing},
+                         reason=(f"waiting on its {kind} {end_who} ({100 * share:.0f}% of the sleep{sc}), which were {doing}: "
+                                 f"they waited for a CPU {starved.reason}"))
+    if end_rel == "same process":
         cause = rc.LOCK_OR_GIL
-        reason = (f"woken by thread {who} ({100 * share:.0f}% of the sleep{sc}), which was {doing}: "
-                  "the thread waited on the GIL or a lock it held")
-    elif rel == "child process":
-        cause = rc.INPUT_WAIT
+        reason = (f"woken by {who} ({100 * share:.0f}% of the sleep{sc})"
+                  + (f", itself waiting on {end_who}" if end_who != who else "")
+                  + f"; {end_who} was {doing}: the thread waited on the GIL or a lock {end_who} held")
+    elif end_rel == "child process":
         kids = [c for c in culprits if c.relation == "child process"]
-        names = f"{kids[0].comm}[{_id_range(sorted({c.pid for c in kids if c.pid}))}]" if kids else who
+        names = f"{kids[0].comm}[{_id_range(sorted({c.pid for c in kids if c.pid}))}]" if kids else end_who
+        cause = rc.INPUT_WAIT
         reason = f"waiting on its worker processes {names} ({100 * share:.0f}% of the sleep{sc}), which were {doing}"
     else:
         cause = rc.WAITING_ON_PROCESS
         reason = f"woken by {who} ({rel}, {100 * share:.0f}% of the sleep{sc}), which was {doing}"
-    if waker_acc:
-        ev.append(Evidence(name=f"what {who} did meanwhile", value=doing))
-        ev.append(Evidence(name=f"share of {who}'s time on a CPU meanwhile", unit="%",
-                           value=round(100 * (waker_acc.run_outside_ns + waker_acc.run_inside_ns) / max(waker_acc.wall_ns, 1), 1),
-                           sql=_seconds_sql(wpid, wtid, f.ks, "round(100 * sum(run_outside_ns + run_inside_ns) / sum(wall_ns), 1)")))
-    return Explained(cause=cause, reason=reason, culprits=culprits, evidence=ev, numbers={"waker": who, "doing": doing})
+    if end_acc:
+        ev.append(Evidence(name=f"what {end_who} did meanwhile", value=doing,
+                           sql=_seconds_sql(end_pid, end_tid, f.ks, "sum(run_outside_ns + run_inside_ns) / sum(wall_ns)")))
+    return Explained(cause=cause, reason=reason, culprits=culprits, evidence=ev,
+                     numbers={"waker": end_who, "doing": doing})
 
 
 def _sleep_without_waker(ctx: Ctx, f: Finding, io: bool, sql: str) -> Explained:
@@ -601,7 +732,7 @@ def _slow_copies(now: dict[str, tuple[int, int, object]]) -> bool:
 
 
 def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str, str] | None:
-    fam = ctx.family(pid)
+    fam = {pid}  # a child process with CUDA work of its own shares the GPU like any other process
     lo, hi = f.window.start_ns, f.window.end_ns
     sql = (f"SELECT pid, count(*) AS calls, sum(duration_ns)::BIGINT AS in_calls_ns FROM cuda_calls "
            f"WHERE ts_ns BETWEEN {lo} AND {hi} AND pid NOT IN ({', '.join(map(str, sorted(fam)))}) "
@@ -615,8 +746,8 @@ def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str
         nvml = []
     if not got and not nvml:
         return None
-    culprits = [Culprit(pid=int(p), tids=[], comm=ctx.procs.get(int(p), (None, None, None))[1], relation="other process",
-                        ns=int(ns or 0)) for p, _n, ns in got[:3]]
+    culprits = [Culprit(pid=int(p), tids=[], comm=ctx.procs.get(int(p), (None, None, None))[1],
+                        relation=ctx.relation(pid, int(p), None, None), ns=int(ns or 0)) for p, _n, ns in got[:3]]
     seen = {c.pid for c in culprits}
     culprits += [Culprit(pid=int(p), comm=ctx.procs.get(int(p), (None, None, None))[1] or "?", relation="other process")
                  for p, _m, _s in nvml if int(p) not in seen][:3]
@@ -661,6 +792,8 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
 
 
 def _severity(seconds: float, wall_s: float, f: Finding, confident: bool) -> str:
+    if f.startup or not confident and f.mode == "steady":
+        return "LOW"
     share = seconds / wall_s if wall_s else 0.0
     level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
     if f.mode == "steady" and (not f.util_known or not confident) and level != "LOW":
@@ -679,6 +812,8 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     who = f"{t.process_comm or t.comm or '?'}[{t.pid}]'s " + ("main thread" if t.tid == t.pid else f"thread {ctx.who(t.pid, t.tid)}")
     label = _PART_LABEL[f.part]
     pct = 100 * f.share
+    if f.startup:
+        who = "during start-up, " + who
     if f.mode == "contrast":
         before = f" (vs {100 * (f.base_share or 0):.0f}% in the healthy baseline)"
         drop = ("its CUDA work stopped" if f.stopped else f"throughput fell {f.slowdown:.1f}x") if f.slowdown or f.stopped else ""
@@ -719,30 +854,50 @@ def _explanation(f: Finding, ex: Explained) -> str:
             f"{100 * f.share:.1f}% of the time; {f.seconds_lost:.2f} s of GPU-idle time is attributed to it. " + ex.reason + ".")
 
 
+def pace_threads(acc: Accounting) -> list[ThreadAccount]:
+    """Per feeding process, the thread that sets its pace: the main thread when it starts CUDA work (it runs the
+    training loop; PyTorch's autograd thread launches the backward kernels but sleeps until the main thread hands
+    it work), else the busiest feeding thread. Processes come busiest first."""
+    by_pid: dict[int, list[ThreadAccount]] = defaultdict(list)
+    for t in acc.threads:
+        if t.role == "feeder":
+            by_pid[t.pid].append(t)
+    out = []
+    for pid, threads in by_pid.items():
+        main = next((t for t in threads if t.tid == pid), None)
+        out.append(main or threads[0])
+    work = {pid: sum(t.total.work_calls for t in ts) for pid, ts in by_pid.items()}
+    return sorted(out, key=lambda t: -work[t.pid])
+
+
 def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: TimeWindow,
                       names: dict[int, str]) -> tuple[list[CausalChain], list[str]]:
-    """Chains from the accounting, ranked by the seconds they explain, and the minor ones as lines."""
+    """Chains from the accounting, ranked by the seconds they explain, and the minor ones as lines.
+
+    The process doing the most CUDA work is the job; the chains of other GPU processes rank after its own
+    within a severity, and never above MEDIUM (they are context: another job's idle time is not this one's loss).
+    """
     if not acc.complete or not acc.threads:
         return [], []
     ctx = _context(con, window, names)
-    chains: list[CausalChain] = []
+    chains: list[tuple[int, CausalChain]] = []
     minor: list[str] = []
-    done: set[int] = set()
-    for t in acc.threads:
-        if t.role != "feeder" or t.pid in done or ctx.is_collector(t.pid):
-            continue
-        done.add(t.pid)  # the busiest feeding thread of each process (threads come busiest first)
+    paces = [t for t in pace_threads(acc) if not ctx.is_collector(t.pid)]
+    for rank, t in enumerate(paces):
         phases = [p for p in acc.phases if p.pid == t.pid]
         baseline = [p.window for p in phases if p.kind == "baseline"]
         wall_s = t.total.wall_ns / 1e9
         for i, f in enumerate(contrast_findings(ctx, t, phases) + steady_findings(ctx, t, phases)):
             ex = _explain(ctx, f, baseline)
             chain = _chain(ctx, f, ex, wall_s, i)
+            if rank > 0 and chain.severity == "HIGH":
+                chain.severity = "MEDIUM"
             if wall_s and f.seconds_lost / wall_s < MINOR_SHARE:
                 minor.append(f"{chain.root_cause}: {chain.summary} ({f.seconds_lost:.2f} s)")
                 continue
-            chains.append(chain)
-    return _merge_same(chains), minor
+            chains.append((min(rank, 1), chain))
+    order = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
+    return [c for _, c in sorted(chains, key=lambda rc_: (order[rc_[1].severity], rc_[0], -(rc_[1].seconds_lost or 0)))], minor
 
 
 def _explain(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:

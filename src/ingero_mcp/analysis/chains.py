@@ -12,9 +12,9 @@ import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, table_complete
-from ingero_mcp.analysis.accounting import accounting, thread_names
+from ingero_mcp.analysis.accounting import accounting, origin_ns, thread_names
 from ingero_mcp.analysis.calls import CallGroup
-from ingero_mcp.analysis.causes import accounting_chains
+from ingero_mcp.analysis.causes import accounting_chains, pace_threads
 from ingero_mcp.analysis.imported import imported_chains
 from ingero_mcp.analysis.models import Accounting, CausalChain, Evidence, TimeWindow
 from ingero_mcp.analysis.views import install_views
@@ -41,7 +41,7 @@ def cold_start_sql(window: TimeWindow, pids: list[int] | None = None) -> str:
 
 
 def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting,
-                      pids: list[int] | None) -> list[CausalChain]:
+                      pids: list[int] | None, minor: list[str] | None = None) -> list[CausalChain]:
     """First launches of distinct kernels that were slow (lazy module loading): a fact of the rows, not a guess."""
     if not rows(con, "SELECT 1 FROM cuda_calls WHERE kernel_handle IS NOT NULL LIMIT 1"):
         return []
@@ -56,6 +56,10 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
         wall = walls.get(int(pid)) or window.duration_ns or 1
         share = excess / wall
         if share < 0.01:
+            if minor is not None:
+                minor.append(f"{rc.COLD_START}: {names.get(int(pid), '?')}[{pid}]: {cold} of {kernels} first launches of "
+                             f"distinct kernels were slow, {excess / 1e9:.3f} s beyond a normal launch in all "
+                             f"({100 * share:.1f}% of the feeding time)")
             continue
         severity = "HIGH" if share >= 0.25 else "MEDIUM" if share >= 0.05 else "LOW"
         who = f"{names.get(int(pid), '?')}[{pid}]"
@@ -75,6 +79,70 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
             recommendations=rc.recommend(rc.COLD_START, {"op": "cudaLaunchKernel", "slowest_ms": f"{worst / 1e6:.1f}",
                                                           "call_index": 1, "pid": pid}),
         ))
+    return out
+
+
+CHURN_MIN_PER_S = 10  # allocations/frees per second
+CHURN_MIN_SHARE = 0.03  # of the thread's second spent in them
+
+
+def churn_sql(pid: int, tid: int, window: TimeWindow, t0: int) -> str:
+    """Per second: the device/host memory allocations and frees of a thread (call_spans.call_class 'alloc')."""
+    return " ".join(f"""
+        SELECT (start_ns - {t0}) // 1000000000 AS k, count(*) AS calls, sum(end_ns - start_ns)::BIGINT AS ns
+        FROM call_spans WHERE pid = {int(pid)} AND tid = {int(tid)} AND call_class = 'alloc'
+          AND start_ns BETWEEN {window.start_ns} AND {window.end_ns}
+        GROUP BY ALL ORDER BY k""".split())
+
+
+def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting) -> list[CausalChain]:
+    """Allocator churn: stretches of 2 s or more in which the job's pace thread allocated and freed memory at least
+    CHURN_MIN_PER_S times a second, spending at least CHURN_MIN_SHARE of its time in those calls."""
+    install_views(con)
+    t0 = origin_ns(con) or window.start_ns
+    names = thread_names(con)
+    out = []
+    for rank, t in enumerate(pace_threads(acc)[:2]):
+        sql = churn_sql(t.pid, t.tid, window, t0)
+        per = {int(k): (int(n), int(ns)) for k, n, ns in rows(con, sql)}
+        hot = [k for k, (n, ns) in per.items() if n >= CHURN_MIN_PER_S and ns >= CHURN_MIN_SHARE * 1e9]
+        for run in _runs(hot):
+            if run[-1] - run[0] + 1 < 2:
+                continue
+            calls = sum(per.get(k, (0, 0))[0] for k in range(run[0], run[-1] + 1))
+            ns = sum(per.get(k, (0, 0))[1] for k in range(run[0], run[-1] + 1))
+            secs = run[-1] - run[0] + 1
+            share = ns / (secs * 1e9)
+            severity = "HIGH" if share >= 0.25 else "MEDIUM" if share >= 0.05 else "LOW"
+            if rank > 0 and severity == "HIGH":
+                severity = "MEDIUM"
+            w = TimeWindow(start_ns=t0 + run[0] * 1_000_000_000, end_ns=t0 + (run[-1] + 1) * 1_000_000_000)
+            who = f"{t.process_comm or names.get(t.pid, '?')}[{t.pid}]'s " + ("main thread" if t.tid == t.pid else f"thread {t.tid}")
+            out.append(CausalChain(
+                id=f"{rc.ALLOCATOR_CHURN}-{t.pid}-{run[0]}", op=rc.ALLOCATOR_CHURN, severity=severity,  # type: ignore[arg-type]
+                root_cause=rc.ALLOCATOR_CHURN,
+                summary=(f"{who} allocated and freed memory {calls / secs:,.0f} times a second from "
+                         f"+{run[0]:,.1f} s to +{run[-1] + 1:,.1f} s, {100 * share:.0f}% of its time in those calls "
+                         f"({ns / 1e9:.2f} s): the caching allocator is being emptied and refilled (empty_cache(), "
+                         "changing shapes)"),
+                explanation=("Read from the CUDA calls: memory allocations and frees (cudaMalloc/cudaFree and the driver's "
+                             "cuMemAlloc/cuMemFree, host allocations) of the thread, per second. PyTorch's caching "
+                             "allocator normally makes them rare after warm-up."),
+                seconds_lost=round(ns / 1e9, 3), window=w, pids=[t.pid],
+                evidence=[Evidence(name="allocations and frees per second, and the time in them", value=f"{calls / secs:,.0f}/s, "
+                                   f"{ns / 1e9:.3f} s", sql=sql)],
+                recommendations=rc.recommend(rc.ALLOCATOR_CHURN, {}),
+            ))
+    return out
+
+
+def _runs(ks: list[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for k in sorted(ks):
+        if out and k - out[-1][-1] <= 2:
+            out[-1].append(k)
+        else:
+            out.append([k])
     return out
 
 
@@ -98,6 +166,11 @@ def causal_chains(
         if minor is not None:
             minor += small
         if table_complete(con, "cuda_calls"):
-            own += cold_start_chains(con, whole, acc, pids)
-    own.sort(key=lambda c: (RANK[c.severity], -(c.seconds_lost or 0)))
+            extra = cold_start_chains(con, whole, acc, pids, minor) + churn_chains(con, whole, acc)
+            # the accounting's chains come ranked (the job first); these join by severity, then seconds
+            for chain in sorted(extra, key=lambda c: -(c.seconds_lost or 0)):
+                at = next((i for i, c in enumerate(own) if RANK[c.severity] > RANK[chain.severity]
+                           or (RANK[c.severity] == RANK[chain.severity] and (c.seconds_lost or 0) < (chain.seconds_lost or 0))),
+                          len(own))
+                own.insert(at, chain)
     return own + imported_chains(con, window)

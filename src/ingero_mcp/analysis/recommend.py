@@ -24,6 +24,7 @@ ALLOCATOR_CHURN = "allocator-churn"
 GPU_SLOWER = "gpu-slower"
 LAUNCH_OVERHEAD = "launch-overhead"
 PAGE_FAULTS = "page-faults"
+TIMED_SLEEP = "timed-sleep"
 
 CATALOGUE: dict[str, list[str]] = {
     OWN_WORKERS_CPU: [
@@ -70,6 +71,10 @@ CATALOGUE: dict[str, list[str]] = {
     ],
     LAUNCH_OVERHEAD: [
         "The CPU time is spent inside CUDA calls: fewer, larger launches (fuse ops, torch.compile, CUDA graphs).",
+    ],
+    TIMED_SLEEP: [
+        "{who} slept on a timer {share}% of the time ({window}): the program paces itself (time.sleep, a rate limit, "
+        "polling). If that is not intended, find the sleep (py-spy dump shows where the thread waits).",
     ],
     PAGE_FAULTS: [
         "Reuse host buffers instead of allocating fresh memory every step (preallocate, then fill in place); for "

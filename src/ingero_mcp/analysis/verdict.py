@@ -22,7 +22,9 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
     if acc is None or not acc.complete:
         lines.append(f"No time accounting: {acc.note if acc else 'not computed'}.")
     else:
-        feeders = [t for t in acc.threads if t.role == "feeder"]
+        from ingero_mcp.analysis.causes import pace_threads
+
+        feeders = pace_threads(acc)
         seen: set[int] = set()
         for t in feeders:
             if t.pid in seen:

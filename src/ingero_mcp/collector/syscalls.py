@@ -14,7 +14,10 @@ X86_64: dict[int, str] = {
     44: "sendto", 45: "recvfrom", 46: "sendmsg", 47: "recvmsg", 61: "wait4", 74: "fsync", 75: "fdatasync",
     202: "futex", 230: "clock_nanosleep", 232: "epoll_wait", 247: "waitid", 257: "openat", 270: "pselect6",
     271: "ppoll", 281: "epoll_pwait", 288: "accept4", 426: "io_uring_enter", 441: "epoll_pwait2",
-    449: "futex_waitv",
+    449: "futex_waitv", 18: "pwrite64", 20: "writev", 3: "close", 10: "mprotect", 28: "madvise", 40: "sendfile",
+    56: "clone", 59: "execve", 72: "fcntl", 76: "truncate", 77: "ftruncate", 213: "epoll_create", 228: "clock_gettime",
+    295: "preadv", 296: "pwritev", 299: "recvmmsg", 307: "sendmmsg", 327: "preadv2", 328: "pwritev2",
+    435: "clone3", 319: "memfd_create", 285: "fallocate", 187: "readahead",
 }
 
 
