@@ -31,11 +31,11 @@ H200 = sorted(INVESTIGATIONS.glob("h200-seed-benchmark*.duckdb"))
 ENGINE_GAPS = {
     "cold-start": "the top chain is 'kernel-wakeup' (15 s of the server asleep in epoll_wait between requests, an idle "
                   "server, not lost time); the 1.4 s context creation in the first cudaMalloc is called allocator churn, "
-                  "and the lazy-loading chain (0.24 s beyond a normal launch) is LOW",
+                  "and the lazy-loading chain (60 first launches, 0.27 s beyond a normal launch) is LOW",
     "allocator-spike": "no chain: the refills stall 1 s in every 5 s, never the 2 s a slow phase needs, and a steady "
                        "finding needs 2 consecutive seconds",
     "cpu-contention": "the top chain is 'kernel-wakeup' (the thread asleep in recvfrom() on the camera's socket: the "
-                      "stream's pace, ranked by GPU-idle seconds); the ffmpeg chain (cpu-contention, +10 s to +22 s) is "
+                      "stream's pace, ranked by GPU-idle seconds); the ffmpeg chain (cpu-contention, +13 s to +22 s) is "
                       "third: the hog slows the loop ~1.5x, under the 2x a slow phase needs",
     "gpu-shared": "no chain: the server's 0.6 s bursts every 4 s never make a 2 s slow phase, and the steady reading "
                   "leaves GPU waits (asleep in syncs) out",

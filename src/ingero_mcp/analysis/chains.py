@@ -74,8 +74,10 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
                          f"repeat launch: CUDA loads a kernel's module on its first launch. {kernels} distinct kernels "
                          "were launched in the window."),
             seconds_lost=round(excess / 1e9, 3), window=TimeWindow(start_ns=int(first), end_ns=int(last)), pids=[int(pid)],
-            evidence=[Evidence(name="slow first launches / distinct kernels", value=f"{cold} / {kernels}", sql=sql),
-                      Evidence(name="time beyond a normal launch", value=round(excess / 1e9, 3), unit="s", sql=sql)],
+            evidence=[Evidence(name="slow first launches / distinct kernels", value=f"{cold} / {kernels}",
+                               sql=f"SELECT cold || ' / ' || kernels FROM ({sql}) WHERE pid = {int(pid)}"),
+                      Evidence(name="time beyond a normal launch", value=round(excess / 1e9, 3), unit="s",
+                               sql=f"SELECT round(excess_ns / 1e9, 3) FROM ({sql}) WHERE pid = {int(pid)}")],
             recommendations=rc.recommend(rc.COLD_START, {"op": "cudaLaunchKernel", "slowest_ms": f"{worst / 1e6:.1f}",
                                                           "call_index": 1, "pid": pid}),
         ))

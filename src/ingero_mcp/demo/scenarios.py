@@ -247,7 +247,7 @@ def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
     # Start-up: context creation inside the first cudaMalloc, model weights allocated and copied.
     warm = [
         OpSpec("cudaMalloc", 70 * US, 0.4, bytes=8 * MiB, gap_ns=250 * US),
-        OpSpec("cudaMemcpyAsync", 15 * US, 0.3, bytes=8 * MiB, kind="H2D", gap_ns=200 * US, stream=0),
+        OpSpec("cudaMemcpyAsync", 15 * US, 0.3, bytes=8 * MiB, kind="H2D", gap_ns=200 * US, stream=0, pinned=False),
     ]
     wc = loop_calls(rng, warm, first_ns, first_ns + 2 * SEC)
     wc.keep(np.arange(wc.spec_idx.size) < 320)
@@ -272,7 +272,8 @@ def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         # Between requests the server sleeps in epoll_wait until the NIC's softirq wakes it.
         OpSpec("cudaMemcpyAsync", 12 * US, 0.3, bytes=3 * 224 * 224 * 4 * 8, kind="H2D", gap_ns=400 * US, block_ns=60 * MS,
                pinned=False),
-        OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=40 * US, repeat=24),
+        # one forward pass: the model's n_kernels distinct kernels, each launched once a request
+        OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=40 * US, repeat=n_kernels),
         OpSpec("cudaMemcpyAsync", 10 * US, 0.3, bytes=8 * 1000 * 4, kind="D2H", gap_ns=20 * US, pinned=False),
         OpSpec("cudaStreamSynchronize", 1_800 * US, 0.25, gap_ns=10 * US),
     ]
@@ -284,9 +285,10 @@ def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         calls.dur[sync] -= blk
         calls.add_stall(sync, blk=blk)
         if n_chunk == 0:
-            # Lazy module loading: the first launch of each of the model's kernels loads it.
+            # Lazy module loading: the first launch of each of the model's kernels (the first request's) loads it.
             launch_pos = np.nonzero(calls.spec_idx == 1)[0]
             cold = launch_pos[: n_kernels]
+            assert np.unique(calls.pos[cold]).size == n_kernels
             calls.dur[cold] = lognormal(rng, 4 * MS, 0.7, cold.size).astype(np.int64)
             calls.dur[cold[0]] = 25_800 * US
             calls.pages[cold] = rng.integers(20, 120, cold.size)
