@@ -34,9 +34,6 @@ ENGINE_GAPS = {
                   "and the lazy-loading chain (60 first launches, 0.27 s beyond a normal launch) is LOW",
     "allocator-spike": "no chain: the refills stall 1 s in every 5 s, never the 2 s a slow phase needs, and a steady "
                        "finding needs 2 consecutive seconds",
-    "cpu-contention": "the top chain is 'kernel-wakeup' (the thread asleep in recvfrom() on the camera's socket: the "
-                      "stream's pace, ranked by GPU-idle seconds); the ffmpeg chain (cpu-contention, +13 s to +22 s) is "
-                      "third: the hog slows the loop ~1.5x, under the 2x a slow phase needs",
     "gpu-shared": "no chain: the server's 0.6 s bursts every 4 s never make a 2 s slow phase, and the steady reading "
                   "leaves GPU waits (asleep in syncs) out",
 }

@@ -151,7 +151,7 @@ def test_call_spans_golden(tmp_path: Path) -> None:
         call(t, 2 * MS, "cudaMemcpyAsync", nbytes=1 << 20, kind="H2D", pinned=True),
         call(t + 500 * US, 1 * MS, "cuMemcpyHtoDAsync_v2", api="driver", nbytes=1 << 20),
         call(t + 10 * MS, 5 * MS, "cudaMemcpy", nbytes=1 << 20, kind="H2D", pinned=False),  # pageable
-        call(t + 16 * MS, 1 * MS, "cudaMemcpy", nbytes=4, kind="D2H"),  # pinned or not: unknown
+        call(t + 16 * MS, 1 * MS, "cudaMemcpy", nbytes=4, kind="D2H"),  # a loss.item(): it waits for the stream
         call(t + 20 * MS, 1 * MS, "cudaLaunchKernel", handle=0xA),  # the process's first launch of kernel A
         call(t + 30 * MS, 10 * US, "cudaLaunchKernel", handle=0xA),
         call(t + 40 * MS, 20 * US, "cudaLaunchKernel", handle=0xB),  # first launch of kernel B
@@ -166,7 +166,7 @@ def test_call_spans_golden(tmp_path: Path) -> None:
     assert got == [
         (11, S, S + 2 * MS, 2, 0, "cudaMemcpyAsync", "copy_pinned"),
         (11, S + 10 * MS, S + 15 * MS, 1, 2 * MS, "cudaMemcpy", "copy_pageable"),
-        (11, S + 16 * MS, S + 17 * MS, 1, 7 * MS, "cudaMemcpy", "copy"),
+        (11, S + 16 * MS, S + 17 * MS, 1, 7 * MS, "cudaMemcpy", "sync"),  # under 1 MiB: a sync, not a transfer
         (11, S + 20 * MS, S + 21 * MS, 1, 8 * MS, "cudaLaunchKernel", "launch_first"),
         (11, S + 30 * MS, S + 30 * MS + 10 * US, 1, 9 * MS, "cudaLaunchKernel", "launch"),
         (11, S + 40 * MS, S + 40 * MS + 20 * US, 1, 9 * MS + 10 * US, "cudaLaunchKernel", "launch_first"),

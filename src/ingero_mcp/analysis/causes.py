@@ -522,10 +522,10 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
     timed = int(known[0][5] or 0)
     who = ctx.who(t.pid, tid)
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
-              f"{'a timer interrupt' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
+              f"{'a timer interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
               f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:4]), sql=sql),
           Evidence(name=f"share of the window {who} was running", value=round(100 * run_ns / wall_ns, 1), unit="%",
-                   sql=_seconds_sql(t.pid, tid, f.ks, "sum(run_outside_ns + run_inside_ns) / sum(wall_ns)"))]
+                   sql=_seconds_sql(t.pid, tid, f.ks, "100.0 * sum(run_outside_ns + run_inside_ns) / sum(wall_ns)"))]
     return Explained(
         cause=rc.LOCK_OR_GIL, evidence=ev,
         culprits=[Culprit(pid=t.pid, tids=[tid], comm=ctx.names.get(tid), relation="same process", ns=timed)],
@@ -567,7 +567,7 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
         culprits.append(c)
     share = int(wns or 0) / total
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
-        f"{'an interrupt' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
+        f"{'an interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
         f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:5]), sql=sql)]
     sc = f", in {syscall}()" if syscall else ""
     if _is_timed(syscall, wctx, rel):
@@ -579,8 +579,12 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
         by = "an interrupt" if rel == "interrupt" else f"the kernel ({wcomm})"
         reason = (f"woken by {by}{sc}"
                   + (f": {100 * (io_ns or 0) / max(int(wns or 1), 1):.0f}% uninterruptible (IO)" if io_ns else ""))
-        return Explained(cause=cause, reason=reason, culprits=[c for c in culprits if c.relation != "kernel"][:0],
-                         evidence=ev, numbers={"syscall": syscall or "?"})
+        # Outside a slowdown, a sleep the kernel ends (a packet, a device) is the job waiting for its input: the pace
+        # of what feeds it, not lost time, unless it is IO (D state) or it grew in a slow phase.
+        named = ([Culprit(comm=f"{wctx} (landed on {wcomm})", relation="interrupt", ns=int(wns or 0))] if rel == "interrupt"
+                 else [Culprit(pid=wpid, tids=[wtid], comm=wcomm, relation="kernel", ns=int(wns or 0))])
+        return Explained(cause=cause, reason=reason, culprits=named, evidence=ev, numbers={"syscall": syscall or "?"},
+                         confident=cause == rc.IO_WAIT or f.mode == "contrast")
     hops = _follow(ctx, t.pid, (wpid, wtid), f.window)
     end_pid, end_tid, _end_name, end_acc = hops[-1]
     doing = _doing(end_acc)
@@ -618,8 +622,9 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
         cause = rc.WAITING_ON_PROCESS
         reason = f"woken by {who} ({rel}, {100 * share:.0f}% of the sleep{sc}), which was {doing}"
     if end_acc:
-        ev.append(Evidence(name=f"what {end_who} did meanwhile", value=doing,
-                           sql=_seconds_sql(end_pid, end_tid, f.ks, "sum(run_outside_ns + run_inside_ns) / sum(wall_ns)")))
+        ev.append(Evidence(name=f"share of the window {end_who} was running", unit="%",
+                           value=round(100 * (end_acc.run_outside_ns + end_acc.run_inside_ns) / max(end_acc.wall_ns, 1), 1),
+                           sql=_seconds_sql(end_pid, end_tid, f.ks, "100.0 * sum(run_outside_ns + run_inside_ns) / sum(wall_ns)")))
     return Explained(cause=cause, reason=reason, culprits=culprits, evidence=ev,
                      numbers={"waker": end_who, "doing": doing})
 
