@@ -638,15 +638,17 @@ def test_v2_two_threads_on_one_cpu_preempt_each_other(v2rec: dict[str, Any]) -> 
     """(b) first and last holder are the other spinner; host_aggregates has their on-CPU time per thread and CPU."""
     con, t = v2rec["con"], v2rec["tid"]
     for me, other in (("v2-spin1", "v2-spin2"), ("v2-spin2", "v2-spin1")):
+        # comm: the name at that moment, 'v2-main' until the thread renamed itself
         n, by_other, held_by_other, cpu_wait = _q(con, """
-            SELECT count(*), count(*) FILTER (preemptor_tid = ? AND preemptor_pid = ? AND preemptor_comm = ?),
-                   count(*) FILTER (last_holder_tid = ? AND last_holder_pid = ? AND last_holder_comm = ?),
+            SELECT count(*), count(*) FILTER (preemptor_tid = ? AND preemptor_pid = ? AND preemptor_comm IN (?, 'v2-main')),
+                   count(*) FILTER (last_holder_tid = ? AND last_holder_pid = ? AND last_holder_comm IN (?, 'v2-main')),
                    sum(cpu_wait_ns) FILTER (sleep_ns = 0 AND cpu_wait_ns = off_cpu_ns)
             FROM sched_intervals WHERE tid = ? AND prev_state = 'preempted' AND cpu = ? AND on_cpu = ?""",
             [t[other], v2rec["pid"], other, t[other], v2rec["pid"], other, t[me], V2_SPIN_CPU, V2_SPIN_CPU])[0]
         # SCHED_RR spinners: the other one, named by tid, pid (its tgid) and comm, is first and last
-        # holder at each end of a time slice (bar an RT kernel thread now and then)
-        assert n >= 3 and by_other >= 0.6 * n and held_by_other >= 0.6 * n, (me, n, by_other, held_by_other)
+        # holder at the end of each time slice; other tasks only when the kernel throttles RT tasks
+        # (50 ms a second by default) or an RT kernel thread runs
+        assert n >= 3 and by_other >= 0.5 * n and held_by_other >= 0.5 * n, (me, n, by_other, held_by_other)
         tid_only = _q(con, "SELECT count(*) FROM sched_intervals WHERE tid = ? AND preemptor_tid = ? AND preemptor_pid <> ?",
                       [t[me], t[other], v2rec["pid"]])[0][0]
         assert tid_only <= 0.1 * by_other, (me, tid_only, by_other)  # the tgid is nearly always learned
