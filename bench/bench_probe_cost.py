@@ -5,9 +5,12 @@ no CUDA uprobes), marks a stand-in workload's process traced, turns on the kerne
 statistics (kernel.bpf_stats_enabled) for the measurement and reads each program's run_time_ns /
 run_cnt from /proc/self/fdinfo. The host-wide tracepoints (sched_switch, sched_waking, the irq /
 softirq / hrtimer depth counters, mm_page_alloc) cost this on every event of every task, traced or
-not; the CUDA-call cost is bench_collector.py's.
+not. The CUDA uprobes are attached to the stand-in libraries too, and `workload rate N` makes N
+cudaLaunchKernel calls during the measurement: their rows show what the kernel side of a traced
+call costs (entry program + the shared return program), apart from the uprobe trap itself and
+from the machine's load, which make bench_collector.py's end-to-end numbers noisy on a shared host.
 
-    sudo .venv/bin/python bench/bench_probe_cost.py --seconds 10
+    sudo .venv/bin/python bench/bench_probe_cost.py --seconds 10 --calls 200000
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ sys.path.insert(0, str(REPO / "tests" / "standin"))
 
 from harness import build_standin  # noqa: E402
 
+from ingero_mcp.collector.discovery import resolve_library  # noqa: E402
 from ingero_mcp.collector.tracer import TraceOptions, Tracer  # noqa: E402
 
 STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
@@ -42,12 +46,18 @@ def main() -> int:
     """Measure and print one line per program."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--calls", type=int, default=200_000, help="traced cudaLaunchKernel calls (< the ring's size)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         standin = build_standin(Path(tmp) / "standin")
-        tracer = Tracer(TraceOptions(db=Path(tmp) / "unused.duckdb", pids=[1]))
-        tracer._compile()  # every tracepoint attached, as when recording
-        funcs = {name.decode(): f.fd for name, f in tracer.bpf.funcs.items() if name.startswith(b"tracepoint__")}
+        tracer = Tracer(TraceOptions(db=Path(tmp) / "unused.duckdb"), log=open("/dev/null", "w"))  # noqa: SIM115
+        tracer._compile()  # every tracepoint attached, as when recording; every CUDA caller traced
+        for lib in (standin.cudart, standin.cuda):
+            found = resolve_library(str(lib))
+            assert found is not None
+            tracer.attach_library(found, forced=True)
+        funcs = {name.decode(): f.fd for name, f in tracer.bpf.funcs.items()
+                 if name.startswith(b"tracepoint__") or name in (b"e_cudaLaunchKernel", b"on_return")}
         # a traced process that sleeps and wakes (200 us syncs) and spins, so the traced paths run
         work = subprocess.Popen([str(standin.workload), "mix", "100000", "20000", "200000", "0", "0"],
                                 stdout=subprocess.DEVNULL)
@@ -56,7 +66,9 @@ def main() -> int:
         STATS.write_text("1")
         try:
             before = {name: prog_stats(fd) for name, fd in funcs.items()}
-            time.sleep(args.seconds)
+            t0 = time.monotonic()
+            subprocess.run([str(standin.workload), "rate", str(args.calls)], check=True, stdout=subprocess.DEVNULL)
+            time.sleep(max(0.0, args.seconds - (time.monotonic() - t0)))
             after = {name: prog_stats(fd) for name, fd in funcs.items()}
         finally:
             STATS.write_text(old)

@@ -629,33 +629,37 @@ def test_v2_woken_thread_waits_for_a_busy_cpu(v2rec: dict[str, Any]) -> None:
                       FROM sched_intervals WHERE tid = ? AND prev_state = 'sleeping' AND syscall = 'futex'""",
               [t["waker"], v2rec["pid"], v2rec["hog"], V2_SLEEPER_CPU, t["sleeper"]])[0]
     n, woken_by_waker, after_hog, _ = rows
-    assert n >= 15 and woken_by_waker >= 15 and after_hog >= 5, rows  # other tasks share that CPU too
+    # not every round sleeps (on a loaded machine the signal can come before the wait); of those that
+    # do, nearly all are woken by the waker; the hog (and whatever else runs there) holds the CPU
+    assert n >= 5 and woken_by_waker >= 0.8 * n and after_hog >= 2, rows
 
 
 def test_v2_two_threads_on_one_cpu_preempt_each_other(v2rec: dict[str, Any]) -> None:
     """(b) first and last holder are the other spinner; host_aggregates has their on-CPU time per thread and CPU."""
     con, t = v2rec["con"], v2rec["tid"]
     for me, other in (("v2-spin1", "v2-spin2"), ("v2-spin2", "v2-spin1")):
+        # comm: the name at that moment, 'v2-main' until the thread renamed itself
         n, by_other, held_by_other, cpu_wait = _q(con, """
-            SELECT count(*), count(*) FILTER (preemptor_tid = ? AND preemptor_pid = ? AND preemptor_comm = ?),
-                   count(*) FILTER (last_holder_tid = ? AND last_holder_pid = ? AND last_holder_comm = ?),
+            SELECT count(*), count(*) FILTER (preemptor_tid = ? AND preemptor_pid = ? AND preemptor_comm IN (?, 'v2-main')),
+                   count(*) FILTER (last_holder_tid = ? AND last_holder_pid = ? AND last_holder_comm IN (?, 'v2-main')),
                    sum(cpu_wait_ns) FILTER (sleep_ns = 0 AND cpu_wait_ns = off_cpu_ns)
             FROM sched_intervals WHERE tid = ? AND prev_state = 'preempted' AND cpu = ? AND on_cpu = ?""",
             [t[other], v2rec["pid"], other, t[other], v2rec["pid"], other, t[me], V2_SPIN_CPU, V2_SPIN_CPU])[0]
-        # The other spinner, named by tid, pid (its tgid) and comm, as first and last holder; not every
-        # time: kernel threads and other processes on this machine (tests run beside it) take CPU 0 too.
-        assert n >= 5 and by_other >= 5 and held_by_other >= 5, (me, n, by_other, held_by_other)
+        # SCHED_RR spinners: the other one, named by tid, pid (its tgid) and comm, is first and last
+        # holder at the end of each time slice; other tasks only when the kernel throttles RT tasks
+        # (50 ms a second by default) or an RT kernel thread runs
+        assert n >= 3 and by_other >= 0.5 * n and held_by_other >= 0.5 * n, (me, n, by_other, held_by_other)
         tid_only = _q(con, "SELECT count(*) FROM sched_intervals WHERE tid = ? AND preemptor_tid = ? AND preemptor_pid <> ?",
                       [t[me], t[other], v2rec["pid"]])[0][0]
         assert tid_only <= 0.1 * by_other, (me, tid_only, by_other)  # the tgid is nearly always learned
-        assert cpu_wait > 20_000_000, (me, cpu_wait)
+        assert cpu_wait > 200_000_000, (me, cpu_wait)  # about half of its second, runnable
         # host_aggregates: its on-CPU time per CPU; over all CPUs, its life minus its off-CPU intervals
         on_cpu, on_all, rows, bad = _q(con, """
             SELECT sum(sum_duration_ns) FILTER (cpu = ?), sum(sum_duration_ns), count(*), count(*) FILTER (pid <> ?)
             FROM host_aggregates WHERE op = 'sched_switch' AND tid = ?""", [V2_SPIN_CPU, v2rec["pid"], t[me]])[0]
         life, off = _q(con, """SELECT max(th.exit_ns) - min(i.off_ns), sum(i.off_cpu_ns)
                                FROM sched_intervals i JOIN threads th ON th.tid = i.tid WHERE i.tid = ?""", [t[me]])[0]
-        assert rows >= 1 and bad == 0 and on_cpu > 20_000_000 and on_cpu >= 0.9 * on_all, (me, on_cpu, on_all, rows, bad)
+        assert rows >= 1 and bad == 0 and on_cpu > 200_000_000 and on_cpu >= 0.9 * on_all, (me, on_cpu, on_all, rows, bad)
         assert abs(on_all - (life - off)) <= 10_000_000 + 0.05 * on_all, (me, on_all, life, off)
     assert _q(con, "SELECT count(*) FROM host_aggregates WHERE op = 'sched_switch' AND (tid IS NULL OR cpu IS NULL)")[0][0] == 0
     assert _q(con, "SELECT count(*) FROM host_aggregates WHERE op = 'mm_page_alloc' AND (tid IS NOT NULL OR cpu IS NOT NULL)"
@@ -699,11 +703,11 @@ def test_v2_syscall_a_thread_slept_in(v2rec: dict[str, Any]) -> None:
                      WHERE tid = ? AND syscall IN ('nanosleep', 'clock_nanosleep')""", [t["waker"]])[0]
     assert irq[0] >= 0.8 * irq[1], irq  # an hrtimer expiry: the "waker" is whatever it interrupted
     futex = _q(con, "SELECT count(*) FROM sched_intervals WHERE tid = ? AND syscall = 'futex'", [t["sleeper"]])[0][0]
-    assert futex >= 15
-    # spinning in user space: preempted outside any system call (bar its start: prctl, printf, pinning)
+    assert futex >= 5, futex
+    # spinning in user space: preempted outside any system call (bar its start: prctl, printf)
     in_call, n = _q(con, "SELECT count(syscall), count(*) FROM sched_intervals WHERE tid = ? AND prev_state = 'preempted'",
                     [t["v2-spin1"]])[0]
-    assert n >= 5 and in_call <= 0.1 * n, (in_call, n)
+    assert n >= 3 and in_call <= 1, (in_call, n)
 
 
 def test_v2_kernel_handle_is_the_function_launched(v2rec: dict[str, Any]) -> None:

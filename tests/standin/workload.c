@@ -219,14 +219,29 @@ static void *waker(void *arg) {
     return NULL;
 }
 
-/* Two of these pinned to one CPU: each preempts the other. */
+/* Two of these, created SCHED_RR on one CPU: each preempts the other when its time slice ends
+ * (100 ms), and no ordinary task of the machine can take the CPU from them in between. */
 static void *spinner(void *arg) {
     const char *name = arg;
     prctl(PR_SET_NAME, name);
-    pin(spin_cpu);
     say("tid", name, tid());
-    spin_for(400000000L);
+    spin_for(1000000000L);
     return NULL;
+}
+
+static void start_spinner(pthread_t *t, const char *name) {
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(spin_cpu, &set);
+    pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+    pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
+    pthread_attr_setschedpolicy(&attr, SCHED_RR);
+    struct sched_param p = {.sched_priority = 1};
+    pthread_attr_setschedparam(&attr, &p);
+    if (pthread_create(t, &attr, spinner, (void *)name) != 0) perror("pthread_create");
+    pthread_attr_destroy(&attr);
 }
 
 static int v2(int s_cpu, int p_cpu) {
@@ -269,8 +284,8 @@ static int v2(int s_cpu, int p_cpu) {
     pthread_join(t2, NULL);
     pthread_join(t1, NULL);
     /* two threads on one CPU */
-    pthread_create(&t3, NULL, spinner, "v2-spin1");
-    pthread_create(&t4, NULL, spinner, "v2-spin2");
+    start_spinner(&t3, "v2-spin1");
+    start_spinner(&t4, "v2-spin2");
     pthread_join(t3, NULL);
     pthread_join(t4, NULL);
     return done ? 0 : 1;

@@ -93,6 +93,12 @@ def _names(codes: np.ndarray, names: pa.Array) -> pa.DictionaryArray:
 
 
 def _masked(values: np.ndarray, valid: np.ndarray, typ: pa.DataType) -> pa.Array:
+    # the common batches are all-valid or all-null columns (a launch has a handle and no host
+    # pointer): no mask to build and apply then
+    if not valid.any():
+        return pa.nulls(len(values), typ)
+    if valid.all():
+        return pa.array(np.ascontiguousarray(values), typ)
     return pa.array(values, typ, mask=~valid)
 
 

@@ -842,7 +842,7 @@ class Tracer:
                  "thread_state_map_full": int(c[R.C_TSTATE_FULL]), "nvml": self.nvml.error or "ok",
                  "collector_cpu_s": round(_cpu_seconds(), 3),
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
-                 "wakeups_seen": int(c[R.C_WAKEUP_SEEN]),
+                 "wakeups_seen": int(c[R.C_WAKEUP_SEEN]), "wakeups_from_interrupts": int(c[R.C_WAKE_IRQ]),
                  "thread_states_left": getattr(self, "thread_states_left", None),
                  "snapshot_errors": self.sample_errors, "last_snapshot_error": self.last_sample_error,
                  **getattr(self, "unfinished", {})}
