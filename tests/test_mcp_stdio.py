@@ -172,3 +172,21 @@ async def test_the_config_as_written_serves_the_bundled_h200_trace() -> None:
     text = chains.content[0].text
     assert not chains.is_error and "GPU starved" in text and "1534" in text
     assert calls.content[0].text.splitlines()[-2:] == ["n (BIGINT)", "4"]
+
+
+def test_readme_names_the_prompt_as_claude_code_lists_it() -> None:
+    """Claude Code lists MCP prompts as /mcp__<server>__<prompt>; the README and --help say that name."""
+    from ingero_mcp.cli.mcp import EPILOG
+    from ingero_mcp.mcp.server import build_server
+
+    (server_key,) = json.loads(CONFIG.read_text())["mcpServers"]
+    args = server_entry()["args"]
+    server = build_server(REPO / args[args.index("--db") + 1])
+    try:
+        (prompt,) = server._prompt_manager.list_prompts()
+    finally:
+        server.store.close()
+    command = f"/mcp__{server_key}__{prompt.name}"
+    readme = (REPO / "README.md").read_text()
+    assert f"> {command}" in readme and command in EPILOG
+    assert "> /investigate" not in readme

@@ -19,7 +19,7 @@ so far and re-read when it grows."""
 EPILOG = """\
 examples:
   ingero-mcp mcp --db run.duckdb
-  claude --mcp-config examples/mcp-config.json        # then /investigate
+  claude --mcp-config examples/mcp-config.json        # then /mcp__ingero__investigate
   ollmcp -m qwen2.5:14b -j examples/mcp-config.json
   npx @modelcontextprotocol/inspector --cli ingero-mcp mcp --db run.duckdb --method tools/list
 
