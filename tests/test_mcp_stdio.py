@@ -20,7 +20,7 @@ from analysis_fixtures import contention_store
 
 from mcp import Client, StdioServerParameters
 
-from ingero_mcp.mcp.sanitize import DATA_NOTE
+from ingero_mcp.sanitize import DATA_NOTE
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "examples" / "mcp-config.json"
@@ -69,6 +69,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
             "get_timeline": await client.call_tool("get_timeline", {"pid": 100, "around": "+5.003s", "limit": 20}),
             "get_system_context": await client.call_tool("get_system_context", {"max_points": 4}),
             "run_sql": await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls"}),
+            "get_evidence_sql": await client.call_tool("get_evidence_sql", {"chain_id": "ingero-mcp:cudaStreamSynchronize"}),
         }
         unknown = await client.call_tool("get_per_process_breakdown", {"pid": 424242})
         empty = await client.call_tool("get_trace_stats", {"since": "0s"})
@@ -77,7 +78,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
         write = await client.call_tool("run_sql", {"sql": "DELETE FROM cuda_calls"})
         read_file = await client.call_tool("run_sql", {"sql": "SELECT * FROM read_csv('/etc/passwd')"})
         prompt = await client.get_prompt("investigate", {"pid": "100"})
-    assert len(tools) == 7 and set(results) == tools
+    assert len(tools) == 8 and set(results) == tools
     assert prompts == ["investigate"]
     for name, result in results.items():
         assert not result.is_error, (name, result.content)
@@ -133,7 +134,7 @@ def test_stdout_carries_only_protocol(store: Path) -> None:
     by_id = {m["id"]: m for m in messages if "id" in m}
     assert set(by_id) == {1, 2, 3, 4}
     assert by_id[1]["result"]["serverInfo"]["name"] == "ingero-mcp"
-    assert len(by_id[2]["result"]["tools"]) == 7
+    assert len(by_id[2]["result"]["tools"]) == 8
     assert by_id[3]["result"]["isError"] is True
     assert by_id[4]["result"]["structuredContent"]["calls"] == 2000
 
@@ -171,7 +172,7 @@ async def test_the_config_as_written_serves_the_bundled_h200_trace() -> None:
         calls = await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls WHERE op = 'cudaHostAlloc'"})
     text = chains.content[0].text
     assert not chains.is_error and "GPU starved" in text and "1534" in text
-    assert calls.content[0].text.splitlines()[-2:] == ["n (BIGINT)", "4"]
+    assert calls.content[0].text.splitlines()[-2:] == ['columns: "n" (BIGINT)', "4"]
 
 
 def test_readme_names_the_prompt_as_claude_code_lists_it() -> None:

@@ -1,4 +1,4 @@
-"""The stdio MCP server: seven read-only tools over one trace store and the `investigate` prompt.
+"""The stdio MCP server: eight read-only tools over one trace store and the `investigate` prompt.
 
 A thin layer: each tool resolves its arguments (Ingero's names: since, pid, pids, top_n, limit;
 `since` counts back from the trace's end), calls one analysis function, bounds the result, and
@@ -27,22 +27,25 @@ from pydantic import BaseModel, Field
 from ingero_mcp import __version__
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.mcp import render
+from ingero_mcp.mcp.chainview import _moments, fit_chains, rank
 from ingero_mcp.mcp.prompt import investigate_text
 from ingero_mcp.mcp.results import (
     BreakdownResult,
     ChainsResult,
     ContextResult,
+    EvidenceResult,
     InfoResult,
     SqlRows,
     StatsResult,
     TimelineResult,
 )
-from ingero_mcp.mcp.sanitize import clean, clean_data
+from ingero_mcp.sanitize import clean, clean_data
 from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, SqlError, describe_schema, run_query
 from ingero_mcp.store import StoreError, open_store, segment_dir
 
 STRUCTURED_BUDGET = 30_000  # characters of JSON per structured result (with the text: < ~17k tokens)
 STRING_CAP = 4_000  # characters of any one string in structured content (text output caps tighter)
+SQL_CAP = 100_000  # evidence SQL is shown whole (it is the recipe for a number), within reason
 _REOPEN_MIN_S = 1.0
 
 R = TypeVar("R", bound=BaseModel)
@@ -113,8 +116,11 @@ def _result(text: str, model: BaseModel) -> CallToolResult:
 
 
 def _structured(model: BaseModel) -> dict[str, Any]:
-    """What goes out as structured content: the model as JSON data, every string cleaned and capped."""
-    return clean_data(model.model_dump(mode="json"), cap=STRING_CAP)
+    """What goes out as structured content: the model as JSON data, every string cleaned and capped
+    (evidence SQL whole), every moment with its readable offset from the trace start."""
+    data = clean_data(model.model_dump(mode="json"), cap=STRING_CAP, key_caps={"sql": SQL_CAP})
+    origin = getattr(model, "trace_start_ns", None)
+    return _moments(data, origin) if origin is not None else data
 
 
 def _size(model: BaseModel) -> int:
@@ -123,22 +129,21 @@ def _size(model: BaseModel) -> int:
 
 
 def _fit(model: BaseModel, values: list[Any], put: Callable[[list[Any]], None], budget: int = STRUCTURED_BUDGET - 400) -> int:
-    """The most leading `values` that `put` can place in `model` with its JSON within `budget` (binary search).
+    """The most leading `values` that `put` can place in `model` with its JSON within `budget`.
 
-    The default budget leaves room for the note that says what was cut."""
-    put(values)
-    if _size(model) <= budget:
-        return len(values)
-    lo, hi = 0, len(values)  # lo fits (an empty list is the floor), hi does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        put(values[:mid])
-        if _size(model) <= budget:
-            lo = mid
-        else:
-            hi = mid
-    put(values[:lo])
-    return lo
+    Each value is sized once, in order, until the budget is spent: linear in what fits, whatever the
+    number of values. The default budget leaves room for the note that says what was cut."""
+    put([])
+    used = _size(model)
+    keep = 0
+    for value in values:
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        used += len(json.dumps(clean_data(data, cap=STRING_CAP), ensure_ascii=False, separators=(",", ":"))) + 1
+        if used > budget:
+            break
+        keep += 1
+    put(values[:keep])
+    return keep
 
 
 def _shrink(model: R, items: str, budget: int = STRUCTURED_BUDGET - 400) -> R:
@@ -261,12 +266,17 @@ def build_server(
         pid: PID = None,
         pids: PIDS = None,
         top_n: Annotated[int, Field(description="At most this many chains, most severe first.", ge=1, le=50)] = 10,
+        include_sql: Annotated[
+            bool, Field(description="Also give each evidence item's SQL (large; get_evidence_sql gives one chain's).")
+        ] = False,
     ) -> Annotated[CallToolResult, ChainsResult]:
-        """Causal chains: a slow or tail-heavy CUDA operation joined to what its threads and the host
+        """Causal chains, most severe first (chains imported from Ingero ranked with the others and
+        marked): a slow, tail-heavy or starved CUDA operation joined to what its threads and the host
         went through at those moments. Each chain has severity, summary, root cause, explanation, the
-        numbers (count, p50, p99, max, tail ratio), evidence (the structured content carries the SQL that
-        recomputes each), recommendations, and a timeline with timestamps. Chains imported from Ingero
-        are marked."""
+        numbers (count, p50, p99, max, tail ratio), evidence, recommendations and a timeline with
+        offsets from the trace start. Every chain up to top_n is returned; a large one is shortened
+        (it says what it left out) rather than dropped. Evidence SQL only with include_sql, or per
+        chain from get_evidence_sql."""
 
         def run() -> CallToolResult:
             from ingero_mcp.analysis.chains import causal_chains
@@ -275,22 +285,69 @@ def build_server(
                 window = _window(con, since)
                 whole = _whole(con)
                 chosen = _pids(pid, pids)
-                chains = causal_chains(con, window, chosen)
+                chains = rank(causal_chains(con, window, chosen))
             notes = []
-            for c in chains[:top_n]:
-                if len(c.timeline) > 20:
-                    notes.append(f"chain {c.id}: {len(c.timeline) - 20} of {len(c.timeline)} timeline entries left out")
-                    c.timeline = c.timeline[:20]
-                if len(c.evidence) > 30:
-                    c.evidence = c.evidence[:30]
             if chosen and not chains:
                 notes.append(f"no chain involves pid(s) {chosen} in this window")
+            window = window or whole or TimeWindow(start_ns=0, end_ns=0)
+            origin = whole.start_ns if whole else window.start_ns
             result = ChainsResult(
-                window=window or whole or TimeWindow(start_ns=0, end_ns=0), chains=chains[:top_n],
-                shown=min(top_n, len(chains)), total=len(chains), truncated=len(chains) > top_n, notes=notes,
+                window=window, chains=[], shown=min(top_n, len(chains)), total=len(chains),
+                truncated=len(chains) > top_n, notes=notes, trace_start_ns=origin,
             )
-            result = _shrink(result, "chains")
+            if len(chains) > top_n:
+                notes.append(f"{len(chains) - top_n} less severe chain(s) beyond top_n={top_n}; raise top_n to see them")
+            # what the chains may use: the budgets less the rest of the result (and room for the notes fit adds)
+            json_room = STRUCTURED_BUDGET - _size(result) - 800
+            text_room = render.TEXT_BUDGET - len("\n".join(render.chains_head(result, whole))) - 1000
+            views, fit_notes = fit_chains(chains[:top_n], origin, json_room, text_room, include_sql)
+            result.chains, result.shown = views, len(views)
+            result.truncated = result.truncated or len(views) < min(top_n, len(chains))
+            result.notes += fit_notes
             return _result(render.render_chains(result, whole), result)
+
+        return _guard(run)
+
+    @tool
+    def get_evidence_sql(
+        chain_id: Annotated[str, Field(description="A chain's id as get_causal_chains printed it.", max_length=400)],
+        since: SINCE = None,
+        pid: PID = None,
+        pids: PIDS = None,
+    ) -> Annotated[CallToolResult, EvidenceResult]:
+        """One causal chain's evidence in full, each item with the SQL that recomputes it from the store
+        (run it with run_sql). Pass the same since/pid/pids as the get_causal_chains call that listed the
+        chain: the chain, and its SQL, depend on the window."""
+
+        def run() -> CallToolResult:
+            from ingero_mcp.analysis.chains import causal_chains
+
+            with store.connection() as con:
+                window = _window(con, since)
+                whole = _whole(con)
+                chains = causal_chains(con, window, _pids(pid, pids))
+            wanted = chain_id.strip().strip('"')
+            chain = next((c for c in chains if c.id == wanted or clean(c.id, 200) == wanted), None)
+            if chain is None:
+                ids = ", ".join(json.dumps(clean(c.id, 200), ensure_ascii=False) for c in chains[:20]) or (
+                    "none" if whole else "none (the trace is empty)")
+                raise ToolError(f"no chain {json.dumps(clean(chain_id, 200), ensure_ascii=False)} in this window; "
+                                f"chains here: {ids}")
+            window = window or whole or TimeWindow(start_ns=0, end_ns=0)
+            evidence = [e.model_dump(mode="json") for e in chain.evidence]
+            result = EvidenceResult(window=window, chain_id=chain.id, evidence=[], total=len(evidence),
+                                    trace_start_ns=whole.start_ns if whole else window.start_ns)
+            keep = _fit(result, evidence, lambda v: setattr(result, "evidence", v), STRUCTURED_BUDGET - 600)
+            # the text half must hold the same items: drop from the end until it does
+            while keep and len(render.render_evidence(result, whole)) > render.TEXT_BUDGET - 600:
+                keep -= 1
+                result.evidence = evidence[:keep]
+            result.shown = keep
+            if keep < len(evidence):
+                result.truncated = True
+                result.notes.append(f"only {keep} of the {len(evidence)} evidence items (with their SQL) fit in one "
+                                    "result; the rest are in explain --sql")
+            return _result(render.render_evidence(result, whole), result)
 
         return _guard(run)
 
