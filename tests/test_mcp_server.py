@@ -463,3 +463,20 @@ async def test_an_empty_store_answers_or_says_it_is_empty(tmp_path: Path, name: 
         assert result.structured_content is not None
     since = await call(db, "get_trace_stats", {"since": "5s"})
     assert since.is_error and "the trace is empty" in text_of(since)
+
+
+async def test_structured_halves_carry_the_data_note_and_the_offsets_the_text_prints(demo_store: Path) -> None:
+    """Claude Code forwards only the structured half: it must read as the text does (note, '+S s' moments)."""
+    pid = EXPECTED["dataloader"].pid
+    timeline = await call(demo_store, "get_timeline", {"pid": pid, "around": "+10.0 s", "limit": 20})
+    got, text = timeline.structured_content, text_of(timeline)
+    assert got["data_note"] == DATA_NOTE
+    entries = got["timeline"]["entries"]
+    assert entries
+    for e in entries:
+        assert e["ts_at"].startswith("+") and e["ts_at"].endswith(" s")
+        assert any(line.startswith(f"{e['ts_at']} | ") for line in text.splitlines()), e["ts_at"]
+    assert got["timeline"]["window"]["start_at"] in text and got["timeline"]["window"]["end_at"] in text
+    for name in sorted(TOOLS - {"get_evidence_sql"}):
+        result = await call(demo_store, name, DEFAULT_ARGS[name])
+        assert result.structured_content["data_note"] == DATA_NOTE, name

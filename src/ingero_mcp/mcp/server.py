@@ -136,9 +136,13 @@ def _fit(model: BaseModel, values: list[Any], put: Callable[[list[Any]], None], 
     put([])
     used = _size(model)
     keep = 0
+    origin = getattr(model, "trace_start_ns", None)
     for value in values:
-        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
-        used += len(json.dumps(clean_data(data, cap=STRING_CAP), ensure_ascii=False, separators=(",", ":"))) + 1
+        data = clean_data(value.model_dump(mode="json") if isinstance(value, BaseModel) else value, cap=STRING_CAP,
+                          key_caps={"sql": SQL_CAP})
+        if origin is not None:
+            data = _moments(data, origin)
+        used += len(json.dumps(data, ensure_ascii=False, separators=(",", ":"))) + 1
         if used > budget:
             break
         keep += 1
@@ -158,6 +162,11 @@ def _shrink(model: R, items: str, budget: int = STRUCTURED_BUDGET - 400) -> R:
             "or lower top_n/limit"
         )
     return model
+
+
+def _start(whole: TimeWindow | None, window: TimeWindow | None) -> int | None:
+    """The trace's first moment (the origin of every '+S s' offset), else the window's."""
+    return whole.start_ns if whole else window.start_ns if window else None
 
 
 def _pids(pid: int | None, pids: list[int] | None) -> list[int] | None:
@@ -251,7 +260,7 @@ def build_server(
                 window=stats.window, trace_window=info.window, calls=stats.calls, pids=stats.pids,
                 ops=stats.ops[:top_n], host=stats.host[:50], sampled=stats.sampled, coverage=info.coverage,
                 row_counts=info.row_counts, shown=min(top_n, len(stats.ops)), total=len(stats.ops),
-                truncated=len(stats.ops) > top_n, notes=notes,
+                truncated=len(stats.ops) > top_n, notes=notes, trace_start_ns=_start(info.window, stats.window),
             )
             if len(stats.host) > 50:
                 result.notes.append(f"{len(stats.host) - 50} of {len(stats.host)} host event totals left out")
@@ -384,6 +393,7 @@ def build_server(
             result = BreakdownResult(
                 window=window or whole or TimeWindow(start_ns=0, end_ns=0), processes=procs[:top_n],
                 shown=min(top_n, len(procs)), total=len(procs), truncated=len(procs) > top_n, notes=notes,
+                trace_start_ns=_start(whole, window),
             )
             result = _shrink(result, "processes")
             return _result(render.render_breakdown(result, whole), result)
@@ -429,7 +439,8 @@ def build_server(
             ):
                 notes.append("no events of this pid/tid in the window (only host snapshots, if any); "
                              "get_per_process_breakdown lists the pids")
-            result = TimelineResult(timeline=tl, shown=len(tl.entries), total=tl.total_in_window, truncated=tl.truncated, notes=notes)
+            result = TimelineResult(timeline=tl, shown=len(tl.entries), total=tl.total_in_window, truncated=tl.truncated,
+                                    notes=notes, trace_start_ns=_start(whole, tl.window))
             entries = list(tl.entries)
             keep = _fit(result, entries, lambda v: setattr(result.timeline, "entries", v))
             if keep < len(entries):
@@ -454,7 +465,8 @@ def build_server(
                 window = _window(con, since)
                 whole = _whole(con)
                 ctx = system_context(con, window, max_points=max_points)
-            result = ContextResult(context=ctx, shown=len(ctx.points), total=ctx.downsampled_from or len(ctx.points))
+            result = ContextResult(context=ctx, shown=len(ctx.points), total=ctx.downsampled_from or len(ctx.points),
+                                   trace_start_ns=_start(whole, ctx.window))
             if _size(result) > STRUCTURED_BUDGET:
                 points = ctx.points
                 step = 2
@@ -482,7 +494,8 @@ def build_server(
             lost = events_lost(info)
             if lost:
                 notes.append(f"{lost} events were lost by the collector (collector_stats.events_lost)")
-            result = InfoResult(info=info, shown=len(info.sessions), total=len(info.sessions), notes=notes)
+            result = InfoResult(info=info, shown=len(info.sessions), total=len(info.sessions), notes=notes,
+                                trace_start_ns=_start(info.window, None))
             keep = min(20, len(info.sessions))
             result.info.sessions = info.sessions[:keep]
             while keep > 1 and _size(result) > STRUCTURED_BUDGET - 400:
