@@ -372,7 +372,7 @@ async def test_investigate_prompt(store: Path) -> None:
     server = build_server(store)
     async with Client(server) as client:
         plain = await client.get_prompt("investigate", {})
-        narrowed = await client.get_prompt("investigate", {"pid": "4100", "focus": "the slow syncs\u202e"})
+        narrowed = await client.get_prompt("investigate", {"pid": "100", "focus": "the slow syncs\u202e"})
         with pytest.raises(MCPError, match="pid must be a process id"):
             await client.get_prompt("investigate", {"pid": "all of them"})
     text = plain.messages[0].content.text
@@ -382,7 +382,7 @@ async def test_investigate_prompt(store: Path) -> None:
     assert "Recommend a fix only where the data supports it" in text
     assert "cannot show" in text
     narrowed_text = narrowed.messages[0].content.text
-    assert "process 4100" in narrowed_text and "get_causal_chains (pid=4100)" in narrowed_text
+    assert "process 100" in narrowed_text and "get_causal_chains (pid=100)" in narrowed_text
     assert "focus on: the slow syncs" in narrowed_text and "\u202e" not in narrowed_text
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model, model_validator
 
 from ingero_mcp import __version__
 from ingero_mcp.analysis.models import TimeWindow
@@ -39,7 +40,7 @@ from ingero_mcp.mcp.results import (
     StatsResult,
     TimelineResult,
 )
-from ingero_mcp.sanitize import clean, clean_data
+from ingero_mcp.sanitize import DATA_NOTE, clean, clean_data
 from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, SqlError, describe_schema, run_query
 from ingero_mcp.store import StoreError, open_store, segment_dir
 
@@ -69,6 +70,7 @@ class StoreHandle:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._stamp: tuple[Any, ...] | None = None
         self._opened_at = 0.0
+        self._active = 0  # tool calls using the connection now
         with self.connection():
             pass
 
@@ -87,11 +89,15 @@ class StoreHandle:
 
     @contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The connection, held for one tool call; a changed store is reopened first."""
+        """A cursor of the shared connection, for one tool call; a changed store is reopened first.
+
+        The lock is held only to pick the connection, not while the call runs, so a slow run_sql does
+        not hold up the other tools (each call has its own cursor: DuckDB runs them in parallel). A
+        changed store is reopened when no call is using the old connection."""
         with self._lock:
             stamp = self._fingerprint()
-            stale = self._con is None or (stamp != self._stamp and time.monotonic() - self._opened_at >= self.reopen_min_s)
-            if stale:
+            changed = stamp != self._stamp and time.monotonic() - self._opened_at >= self.reopen_min_s
+            if self._con is None or (changed and self._active == 0):
                 # Close first: DuckDB keeps one instance per file while any connection to it is
                 # open, so opening before closing would hand back the old, unchanged instance.
                 if self._con is not None:
@@ -99,8 +105,17 @@ class StoreHandle:
                     self._con = None
                 self._con = open_store(self.path)
                 self._stamp, self._opened_at = stamp, time.monotonic()
-            assert self._con is not None
-            yield self._con
+            cursor = self._con.cursor()
+            self._active += 1
+        try:
+            yield cursor
+        finally:
+            try:
+                cursor.close()
+            except duckdb.Error:
+                pass
+            with self._lock:
+                self._active -= 1
 
     def close(self) -> None:
         """Close the connection (tests; the process exit does it otherwise)."""
@@ -162,6 +177,40 @@ def _shrink(model: R, items: str, budget: int = STRUCTURED_BUDGET - 400) -> R:
             "or lower top_n/limit"
         )
     return model
+
+
+def _refuse_unknown_arguments(server: MCPServer, name: str) -> None:
+    """Make tool `name` refuse arguments it does not take (the SDK ignores them: {"start": ...} on a tool
+    without `start` silently answered for the whole trace), and advertise that in its schema."""
+    tool = server._tool_manager.get_tool(name)  # noqa: SLF001 - the SDK has no public hook for this
+    assert tool is not None
+    base = tool.fn_metadata.arg_model
+    accepted = sorted(field.alias or field_name for field_name, field in base.model_fields.items())
+
+    def known_only(cls: type, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(k) for k in data if k not in accepted)
+            if unknown:
+                raise ValueError(
+                    f"unknown argument(s) {', '.join(json.dumps(clean(u, 60)) for u in unknown[:10])}: "
+                    f"{name} takes {', '.join(accepted) or 'no arguments'}"
+                )
+        return data
+
+    def dump_by_name(self: BaseModel) -> dict[str, Any]:
+        # the function's parameter names ('from_'), not the wire names ('from')
+        return {field_name: getattr(self, field_name) for field_name in type(self).model_fields}
+
+    strict = create_model(
+        base.__name__,
+        __base__=base,
+        __validators__={"known_only": model_validator(mode="before")(classmethod(known_only))},
+    )
+    strict.model_config["extra"] = "forbid"
+    strict.model_dump_one_level = dump_by_name  # type: ignore[method-assign]
+    strict.model_rebuild(force=True)
+    tool.fn_metadata.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
 
 
 def _start(whole: TimeWindow | None, window: TimeWindow | None) -> int | None:
@@ -229,8 +278,9 @@ def build_server(
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
     def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Register `fn` as a read-only tool; its docstring, unwrapped, is the description."""
+        """Register `fn` as a read-only tool; its docstring, unwrapped, is the description; unknown arguments refused."""
         server.add_tool(fn, description=" ".join(inspect.cleandoc(fn.__doc__ or "").split()), annotations=read_only)
+        _refuse_unknown_arguments(server, fn.__name__)
         return fn
 
     @tool
@@ -414,20 +464,27 @@ def build_server(
                 max_length=64,
             ),
         ] = None,
+        from_: Annotated[
+            str | None,
+            Field(alias="from", description="Window start: '+12.5s' after the trace start (as tools print it), a "
+                  "duration before the trace end ('30s'), ns since the epoch, or an ISO time.", max_length=64),
+        ] = None,
+        to: Annotated[str | None, Field(description="Window end, in the same forms as `from`.", max_length=64)] = None,
         limit: Annotated[int, Field(description="At most this many events.", ge=1, le=1000)] = 100,
     ) -> Annotated[CallToolResult, TimelineResult]:
         """The events of a process/thread in a time window, to see what happened around a slow call or
         a stall: CUDA calls with their off-CPU time, scheduler intervals (preempted/blocked, who took the
-        CPU), process events, host snapshots. With `around`, the window is 1 s centred on that moment
-        (unless `since` is given). When more than `limit` events fall in the window, process events,
-        snapshots and the longest calls and stalls are kept; entries are shown in time order."""
+        CPU), process events, host snapshots. The window: `from`/`to` (as explain --from/--to), or
+        `since`, or 1 s centred on `around`; else the whole trace. When more than `limit` events fall in
+        the window, process events and the longest calls and stalls are kept, then snapshots; entries are
+        shown in time order."""
 
         def run() -> CallToolResult:
             from ingero_mcp.analysis.timeline import timeline
             from ingero_mcp.analysis.window import resolve_window
 
             with store.connection() as con:
-                window = _window(con, since)
+                window = resolve_window(con, since=since, start=from_, end=to) if since or from_ or to else None
                 whole = _whole(con)
                 around_ns = None
                 if around:  # every form the tools print ('+12.500000 s', a UTC time) reads as it is
@@ -520,12 +577,19 @@ def build_server(
         ),
     )
     def run_sql(
-        sql: Annotated[str, Field(description="One DuckDB SELECT (or WITH / DESCRIBE / SUMMARIZE) query.", max_length=20_000)],
+        sql: Annotated[
+            str | None, Field(description="One DuckDB SELECT (or WITH / DESCRIBE / SUMMARIZE) query.", max_length=20_000)
+        ] = None,
+        query: Annotated[
+            str | None, Field(description="The same as `sql` (Ingero's name for it): give one of the two.", max_length=20_000)
+        ] = None,
         limit: Annotated[int, Field(description=f"At most this many rows (1..{MAX_LIMIT}).", ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, SqlRows]:
         def run() -> CallToolResult:
+            if (sql is None) == (query is None):
+                raise ToolError("give the query as `sql` (or `query`, Ingero's name), exactly one of them")
             with store.connection() as con:
-                got = run_query(con, sql, limit=limit, timeout_s=sql_timeout_s)
+                got = run_query(con, sql if sql is not None else query or "", limit=limit, timeout_s=sql_timeout_s)
             result = SqlRows(
                 columns=[clean(c, 200) for c in got.columns], types=got.types, rows=got.rows, limit=limit,
                 more_rows=got.more_rows, elapsed_ms=round(got.elapsed_s * 1000, 1), shown=len(got.rows),
@@ -538,18 +602,94 @@ def build_server(
 
         return _guard(run)
 
+    _refuse_unknown_arguments(server, "run_sql")
+
+    # Resources: the two documents a client may want to attach to a conversation whole. (The server
+    # advertises the resources capability either way; these make it mean something.)
+    @server.resource(
+        "ingero://schema", name="schema", title="Trace store schema",
+        description="The store's tables and columns with their units and meanings: what run_sql can ask.",
+        mime_type="text/plain",
+    )
+    def schema_resource() -> str:
+        return (
+            "ingero-mcp trace store (DuckDB). Timestamps are ns since the Unix epoch (wall clock), durations "
+            "*_ns, sizes *_bytes; every table has session_id. Query it with the run_sql tool.\n" + schema_text
+        )
+
+    @server.resource(
+        "ingero://report", name="report", title="Incident report",
+        description="`ingero-mcp explain` of the whole trace as text: causal chains, top CUDA ops, processes. "
+        + DATA_NOTE,
+        mime_type="text/plain",
+    )
+    def report_resource() -> str:
+        import io
+
+        from ingero_mcp.analysis.report import build_report
+        from ingero_mcp.render.report import make_console, render_report
+
+        with store.connection() as con:
+            report = build_report(con)
+        out = io.StringIO()
+        render_report(make_console(out), report, str(db_path))
+        text = out.getvalue()
+        if len(text) > render.TEXT_BUDGET * 2:
+            text = text[: render.TEXT_BUDGET * 2] + "\n[report cut to fit one resource: use the tools for the rest]"
+        return DATA_NOTE + "\n" + text
+
     @server.prompt(
         name="investigate",
         description="Walk the trace like an expert: overview, causal chains, the processes involved, the "
         "timeline around the worst calls; every number from a tool. Optional: pid, focus.",
     )
-    def investigate(pid: str | None = None, focus: str | None = None) -> str:
+    def investigate(
+        pid: Annotated[
+            str | None,
+            Field(description="Start from this process id (one that is in the trace: get_per_process_breakdown lists them)."),
+        ] = None,
+        focus: Annotated[
+            str | None, Field(description="What to look at first, in your words (e.g. 'the slow syncs', 'GPU starvation').")
+        ] = None,
+    ) -> str:
         """The investigation steps and the rules of evidence, narrowed to `pid` / `focus` when given."""
-        pid_value = None
-        if pid is not None and pid.strip():
-            if not pid.strip().isdigit():
-                raise MCPError(INVALID_PARAMS, f"pid must be a process id (digits), got {clean(pid, 40)!r}")
-            pid_value = int(pid.strip())
-        return investigate_text(pid_value, clean(focus, 500) if focus else None)
+        return investigate_text(_prompt_pid(store, pid), clean(focus, 500) if focus else None)
 
+    prompt_args = {"pid", "focus"}
+    render_prompt = server.get_prompt
+
+    async def get_prompt(name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
+        # Arguments the prompt does not take are the client's mistake (INVALID_PARAMS), not an internal error.
+        unknown = sorted(set(arguments or {}) - prompt_args) if name == "investigate" else []
+        if unknown:
+            raise MCPError(INVALID_PARAMS, f"unknown argument(s) {', '.join(json.dumps(clean(u, 60)) for u in unknown[:10])}: "
+                                           f"investigate takes {', '.join(sorted(prompt_args))}")
+        return await render_prompt(name, arguments, context)
+
+    server.get_prompt = get_prompt  # type: ignore[method-assign]
     return server
+
+
+def _prompt_pid(store: StoreHandle, pid: str | None) -> int | None:
+    """The prompt's pid argument as a process id of this trace, or an INVALID_PARAMS error saying why not."""
+    if pid is None or not pid.strip():
+        return None
+    text = pid.strip()
+    if not re.fullmatch(r"[0-9]{1,10}", text) or int(text) > 2**31 - 1:  # ASCII digits: '²' is a digit to isdigit()
+        raise MCPError(INVALID_PARAMS, f"pid must be a process id (up to 10 ASCII digits), got {json.dumps(clean(pid, 40))}")
+    value = int(text)
+    try:
+        with store.connection() as con:
+            known = con.execute(
+                "SELECT (SELECT count(*) FROM processes WHERE pid = $1) + (SELECT count(*) FROM cuda_calls WHERE pid = $1)",
+                [value],
+            ).fetchall()[0][0]
+            if not known:
+                some = [r[0] for r in con.execute(
+                    "SELECT pid FROM cuda_calls GROUP BY pid ORDER BY count(*) DESC LIMIT 10").fetchall()]
+    except (StoreError, duckdb.Error) as exc:
+        raise MCPError(INVALID_PARAMS, f"cannot check pid {value} against the trace: {clean(str(exc), 300)}") from exc
+    if not known:
+        raise MCPError(INVALID_PARAMS, f"pid {value} is not in this trace; pids with CUDA calls: "
+                                       f"{', '.join(map(str, some)) or 'none'}")
+    return value
