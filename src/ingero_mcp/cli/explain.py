@@ -57,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
         report = build_report(con, window=window, pids=args.pid or None)
     finally:
         con.close()
+    from ingero_mcp.store.segments import describe, skipped_segments
+
+    skipped = skipped_segments(args.db)
+    if skipped:
+        report.notes.append(describe(skipped) + "; the report is of the rest")
     if args.json:
         import json
 

@@ -43,6 +43,7 @@ from ingero_mcp.mcp.results import (
 from ingero_mcp.sanitize import DATA_NOTE, clean, clean_data
 from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, SqlError, describe_schema, run_query
 from ingero_mcp.store import StoreError, open_store, segment_dir
+from ingero_mcp.store.segments import describe, skipped_segments
 
 STRUCTURED_BUDGET = 30_000  # characters of JSON per structured result (with the text: < ~17k tokens)
 STRING_CAP = 4_000  # characters of any one string in structured content (text output caps tighter)
@@ -84,7 +85,13 @@ class StoreHandle:
         segments = segment_dir(self.path)
         if segments.is_dir():
             files = sorted(segments.glob("*/*.parquet"))
-            parts.append((len(files), max((f.stat().st_mtime_ns for f in files), default=0), str(files[-1]) if files else ""))
+            stamps = []
+            for f in files:
+                try:
+                    stamps.append(f.stat().st_mtime_ns)
+                except OSError:  # folded or replaced since the listing: the next call sees it
+                    continue
+            parts.append((len(files), max(stamps, default=0), str(files[-1]) if files else ""))
         return tuple(parts)
 
     @contextmanager
@@ -548,6 +555,9 @@ def build_server(
             with store.connection() as con:
                 info = trace_info(con)
             notes = []
+            skipped = skipped_segments(store.path)
+            if skipped:
+                notes.append(describe(skipped) + "; every answer is of the rest")
             lost = events_lost(info)
             if lost:
                 notes.append(f"{lost} events were lost by the collector (collector_stats.events_lost)")

@@ -19,6 +19,7 @@ import duckdb
 
 from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import REPLACE_TABLES, SCHEMA_VERSION, TABLES, current_version, migrate
+from ingero_mcp.store.segments import insert_segments, list_segments, remember_skipped
 from ingero_mcp.store.writer import segment_dir
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -95,6 +96,7 @@ def open_store(db_path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
     if path.exists():
         _check_file(path)
     if not has_segments:
+        remember_skipped(path, [])
         con = _connect_read_only(path)
         _check_version(con, path)
         return _lock_down(con)
@@ -130,20 +132,22 @@ def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
             for table in TABLES:
                 build.execute(f"INSERT INTO {table} BY NAME SELECT * FROM recorded.{table}").fetchall()
             build.execute("DETACH recorded").fetchall()
+        # A segment no reader can use (partial, empty, garbage, another schema, a folder) is skipped and
+        # reported, not allowed to make the whole store unreadable (store/segments.py).
+        by_table, bad = list_segments(segments)
         for table in TABLES:
-            table_dir = segments / table
-            if not table_dir.is_dir():
-                continue
-            files = sorted(str(p) for p in table_dir.glob("*.parquet"))
-            if not files:
-                continue
+            files = by_table.get(table, [])
             if table in REPLACE_TABLES:
-                latest = [f for f in files if Path(f).name.startswith("latest-")]
-                for file in latest:
-                    build.execute(
-                        f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM read_parquet(?))", [file]
-                    ).fetchall()
-            build.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)", [files]).fetchall()
+                for file in [f for f in files if f.name.startswith("latest-")]:
+                    try:
+                        build.execute(
+                            f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM read_parquet(?))", [str(file)]
+                        ).fetchall()
+                    except duckdb.Error as exc:
+                        files.remove(file)
+                        bad.append((file, str(exc).strip().splitlines()[0][:300]))
+            bad += insert_segments(build, table, files)
+        remember_skipped(path, bad)
         build.close()
         con = duckdb.connect(str(tmp), read_only=True)
     finally:
