@@ -291,7 +291,8 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
     share = lost / span_ns if span_ns else 0.0
     gpu_txt = (f"GPU {gc.gpu_in:.1f}% busy in the {gc.n_snap_in} snapshots inside the gaps"
                + (f" vs {gc.gpu_out:.1f}% outside them" if gc.gpu_out is not None else "")) if gc.gpu_in is not None else ""
-    head = (f"GPU starved {_s(total)} ({_pct(total, span_ns)}% of the trace) in {n} gap{'s' if n != 1 else ''} of "
+    scope = "the trace" if window is None else "the window"  # span_ns is the window's when one was asked for
+    head = (f"GPU starved {_s(total)} ({_pct(total, span_ns)}% of {scope}) in {n} gap{'s' if n != 1 else ''} of "
             f">= {_s(MIN_GAP_NS)} between the CUDA calls of {who}'s {thread}")
     if gc.gpu_in is not None:
         head += f" (GPU {gc.gpu_in:.0f}% then" + (f" vs {gc.gpu_out:.0f}% otherwise)" if gc.gpu_out is not None else ")")
@@ -306,7 +307,7 @@ def gap_chain(gc: GapClass, span_ns: int, names: dict[int, str], cpus: int | Non
     if gpu_txt:
         because.append(gpu_txt)
     numbers: dict[str, object] = {
-        "gaps_s": round(total / 1e9, 2), "gaps": n, "share": _pct(total, span_ns), "who": who, "thread": f"{thread} {gc.tid}",
+        "gaps_s": round(total / 1e9, 2), "gaps": n, "share": _pct(total, span_ns), "scope": scope, "who": who, "thread": f"{thread} {gc.tid}",
         "on_pct": _pct(on, total), "pre_pct": _pct(pre, total), "blk_pct": _pct(blk, total), "cpus": cpus or "?",
         "gpu_in": gc.gpu_in if gc.gpu_in is not None else "?", "gpu_out": gc.gpu_out if gc.gpu_out is not None else "?",
         "cpu_in": gc.cpu_in if gc.cpu_in is not None else "?", "workers": kids_txt,

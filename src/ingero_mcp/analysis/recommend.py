@@ -68,7 +68,7 @@ CATALOGUE: dict[str, list[str]] = {
         "stream with non_blocking=True while the current one computes, and synchronise only when the data is needed.",
     ],
     HOST_BOUND: [
-        "The GPU sat idle ({gpu_in}% busy vs {gpu_out}% otherwise) for {gaps_s} s ({share}% of the trace) while {thread} "
+        "The GPU sat idle ({gpu_in}% busy vs {gpu_out}% otherwise) for {gaps_s} s ({share}% of {scope}) while {thread} "
         "of {who} ran on the CPU {on_pct}% of that time between its CUDA calls: batch preparation (indexing, collate) "
         "on the thread that feeds the GPU, with about {spare_cpus} of {cpus} CPUs idle. Move it to DataLoader workers: "
         "num_workers=N (N up to {cpus} - 1), "
@@ -78,7 +78,7 @@ CATALOGUE: dict[str, list[str]] = {
         "the GPU when it fits. {who} allocated {own_pages} pages ({own_gib} GiB) in the seconds holding the gaps.",
     ],
     INPUT_WAIT: [
-        "The {thread} of {who} slept {blk_pct}% of {gaps_s} s of gaps ({share}% of the trace, GPU {gpu_in}% busy then) "
+        "The {thread} of {who} slept {blk_pct}% of {gaps_s} s of gaps ({share}% of {scope}, GPU {gpu_in}% busy then) "
         "waiting for batches while {workers} were on-CPU {kids_on_pct}%: the workers cannot keep up. Add workers "
         "(up to {cpus} - 1 CPUs), keep them alive between epochs (persistent_workers=True), raise prefetch_factor, "
         "and make per-sample work cheaper (a batch sampler with vectorised indexing/collate).",

@@ -248,6 +248,11 @@ def _guard(fn: Callable[[], CallToolResult]) -> CallToolResult:
         return fn()
     except (StoreError, SqlError) as exc:
         raise ToolError(clean(str(exc), 1000)) from exc
+    except duckdb.Error as exc:
+        # A store that opened but cannot answer this (damage the checks at open did not catch): one line.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ToolError(f"the trace store could not answer this: {clean(first, 500)} (a damaged or hand-edited "
+                        "store? run_sql can look inside)") from exc
 
 
 SINCE = Annotated[
