@@ -14,8 +14,8 @@ import pytest
 from mcp import Client
 
 from ingero_mcp.mcp.render import fmt_ns
-from ingero_mcp.sanitize import clean_data
 from ingero_mcp.mcp.server import STRING_CAP, build_server
+from ingero_mcp.sanitize import clean_data
 
 REPO = Path(__file__).resolve().parents[1]
 INGERO_MCP = REPO / ".venv" / "bin" / "ingero-mcp"

@@ -17,7 +17,6 @@ from typing import Any
 import duckdb
 import pytest
 from analysis_fixtures import contention_store
-
 from mcp import Client, StdioServerParameters
 
 from ingero_mcp.sanitize import DATA_NOTE

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ingero_mcp.sanitize import clean, clean_data, quote
+from ingero_mcp.sanitize import clean, clean_data
 
 SEVERITY_RANK = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.mcp.chainview import chains_text
 from ingero_mcp.mcp.results import (
     BreakdownResult,
     ChainsResult,
@@ -24,7 +25,6 @@ from ingero_mcp.mcp.results import (
     StatsResult,
     TimelineResult,
 )
-from ingero_mcp.mcp.chainview import chains_text
 from ingero_mcp.sanitize import DATA_NOTE, quote
 
 TEXT_BUDGET = 20_000  # characters of text per tool result (~5-7k tokens)

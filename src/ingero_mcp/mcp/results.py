@@ -10,18 +10,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ingero_mcp.sanitize import DATA_NOTE
-
 from ingero_mcp.analysis.models import (
     HostTotal,
     OpStats,
     ProcessBreakdown,
     SystemContext,
     TableCoverage,
-    TimeWindow,
     Timeline,
+    TimeWindow,
     TraceInfo,
 )
+from ingero_mcp.sanitize import DATA_NOTE
 
 
 class Bounds(BaseModel):

@@ -40,8 +40,8 @@ from ingero_mcp.mcp.results import (
     StatsResult,
     TimelineResult,
 )
-from ingero_mcp.sanitize import DATA_NOTE, clean, clean_data
 from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, SqlError, describe_schema, run_query
+from ingero_mcp.sanitize import DATA_NOTE, clean, clean_data
 from ingero_mcp.store import StoreError, open_store, segment_dir
 from ingero_mcp.store.segments import describe, skipped_segments
 
