@@ -90,9 +90,8 @@ def sql_lines(chain: CausalChain) -> list[Text]:
     out = []
     for e in chain.evidence:
         if e.sql:
-            line = Text(f"  recompute {fmt.clean(e.name)}: ", style="dim")
-            line.append(fmt.clean(e.sql, fmt.WHOLE))
-            out.append(line)
+            out.append(Text(f"  recompute {fmt.clean(e.name)} with:", style="dim"))
+            out.append(Text("    " + fmt.clean(e.sql, fmt.WHOLE)))  # its own line: copied and run as it is
     return out
 
 
