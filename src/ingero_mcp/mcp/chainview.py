@@ -42,7 +42,7 @@ def rank(chains: list[Any]) -> list[Any]:
 
 
 def fmt_ns(ns: float | int | None) -> str:
-    """A duration in the largest unit that keeps it >= 1, three decimals."""
+    """A duration in the largest unit that keeps it >= 1, three decimals (every MCP result's durations)."""
     if ns is None:
         return "-"
     value = float(ns)
@@ -59,17 +59,17 @@ def fmt_rel(ts_ns: int | None, origin_ns: int) -> str:
     return f"{(ts_ns - origin_ns) / 1e9:+.6f} s"
 
 
-def _moments(value: Any, origin_ns: int) -> Any:
+def with_offsets(value: Any, origin_ns: int) -> Any:
     """Timestamps (ns since the epoch, in *_ns keys) gain a readable `*_at` offset from the trace start."""
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            out[key] = _moments(item, origin_ns)
+            out[key] = with_offsets(item, origin_ns)
             if isinstance(key, str) and key.endswith("_ns") and isinstance(item, int) and item >= 10**17:
                 out[key[:-3] + "_at"] = fmt_rel(item, origin_ns)
         return out
     if isinstance(value, list):
-        return [_moments(item, origin_ns) for item in value]
+        return [with_offsets(item, origin_ns) for item in value]
     return value
 
 
@@ -147,7 +147,7 @@ def chain_view(chain: BaseModel, origin_ns: int, level: int = 0, include_sql: bo
             continue
         if isinstance(value, list):
             value = cut(key, value, n_other)
-        view[clean(key, 80)] = _moments(clean_data(value, 300), origin_ns)
+        view[clean(key, 80)] = with_offsets(clean_data(value, 300), origin_ns)
     if omitted:
         view["omitted"] = omitted
     return view

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ingero_mcp.analysis.models import TimeWindow
-from ingero_mcp.mcp.chainview import chains_text
+from ingero_mcp.mcp.chainview import chains_text, fmt_ns, fmt_rel
 from ingero_mcp.mcp.results import (
     BreakdownResult,
     ChainsResult,
@@ -30,20 +30,6 @@ from ingero_mcp.sanitize import DATA_NOTE, quote
 TEXT_BUDGET = 20_000  # characters of text per tool result (~5-7k tokens)
 
 
-def fmt_ns(ns: float | int | None) -> str:
-    """A duration in the largest unit that keeps it >= 1, three decimals."""
-    if ns is None:
-        return "-"
-    value = float(ns)
-    if abs(value) < 1_000:
-        return f"{int(value)} ns"
-    if abs(value) < 1_000_000:
-        return f"{value / 1e3:.3f} us"
-    if abs(value) < 1_000_000_000:
-        return f"{value / 1e6:.3f} ms"
-    return f"{value / 1e9:.3f} s"
-
-
 def fmt_bytes(n: int | None) -> str:
     """Bytes in binary units."""
     if n is None:
@@ -54,13 +40,6 @@ def fmt_bytes(n: int | None) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"
-
-
-def fmt_rel(ts_ns: int | None, origin_ns: int) -> str:
-    """A moment as seconds after the trace start."""
-    if ts_ns is None:
-        return "-"
-    return f"{(ts_ns - origin_ns) / 1e9:+.6f} s"
 
 
 def fmt_wall(ts_ns: int) -> str:

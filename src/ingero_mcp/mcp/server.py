@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, create_model, model_validator
 from ingero_mcp import __version__
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.mcp import render
-from ingero_mcp.mcp.chainview import _moments, fit_chains, rank
+from ingero_mcp.mcp.chainview import with_offsets, fit_chains, rank
 from ingero_mcp.mcp.prompt import investigate_text
 from ingero_mcp.mcp.results import (
     BreakdownResult,
@@ -142,7 +142,7 @@ def _structured(model: BaseModel) -> dict[str, Any]:
     (evidence SQL whole), every moment with its readable offset from the trace start."""
     data = clean_data(model.model_dump(mode="json"), cap=STRING_CAP, key_caps={"sql": SQL_CAP})
     origin = getattr(model, "trace_start_ns", None)
-    return _moments(data, origin) if origin is not None else data
+    return with_offsets(data, origin) if origin is not None else data
 
 
 def _size(model: BaseModel) -> int:
@@ -163,7 +163,7 @@ def _fit(model: BaseModel, values: list[Any], put: Callable[[list[Any]], None], 
         data = clean_data(value.model_dump(mode="json") if isinstance(value, BaseModel) else value, cap=STRING_CAP,
                           key_caps={"sql": SQL_CAP})
         if origin is not None:
-            data = _moments(data, origin)
+            data = with_offsets(data, origin)
         used += len(json.dumps(data, ensure_ascii=False, separators=(",", ":"))) + 1
         if used > budget:
             break
