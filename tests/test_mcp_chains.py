@@ -114,3 +114,34 @@ async def test_evidence_sql_on_request_recomputes_the_value() -> None:
         assert rows.structured_content["rows"][0][0] == item["value"], item["name"]
         checked += 1
     assert checked >= 1
+
+
+def test_fields_the_analysis_adds_later_are_rendered_in_both_halves() -> None:
+    """The chain model will grow (a seconds_lost, an accounting): views and text carry unknown fields generically."""
+    from ingero_mcp.analysis.models import CausalChain, Evidence
+    from ingero_mcp.mcp.chainview import chain_view, chains_text, fit_chains
+
+    class RicherEvidence(Evidence):
+        share: float | None = None
+
+    class RicherChain(CausalChain):
+        evidence: list[RicherEvidence] = []  # type: ignore[assignment]
+        seconds_lost: float | None = None
+        accounting: dict[str, Any] = {}
+        verdict_at_ns: int | None = None
+
+    t0 = 1_700_000_000_000_000_000
+    chain = RicherChain(
+        id="ingero-mcp:x", op="cudaStreamSynchronize", severity="HIGH", summary="s", root_cause="r", explanation="e",
+        evidence=[RicherEvidence(name="preempted", value=12, unit="ms", sql="SELECT 12", share=0.4)],
+        seconds_lost=3.25, accounting={"running_s": 1.5, "waiting_for_cpu_s": 1.75}, verdict_at_ns=t0 + 2_500_000_000,
+    )
+    view = chain_view(chain, t0)
+    assert view["seconds_lost"] == 3.25 and view["accounting"] == {"running_s": 1.5, "waiting_for_cpu_s": 1.75}
+    assert view["verdict_at_at"] == "+2.500000 s"  # a moment gains its offset, whatever its name
+    assert view["evidence"] == [{"name": "preempted", "value": 12, "unit": "ms", "share": 0.4}]  # no SQL by default
+    text = chains_text([view])
+    assert "seconds_lost: 3.25" in text and '"waiting_for_cpu_s": 1.75' in text and "share 0.4" in text
+    assert "SELECT 12" not in text
+    small, _ = fit_chains([chain], t0, json_budget=250, text_budget=250)
+    assert small[0]["omitted"].get("seconds_lost") == 1 and "left out to fit" in chains_text(small)

@@ -148,6 +148,8 @@ def chain_view(chain: BaseModel, origin_ns: int, level: int = 0, include_sql: bo
         if isinstance(value, list):
             value = cut(key, value, n_other)
         view[clean(key, 80)] = with_offsets(clean_data(value, 300), origin_ns)
+        if key.endswith("_ns") and isinstance(value, int) and value >= 10**17:  # a moment: its offset beside it
+            view[clean(key[:-3], 80) + "_at"] = fmt_rel(value, origin_ns)
     if omitted:
         view["omitted"] = omitted
     return view

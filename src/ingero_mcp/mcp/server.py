@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, create_model, model_validator
 from ingero_mcp import __version__
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.mcp import render
-from ingero_mcp.mcp.chainview import with_offsets, fit_chains, rank
+from ingero_mcp.mcp.chainview import fit_chains, rank, with_offsets
 from ingero_mcp.mcp.prompt import investigate_text
 from ingero_mcp.mcp.results import (
     BreakdownResult,
