@@ -54,8 +54,9 @@ def _calls() -> dict[str, list]:
     return cols
 
 
-def contention_store(path: Path, *, sampled: bool = False, attribution: bool = True) -> Path:
-    """Write the scenario described in the module docstring; `sampled` marks cuda_calls as a sample."""
+def contention_store(path: Path, *, sampled: bool = False, attribution: bool = True, hog_comm: str = "stress") -> Path:
+    """Write the scenario described in the module docstring; `sampled` marks cuda_calls as a sample; `hog_comm`
+    names the CPU hog (pid 200) wherever its name is recorded."""
     calls = _calls()
     if not attribution:
         for key in ("off_cpu_ns", "cpu_wait_ns", "sleep_ns", "context_switches", "page_allocs", "page_alloc_bytes"):
@@ -65,7 +66,7 @@ def contention_store(path: Path, *, sampled: bool = False, attribution: bool = T
                                "started_ns": [T0], "stopped_ns": [T0 + 10 * S]})
         w.replace("processes", {
             "pid": [100, 101, 102, 103, 104, 200], "ppid": [1, 100, 100, 100, 100, 1],
-            "comm": ["python", "pt_data_worker", "pt_data_worker", "pt_data_worker", "pt_data_worker", "stress"],
+            "comm": ["python", "pt_data_worker", "pt_data_worker", "pt_data_worker", "pt_data_worker", hog_comm],
             "traced": [True, True, True, True, True, False], "first_seen_ns": [T0] * 6,
         })
         w.replace("table_coverage", {
@@ -94,7 +95,7 @@ def contention_store(path: Path, *, sampled: bool = False, attribution: bool = T
             "off_ns": [SLOW_SYNC_START + k * 20 * MS + 3 * MS + 500 * US for k in range(SLOW_SYNCS)],
             "on_ns": [SLOW_SYNC_START + k * 20 * MS + 7 * MS + 500 * US for k in range(SLOW_SYNCS)],
             "off_cpu_ns": [4 * MS] * SLOW_SYNCS, "prev_state": ["preempted"] * SLOW_SYNCS,
-            "preemptor_pid": [200] * SLOW_SYNCS, "preemptor_comm": ["stress"] * SLOW_SYNCS, "cpu": [1] * SLOW_SYNCS,
+            "preemptor_pid": [200] * SLOW_SYNCS, "preemptor_comm": [hog_comm] * SLOW_SYNCS, "cpu": [1] * SLOW_SYNCS,
         })
         agg: dict[str, list] = {k: [] for k in ("bucket_start_ns", "bucket_ns", "pid", "comm", "source", "op", "count",
                                                 "sum_duration_ns", "max_duration_ns", "sum_bytes")}
@@ -110,7 +111,7 @@ def contention_store(path: Path, *, sampled: bool = False, attribution: bool = T
             for worker in (101, 102, 103, 104):
                 bucket(sec, worker, "pt_data_worker", "sched", "sched_switch", 500, 100 * MS, None)
             if sec in (5, 6):
-                bucket(sec, 200, "stress", "sched", "sched_switch", 2000, 10 * MS, None)
+                bucket(sec, 200, hog_comm, "sched", "sched_switch", 2000, 10 * MS, None)
             bucket(sec, 100, "python", "mm", "mm_page_alloc", 1000, None, 1000 * 4096)
         w.append("host_aggregates", agg)
         w.append("snapshots", {

@@ -228,7 +228,7 @@ def test_sqlite_without_ingero_tables(tmp_path: Path) -> None:
 def test_failed_import_leaves_no_partial_session(ingero_dir: Path, tmp_path: Path) -> None:
     """An event row that cannot be read mid-import: the store keeps its earlier session and nothing else."""
     dst = tmp_path / "store.duckdb"
-    import_ingero(ingero_dir / NODE1, dst)
+    import_ingero(ingero_dir / DATALOADER, dst)  # another file: the broken copy of NODE1 is not a re-import
     src = tmp_path / "broken.db"
     lite = sqlite3.connect(src)
     with sqlite3.connect(f"{(ingero_dir / NODE1).as_uri()}?mode=ro", uri=True) as ref:
@@ -240,7 +240,7 @@ def test_failed_import_leaves_no_partial_session(ingero_dir: Path, tmp_path: Pat
         import_ingero(src, dst)
     con = open_store(dst)
     assert q(con, "SELECT DISTINCT session_id FROM sessions") == [(1,)]
-    assert q(con, "SELECT count(*) FROM imported_events")[0][0] == 200
+    assert q(con, "SELECT count(*) FROM imported_events")[0][0] == 3_807
 
 
 def test_progress_reports_reach_the_total(ingero_dir: Path, tmp_path: Path) -> None:
@@ -334,3 +334,115 @@ def test_failed_import_into_a_new_store_leaves_no_file(ingero_dir: Path, tmp_pat
     with pytest.raises(IngeroImportError, match="malformed Ingero data in table events"):
         import_ingero(src, tmp_path / "new.duckdb")
     assert not (tmp_path / "new.duckdb").exists() and not (tmp_path / "new.duckdb.wal").exists()
+
+
+# --- issue 8, item 9: sources only read, re-imports refused, destinations checked -----------------------
+
+
+def _wal_copy(ingero_dir: Path, folder: Path, name: str = NODE1) -> Path:
+    """The published file alone (WAL mode in its header, no -shm/-wal beside it), as a user downloads it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    copy = folder / name
+    copy.write_bytes((ingero_dir / name).read_bytes())
+    assert copy.read_bytes()[18:20] == b"\x02\x02", "the published files are in WAL mode"
+    return copy
+
+
+def test_import_writes_nothing_beside_the_source(ingero_dir: Path, tmp_path: Path) -> None:
+    src = _wal_copy(ingero_dir, tmp_path / "downloads")
+    import_ingero(src, tmp_path / "store.duckdb")
+    assert sorted(p.name for p in src.parent.iterdir()) == [NODE1]  # no -shm, no -wal left there
+
+
+def test_import_from_a_read_only_folder(ingero_dir: Path, tmp_path: Path) -> None:
+    """From a folder nobody may write to: a read-only bind mount as root (root ignores permissions), else chmod."""
+    import os
+
+    src = _wal_copy(ingero_dir, tmp_path / "ro")
+    folder = src.parent
+    if os.geteuid() == 0:
+        subprocess.run(["mount", "--bind", str(folder), str(folder)], check=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True)
+    else:
+        os.chmod(folder, 0o555)
+    try:
+        with pytest.raises(OSError):
+            (folder / "probe").write_text("x")  # the folder really is read-only
+        proc = subprocess.run(
+            [sys.executable, "-m", "ingero_mcp.cli", "import", str(src), "--db", str(tmp_path / "s.duckdb"), "-q"],
+            capture_output=True, text=True, timeout=120,
+        )
+        left = sorted(p.name for p in folder.iterdir())
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", str(folder)], check=True)
+        else:
+            os.chmod(folder, 0o755)
+    assert proc.returncode == 0, proc.stderr  # was: "unable to open database file"
+    assert left == [NODE1]
+    con = open_store(tmp_path / "s.duckdb")
+    assert q(con, "SELECT count(*) FROM imported_events")[0][0] == 200
+
+
+def test_a_pending_wal_is_read_not_ignored(ingero_dir: Path, tmp_path: Path) -> None:
+    """A source whose -wal holds committed rows not yet checkpointed: those rows are imported too."""
+    src = _wal_copy(ingero_dir, tmp_path / "w")
+    writer = sqlite3.connect(src)
+    writer.execute("PRAGMA wal_autocheckpoint = 0")
+    writer.execute("INSERT INTO events (id, timestamp, pid, tid, source, op, duration) "
+                   "SELECT (SELECT max(id) FROM events) + row_number() OVER (), timestamp + 1, pid, tid, source, op, duration "
+                   "FROM (SELECT * FROM events LIMIT 5)")
+    writer.commit()
+    before = sorted(p.name for p in src.parent.iterdir())
+    assert Path(f"{src}-wal").stat().st_size > 0
+    import_ingero(src, tmp_path / "store.duckdb")
+    writer.close()
+    con = open_store(tmp_path / "store.duckdb")
+    assert q(con, "SELECT count(*) FROM imported_events")[0][0] == 205
+    assert before == [NODE1, f"{NODE1}-shm", f"{NODE1}-wal"]
+
+
+def test_importing_the_same_file_again_is_refused_or_replaced(ingero_dir: Path, tmp_path: Path) -> None:
+    dst = tmp_path / "store.duckdb"
+    import_ingero(ingero_dir / CLUSTER, dst)
+    con = duckdb.connect(str(dst), read_only=True)
+    rows_before = q(con, "SELECT count(*) FROM imported_events")[0][0]
+    con.close()
+    with pytest.raises(IngeroImportError, match=r"already holds .* --replace"):
+        import_ingero(ingero_dir / CLUSTER, dst)
+    again = import_ingero(ingero_dir / CLUSTER, dst, replace=True)
+    con = open_store(dst)
+    assert q(con, "SELECT count(*) FROM imported_events")[0][0] == rows_before  # not doubled
+    assert sorted(r[0] for r in q(con, "SELECT session_id FROM sessions")) == again.session_ids
+    con.close()
+    exe = Path(sys.executable).parent / "ingero-mcp"
+    proc = subprocess.run([str(exe), "import", str(ingero_dir / CLUSTER), "--db", str(dst)], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--replace" in proc.stderr
+
+
+def test_a_duckdb_file_that_is_not_a_store_is_left_alone(ingero_dir: Path, tmp_path: Path) -> None:
+    other = tmp_path / "analytics.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE sales (id INTEGER)")
+    con.execute("INSERT INTO sales VALUES (1), (2)")
+    con.close()
+    with pytest.raises(IngeroImportError, match="not an ingero-mcp trace store"):
+        import_ingero(ingero_dir / NODE1, other)
+    con = duckdb.connect(str(other), read_only=True)
+    assert q(con, "SELECT table_name FROM information_schema.tables") == [("sales",)]
+    con.close()
+
+
+def test_a_store_with_a_killed_recordings_segments_is_refused(ingero_dir: Path, tmp_path: Path) -> None:
+    from ingero_mcp.store import TraceWriter
+
+    dst = tmp_path / "run.duckdb"
+    writer = TraceWriter(dst, live=True)  # a recording whose collector is then killed: never closed
+    writer.replace("sessions", {"source": ["collector"], "started_ns": [1_700_000_000_000_000_000]})
+    writer.append("cuda_calls", {"ts_ns": [1_700_000_000_000_000_000], "duration_ns": [1], "pid": [1], "tid": [1],
+                                 "api": ["runtime"], "op": ["cudaLaunchKernel"]})
+    writer.flush()
+    with pytest.raises(IngeroImportError, match="fold what it left first"):
+        import_ingero(ingero_dir / NODE1, dst)
+    con = open_store(dst)  # the recording's session is intact, and alone
+    assert q(con, "SELECT session_id, source FROM sessions") == [(1, "collector")]

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 from analysis_fixtures import contention_store
+from hostile import NASTY_CLEAN, assert_clean_data, assert_clean_text, hostile_store
 
 REPO = Path(__file__).resolve().parents[1]
 INSPECTOR = REPO / ".mcp-clients" / "node_modules" / ".bin" / "mcp-inspector"
 MCP1_PYTHON = REPO / ".venv-mcp1" / "bin" / "python"
 TOOLS = {
     "get_trace_stats", "get_causal_chains", "get_per_process_breakdown", "get_timeline",
-    "get_system_context", "get_trace_info", "run_sql",
+    "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql",
 }
 
 
@@ -43,6 +44,42 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp / "mcp-config.json"
     path.write_text(json.dumps(config))
     return path
+
+
+@pytest.fixture(scope="module")
+def hostile_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same config serving a store written by a hostile host (tests/hostile.py)."""
+    tmp = tmp_path_factory.mktemp("hostile-clients")
+    db = hostile_store(tmp / "hostile.duckdb")
+    config = json.loads((REPO / "examples" / "mcp-config.json").read_text())
+    for entry in config["mcpServers"].values():
+        entry["command"] = str(REPO / entry["command"])
+        args = entry["args"]
+        args[args.index("--db") + 1] = str(db)
+    path = tmp / "mcp-config.json"
+    path.write_text(json.dumps(config))
+    return path
+
+
+HOSTILE_CALLS: list[tuple[str, dict[str, str]]] = [
+    ("get_causal_chains", {}),
+    ("get_per_process_breakdown", {"top_n": "50"}),
+    ("get_timeline", {"pid": "100", "around": "+5.1s", "limit": "200"}),
+    ("get_trace_info", {}),
+    ("run_sql", {"sql": "PIVOT (SELECT comm, count FROM host_aggregates) ON comm USING sum(count)"}),
+]
+
+
+def test_hostile_store_through_the_inspector_cli_both_halves(hostile_config: Path) -> None:
+    for name, args in HOSTILE_CALLS:
+        flags = [flag for key, value in args.items() for flag in ("--tool-arg", f"{key}={value}")]
+        got = inspector(hostile_config, "--method", "tools/call", "--tool-name", name, *flags)
+        assert got.get("isError") is not True, (name, got)
+        text = got["content"][0]["text"]
+        assert_clean_text(text)
+        assert_clean_data(got["structuredContent"])
+        if name in ("get_causal_chains", "get_per_process_breakdown", "run_sql"):
+            assert NASTY_CLEAN in text and NASTY_CLEAN in json.dumps(got["structuredContent"], ensure_ascii=False)
 
 
 def inspector(config: Path, *args: str) -> dict[str, Any]:
@@ -138,3 +175,19 @@ def test_mcp_1x_python_client_lists_and_calls_tools(config: Path) -> None:
             assert result["structured"] is not None
     assert calls['run_sql {"sql": "SELECT count(*) FROM cuda_calls"}']["structured"]["rows"] == [[2000]]
     assert calls['get_per_process_breakdown {"pid": 100}']["structured"]["processes"][0]["comm"] == "python"
+
+
+def test_hostile_store_through_the_mcp_1x_client_both_halves(hostile_config: Path) -> None:
+    python = require(MCP1_PYTHON, "the mcp 1.x client venv (.venv-mcp1)")
+    proc = subprocess.run([str(python), "-c", MCP1_CLIENT, str(hostile_config)], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    calls = json.loads(proc.stdout.strip().splitlines()[-1])["calls"]
+    arrived = 0
+    for key, result in calls.items():
+        if "100000" in key:
+            continue
+        assert result["isError"] is False, (key, result["text"])
+        assert_clean_text(result["text"])
+        assert_clean_data(result["structured"])
+        arrived += NASTY_CLEAN in result["text"] and NASTY_CLEAN in json.dumps(result["structured"], ensure_ascii=False)
+    assert arrived >= 2  # the chains and the hog's name reached the client, as data, in both halves

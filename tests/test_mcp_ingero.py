@@ -14,8 +14,8 @@ import pytest
 from mcp import Client
 
 from ingero_mcp.mcp.render import fmt_ns
-from ingero_mcp.mcp.sanitize import clean_data
 from ingero_mcp.mcp.server import STRING_CAP, build_server
+from ingero_mcp.sanitize import clean_data
 
 REPO = Path(__file__).resolve().parents[1]
 INGERO_MCP = REPO / ".venv" / "bin" / "ingero-mcp"
@@ -59,7 +59,7 @@ def tools(imported: Path) -> dict[str, Any]:
 
 def test_stats_are_explains_numbers(tools: dict[str, Any], explained: dict[str, Any]) -> None:
     stats = tools["stats"]
-    got = stats.structured_content
+    got = without_offsets(stats.structured_content)
     assert not stats.is_error
     assert got["window"] == explained["window"]
     assert got["ops"] == explained["stats"] and got["ops"]
@@ -77,7 +77,7 @@ def test_stats_are_explains_numbers(tools: dict[str, Any], explained: dict[str, 
 
 
 def test_processes_are_explains_numbers(tools: dict[str, Any], explained: dict[str, Any]) -> None:
-    got = tools["procs"].structured_content
+    got = without_offsets(tools["procs"].structured_content)
     assert got["total"] == len(explained["processes"])
     assert got["processes"] == explained["processes"][: got["shown"]]
     text = tools["procs"].content[0].text
@@ -86,25 +86,45 @@ def test_processes_are_explains_numbers(tools: dict[str, Any], explained: dict[s
 
 
 def test_chains_are_explains_chains(tools: dict[str, Any], explained: dict[str, Any]) -> None:
+    """Every chain explain finds arrives, most severe first (Ingero's ranked with ours), with the same numbers."""
     got = tools["chains"].structured_content
-    want = explained["chains"]
-    assert got["total"] == len(want) and want
-    for mine, theirs in zip(got["chains"], want, strict=False):
-        assert mine["timeline"] == theirs["timeline"][: len(mine["timeline"])]
-        assert {k: v for k, v in mine.items() if k not in ("timeline", "evidence")} == {
-            k: v for k, v in theirs.items() if k not in ("timeline", "evidence")
-        }
-        assert mine["evidence"] == theirs["evidence"][: len(mine["evidence"])]
+    want = rank_dicts(explained["chains"])
+    assert got["total"] == got["shown"] == len(got["chains"]) == len(want) and want
+    start = explained["info"]["window"]["start_ns"]
+    for mine, theirs in zip(got["chains"], want, strict=True):
+        assert (mine["id"], mine["severity"], mine["op"]) == (theirs["id"], theirs["severity"], theirs["op"])
+        assert mine["found_by"].startswith("imported") == (theirs["origin"] == "ingero")
+        assert theirs["summary"].startswith(mine["summary"].split("…[+")[0])
+        for key in ("count", "p50_ns", "p99_ns", "max_ns", "tail_ratio"):
+            assert mine["numbers"].get(key) == theirs[key]
+        shown = [(e["name"], e["value"]) for e in mine.get("evidence", [])]
+        assert shown == [(e["name"], e["value"]) for e in theirs["evidence"]][: len(shown)]
+        assert all("sql" not in e for e in mine.get("evidence", []))  # SQL on request only
+        at = [t["at"] for t in mine.get("timeline", [])]
+        assert at == [f"{(t['ts_ns'] - start) / 1e9:+.6f} s" for t in theirs["timeline"]][: len(at)]
     text = tools["chains"].content[0].text
     first = got["chains"][0]
-    assert f"[{first['severity']}] {first['id']}" in text
-    if first["p99_ns"] is not None:
-        assert f"p99 {fmt_ns(first['p99_ns'])}" in text
+    assert f"[{first['severity']}] {json.dumps(first['id'])}" in text
+    if first["numbers"].get("p99_ns") is not None:
+        assert f"p99 {fmt_ns(first['numbers']['p99_ns'])}" in text
     assert any(c["origin"] == "ingero" for c in want), "Ingero's own chains are imported and served"
 
 
+def without_offsets(value: Any) -> Any:
+    """The structured content less the readable '*_at' offsets the server adds beside each moment."""
+    if isinstance(value, dict):
+        return {k: without_offsets(v) for k, v in value.items() if not (k.endswith("_at") and f"{k[:-3]}_ns" in value)}
+    if isinstance(value, list):
+        return [without_offsets(v) for v in value]
+    return value
+
+
+def rank_dicts(chains: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(chains, key=lambda c: {"HIGH": 0, "MEDIUM": 1, "LOW": 2}[c["severity"]])
+
+
 def test_info_is_explains_info(tools: dict[str, Any], explained: dict[str, Any]) -> None:
-    got = tools["info"].structured_content["info"]
+    got = without_offsets(tools["info"].structured_content["info"])
     assert got == explained["info"]
     text = tools["info"].content[0].text
     assert '"RTX 4090' in text or "RTX 4090" in text

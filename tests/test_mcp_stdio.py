@@ -17,10 +17,9 @@ from typing import Any
 import duckdb
 import pytest
 from analysis_fixtures import contention_store
-
 from mcp import Client, StdioServerParameters
 
-from ingero_mcp.mcp.sanitize import DATA_NOTE
+from ingero_mcp.sanitize import DATA_NOTE
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "examples" / "mcp-config.json"
@@ -69,6 +68,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
             "get_timeline": await client.call_tool("get_timeline", {"pid": 100, "around": "+5.003s", "limit": 20}),
             "get_system_context": await client.call_tool("get_system_context", {"max_points": 4}),
             "run_sql": await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls"}),
+            "get_evidence_sql": await client.call_tool("get_evidence_sql", {"chain_id": "ingero-mcp:cudaStreamSynchronize"}),
         }
         unknown = await client.call_tool("get_per_process_breakdown", {"pid": 424242})
         empty = await client.call_tool("get_trace_stats", {"since": "0s"})
@@ -77,7 +77,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
         write = await client.call_tool("run_sql", {"sql": "DELETE FROM cuda_calls"})
         read_file = await client.call_tool("run_sql", {"sql": "SELECT * FROM read_csv('/etc/passwd')"})
         prompt = await client.get_prompt("investigate", {"pid": "100"})
-    assert len(tools) == 7 and set(results) == tools
+    assert len(tools) == 8 and set(results) == tools
     assert prompts == ["investigate"]
     for name, result in results.items():
         assert not result.is_error, (name, result.content)
@@ -133,7 +133,7 @@ def test_stdout_carries_only_protocol(store: Path) -> None:
     by_id = {m["id"]: m for m in messages if "id" in m}
     assert set(by_id) == {1, 2, 3, 4}
     assert by_id[1]["result"]["serverInfo"]["name"] == "ingero-mcp"
-    assert len(by_id[2]["result"]["tools"]) == 7
+    assert len(by_id[2]["result"]["tools"]) == 8
     assert by_id[3]["result"]["isError"] is True
     assert by_id[4]["result"]["structuredContent"]["calls"] == 2000
 
@@ -182,4 +182,22 @@ async def test_the_config_as_written_serves_the_bundled_h200_trace() -> None:
     assert first["root_cause"] == "host-bound" and first["severity"] == "HIGH" and first["pids"] == [1534]
     assert not again.is_error and float(again.content[0].text.splitlines()[-1]) == share["value"] > 95
     assert not v2.is_error and v2.structured_content["rows"] == [[True]]
-    assert calls.content[0].text.splitlines()[-2:] == ["n (BIGINT)", "4"]
+    assert calls.content[0].text.splitlines()[-2:] == ['columns: "n" (BIGINT)', "4"]
+
+
+def test_readme_names_the_prompt_as_claude_code_lists_it() -> None:
+    """Claude Code lists MCP prompts as /mcp__<server>__<prompt>; the README and --help say that name."""
+    from ingero_mcp.cli.mcp import EPILOG
+    from ingero_mcp.mcp.server import build_server
+
+    (server_key,) = json.loads(CONFIG.read_text())["mcpServers"]
+    args = server_entry()["args"]
+    server = build_server(REPO / args[args.index("--db") + 1])
+    try:
+        (prompt,) = server._prompt_manager.list_prompts()
+    finally:
+        server.store.close()
+    command = f"/mcp__{server_key}__{prompt.name}"
+    readme = (REPO / "README.md").read_text()
+    assert f"> {command}" in readme and command in EPILOG
+    assert "> /investigate" not in readme

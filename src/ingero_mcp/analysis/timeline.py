@@ -1,7 +1,8 @@
 """What happened around a moment: CUDA calls, scheduler intervals, process events and snapshots in time order.
 
 When more entries than the limit fall in the window, the longest calls and stalls are kept (process
-events and snapshots always are), then shown in time order.
+events always are, and so are snapshots in a window of up to 10 s; in a longer one, whose one-a-second
+snapshots would fill the limit, they take the room left), then shown in time order.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from ingero_mcp.analysis.models import Timeline, TimelineEntry, TimeWindow
 from ingero_mcp.analysis.window import trace_window
 
 AROUND_NS = 500_000_000  # +-0.5 s around a moment when no window is given
+SNAPSHOTS_KEPT_NS = 10_000_000_000  # windows up to this long keep every snapshot whatever the limit
 
 
 def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None) -> str:
@@ -43,7 +45,7 @@ def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None) -> str:
         SELECT ts_ns, NULL, NULL, 'snapshot',
                'CPU ' || round(cpu_percent, 1) || '%' || coalesce(', load ' || round(load1, 2), '')
                   || coalesce(', mem ' || round(mem_used_percent, 1) || '%', '') || coalesce(', GPU ' || round(gpu_util_percent, 1) || '%', ''),
-               NULL, 9e18
+               NULL, {9e18 if window.duration_ns <= SNAPSHOTS_KEPT_NS else 0}
         FROM snapshots {where(ts_in(window))}
     """)
 

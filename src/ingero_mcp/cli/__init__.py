@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from ingero_mcp.sanitize import clean
 
 # The subcommand modules, in the order a new user meets them.
 SUBCOMMANDS: tuple[str, ...] = ("demo", "explain", "query", "import_", "trace", "check", "mcp")
@@ -54,11 +57,30 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except StoreError as exc:
-        print(f"ingero-mcp {args.command}: {exc}", file=sys.stderr)
+        print(f"ingero-mcp {args.command}: {clean(str(exc), 2000)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"ingero-mcp {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`explain --json | head`): not an error of ours, and no traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except Exception as exc:
+        if not _from_duckdb(exc):
+            raise
+        # A store that opens but cannot answer (damage the checks at open did not catch): one line, not a traceback.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        db = getattr(args, "db", None)
+        print(f"ingero-mcp {args.command}: the trace store {db or ''} could not answer: {clean(first, 500)} "
+              "(a damaged or hand-edited store? `ingero-mcp query` can look inside)", file=sys.stderr)
+        return 2
+
+
+def _from_duckdb(exc: BaseException) -> bool:
+    """Whether `exc` is one of DuckDB's errors (without importing DuckDB for commands that do not use it)."""
+    return any(cls.__module__.split(".")[0] in ("duckdb", "_duckdb") for cls in type(exc).__mro__)
 
 
 if __name__ == "__main__":

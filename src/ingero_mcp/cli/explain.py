@@ -23,6 +23,9 @@ time values: a duration before the trace end (30s, 250ms, 5m), +DURATION after t
 ns since the epoch, or an ISO time (2026-03-20T14:06:13Z)."""
 
 
+JSON_STRING_CAP = 4_000  # characters of one string in --json (a longer one ends in '…[+N chars]')
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `explain` parser."""
     p = subparsers.add_parser(
@@ -54,8 +57,19 @@ def run(args: argparse.Namespace) -> int:
         report = build_report(con, window=window, pids=args.pid or None)
     finally:
         con.close()
+    from ingero_mcp.store.segments import describe, skipped_segments
+
+    skipped = skipped_segments(args.db)
+    if skipped:
+        report.notes.append(describe(skipped) + "; the report is of the rest")
     if args.json:
-        print(report.model_dump_json())
+        import json
+
+        from ingero_mcp.sanitize import clean_data
+
+        # Traced strings cleaned and capped as everywhere else; evidence SQL whole (it recomputes a number).
+        data = clean_data(report.model_dump(mode="json"), cap=JSON_STRING_CAP, key_caps={"sql": 1_000_000})
+        print(json.dumps(data, ensure_ascii=False))
         return 0
     from ingero_mcp.render.report import make_console, render_report
 

@@ -11,7 +11,9 @@ Import an Ingero trace database (SQLite, schema 0.8 or 0.9) into a DuckDB trace 
 loss: CUDA/driver calls, scheduler and process events, per-minute aggregates, system snapshots,
 Ingero's own causal chains, stacks and metadata. Ingero stores a small sample of events as rows
 and exact counts per minute; the store keeps that distinction (see table_coverage). Importing
-into an existing store adds new sessions and keeps the ones already there."""
+into an existing store adds new sessions and keeps the ones already there; importing a file the
+store already holds is refused (--replace imports it again in place of its sessions). The source
+is only read: nothing is written beside it, so a read-only folder works."""
 
 EPILOG = """\
 examples:
@@ -30,6 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("src", metavar="SRC.db", type=Path, help="Ingero trace database (SQLite)")
     parser.add_argument("--db", required=True, type=Path, help="trace store to write (DuckDB; created if missing)")
+    parser.add_argument("--replace", action="store_true",
+                        help="the store already holds this file's Ingero sessions: import them again in their place "
+                        "(without it, a second import of the same file is refused rather than counted twice)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
     parser.set_defaults(func=run)
 
@@ -52,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
             def progress(stage: str, done: int, total: int) -> None:
                 bar.update(task, completed=done, total=total, stage=stage)
 
-            summary = import_ingero(args.src, args.db, progress)
+            summary = import_ingero(args.src, args.db, progress, replace=args.replace)
     else:
-        summary = import_ingero(args.src, args.db)
+        summary = import_ingero(args.src, args.db, replace=args.replace)
     for warning in summary.warnings:
         print(f"ingero-mcp import: warning: {warning}", file=sys.stderr)
     if not args.quiet:

@@ -11,15 +11,16 @@ import sys
 
 DESCRIPTION = """\
 Serve a trace store to an MCP client (Claude Code, ollmcp, the MCP Inspector) over stdio.
-Tools: get_trace_stats, get_causal_chains, get_per_process_breakdown, get_timeline,
-get_system_context, get_trace_info, run_sql (read-only); prompt: investigate.
+Tools: get_trace_stats, get_causal_chains, get_evidence_sql, get_per_process_breakdown,
+get_timeline, get_system_context, get_trace_info, run_sql (read-only); resources:
+ingero://schema, ingero://report; prompt: investigate.
 The store is opened read-only; a trace still being recorded is served with what it holds
 so far and re-read when it grows."""
 
 EPILOG = """\
 examples:
   ingero-mcp mcp --db run.duckdb
-  claude --mcp-config examples/mcp-config.json        # then /investigate
+  claude --mcp-config examples/mcp-config.json        # then /mcp__ingero__investigate
   ollmcp -m qwen2.5:14b -j examples/mcp-config.json
   npx @modelcontextprotocol/inspector --cli ingero-mcp mcp --db run.duckdb --method tools/list
 

@@ -40,8 +40,8 @@ from ingero_mcp.importers.ingero_source import (
     open_ingero,
     prefetch,
 )
-from ingero_mcp.store import TABLES, TraceWriter
-from ingero_mcp.store.schema import ddl, migrate
+from ingero_mcp.store import TABLES, TraceWriter, segment_dir
+from ingero_mcp.store.schema import SCHEMA_VERSION, current_version, ddl, migrate
 
 ORIGIN = "ingero"
 BUCKET_NS = 60_000_000_000  # Ingero's event_aggregates are per minute (bucket = minute-truncated ns)
@@ -115,11 +115,13 @@ def store_source(source: str, op: str) -> str:
     return source.lower()
 
 
-def import_ingero(src: Path, dst: Path, progress: Progress | None = None) -> ImportSummary:
+def import_ingero(src: Path, dst: Path, progress: Progress | None = None, *, replace: bool = False) -> ImportSummary:
     """Import Ingero trace database `src` into store `dst` (created if missing; existing sessions kept).
 
     Raises IngeroImportError (a StoreError) for a missing file, a non-SQLite file or a SQLite file
-    without Ingero's tables. On failure the sessions this import had started are removed again.
+    without Ingero's tables, a destination that is not a trace store or holds a recording's unfolded
+    segments, and an Ingero session the store already holds (unless `replace`: those sessions are
+    removed first). On failure the sessions this import had started are removed again.
     """
     started = time.perf_counter()
     src, dst = Path(src), Path(dst)
@@ -128,6 +130,15 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None) -> Imp
         _check_destination(src, dst)
         created = not dst.exists()
         _ensure_tables(dst)
+        again = _already_imported(dst, source)
+        if again and not replace:
+            raise IngeroImportError(
+                f"{dst} already holds {src.name}'s Ingero session(s) as store session(s) "
+                f"{', '.join(map(str, again))} (same node and start time): importing again would count every "
+                "event twice. Use --replace to import it in their place, or choose another --db"
+            )
+        if again:
+            _remove_sessions(dst, again)
         with TraceWriter(dst) as writer:
             job = _Import(source, writer, progress)
             try:
@@ -151,20 +162,58 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None) -> Imp
             schema_version=source.schema_version, rows_read=job.rows_read, rows_written=job.written, warnings=warnings,
         )
     finally:
-        source.con.close()
+        source.close()
     summary.seconds = time.perf_counter() - started
     return summary
 
 
 def _check_destination(src: Path, dst: Path) -> None:
-    """Refuse a --db that would be destroyed or misread: the source itself, or a file that is not DuckDB."""
+    """Refuse a --db that would be destroyed or misread: the source itself, a file that is not DuckDB, a
+    DuckDB database that is not a trace store, or a store with a recording's unfolded segments."""
     if dst.exists() and src.resolve() == dst.resolve():
         raise IngeroImportError(f"{dst}: the store (--db) must not be the Ingero file being imported")
+    segments = segment_dir(dst)
+    if segments.is_dir() and any(segments.iterdir()):
+        # The recording's session is in those segments, not yet in the file: an import would take its id.
+        raise IngeroImportError(
+            f"{segments} exists: a collector is recording to {dst}, or one was killed. If none is running, fold "
+            f"what it left first: python3 -c \"from ingero_mcp.store import fold_segments; fold_segments('{dst}')\" "
+            "(or choose another --db)"
+        )
     if dst.is_file() and dst.stat().st_size > 0:
         with dst.open("rb") as fh:
             head = fh.read(16)
         if head[8:12] != DUCKDB_MAGIC:
             raise IngeroImportError(f"{dst}: exists and is not a DuckDB trace store; choose a new --db path")
+        try:
+            con = duckdb.connect(str(dst), read_only=True)
+        except duckdb.Error as exc:
+            raise IngeroImportError(f"cannot open {dst}: {str(exc).splitlines()[0]}") from exc
+        try:
+            version = current_version(con)
+            tables = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'").fetchall()[0][0]
+        finally:
+            con.close()
+        if version == 0 and tables:
+            raise IngeroImportError(
+                f"{dst}: a DuckDB database that is not an ingero-mcp trace store (no schema_version table, "
+                f"{tables} other table(s)); it is left as it is: choose a new --db path"
+            )
+
+
+def _already_imported(dst: Path, source: IngeroSource) -> list[int]:
+    """Store sessions holding one of `source`'s Ingero sessions already (same node and start time)."""
+    if not source.sessions:
+        return []
+    con = duckdb.connect(str(dst), read_only=True)
+    try:
+        have = con.execute(
+            "SELECT session_id, coalesce(host, ''), started_ns FROM sessions WHERE source = 'ingero-import'"
+        ).fetchall()
+    finally:
+        con.close()
+    wanted = {(s.node or "", s.started_ns) for s in source.sessions}
+    return sorted({int(sid) for sid, host, started in have if (host, started) in wanted})
 
 
 def _ensure_tables(dst: Path) -> None:

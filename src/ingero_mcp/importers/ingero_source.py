@@ -7,8 +7,10 @@ reads; the mapping to the store lives in `ingero.py`.
 
 from __future__ import annotations
 
-import sqlite3
 import queue
+import shutil
+import sqlite3
+import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +52,12 @@ class IngeroSource:
     source_names: dict[int, str] = field(default_factory=dict)
     op_names: dict[tuple[int, int], str] = field(default_factory=dict)
     sessions: list[IngeroSession] = field(default_factory=list)
+    tmpdir: Path | None = None  # a private copy of a source with a pending WAL, removed by close()
+
+    def close(self) -> None:
+        """Close the SQLite connection and remove the private copy, if one was made."""
+        self.con.close()
+        _remove(self.tmpdir)
 
     def count(self, table: str) -> int:
         """Rows in `table` (0 when the file lacks it)."""
@@ -95,35 +103,61 @@ def open_ingero(path: Path) -> IngeroSource:
         head = fh.read(len(SQLITE_MAGIC))
     if head != SQLITE_MAGIC:
         raise IngeroImportError(f"{path}: not an SQLite database (expected an Ingero trace .db file)")
+    tmpdir: Path | None = None
     try:
-        # check_same_thread off: the event rows are read by a prefetch thread (one user at a time).
-        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        opened, tmpdir = _readable_copy(path)
+        # Immutable: nothing is written beside the source (Ingero files are in WAL mode: a plain read-only
+        # open wants to create -shm/-wal there, fails in a read-only folder and litters a writable one).
+        # A source whose -wal holds transactions not yet checkpointed is read from a private copy instead,
+        # where SQLite can apply them. check_same_thread off: a prefetch thread reads the event rows.
+        uri = opened.resolve().as_uri() + ("?mode=ro" if tmpdir else "?mode=ro&immutable=1")
+        con = sqlite3.connect(uri, uri=True, check_same_thread=False)
         names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
         tables = {t: [r[1] for r in con.execute(f'PRAGMA table_info("{t}")').fetchall()] for t in names}
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, OSError) as exc:
+        _remove(tmpdir)
         raise IngeroImportError(f"{path}: unreadable SQLite database ({exc})") from exc
     missing = [t for t in REQUIRED_TABLES if t not in tables]
     if missing:
         con.close()
+        _remove(tmpdir)
         raise IngeroImportError(
             f"{path}: not an Ingero trace database (missing table(s) {', '.join(missing)})"
         )
     missing_cols = [c for c in REQUIRED_EVENT_COLUMNS if c not in tables["events"]]
     if missing_cols:
         con.close()
+        _remove(tmpdir)
         raise IngeroImportError(f"{path}: events table lacks Ingero column(s) {', '.join(missing_cols)}")
     version = "unknown"
     if "schema_info" in tables:
         rows = con.execute("SELECT value FROM schema_info WHERE key = 'version'").fetchall()
         if rows:
             version = str(rows[0][0])
-    src = IngeroSource(path=path, con=con, schema_version=version, tables=tables)
+    src = IngeroSource(path=path, con=con, schema_version=version, tables=tables, tmpdir=tmpdir)
     src.source_names = {int(i): str(n) for i, n in con.execute("SELECT id, name FROM sources").fetchall()}
     src.op_names = {
         (int(s), int(o)): str(n) for s, o, n in con.execute("SELECT source_id, op_id, name FROM ops").fetchall()
     }
     src.sessions = _sessions(src)
     return src
+
+
+def _readable_copy(path: Path) -> tuple[Path, Path | None]:
+    """`path` itself when its -wal is absent or empty; else a private copy of the file and its WAL, and its folder."""
+    wal = Path(f"{path}-wal")
+    if not (wal.is_file() and wal.stat().st_size > 0):
+        return path, None
+    tmpdir = Path(tempfile.mkdtemp(prefix="ingero-import-"))
+    copy = tmpdir / path.name
+    shutil.copyfile(path, copy)
+    shutil.copyfile(wal, Path(f"{copy}-wal"))
+    return copy, tmpdir
+
+
+def _remove(tmpdir: Path | None) -> None:
+    if tmpdir is not None:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def _sessions(src: IngeroSource) -> list[IngeroSession]:

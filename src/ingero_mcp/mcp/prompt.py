@@ -11,7 +11,8 @@ Steps:
    complete and which hold only a sample, and whether events were lost. Say so if it limits you.
 2. get_trace_stats: which CUDA operations took the time; look at p99 against p50 (tail latency)
    and at the share of the trace span.
-3. get_causal_chains{chain_args}: the chains found, most severe first, with their evidence.
+3. get_causal_chains{chain_args}: the chains found, most severe first, with their evidence;
+   get_evidence_sql(chain_id) gives the SQL behind a chain's numbers, to check one with run_sql.
 4. get_per_process_breakdown{pid_args}: the processes involved: who was preempted (runnable but
    not running: CPU contention) versus blocked (sleeping: GPU, lock, IO), context switches,
    page allocations, children (DataLoader workers are forked children).

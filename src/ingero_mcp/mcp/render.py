@@ -14,32 +14,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.mcp.chainview import chains_text, fmt_ns, fmt_rel
 from ingero_mcp.mcp.results import (
     BreakdownResult,
     ChainsResult,
     ContextResult,
+    EvidenceResult,
     InfoResult,
     SqlRows,
     StatsResult,
     TimelineResult,
 )
-from ingero_mcp.mcp.sanitize import DATA_NOTE, quote
+from ingero_mcp.sanitize import DATA_NOTE, quote
 
 TEXT_BUDGET = 20_000  # characters of text per tool result (~5-7k tokens)
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    """A duration in the largest unit that keeps it >= 1, three decimals."""
-    if ns is None:
-        return "-"
-    value = float(ns)
-    if abs(value) < 1_000:
-        return f"{int(value)} ns"
-    if abs(value) < 1_000_000:
-        return f"{value / 1e3:.3f} us"
-    if abs(value) < 1_000_000_000:
-        return f"{value / 1e6:.3f} ms"
-    return f"{value / 1e9:.3f} s"
 
 
 def fmt_bytes(n: int | None) -> str:
@@ -52,13 +40,6 @@ def fmt_bytes(n: int | None) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"
-
-
-def fmt_rel(ts_ns: int | None, origin_ns: int) -> str:
-    """A moment as seconds after the trace start."""
-    if ts_ns is None:
-        return "-"
-    return f"{(ts_ns - origin_ns) / 1e9:+.6f} s"
 
 
 def fmt_wall(ts_ns: int) -> str:
@@ -136,44 +117,34 @@ def render_stats(r: StatsResult) -> str:
     return text
 
 
-def render_chains(r: ChainsResult, whole: TimeWindow | None) -> str:
-    """get_causal_chains as text: one block per chain."""
-    origin = whole.start_ns if whole else r.window.start_ns
+def chains_head(r: ChainsResult, whole: TimeWindow | None) -> list[str]:
+    """The lines above the chains: counts, window, data note, notes."""
     head = [
-        f"causal chains: {r.shown} of {r.total}, most severe first, {window_line(r.window, whole)}",
+        f"causal chains: {r.shown} of {r.total}, most severe first (imported chains ranked with the others), "
+        f"{window_line(r.window, whole)}",
         DATA_NOTE,
     ] + _notes(r.notes)
     if not r.chains:
         head.append("no causal chain found in this window.")
-    blocks = []
-    for c in r.chains:
-        lines = [
-            f"[{c.severity}] {c.id} ({'imported from Ingero' if c.origin == 'ingero' else 'ingero-mcp'}) op {quote(c.op, 80)}",
-            f"  summary: {quote(c.summary, 800)}",
-            f"  root cause: {quote(c.root_cause, 400)}",
-            f"  explanation: {quote(c.explanation, 1500)}",
-        ]
-        nums = [
-            f"count {c.count}" if c.count is not None else "",
-            f"p50 {fmt_ns(c.p50_ns)}" if c.p50_ns is not None else "",
-            f"p99 {fmt_ns(c.p99_ns)}" if c.p99_ns is not None else "",
-            f"max {fmt_ns(c.max_ns)}" if c.max_ns is not None else "",
-            f"tail ratio {c.tail_ratio:.1f}x" if c.tail_ratio is not None else "",
-            "from a SAMPLE of calls" if c.from_sample else "",
-        ]
-        lines.append("  numbers: " + ", ".join(n for n in nums if n) + (f"; pids {c.pids[:20]}" if c.pids else ""))
-        for e in c.evidence:
-            value = quote(e.value, 120) if isinstance(e.value, str) else e.value
-            lines.append(f"  evidence: {e.name} = {value}{(' ' + e.unit) if e.unit else ''}")
-        for rec in c.recommendations:
-            lines.append(f"  recommendation: {quote(rec, 400)}")
-        for t in c.timeline:
-            lines.append(
-                f"  timeline {fmt_rel(t.ts_ns, origin)} pid {t.pid} tid {t.tid} {t.kind}: {quote(t.description, 160)}"
-                + (f" ({fmt_ns(t.duration_ns)})" if t.duration_ns is not None else "")
-            )
-        blocks.append("\n".join(lines))
-    text, _ = fit_lines(head, blocks, len(blocks))
+    return head
+
+
+def render_chains(r: ChainsResult, whole: TimeWindow | None) -> str:
+    """get_causal_chains as text: one block per chain view, the same views as the structured content."""
+    text, _ = fit_lines(chains_head(r, whole), [chains_text([v]) for v in r.chains], len(r.chains))
+    return text
+
+
+def render_evidence(r: EvidenceResult, whole: TimeWindow | None) -> str:
+    """get_evidence_sql as text: each evidence item with its SQL, whole."""
+    head = [f"evidence of chain {quote(r.chain_id, 200)}: {r.shown} of {r.total} items, {window_line(r.window, whole)}",
+            DATA_NOTE, *_notes(r.notes)]
+    lines = []
+    for e in r.evidence:
+        value = quote(e.get("value"), 200) if isinstance(e.get("value"), str) else e.get("value")
+        lines.append(f"{quote(e.get('name', ''), 200)} = {value}{(' ' + quote(e['unit'], 40)) if e.get('unit') else ''}"
+                     + (f"\n  sql: {e['sql']}" if e.get("sql") else "\n  sql: - (no query: read from the imported chain)"))
+    text, _ = fit_lines(head, lines, len(lines), budget=10 * TEXT_BUDGET)
     return text
 
 
@@ -328,7 +299,7 @@ def render_sql(r: SqlRows, render_cell: Callable[[Any], str] = _cell) -> str:
         *_notes(r.notes),
     ]
     if r.columns:
-        head.append(" | ".join(f"{c} ({t})" for c, t in zip(r.columns, r.types, strict=True)))
+        head.append("columns: " + " | ".join(f"{quote(c, 200)} ({t})" for c, t in zip(r.columns, r.types, strict=True)))
     lines = [" | ".join(render_cell(v) for v in row) for row in r.rows]
     text, _ = fit_lines(head, lines, len(lines))
     return text

@@ -11,25 +11,28 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ingero_mcp.analysis.models import (
-    CausalChain,
     HostTotal,
     OpStats,
     ProcessBreakdown,
     SystemContext,
     TableCoverage,
-    TimeWindow,
     Timeline,
+    TimeWindow,
     TraceInfo,
 )
+from ingero_mcp.sanitize import DATA_NOTE
 
 
 class Bounds(BaseModel):
-    """How much of the answer is shown, and why the rest is not."""
+    """How much of the answer is shown, and why the rest is not; the same data note as the text."""
 
+    data_note: str = DATA_NOTE
     shown: int = 0
     total: int = 0
     truncated: bool = False
     notes: list[str] = []
+    # The trace's first moment: moments (*_ns >= 1e17) gain a readable '+S s' offset (*_at) from it.
+    trace_start_ns: int | None = Field(None, exclude=True)
 
 
 class StatsResult(Bounds):
@@ -47,10 +50,18 @@ class StatsResult(Bounds):
 
 
 class ChainsResult(Bounds):
-    """get_causal_chains: the chains, most severe first, capped at top_n."""
+    """get_causal_chains: the chains, most severe first, capped at top_n, each a compact view (mcp.chainview)."""
 
     window: TimeWindow
-    chains: list[CausalChain]
+    chains: list[dict[str, Any]]
+
+
+class EvidenceResult(Bounds):
+    """get_evidence_sql: one chain's evidence, each with the SQL that recomputes it."""
+
+    window: TimeWindow
+    chain_id: str
+    evidence: list[dict[str, Any]]
 
 
 class BreakdownResult(Bounds):

@@ -1,4 +1,4 @@
-"""The stdio MCP server: seven read-only tools over one trace store and the `investigate` prompt.
+"""The stdio MCP server: eight read-only tools over one trace store and the `investigate` prompt.
 
 A thin layer: each tool resolves its arguments (Ingero's names: since, pid, pids, top_n, limit;
 `since` counts back from the trace's end), calls one analysis function, bounds the result, and
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,27 +23,31 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model, model_validator
 
 from ingero_mcp import __version__
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.mcp import render
+from ingero_mcp.mcp.chainview import fit_chains, rank, with_offsets
 from ingero_mcp.mcp.prompt import investigate_text
 from ingero_mcp.mcp.results import (
     BreakdownResult,
     ChainsResult,
     ContextResult,
+    EvidenceResult,
     InfoResult,
     SqlRows,
     StatsResult,
     TimelineResult,
 )
-from ingero_mcp.mcp.sanitize import clean, clean_data
 from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, SqlError, describe_schema, run_query
+from ingero_mcp.sanitize import DATA_NOTE, clean, clean_data
 from ingero_mcp.store import StoreError, open_store, segment_dir
+from ingero_mcp.store.segments import describe, skipped_segments
 
 STRUCTURED_BUDGET = 30_000  # characters of JSON per structured result (with the text: < ~17k tokens)
 STRING_CAP = 4_000  # characters of any one string in structured content (text output caps tighter)
+SQL_CAP = 100_000  # evidence SQL is shown whole (it is the recipe for a number), within reason
 _REOPEN_MIN_S = 1.0
 
 R = TypeVar("R", bound=BaseModel)
@@ -66,6 +71,7 @@ class StoreHandle:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._stamp: tuple[Any, ...] | None = None
         self._opened_at = 0.0
+        self._active = 0  # tool calls using the connection now
         with self.connection():
             pass
 
@@ -79,16 +85,26 @@ class StoreHandle:
         segments = segment_dir(self.path)
         if segments.is_dir():
             files = sorted(segments.glob("*/*.parquet"))
-            parts.append((len(files), max((f.stat().st_mtime_ns for f in files), default=0), str(files[-1]) if files else ""))
+            stamps = []
+            for f in files:
+                try:
+                    stamps.append(f.stat().st_mtime_ns)
+                except OSError:  # folded or replaced since the listing: the next call sees it
+                    continue
+            parts.append((len(files), max(stamps, default=0), str(files[-1]) if files else ""))
         return tuple(parts)
 
     @contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """The connection, held for one tool call; a changed store is reopened first."""
+        """A cursor of the shared connection, for one tool call; a changed store is reopened first.
+
+        The lock is held only to pick the connection, not while the call runs, so a slow run_sql does
+        not hold up the other tools (each call has its own cursor: DuckDB runs them in parallel). A
+        changed store is reopened when no call is using the old connection."""
         with self._lock:
             stamp = self._fingerprint()
-            stale = self._con is None or (stamp != self._stamp and time.monotonic() - self._opened_at >= self.reopen_min_s)
-            if stale:
+            changed = stamp != self._stamp and time.monotonic() - self._opened_at >= self.reopen_min_s
+            if self._con is None or (changed and self._active == 0):
                 # Close first: DuckDB keeps one instance per file while any connection to it is
                 # open, so opening before closing would hand back the old, unchanged instance.
                 if self._con is not None:
@@ -96,8 +112,17 @@ class StoreHandle:
                     self._con = None
                 self._con = open_store(self.path)
                 self._stamp, self._opened_at = stamp, time.monotonic()
-            assert self._con is not None
-            yield self._con
+            cursor = self._con.cursor()
+            self._active += 1
+        try:
+            yield cursor
+        finally:
+            try:
+                cursor.close()
+            except duckdb.Error:
+                pass
+            with self._lock:
+                self._active -= 1
 
     def close(self) -> None:
         """Close the connection (tests; the process exit does it otherwise)."""
@@ -113,8 +138,11 @@ def _result(text: str, model: BaseModel) -> CallToolResult:
 
 
 def _structured(model: BaseModel) -> dict[str, Any]:
-    """What goes out as structured content: the model as JSON data, every string cleaned and capped."""
-    return clean_data(model.model_dump(mode="json"), cap=STRING_CAP)
+    """What goes out as structured content: the model as JSON data, every string cleaned and capped
+    (evidence SQL whole), every moment with its readable offset from the trace start."""
+    data = clean_data(model.model_dump(mode="json"), cap=STRING_CAP, key_caps={"sql": SQL_CAP})
+    origin = getattr(model, "trace_start_ns", None)
+    return with_offsets(data, origin) if origin is not None else data
 
 
 def _size(model: BaseModel) -> int:
@@ -123,22 +151,25 @@ def _size(model: BaseModel) -> int:
 
 
 def _fit(model: BaseModel, values: list[Any], put: Callable[[list[Any]], None], budget: int = STRUCTURED_BUDGET - 400) -> int:
-    """The most leading `values` that `put` can place in `model` with its JSON within `budget` (binary search).
+    """The most leading `values` that `put` can place in `model` with its JSON within `budget`.
 
-    The default budget leaves room for the note that says what was cut."""
-    put(values)
-    if _size(model) <= budget:
-        return len(values)
-    lo, hi = 0, len(values)  # lo fits (an empty list is the floor), hi does not
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        put(values[:mid])
-        if _size(model) <= budget:
-            lo = mid
-        else:
-            hi = mid
-    put(values[:lo])
-    return lo
+    Each value is sized once, in order, until the budget is spent: linear in what fits, whatever the
+    number of values. The default budget leaves room for the note that says what was cut."""
+    put([])
+    used = _size(model)
+    keep = 0
+    origin = getattr(model, "trace_start_ns", None)
+    for value in values:
+        data = clean_data(value.model_dump(mode="json") if isinstance(value, BaseModel) else value, cap=STRING_CAP,
+                          key_caps={"sql": SQL_CAP})
+        if origin is not None:
+            data = with_offsets(data, origin)
+        used += len(json.dumps(data, ensure_ascii=False, separators=(",", ":"))) + 1
+        if used > budget:
+            break
+        keep += 1
+    put(values[:keep])
+    return keep
 
 
 def _shrink(model: R, items: str, budget: int = STRUCTURED_BUDGET - 400) -> R:
@@ -153,6 +184,45 @@ def _shrink(model: R, items: str, budget: int = STRUCTURED_BUDGET - 400) -> R:
             "or lower top_n/limit"
         )
     return model
+
+
+def _refuse_unknown_arguments(server: MCPServer, name: str) -> None:
+    """Make tool `name` refuse arguments it does not take (the SDK ignores them: {"start": ...} on a tool
+    without `start` silently answered for the whole trace), and advertise that in its schema."""
+    tool = server._tool_manager.get_tool(name)  # noqa: SLF001 - the SDK has no public hook for this
+    assert tool is not None
+    base = tool.fn_metadata.arg_model
+    accepted = sorted(field.alias or field_name for field_name, field in base.model_fields.items())
+
+    def known_only(cls: type, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(k) for k in data if k not in accepted)
+            if unknown:
+                raise ValueError(
+                    f"unknown argument(s) {', '.join(json.dumps(clean(u, 60)) for u in unknown[:10])}: "
+                    f"{name} takes {', '.join(accepted) or 'no arguments'}"
+                )
+        return data
+
+    def dump_by_name(self: BaseModel) -> dict[str, Any]:
+        # the function's parameter names ('from_'), not the wire names ('from')
+        return {field_name: getattr(self, field_name) for field_name in type(self).model_fields}
+
+    strict = create_model(
+        base.__name__,
+        __base__=base,
+        __validators__={"known_only": model_validator(mode="before")(classmethod(known_only))},
+    )
+    strict.model_config["extra"] = "forbid"
+    strict.model_dump_one_level = dump_by_name  # type: ignore[method-assign]
+    strict.model_rebuild(force=True)
+    tool.fn_metadata.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
+
+
+def _start(whole: TimeWindow | None, window: TimeWindow | None) -> int | None:
+    """The trace's first moment (the origin of every '+S s' offset), else the window's."""
+    return whole.start_ns if whole else window.start_ns if window else None
 
 
 def _pids(pid: int | None, pids: list[int] | None) -> list[int] | None:
@@ -178,6 +248,11 @@ def _guard(fn: Callable[[], CallToolResult]) -> CallToolResult:
         return fn()
     except (StoreError, SqlError) as exc:
         raise ToolError(clean(str(exc), 1000)) from exc
+    except duckdb.Error as exc:
+        # A store that opened but cannot answer this (damage the checks at open did not catch): one line.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ToolError(f"the trace store could not answer this: {clean(first, 500)} (a damaged or hand-edited "
+                        "store? run_sql can look inside)") from exc
 
 
 SINCE = Annotated[
@@ -215,8 +290,9 @@ def build_server(
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
     def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Register `fn` as a read-only tool; its docstring, unwrapped, is the description."""
+        """Register `fn` as a read-only tool; its docstring, unwrapped, is the description; unknown arguments refused."""
         server.add_tool(fn, description=" ".join(inspect.cleandoc(fn.__doc__ or "").split()), annotations=read_only)
+        _refuse_unknown_arguments(server, fn.__name__)
         return fn
 
     @tool
@@ -246,7 +322,7 @@ def build_server(
                 window=stats.window, trace_window=info.window, calls=stats.calls, pids=stats.pids,
                 ops=stats.ops[:top_n], host=stats.host[:50], sampled=stats.sampled, coverage=info.coverage,
                 row_counts=info.row_counts, shown=min(top_n, len(stats.ops)), total=len(stats.ops),
-                truncated=len(stats.ops) > top_n, notes=notes,
+                truncated=len(stats.ops) > top_n, notes=notes, trace_start_ns=_start(info.window, stats.window),
             )
             if len(stats.host) > 50:
                 result.notes.append(f"{len(stats.host) - 50} of {len(stats.host)} host event totals left out")
@@ -261,12 +337,17 @@ def build_server(
         pid: PID = None,
         pids: PIDS = None,
         top_n: Annotated[int, Field(description="At most this many chains, most severe first.", ge=1, le=50)] = 10,
+        include_sql: Annotated[
+            bool, Field(description="Also give each evidence item's SQL (large; get_evidence_sql gives one chain's).")
+        ] = False,
     ) -> Annotated[CallToolResult, ChainsResult]:
-        """Causal chains: a slow or tail-heavy CUDA operation joined to what its threads and the host
+        """Causal chains, most severe first (chains imported from Ingero ranked with the others and
+        marked): a slow, tail-heavy or starved CUDA operation joined to what its threads and the host
         went through at those moments. Each chain has severity, summary, root cause, explanation, the
-        numbers (count, p50, p99, max, tail ratio), evidence (the structured content carries the SQL that
-        recomputes each), recommendations, and a timeline with timestamps. Chains imported from Ingero
-        are marked."""
+        numbers (count, p50, p99, max, tail ratio), evidence, recommendations and a timeline with
+        offsets from the trace start. Every chain up to top_n is returned; a large one is shortened
+        (it says what it left out) rather than dropped. Evidence SQL only with include_sql, or per
+        chain from get_evidence_sql."""
 
         def run() -> CallToolResult:
             from ingero_mcp.analysis.chains import causal_chains
@@ -275,22 +356,69 @@ def build_server(
                 window = _window(con, since)
                 whole = _whole(con)
                 chosen = _pids(pid, pids)
-                chains = causal_chains(con, window, chosen)
+                chains = rank(causal_chains(con, window, chosen))
             notes = []
-            for c in chains[:top_n]:
-                if len(c.timeline) > 20:
-                    notes.append(f"chain {c.id}: {len(c.timeline) - 20} of {len(c.timeline)} timeline entries left out")
-                    c.timeline = c.timeline[:20]
-                if len(c.evidence) > 30:
-                    c.evidence = c.evidence[:30]
             if chosen and not chains:
                 notes.append(f"no chain involves pid(s) {chosen} in this window")
+            window = window or whole or TimeWindow(start_ns=0, end_ns=0)
+            origin = whole.start_ns if whole else window.start_ns
             result = ChainsResult(
-                window=window or whole or TimeWindow(start_ns=0, end_ns=0), chains=chains[:top_n],
-                shown=min(top_n, len(chains)), total=len(chains), truncated=len(chains) > top_n, notes=notes,
+                window=window, chains=[], shown=min(top_n, len(chains)), total=len(chains),
+                truncated=len(chains) > top_n, notes=notes, trace_start_ns=origin,
             )
-            result = _shrink(result, "chains")
+            if len(chains) > top_n:
+                notes.append(f"{len(chains) - top_n} less severe chain(s) beyond top_n={top_n}; raise top_n to see them")
+            # what the chains may use: the budgets less the rest of the result (and room for the notes fit adds)
+            json_room = STRUCTURED_BUDGET - _size(result) - 800
+            text_room = render.TEXT_BUDGET - len("\n".join(render.chains_head(result, whole))) - 1000
+            views, fit_notes = fit_chains(chains[:top_n], origin, json_room, text_room, include_sql)
+            result.chains, result.shown = views, len(views)
+            result.truncated = result.truncated or len(views) < min(top_n, len(chains))
+            result.notes += fit_notes
             return _result(render.render_chains(result, whole), result)
+
+        return _guard(run)
+
+    @tool
+    def get_evidence_sql(
+        chain_id: Annotated[str, Field(description="A chain's id as get_causal_chains printed it.", max_length=400)],
+        since: SINCE = None,
+        pid: PID = None,
+        pids: PIDS = None,
+    ) -> Annotated[CallToolResult, EvidenceResult]:
+        """One causal chain's evidence in full, each item with the SQL that recomputes it from the store
+        (run it with run_sql). Pass the same since/pid/pids as the get_causal_chains call that listed the
+        chain: the chain, and its SQL, depend on the window."""
+
+        def run() -> CallToolResult:
+            from ingero_mcp.analysis.chains import causal_chains
+
+            with store.connection() as con:
+                window = _window(con, since)
+                whole = _whole(con)
+                chains = causal_chains(con, window, _pids(pid, pids))
+            wanted = chain_id.strip().strip('"')
+            chain = next((c for c in chains if c.id == wanted or clean(c.id, 200) == wanted), None)
+            if chain is None:
+                ids = ", ".join(json.dumps(clean(c.id, 200), ensure_ascii=False) for c in chains[:20]) or (
+                    "none" if whole else "none (the trace is empty)")
+                raise ToolError(f"no chain {json.dumps(clean(chain_id, 200), ensure_ascii=False)} in this window; "
+                                f"chains here: {ids}")
+            window = window or whole or TimeWindow(start_ns=0, end_ns=0)
+            evidence = [e.model_dump(mode="json") for e in chain.evidence]
+            result = EvidenceResult(window=window, chain_id=chain.id, evidence=[], total=len(evidence),
+                                    trace_start_ns=whole.start_ns if whole else window.start_ns)
+            keep = _fit(result, evidence, lambda v: setattr(result, "evidence", v), STRUCTURED_BUDGET - 600)
+            # the text half must hold the same items: drop from the end until it does
+            while keep and len(render.render_evidence(result, whole)) > render.TEXT_BUDGET - 600:
+                keep -= 1
+                result.evidence = evidence[:keep]
+            result.shown = keep
+            if keep < len(evidence):
+                result.truncated = True
+                result.notes.append(f"only {keep} of the {len(evidence)} evidence items (with their SQL) fit in one "
+                                    "result; the rest are in explain --sql")
+            return _result(render.render_evidence(result, whole), result)
 
         return _guard(run)
 
@@ -327,6 +455,7 @@ def build_server(
             result = BreakdownResult(
                 window=window or whole or TimeWindow(start_ns=0, end_ns=0), processes=procs[:top_n],
                 shown=min(top_n, len(procs)), total=len(procs), truncated=len(procs) > top_n, notes=notes,
+                trace_start_ns=_start(whole, window),
             )
             result = _shrink(result, "processes")
             return _result(render.render_breakdown(result, whole), result)
@@ -347,20 +476,27 @@ def build_server(
                 max_length=64,
             ),
         ] = None,
+        from_: Annotated[
+            str | None,
+            Field(alias="from", description="Window start: '+12.5s' after the trace start (as tools print it), a "
+                  "duration before the trace end ('30s'), ns since the epoch, or an ISO time.", max_length=64),
+        ] = None,
+        to: Annotated[str | None, Field(description="Window end, in the same forms as `from`.", max_length=64)] = None,
         limit: Annotated[int, Field(description="At most this many events.", ge=1, le=1000)] = 100,
     ) -> Annotated[CallToolResult, TimelineResult]:
         """The events of a process/thread in a time window, to see what happened around a slow call or
         a stall: CUDA calls with their off-CPU time, scheduler intervals (preempted/blocked, who took the
-        CPU), process events, host snapshots. With `around`, the window is 1 s centred on that moment
-        (unless `since` is given). When more than `limit` events fall in the window, process events,
-        snapshots and the longest calls and stalls are kept; entries are shown in time order."""
+        CPU), process events, host snapshots. The window: `from`/`to` (as explain --from/--to), or
+        `since`, or 1 s centred on `around`; else the whole trace. When more than `limit` events fall in
+        the window, process events and the longest calls and stalls are kept, then snapshots; entries are
+        shown in time order."""
 
         def run() -> CallToolResult:
             from ingero_mcp.analysis.timeline import timeline
             from ingero_mcp.analysis.window import resolve_window
 
             with store.connection() as con:
-                window = _window(con, since)
+                window = resolve_window(con, since=since, start=from_, end=to) if since or from_ or to else None
                 whole = _whole(con)
                 around_ns = None
                 if around:  # every form the tools print ('+12.500000 s', a UTC time) reads as it is
@@ -372,7 +508,8 @@ def build_server(
             ):
                 notes.append("no events of this pid/tid in the window (only host snapshots, if any); "
                              "get_per_process_breakdown lists the pids")
-            result = TimelineResult(timeline=tl, shown=len(tl.entries), total=tl.total_in_window, truncated=tl.truncated, notes=notes)
+            result = TimelineResult(timeline=tl, shown=len(tl.entries), total=tl.total_in_window, truncated=tl.truncated,
+                                    notes=notes, trace_start_ns=_start(whole, tl.window))
             entries = list(tl.entries)
             keep = _fit(result, entries, lambda v: setattr(result.timeline, "entries", v))
             if keep < len(entries):
@@ -397,7 +534,8 @@ def build_server(
                 window = _window(con, since)
                 whole = _whole(con)
                 ctx = system_context(con, window, max_points=max_points)
-            result = ContextResult(context=ctx, shown=len(ctx.points), total=ctx.downsampled_from or len(ctx.points))
+            result = ContextResult(context=ctx, shown=len(ctx.points), total=ctx.downsampled_from or len(ctx.points),
+                                   trace_start_ns=_start(whole, ctx.window))
             if _size(result) > STRUCTURED_BUDGET:
                 points = ctx.points
                 step = 2
@@ -422,10 +560,14 @@ def build_server(
             with store.connection() as con:
                 info = trace_info(con)
             notes = []
+            skipped = skipped_segments(store.path)
+            if skipped:
+                notes.append(describe(skipped) + "; every answer is of the rest")
             lost = events_lost(info)
             if lost:
                 notes.append(f"{lost} events were lost by the collector (collector_stats.events_lost)")
-            result = InfoResult(info=info, shown=len(info.sessions), total=len(info.sessions), notes=notes)
+            result = InfoResult(info=info, shown=len(info.sessions), total=len(info.sessions), notes=notes,
+                                trace_start_ns=_start(info.window, None))
             keep = min(20, len(info.sessions))
             result.info.sessions = info.sessions[:keep]
             while keep > 1 and _size(result) > STRUCTURED_BUDGET - 400:
@@ -450,12 +592,19 @@ def build_server(
         ),
     )
     def run_sql(
-        sql: Annotated[str, Field(description="One DuckDB SELECT (or WITH / DESCRIBE / SUMMARIZE) query.", max_length=20_000)],
+        sql: Annotated[
+            str | None, Field(description="One DuckDB SELECT (or WITH / DESCRIBE / SUMMARIZE) query.", max_length=20_000)
+        ] = None,
+        query: Annotated[
+            str | None, Field(description="The same as `sql` (Ingero's name for it): give one of the two.", max_length=20_000)
+        ] = None,
         limit: Annotated[int, Field(description=f"At most this many rows (1..{MAX_LIMIT}).", ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, SqlRows]:
         def run() -> CallToolResult:
+            if (sql is None) == (query is None):
+                raise ToolError("give the query as `sql` (or `query`, Ingero's name), exactly one of them")
             with store.connection() as con:
-                got = run_query(con, sql, limit=limit, timeout_s=sql_timeout_s)
+                got = run_query(con, sql if sql is not None else query or "", limit=limit, timeout_s=sql_timeout_s)
             result = SqlRows(
                 columns=[clean(c, 200) for c in got.columns], types=got.types, rows=got.rows, limit=limit,
                 more_rows=got.more_rows, elapsed_ms=round(got.elapsed_s * 1000, 1), shown=len(got.rows),
@@ -468,18 +617,94 @@ def build_server(
 
         return _guard(run)
 
+    _refuse_unknown_arguments(server, "run_sql")
+
+    # Resources: the two documents a client may want to attach to a conversation whole. (The server
+    # advertises the resources capability either way; these make it mean something.)
+    @server.resource(
+        "ingero://schema", name="schema", title="Trace store schema",
+        description="The store's tables and columns with their units and meanings: what run_sql can ask.",
+        mime_type="text/plain",
+    )
+    def schema_resource() -> str:
+        return (
+            "ingero-mcp trace store (DuckDB). Timestamps are ns since the Unix epoch (wall clock), durations "
+            "*_ns, sizes *_bytes; every table has session_id. Query it with the run_sql tool.\n" + schema_text
+        )
+
+    @server.resource(
+        "ingero://report", name="report", title="Incident report",
+        description="`ingero-mcp explain` of the whole trace as text: causal chains, top CUDA ops, processes. "
+        + DATA_NOTE,
+        mime_type="text/plain",
+    )
+    def report_resource() -> str:
+        import io
+
+        from ingero_mcp.analysis.report import build_report
+        from ingero_mcp.render.report import make_console, render_report
+
+        with store.connection() as con:
+            report = build_report(con)
+        out = io.StringIO()
+        render_report(make_console(out), report, str(db_path))
+        text = out.getvalue()
+        if len(text) > render.TEXT_BUDGET * 2:
+            text = text[: render.TEXT_BUDGET * 2] + "\n[report cut to fit one resource: use the tools for the rest]"
+        return DATA_NOTE + "\n" + text
+
     @server.prompt(
         name="investigate",
         description="Walk the trace like an expert: overview, causal chains, the processes involved, the "
         "timeline around the worst calls; every number from a tool. Optional: pid, focus.",
     )
-    def investigate(pid: str | None = None, focus: str | None = None) -> str:
+    def investigate(
+        pid: Annotated[
+            str | None,
+            Field(description="Start from this process id (one that is in the trace: get_per_process_breakdown lists them)."),
+        ] = None,
+        focus: Annotated[
+            str | None, Field(description="What to look at first, in your words (e.g. 'the slow syncs', 'GPU starvation').")
+        ] = None,
+    ) -> str:
         """The investigation steps and the rules of evidence, narrowed to `pid` / `focus` when given."""
-        pid_value = None
-        if pid is not None and pid.strip():
-            if not pid.strip().isdigit():
-                raise MCPError(INVALID_PARAMS, f"pid must be a process id (digits), got {clean(pid, 40)!r}")
-            pid_value = int(pid.strip())
-        return investigate_text(pid_value, clean(focus, 500) if focus else None)
+        return investigate_text(_prompt_pid(store, pid), clean(focus, 500) if focus else None)
 
+    prompt_args = {"pid", "focus"}
+    render_prompt = server.get_prompt
+
+    async def get_prompt(name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
+        # Arguments the prompt does not take are the client's mistake (INVALID_PARAMS), not an internal error.
+        unknown = sorted(set(arguments or {}) - prompt_args) if name == "investigate" else []
+        if unknown:
+            raise MCPError(INVALID_PARAMS, f"unknown argument(s) {', '.join(json.dumps(clean(u, 60)) for u in unknown[:10])}: "
+                                           f"investigate takes {', '.join(sorted(prompt_args))}")
+        return await render_prompt(name, arguments, context)
+
+    server.get_prompt = get_prompt  # type: ignore[method-assign]
     return server
+
+
+def _prompt_pid(store: StoreHandle, pid: str | None) -> int | None:
+    """The prompt's pid argument as a process id of this trace, or an INVALID_PARAMS error saying why not."""
+    if pid is None or not pid.strip():
+        return None
+    text = pid.strip()
+    if not re.fullmatch(r"[0-9]{1,10}", text) or int(text) > 2**31 - 1:  # ASCII digits: '²' is a digit to isdigit()
+        raise MCPError(INVALID_PARAMS, f"pid must be a process id (up to 10 ASCII digits), got {json.dumps(clean(pid, 40))}")
+    value = int(text)
+    try:
+        with store.connection() as con:
+            known = con.execute(
+                "SELECT (SELECT count(*) FROM processes WHERE pid = $1) + (SELECT count(*) FROM cuda_calls WHERE pid = $1)",
+                [value],
+            ).fetchall()[0][0]
+            if not known:
+                some = [r[0] for r in con.execute(
+                    "SELECT pid FROM cuda_calls GROUP BY pid ORDER BY count(*) DESC LIMIT 10").fetchall()]
+    except (StoreError, duckdb.Error) as exc:
+        raise MCPError(INVALID_PARAMS, f"cannot check pid {value} against the trace: {clean(str(exc), 300)}") from exc
+    if not known:
+        raise MCPError(INVALID_PARAMS, f"pid {value} is not in this trace; pids with CUDA calls: "
+                                       f"{', '.join(map(str, some)) or 'none'}")
+    return value

@@ -3,7 +3,10 @@
 The engine enforces the safety, not a filter on the SQL text: the connection comes from
 `open_store` (DuckDB read-only mode, external access off and the setting locked), so writes,
 ATTACH, COPY, file readers and extension loading fail however the query is phrased. A query
-that runs longer than the timeout is interrupted from a timer thread.
+that runs longer than the timeout is interrupted from a timer thread, and the timeout covers
+turning the rows into cleaned, capped values too. ATTACH and DETACH are refused from the parsed
+statement: DuckDB lets a read-only connection attach the file it already has open, and an attached
+name would stay on the connection every tool shares.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ from typing import Any
 
 import duckdb
 
+from ingero_mcp.sanitize import clean
 from ingero_mcp.store.schema import SCHEMA_VERSION, TABLES, ddl
 
 DEFAULT_LIMIT = 1_000
 MAX_LIMIT = 10_000
 DEFAULT_TIMEOUT_S = 10.0
+CELL_CAP = 1_000  # characters of one string value in a result (a longer one says how much was cut)
+_REFUSED = {"ATTACH", "DETACH"}
 
 _COLUMN_RE = re.compile(r"^\s+(\w+)\s+([A-Z]+)[^-]*?(?:--\s*(.*))?$")
 # v2 on: `ALTER TABLE t ADD COLUMN c TYPE;  -- note` and `ALTER TABLE t RENAME COLUMN a TO c;  -- note`.
@@ -80,8 +86,11 @@ def describe_schema(con: duckdb.DuckDBPyConnection) -> str:
 
 
 def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, bool | int | float | str):
+    """A value as JSON data; strings (traced text) cleaned and capped at CELL_CAP."""
+    if value is None or isinstance(value, bool | int | float):
         return value
+    if isinstance(value, str):
+        return clean(value, CELL_CAP)
     if isinstance(value, decimal.Decimal):
         return float(value)
     if isinstance(value, dt.datetime | dt.date | dt.time | dt.timedelta | uuid.UUID):
@@ -89,10 +98,10 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return f"<{len(bytes(value))} bytes>"
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [_jsonable(v) for v in value[:CELL_CAP]]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    return str(value)
+        return {clean(str(k), 200): _jsonable(v) for k, v in list(value.items())[:CELL_CAP]}
+    return clean(str(value), CELL_CAP)
 
 
 @dataclass
@@ -111,16 +120,34 @@ class SqlError(Exception):
     """A query the engine refused or that failed; the message is for the model to read."""
 
 
+def _check_statements(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Refuse ATTACH/DETACH however they are spelled (the parser says what each statement is)."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error:
+        return  # a syntax error: the engine reports it when the query runs
+    for statement in statements:
+        kind = str(statement.type).rsplit(".", 1)[-1]
+        if kind in _REFUSED:
+            raise SqlError(f"{kind} is refused: run_sql reads this trace store only (its tables are listed in the description)")
+
+
 def run_query(
     con: duckdb.DuckDBPyConnection, sql: str, limit: int = DEFAULT_LIMIT, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> SqlResult:
-    """Run `sql` on a cursor of the read-only store connection; at most `limit` rows, stopped at `timeout_s`."""
+    """Run `sql` on a cursor of the read-only store connection; at most `limit` rows, stopped at `timeout_s`.
+
+    The timeout covers the conversion of the rows too: values are cleaned and capped (CELL_CAP) here,
+    once, so what the caller does with them is bounded by rows x CELL_CAP."""
     import time
 
     if not sql.strip():
         raise SqlError("empty query")
     if not 1 <= limit <= MAX_LIMIT:
         raise SqlError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    started = time.monotonic()
+    deadline = started + timeout_s
+    timeout = f"query stopped after the {timeout_s:g} s timeout; aggregate or filter more"
     cursor = con.cursor()
     # A cursor is a connection of its own: the temporary views of `con` (an older store's current-shape views, the
     # accounting's thread_state / call_spans / thread_seconds) are laid on it again, so that the SQL a report cites
@@ -137,26 +164,33 @@ def run_query(
         cursor.interrupt()
 
     timer = threading.Timer(timeout_s, stop)
-    started = time.monotonic()
     timer.start()
     try:
+        _check_statements(cursor, sql)
         cursor.execute(sql)
         if cursor.description is None:
             return SqlResult([], [], [], False, time.monotonic() - started, ["the statement returned no rows"])
-        columns = [str(d[0]) for d in cursor.description]
-        types = [str(d[1]) for d in cursor.description]
+        columns = [clean(str(d[0]), 200) for d in cursor.description]
+        types = [clean(str(d[1]), 200) for d in cursor.description]
         fetched = cursor.fetchmany(limit + 1)
     except duckdb.Error as exc:  # an interrupt included: the timer's, or another's
         if fired.is_set():
-            raise SqlError(f"query stopped after the {timeout_s:g} s timeout; aggregate or filter more") from exc
+            raise SqlError(timeout) from exc
         if isinstance(exc, duckdb.InterruptException):
-            raise SqlError(f"query interrupted: {exc}") from exc
-        raise SqlError(f"{type(exc).__name__}: {exc}") from exc
+            raise SqlError(f"query interrupted: {clean(str(exc), 1000)}") from exc
+        # DuckDB's messages echo data (a value that failed to cast, a column name): cleaned like data
+        raise SqlError(f"{type(exc).__name__}: {clean(str(exc), 1000)}") from exc
     finally:
         timer.cancel()
         try:
             cursor.close()
         except duckdb.Error:
             pass
-    rows = [[_jsonable(v) for v in row] for row in fetched[:limit]]
+    rows = []
+    for i, row in enumerate(fetched[:limit]):
+        if i % 64 == 0 and time.monotonic() > deadline:
+            raise SqlError(timeout)
+        rows.append([_jsonable(v) for v in row])
+    if time.monotonic() > deadline:
+        raise SqlError(timeout)
     return SqlResult(columns, types, rows, len(fetched) > limit, time.monotonic() - started)

@@ -10,11 +10,14 @@ from datetime import UTC, datetime
 
 from rich.text import Text
 
-from ingero_mcp import traced
+from ingero_mcp import sanitize
+
+WHOLE = 1_000_000  # a cap for text shown whole (evidence SQL): still bounded, never cut in practice
+
 
 def clean(text: object, limit: int = 120) -> str:
     """A traced string made safe to print (the same cleaning the MCP server applies), or "" for None."""
-    return "" if text is None else traced.clean(str(text), limit)
+    return "" if text is None else sanitize.clean(str(text), limit)
 
 
 def cell(value: object, limit: int = 120) -> Text:

@@ -48,8 +48,8 @@ def header(report: Report, db: str) -> Text:
     return t
 
 
-def chain_panel(chain: CausalChain, start_ns: int, show_sql: bool = False) -> Panel:
-    """One causal chain: summary, root cause, evidence, timeline, fix."""
+def chain_panel(chain: CausalChain, start_ns: int) -> Panel:
+    """One causal chain: summary, root cause, evidence, timeline, fix (its SQL: sql_lines)."""
     parts: list[object] = []
     t = Text()
     t.append(fmt.clean(chain.summary, 2000) + "\n", style="bold")
@@ -63,14 +63,9 @@ def chain_panel(chain: CausalChain, start_ns: int, show_sql: bool = False) -> Pa
         ev.add_column("fact", style="dim")
         ev.add_column("value", justify="right")
         ev.add_column("unit")
-        if show_sql:
-            ev.add_column("recompute with", overflow="fold")
         for e in chain.evidence:
             value = f"{e.value:,}" if isinstance(e.value, int) else str(e.value)
-            row = [fmt.clean(e.name), value, fmt.clean(e.unit)]
-            if show_sql:
-                row.append(e.sql or "")
-            ev.add_row(*map(fmt.cell, row))
+            ev.add_row(fmt.cell(e.name), fmt.cell(value), fmt.cell(e.unit))
         parts.append(ev)
     if chain.timeline:
         tl = Text("Timeline\n", style="bold")
@@ -85,8 +80,27 @@ def chain_panel(chain: CausalChain, start_ns: int, show_sql: bool = False) -> Pa
             fix.append(f"  {i}. {fmt.clean(r, 1000)}\n")
         parts.append(fix)
     origin = "ingero-mcp" if chain.origin == "ingero-mcp" else f"{chain.origin} (imported, as {chain.origin} stored it)"
-    title = Text.assemble((f" {chain.severity} ", SEVERITY_STYLE.get(chain.severity, "")), f" {chain.op}  [{origin}] ")
+    title = Text.assemble((f" {fmt.clean(chain.severity, 10)} ", SEVERITY_STYLE.get(chain.severity, "")),
+                          f" {fmt.clean(chain.op, 120)}  [{fmt.clean(origin, 80)}] ")
     return Panel(Group(*parts), title=title, title_align="left", expand=True)
+
+
+def sql_lines(chain: CausalChain) -> list[Text]:
+    """Each evidence item's SQL, whole and on one line (printed outside the panel, so nothing wraps or cuts it)."""
+    out = []
+    for e in chain.evidence:
+        if e.sql:
+            out.append(Text(f"  recompute {fmt.clean(e.name)} with:", style="dim"))
+            out.append(Text("    " + fmt.clean(e.sql, fmt.WHOLE)))  # its own line: copied and run as it is
+    return out
+
+
+def print_chain(console: Console, chain: CausalChain, start_ns: int, show_sql: bool) -> None:
+    """A chain's panel, then (with show_sql) the SQL of its evidence, whole."""
+    console.print(chain_panel(chain, start_ns))
+    if show_sql:
+        for line in sql_lines(chain):
+            console.print(line, soft_wrap=True)
 
 
 def stats_table(stats: list[OpStats], limit: int | None = 15) -> Table:
@@ -188,7 +202,7 @@ def render_report(console: Console, report: Report, db: str, *, per_process: boo
     if own:
         console.print(Text(f"Causal chains found by ingero-mcp: {len(own)}", style="bold underline"))
         for c in own:
-            console.print(chain_panel(c, start, show_sql))
+            print_chain(console, c, start, show_sql)
     else:
         console.print(Text("No causal chain: no part of the feeding threads' time grew in a slow phase or filled idle GPU "
                            "time beyond 1% of the feeding time.", style="bold green"))
@@ -202,7 +216,7 @@ def render_report(console: Console, report: Report, db: str, *, per_process: boo
         console.print(Text(f"Chains stored by {imported[0].origin} (imported; not recomputed): {len(imported)} kinds",
                            style="bold underline"))
         for c in imported:
-            console.print(chain_panel(c, start, show_sql))
+            print_chain(console, c, start, show_sql)
     if report.stats:
         console.print(stats_table(report.stats))
     if report.host:

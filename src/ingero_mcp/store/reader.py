@@ -14,12 +14,14 @@ import os
 import tempfile
 from functools import cache
 import time
+from functools import cache
 from pathlib import Path
 
 import duckdb
 
 from ingero_mcp.store.errors import StoreError
-from ingero_mcp.store.schema import REPLACE_TABLES, SCHEMA_VERSION, TABLES, V1_AS_V2, current_version, migrate
+from ingero_mcp.store.schema import REPLACE_TABLES, SCHEMA_VERSION, TABLES, V1_AS_V2, current_version, ddl, migrate
+from ingero_mcp.store.segments import insert_segments, list_segments, remember_skipped
 from ingero_mcp.store.writer import segment_dir
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -84,6 +86,63 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         raise StoreError(f"{path} is a DuckDB file but not an ingero-mcp trace store (no schema_version table)")
     if version > SCHEMA_VERSION:
         raise StoreError(f"{path} has schema version {version}; this ingero-mcp reads up to {SCHEMA_VERSION}: upgrade it")
+    _check_schema(con, path, version)
+
+
+# No *_ns value of a sound store comes near INT64's limits: a moment past 2116 or a duration of 146
+# years is damage, and arithmetic on it (ts_ns + duration_ns) overflows deep inside an analysis.
+NS_LIMIT = 2**62
+
+
+@cache
+def expected_columns(version: int) -> dict[str, dict[str, str]]:
+    """table -> column -> type of a store at schema `version`, from the versioned DDL applied in order."""
+    con = duckdb.connect(":memory:")
+    try:
+        for v in range(1, version + 1):
+            con.execute(ddl(v)).fetchall()
+        return _columns(con)
+    finally:
+        con.close()
+
+
+def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
+    got: dict[str, dict[str, str]] = {}
+    for table, column, dtype in con.execute(
+        "SELECT table_name, column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = 'main' AND table_catalog = current_database() ORDER BY table_name, ordinal_position"
+    ).fetchall():
+        got.setdefault(str(table), {})[str(column)] = str(dtype)
+    return got
+
+
+def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, version: int) -> None:
+    """One StoreError line naming what a damaged store lacks: a table, a column, a type, a sane *_ns range."""
+    want = expected_columns(version)
+    have = _columns(con)
+    for table, columns in want.items():
+        if table not in have:
+            raise StoreError(f"{path} is damaged: table {table} is missing (schema v{version} has it); "
+                             "re-record or re-import the trace")
+        for column, dtype in columns.items():
+            got = have[table].get(column)
+            if got is None:
+                raise StoreError(f"{path} is damaged: table {table} has no column {column} ({dtype} in schema v{version})")
+            if got != dtype:
+                raise StoreError(f"{path} is damaged: {table}.{column} is {got}, schema v{version} says {dtype}")
+    checks = [f"(SELECT greatest(abs(min({c})::HUGEINT), abs(max({c})::HUGEINT)) FROM {t})"
+              for t, columns in want.items() for c, dtype in columns.items() if c.endswith("_ns") and dtype == "BIGINT"]
+    names = [f"{t}.{c}" for t, columns in want.items() for c, dtype in columns.items() if c.endswith("_ns") and dtype == "BIGINT"]
+    if not checks:
+        return
+    try:
+        extremes = con.execute("SELECT " + ", ".join(checks)).fetchall()[0]
+    except duckdb.Error as exc:
+        raise StoreError(f"{path} is damaged: its *_ns columns cannot be read ({str(exc).strip().splitlines()[0]})") from exc
+    for name, extreme in zip(names, extremes, strict=True):
+        if extreme is not None and extreme >= NS_LIMIT:
+            raise StoreError(f"{path} is damaged: {name} holds {extreme:,}, beyond any time or duration in ns "
+                             f"(limit {NS_LIMIT:,}: the year 2116, or 146 years)")
 
 
 @cache
@@ -155,6 +214,7 @@ def open_store(db_path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
     if path.exists():
         _check_file(path)
     if not has_segments:
+        remember_skipped(path, [])
         con = _connect_read_only(path)
         _check_version(con, path)
         lay_current_views(con)
@@ -195,20 +255,22 @@ def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
                 select = _select_as_current(table, shape[table], stored.get(table, set()), "recorded")
                 build.execute(f"INSERT INTO {table} BY NAME {select}").fetchall()
             build.execute("DETACH recorded").fetchall()
+        # A segment no reader can use (partial, empty, garbage, another schema, a folder) is skipped and
+        # reported, not allowed to make the whole store unreadable (store/segments.py).
+        by_table, bad = list_segments(segments)
         for table in TABLES:
-            table_dir = segments / table
-            if not table_dir.is_dir():
-                continue
-            files = sorted(str(p) for p in table_dir.glob("*.parquet"))
-            if not files:
-                continue
+            files = by_table.get(table, [])
             if table in REPLACE_TABLES:
-                latest = [f for f in files if Path(f).name.startswith("latest-")]
-                for file in latest:
-                    build.execute(
-                        f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM read_parquet(?))", [file]
-                    ).fetchall()
-            build.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)", [files]).fetchall()
+                for file in [f for f in files if f.name.startswith("latest-")]:
+                    try:
+                        build.execute(
+                            f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM read_parquet(?))", [str(file)]
+                        ).fetchall()
+                    except duckdb.Error as exc:
+                        files.remove(file)
+                        bad.append((file, str(exc).strip().splitlines()[0][:300]))
+            bad += insert_segments(build, table, files)
+        remember_skipped(path, bad)
         build.close()
         con = duckdb.connect(str(tmp), read_only=True)
     finally:

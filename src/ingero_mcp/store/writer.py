@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import REPLACE_TABLES, TABLES, migrate
+from ingero_mcp.store.segments import insert_segments, list_segments, quarantine
 
 if TYPE_CHECKING:
     import duckdb
@@ -189,10 +190,22 @@ class TraceWriter:
 
 
 def _write_atomic(final: Path, arrow: pa.Table) -> None:
+    """Write under a temporary name, flush it to disk, then rename: after a crash (or power loss) the
+    final name holds a whole file or nothing, never a partial one."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp")
     pq.write_table(arrow, tmp, compression="zstd")
+    _fsync(tmp)
     os.replace(tmp, final)
+    _fsync(final.parent)  # the rename itself
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _last_segment_seq(segments: Path) -> int:
@@ -200,25 +213,48 @@ def _last_segment_seq(segments: Path) -> int:
     return max(seqs, default=0)
 
 
-def fold_segments(db_path: str | os.PathLike[str]) -> int:
+def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] | None = None) -> int:
     """Move a recording's Parquet segments into its DuckDB file, in one transaction, then delete them.
 
-    Also recovers a recording whose collector was killed: whatever segments it left are folded.
+    Also recovers a recording whose collector was killed: whatever segments it left are folded. A
+    segment that cannot be read (partial, empty, garbage, another schema, an unknown table folder)
+    does not stop the fold: it is moved to `<db>.quarantine/` and appended to `bad` with the reason.
     Returns the number of rows folded.
     """
+    import duckdb
+
     path = Path(db_path)
     segments = segment_dir(path)
     if not segments.is_dir():
         return 0
+    by_table, unusable = list_segments(segments)
+    # Which files DuckDB can insert into the schema's tables, tried in a scratch database first: a
+    # failed statement would abort the fold's transaction.
+    probe = duckdb.connect(":memory:")
+    try:
+        migrate(probe)
+        for table, files in by_table.items():
+            for file in [f for f in files if f.name.startswith("latest-")]:
+                try:
+                    pq.read_table(file).column("session_id")
+                except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
+                    files.remove(file)
+                    unusable.append((file, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__))
+            failed = insert_segments(probe, table, files)
+            unusable += failed
+            by_table[table] = [f for f in files if f not in {p for p, _ in failed}]
+    finally:
+        probe.close()
+    moved = quarantine(path, segments, unusable)
+    if bad is not None:
+        bad.extend(moved)
     con = _connect_writable(path)
     folded = 0
     try:
         con.execute("BEGIN TRANSACTION").fetchall()
-        for table_dir in sorted(p for p in segments.iterdir() if p.is_dir()):
-            table = table_dir.name
-            _check_table(table)
-            latest = sorted(table_dir.glob("latest-*.parquet"))
-            appended = sorted(p for p in table_dir.glob("*.parquet") if p.stem.isdigit())
+        for table, files in sorted(by_table.items()):
+            latest = [p for p in files if p.name.startswith("latest-")]
+            appended = [p for p in files if not p.name.startswith("latest-")]
             for file in latest:
                 arrow = pq.read_table(file)
                 session_ids = set(arrow.column("session_id").to_pylist())
@@ -227,9 +263,9 @@ def fold_segments(db_path: str | os.PathLike[str]) -> int:
                 _insert(con, table, arrow)
                 folded += arrow.num_rows
             if appended:
-                files = [str(p) for p in appended]
+                names = [str(p) for p in appended]
                 before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)", [files]).fetchall()
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)", [names]).fetchall()
                 folded += con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
         con.execute("COMMIT").fetchall()
     except Exception:

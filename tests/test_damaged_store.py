@@ -1,0 +1,101 @@
+"""Stores that open but are damaged give one clear line naming what is wrong (explain, the MCP server),
+never a traceback; explain's output survives a closed pipe; windowed shares say 'of the window'."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+from analysis_fixtures import contention_store
+from mcp import Client
+
+from ingero_mcp.mcp.server import build_server
+
+REPO = Path(__file__).resolve().parents[1]
+H200 = REPO / "investigations" / "h200-seed-benchmark.duckdb"
+EXPLAIN = [sys.executable, "-m", "ingero_mcp.cli", "explain", "--db"]
+
+DAMAGE: dict[str, tuple[str, str]] = {
+    "missing table": ("DROP TABLE snapshots", "table snapshots is missing"),
+    "missing column": ("ALTER TABLE cuda_calls DROP COLUMN duration_ns", "table cuda_calls has no column duration_ns"),
+    "wrong type": ("ALTER TABLE processes ALTER pid TYPE VARCHAR", "processes.pid is VARCHAR, schema v1 says INTEGER"),
+    "ts_ns near INT64 max": ("UPDATE cuda_calls SET ts_ns = 9223372036854775000 WHERE duration_ns > 20000000",
+                             "cuda_calls.ts_ns holds 9,223,372,036,854,775,000"),
+}
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return contention_store(tmp_path_factory.mktemp("damage") / "pristine.duckdb")
+
+
+def damaged(pristine: Path, folder: Path, sql: str) -> Path:
+    db = folder / "damaged.duckdb"
+    shutil.copyfile(pristine, db)
+    con = duckdb.connect(str(db))
+    con.execute(sql)
+    con.close()
+    return db
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_explain_names_the_damage_in_one_line(pristine: Path, tmp_path: Path, kind: str) -> None:
+    sql, says = DAMAGE[kind]
+    db = damaged(pristine, tmp_path, sql)
+    for extra in ([], ["--json"], ["--per-process"]):
+        proc = subprocess.run([*EXPLAIN, str(db), *extra], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (kind, proc.stdout[-500:], proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr
+        assert proc.stderr.count("\n") == 1 and says in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+async def test_mcp_names_the_damage_at_start_and_in_tools(pristine: Path, tmp_path: Path, kind: str) -> None:
+    sql, says = DAMAGE[kind]
+    db = tmp_path / "served.duckdb"
+    shutil.copyfile(pristine, db)
+    server = build_server(db, reopen_min_s=0.0)
+    try:
+        async with Client(server) as client:
+            assert not (await client.call_tool("get_trace_stats", {})).is_error
+            shutil.copyfile(_damaged_copy(pristine, tmp_path, sql), db)  # the store is replaced on disk
+            results = [await client.call_tool(name, {}) for name in ("get_trace_stats", "get_causal_chains", "get_trace_info")]
+    finally:
+        server.store.close()
+    for result in results:
+        text = result.content[0].text
+        assert result.is_error and says in text and "\n" not in text, text
+    start = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "mcp", "--db", str(_damaged_copy(pristine, tmp_path, sql))],
+                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert start.returncode == 2 and start.stderr.count("\n") == 1 and says in start.stderr, start.stderr
+
+
+def _damaged_copy(pristine: Path, tmp_path: Path, sql: str) -> Path:
+    folder = tmp_path / "copy"
+    folder.mkdir(exist_ok=True)
+    return damaged(pristine, folder, sql)
+
+
+def test_a_closed_pipe_ends_explain_quietly() -> None:
+    proc = subprocess.Popen([*EXPLAIN, str(H200), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    head = proc.stdout.read(100)  # `| head -c 100`
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=120)
+    assert head.startswith(b"{")
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(("args", "scope"), [([], "of the trace"), (["--since", "25s"], "of the window")])
+def test_shares_name_what_they_are_shares_of(args: list[str], scope: str) -> None:
+    proc = subprocess.run([*EXPLAIN, str(H200), *args], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    starved = [line for line in proc.stdout.splitlines() if "GPU starved" in line]
+    assert starved and all(scope in line for line in starved), starved
+
