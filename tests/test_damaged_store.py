@@ -3,6 +3,7 @@ never a traceback; explain's output survives a closed pipe; windowed shares say 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -22,7 +23,7 @@ EXPLAIN = [sys.executable, "-m", "ingero_mcp.cli", "explain", "--db"]
 DAMAGE: dict[str, tuple[str, str]] = {
     "missing table": ("DROP TABLE snapshots", "table snapshots is missing"),
     "missing column": ("ALTER TABLE cuda_calls DROP COLUMN duration_ns", "table cuda_calls has no column duration_ns"),
-    "wrong type": ("ALTER TABLE processes ALTER pid TYPE VARCHAR", "processes.pid is VARCHAR, schema v1 says INTEGER"),
+    "wrong type": ("ALTER TABLE processes ALTER pid TYPE VARCHAR", "processes.pid is VARCHAR, schema v2 says INTEGER"),
     "ts_ns near INT64 max": ("UPDATE cuda_calls SET ts_ns = 9223372036854775000 WHERE duration_ns > 20000000",
                              "cuda_calls.ts_ns holds 9,223,372,036,854,775,000"),
 }
@@ -92,10 +93,15 @@ def test_a_closed_pipe_ends_explain_quietly() -> None:
     assert proc.returncode == 0
 
 
-@pytest.mark.parametrize(("args", "scope"), [([], "of the trace"), (["--since", "25s"], "of the window")])
-def test_shares_name_what_they_are_shares_of(args: list[str], scope: str) -> None:
-    proc = subprocess.run([*EXPLAIN, str(H200), *args], capture_output=True, text=True, timeout=120)
+def test_a_window_s_report_speaks_of_the_window() -> None:
+    """With --since, the accounting covers the window only, and every chain's window lies inside it."""
+    proc = subprocess.run([*EXPLAIN, str(H200), "--since", "25s", "--json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    starved = [line for line in proc.stdout.splitlines() if "GPU starved" in line]
-    assert starved and all(scope in line for line in starved), starved
-
+    report = json.loads(proc.stdout)
+    w = report["window"]
+    assert w["end_ns"] - w["start_ns"] <= 25_000_000_000
+    for thread in report["accounting"]["threads"]:
+        assert thread["total"]["wall_ns"] <= 26_000_000_000
+    for chain in report["chains"]:
+        if chain.get("window"):
+            assert w["start_ns"] - 1_000_000_000 <= chain["window"]["start_ns"] <= chain["window"]["end_ns"] <= w["end_ns"] + 1

@@ -50,7 +50,7 @@ async def test_every_chain_arrives_most_severe_first_within_the_budgets(db: Path
     assert not result.is_error, result.content[0].text
     got = result.structured_content
     want = expected_ids(db, since)
-    assert len(want) >= 2
+    assert len(want) >= 1
     assert [c["id"] for c in got["chains"]] == want  # all of them (1 of 6 and 0 of 3 before), in severity order
     assert got["shown"] == got["total"] == len(want) and got["truncated"] is False
     assert [RANK[c["severity"]] for c in got["chains"]] == sorted(RANK[c["severity"]] for c in got["chains"])
@@ -58,16 +58,23 @@ async def test_every_chain_arrives_most_severe_first_within_the_budgets(db: Path
     assert all("sql" not in e for c in got["chains"] for e in c.get("evidence", []))
 
 
-async def test_a_large_chain_shrinks_inside_itself_and_says_what_it_left_out() -> None:
-    (result,) = await ask(H200[0], ("get_causal_chains", {}))
-    chains = result.structured_content["chains"]
-    shrunk = [c for c in chains if c.get("omitted")]
-    assert shrunk, "the 33k-character chain had to give something up"
-    assert any("shortened to fit" in n for n in result.structured_content["notes"])
-    text = result.content[0].text
-    for c in shrunk:
-        assert c["summary"] and c["numbers"]  # the finding itself stays
-        assert "left out to fit: " in text
+def test_a_large_chain_shrinks_inside_itself_and_says_what_it_left_out() -> None:
+    """Under a budget too small for them whole, the chains give up detail (largest first) before any is dropped."""
+    from ingero_mcp.mcp.chainview import _block, chain_view, fit_chains
+
+    with open_store(H200[0]) as con:
+        chains = causal_chains(con)
+        origin = con.execute("SELECT min(started_ns) FROM sessions").fetchall()[0][0]
+    whole = [chain_view(c, origin) for c in chains]
+    json_budget = sum(json_len(v) for v in whole) // 2
+    text_budget = sum(len(_block(v)) for v in whole) // 2
+    views, notes = fit_chains(chains, origin, json_budget, text_budget)
+    assert len(views) == len(chains), "every chain arrives, shrunk"
+    shrunk = [v for v in views if v.get("omitted")]
+    assert shrunk and any("shortened to fit" in n for n in notes)
+    assert sum(json_len(v) for v in views) <= json_budget
+    for v in shrunk:
+        assert v["summary"]  # the finding itself stays
 
 
 async def test_text_and_structured_halves_carry_the_same_findings() -> None:

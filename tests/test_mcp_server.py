@@ -31,7 +31,7 @@ TOOLS = {
     "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql",
 }
 DEFAULT_ARGS: dict[str, dict[str, Any]] = {name: {} for name in TOOLS} | {
-    "run_sql": {"sql": "SELECT 42 AS answer"}, "get_evidence_sql": {"chain_id": "ingero-mcp:cudaStreamSynchronize"},
+    "run_sql": {"sql": "SELECT 42 AS answer"}, "get_evidence_sql": {},
 }
 
 EVIL_PID = 666

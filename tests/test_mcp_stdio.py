@@ -68,7 +68,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
             "get_timeline": await client.call_tool("get_timeline", {"pid": 100, "around": "+5.003s", "limit": 20}),
             "get_system_context": await client.call_tool("get_system_context", {"max_points": 4}),
             "run_sql": await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls"}),
-            "get_evidence_sql": await client.call_tool("get_evidence_sql", {"chain_id": "ingero-mcp:cudaStreamSynchronize"}),
+            "get_evidence_sql": await client.call_tool("get_evidence_sql", {}),
         }
         unknown = await client.call_tool("get_per_process_breakdown", {"pid": 424242})
         empty = await client.call_tool("get_trace_stats", {"since": "0s"})
@@ -167,7 +167,7 @@ async def test_the_config_as_written_serves_the_bundled_h200_trace() -> None:
     entry = server_entry()
     params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=REPO)
     async with Client(params) as client:
-        chains = await client.call_tool("get_causal_chains", {"top_n": 3})
+        chains = await client.call_tool("get_causal_chains", {"top_n": 3, "include_sql": True})
         calls = await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls WHERE op = 'cudaHostAlloc'"})
         # the first chain: the main thread host-bound over the DataLoader(shuffle) stretch; its evidence's SQL
         # (over the accounting's views) re-runs through the same server and gives the number shown

@@ -843,7 +843,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     ev += ex.evidence
     numbers = {"who": who, "share": f"{pct:.0f}", "window": ctx.span(f.window), "cpus_total": "?", **ex.numbers}
     return CausalChain(
-        id=f"{ex.cause}-{t.pid}-{t.tid}-{f.ks[0]}-{n}", op=ex.cause,
+        id=f"{ex.cause}:{t.pid}/{t.tid}@{f.ks[0]}s", op=ex.cause,
         severity=_severity(f.seconds_lost, wall_s, f, ex.confident),  # type: ignore[arg-type]
         summary=summary, root_cause=ex.cause, explanation=_explanation(f, ex),
         seconds_lost=round(f.seconds_lost, 3), window=f.window, culprits=ex.culprits, pids=[t.pid],

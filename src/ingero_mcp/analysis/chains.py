@@ -65,7 +65,7 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
         who = f"{names.get(int(pid), '?')}[{pid}]"
         t0 = window.start_ns
         out.append(CausalChain(
-            id=f"{rc.COLD_START}-{pid}", op=rc.COLD_START, severity=severity, root_cause=rc.COLD_START,  # type: ignore[arg-type]
+            id=f"{rc.COLD_START}:{pid}", op=rc.COLD_START, severity=severity, root_cause=rc.COLD_START,  # type: ignore[arg-type]
             summary=(f"{who}: {cold} first launches of distinct kernels took {excess / 1e9:.2f} s beyond a normal launch "
                      f"({median / 1e6:.3f} ms), from +{(first - t0) / 1e9:.1f} s to +{(last - t0) / 1e9:.1f} s, the worst "
                      f"{worst / 1e6:.1f} ms: kernel modules loaded on first use (lazy loading), a start-up cost"),
@@ -121,7 +121,7 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
             w = TimeWindow(start_ns=t0 + run[0] * 1_000_000_000, end_ns=t0 + (run[-1] + 1) * 1_000_000_000)
             who = f"{t.process_comm or names.get(t.pid, '?')}[{t.pid}]'s " + ("main thread" if t.tid == t.pid else f"thread {t.tid}")
             out.append(CausalChain(
-                id=f"{rc.ALLOCATOR_CHURN}-{t.pid}-{run[0]}", op=rc.ALLOCATOR_CHURN, severity=severity,  # type: ignore[arg-type]
+                id=f"{rc.ALLOCATOR_CHURN}:{t.pid}/{t.tid}@{run[0]}s", op=rc.ALLOCATOR_CHURN, severity=severity,  # type: ignore[arg-type]
                 root_cause=rc.ALLOCATOR_CHURN,
                 summary=(f"{who} allocated and freed memory {calls / secs:,.0f} times a second from "
                          f"+{run[0]:,.1f} s to +{run[-1] + 1:,.1f} s, {100 * share:.0f}% of its time in those calls "
@@ -175,4 +175,9 @@ def causal_chains(
                            or (RANK[c.severity] == RANK[chain.severity] and (c.seconds_lost or 0) < (chain.seconds_lost or 0))),
                           len(own))
                 own.insert(at, chain)
+    seen: dict[str, int] = {}
+    for c in own:  # ids are stable (cause:pid/tid@second); two findings of one cause in one second get a suffix
+        seen[c.id] = seen.get(c.id, 0) + 1
+        if seen[c.id] > 1:
+            c.id = f"{c.id}#{seen[c.id]}"
     return own + imported_chains(con, window)

@@ -41,7 +41,9 @@ from ingero_mcp.mcp.results import (
     TimelineResult,
 )
 from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, SqlError, describe_schema, run_query
+from ingero_mcp.analysis.views import install_views
 from ingero_mcp.sanitize import DATA_NOTE, clean, clean_data
+from ingero_mcp.store.reader import lay_current_views
 from ingero_mcp.store import StoreError, open_store, segment_dir
 from ingero_mcp.store.segments import describe, skipped_segments
 
@@ -113,6 +115,10 @@ class StoreHandle:
                 self._con = open_store(self.path)
                 self._stamp, self._opened_at = stamp, time.monotonic()
             cursor = self._con.cursor()
+            # a cursor is a connection of its own: an older store's current-shape views and the accounting's views
+            # are laid on it again, so every tool reads what the report reads
+            lay_current_views(cursor)
+            install_views(cursor)
             self._active += 1
         try:
             yield cursor
@@ -381,7 +387,8 @@ def build_server(
 
     @tool
     def get_evidence_sql(
-        chain_id: Annotated[str, Field(description="A chain's id as get_causal_chains printed it.", max_length=400)],
+        chain_id: Annotated[str | None, Field(description="A chain's id as get_causal_chains printed it; omitted: the "
+                                                      "first (most severe) chain.", max_length=400)] = None,
         since: SINCE = None,
         pid: PID = None,
         pids: PIDS = None,
@@ -397,12 +404,12 @@ def build_server(
                 window = _window(con, since)
                 whole = _whole(con)
                 chains = causal_chains(con, window, _pids(pid, pids))
-            wanted = chain_id.strip().strip('"')
-            chain = next((c for c in chains if c.id == wanted or clean(c.id, 200) == wanted), None)
+            wanted = (chain_id or "").strip().strip('"')
+            chain = next((c for c in chains if not wanted or c.id == wanted or clean(c.id, 200) == wanted), None)
             if chain is None:
                 ids = ", ".join(json.dumps(clean(c.id, 200), ensure_ascii=False) for c in chains[:20]) or (
                     "none" if whole else "none (the trace is empty)")
-                raise ToolError(f"no chain {json.dumps(clean(chain_id, 200), ensure_ascii=False)} in this window; "
+                raise ToolError(f"no chain {json.dumps(clean(chain_id or '', 200), ensure_ascii=False)} in this window; "
                                 f"chains here: {ids}")
             window = window or whole or TimeWindow(start_ns=0, end_ns=0)
             evidence = [e.model_dump(mode="json") for e in chain.evidence]
