@@ -21,16 +21,31 @@ def view_sql(name: str) -> str:
     return (resources.files("ingero_mcp.analysis") / "sql" / f"{name}.sql").read_text()
 
 
-# thread_seconds computed once per connection: the view recomputes its joins on every query, and a filter pushed
-# into it can turn its ASOF joins into slow plans. Internal queries read this table; evidence SQL names the view.
-SECONDS_TABLE = "thread_seconds_t"
+# The views computed once per connection. A view is recomputed by every query that reads it (call_spans: window
+# passes over every CUDA call; thread_seconds: four ASOF joins on call_spans), and a filter pushed into one can turn
+# its ASOF joins into slow plans. `materialize` fills a temporary table per view and points the connection's view at
+# it, so every later query on this connection (the accounting's, the chains', cold starts) reads the rows once made;
+# the views keep their names and rows, and a cursor (`run_sql`, evidence SQL) gets the plain views (its own
+# connection). DuckDB allows temporary tables on read-only, locked connections.
+TABLES = {name: f"{name}_t" for name in VIEWS}
+SECONDS_TABLE = TABLES["thread_seconds"]
+
+
+def materialize(con: duckdb.DuckDBPyConnection) -> None:
+    """Make (once per connection) a table holding each view's rows, and point the view at it."""
+    install_views(con)
+    have = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name IN ?",
+                                      [list(TABLES.values())]).fetchall()}
+    for name in VIEWS:  # in dependency order: thread_seconds is made from the tables before it
+        table = TABLES[name]
+        if table not in have:
+            con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {name}").fetchall()
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {table}").fetchall()
 
 
 def materialize_seconds(con: duckdb.DuckDBPyConnection) -> str:
-    """Make (once per connection) the table holding the rows of thread_seconds; returns its name."""
-    install_views(con)
-    if not con.execute("SELECT 1 FROM duckdb_tables() WHERE temporary AND table_name = ?", [SECONDS_TABLE]).fetchall():
-        con.execute(f"CREATE TEMP TABLE {SECONDS_TABLE} AS SELECT * FROM thread_seconds").fetchall()
+    """Make (once per connection) the tables behind the views (see `materialize`); returns thread_seconds' table."""
+    materialize(con)
     return SECONDS_TABLE
 
 
