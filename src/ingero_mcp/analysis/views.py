@@ -39,8 +39,32 @@ def materialize(con: duckdb.DuckDBPyConnection) -> None:
     for name in VIEWS:  # in dependency order: thread_seconds is made from the tables before it
         table = TABLES[name]
         if table not in have:
-            con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {name}").fetchall()
+            if not (name == "call_spans" and _materialize_spans(con, table)):
+                con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {name}").fetchall()
             con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {table}").fetchall()
+
+
+def _materialize_spans(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """call_spans' rows made by analysis/spans.py (one linear pass; the view's window functions sort every call once
+    per window), typed as the view types them, with the view's own call_class expression. False: not made."""
+    from ingero_mcp.analysis.spans import span_rows
+
+    got = span_rows(con)
+    if got is None:
+        return False
+    sql = view_sql("call_spans")
+    case = sql[sql.rindex("CASE WHEN contains(op, 'ynchronize')"):sql.rindex("AS call_class")]
+    cols = []
+    for column, kind, *_ in con.execute("DESCRIBE SELECT * FROM call_spans").fetchall():
+        expr = case if column == "call_class" else column
+        cols.append(f"CAST({expr} AS {kind}) AS {column}")
+    name = "_ingero_call_span_rows"
+    con.register(name, got)
+    try:
+        con.execute(f"CREATE TEMP TABLE {table} AS SELECT {', '.join(cols)} FROM {name}").fetchall()
+    finally:
+        con.unregister(name)
+    return True
 
 
 def materialize_seconds(con: duckdb.DuckDBPyConnection) -> str:
