@@ -17,6 +17,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 _CALLS = ("SELECT pid, tid, ts_ns, ts_ns + greatest(coalesce(duration_ns, 0), 0) AS e, op, bytes, memcpy_kind, "
           "host_pinned, kernel_handle FROM cuda_calls")
@@ -32,9 +33,42 @@ def _sorted(p: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray) -> bool:
     return bool(np.all((p1 < p2) | ((p1 == p2) & ((t1 < t2) | ((t1 == t2) & ((s1 < s2) | ((s1 == s2) & (e1 <= e2))))))))
 
 
-def span_rows(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
-    """call_spans' columns up to call_class (first_launch in its place), or None when the calls cannot be read so
-    (nulls in the keys): the caller then materialises the view itself."""
+class InCall:
+    """The in-call time of a thread up to moments t (what thread_seconds' ASOF join against call_spans gives:
+    before_ns + least(t, end_ns) - start_ns of the last span starting at or before t, else 0), by binary search
+    over the spans, which are in (pid, tid, start) order."""
+
+    def __init__(self, p: np.ndarray, t: np.ndarray, start: np.ndarray, end: np.ndarray, before: np.ndarray) -> None:
+        self.start, self.end, self.before = start, end, before
+        self.threads: dict[tuple[int, int], tuple[int, int]] = {}
+        if len(p):
+            new = np.flatnonzero(np.r_[True, (p[1:] != p[:-1]) | (t[1:] != t[:-1])])
+            for a, b in zip(new, np.append(new[1:], len(p)), strict=True):
+                self.threads[(int(p[a]), int(t[a]))] = (int(a), int(b))
+
+    def __call__(self, pid: pa.Array, tid: pa.Array, at: pa.Array) -> pa.Array:
+        """An arrow UDF: pid, tid, t -> in-call ns (NULL where an argument is NULL)."""
+        valid = np.asarray(pa.compute.and_(pa.compute.and_(pid.is_valid(), tid.is_valid()), at.is_valid()))
+        p = np.asarray(pid.fill_null(0)).astype(np.int64)
+        t = np.asarray(tid.fill_null(0)).astype(np.int64)
+        x = np.asarray(at.fill_null(0)).astype(np.int64)
+        out = np.zeros(len(x), np.int64)
+        keys = (p << 32) | (t & 0xFFFFFFFF)
+        for key in np.unique(keys):
+            rows = np.flatnonzero(keys == key)
+            a, b = self.threads.get((int(p[rows[0]]), int(t[rows[0]])), (0, 0))
+            if a == b:
+                continue
+            j = a + np.searchsorted(self.start[a:b], x[rows], "right") - 1
+            hit = j >= a
+            j, rows = j[hit], rows[hit]
+            out[rows] = self.before[j] + np.minimum(x[rows], self.end[j]) - self.start[j]
+        return pa.array(out, mask=~valid)
+
+
+def span_rows(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, InCall] | None:
+    """call_spans' columns up to call_class (first_launch in its place) and the in-call lookup over them, or None
+    when the calls cannot be read so (nulls in the keys): the caller then materialises the view itself."""
     calls = con.sql(_CALLS).to_arrow_table()
     n = calls.num_rows
     key = ("pid", "tid", "ts_ns", "e")
@@ -81,9 +115,10 @@ def span_rows(con: duckdb.DuckDBPyConnection) -> pa.Table | None:
                     first[np.searchsorted(si, i, "right") - 1] = True
                     break
     heads = calls if len(si) == n else calls.take(pa.array(si))  # every call its own span: no copy
+    in_call = InCall(p[si], t[si], s[si], end, before)
     return pa.table({
         "pid": heads["pid"], "tid": heads["tid"], "start_ns": heads["ts_ns"],
         "end_ns": pa.array(end), "calls": pa.array(calls_n.astype(np.int64)), "before_ns": pa.array(before),
         "op": heads["op"], "bytes": heads["bytes"], "memcpy_kind": heads["memcpy_kind"],
         "host_pinned": heads["host_pinned"], "kernel_handle": heads["kernel_handle"], "first_launch": pa.array(first),
-    })
+    }), in_call

@@ -36,22 +36,63 @@ def materialize(con: duckdb.DuckDBPyConnection) -> None:
     install_views(con)
     have = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name IN ?",
                                       [list(TABLES.values())]).fetchall()}
+    in_call = None
     for name in VIEWS:  # in dependency order: thread_seconds is made from the tables before it
         table = TABLES[name]
-        if table not in have:
-            if not (name == "call_spans" and _materialize_spans(con, table)):
-                con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {name}").fetchall()
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {table}").fetchall()
+        if table in have:
+            continue
+        made = False
+        if name == "call_spans":
+            in_call = _materialize_spans(con, table)
+            made = in_call is not None
+        elif name == "thread_seconds" and in_call is not None:
+            made = _materialize_seconds(con, table, in_call)
+        if not made:
+            con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {name}").fetchall()
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {table}").fetchall()
 
 
-def _materialize_spans(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+# thread_seconds.sql's in-call lookups (an ASOF join of every boundary against call_spans, then joins back), and
+# what the materialisation puts in their place: the same values from spans.InCall, a UDF over the spans in memory.
+_ASOF_FROM, _ASOF_TO = "bounds AS (", "off AS ("
+_UDF = "_ingero_in_call"
+_BY_UDF = f"""secs_inb AS (
+    SELECT s.*, coalesce({_UDF}(s.pid, s.tid, s.b), 0)::HUGEINT - coalesce({_UDF}(s.pid, s.tid, s.a), 0)::HUGEINT AS in_call_ns
+    FROM secs s
+),
+pieces_inb AS (
+    SELECT p.*, coalesce({_UDF}(p.pid, p.tid, p.b), 0)::HUGEINT - coalesce({_UDF}(p.pid, p.tid, p.a), 0)::HUGEINT AS inside_ns
+    FROM pieces p
+),
+"""
+
+
+def _materialize_seconds(con: duckdb.DuckDBPyConnection, table: str, in_call: object) -> bool:
+    """thread_seconds' rows with the in-call lookups done by `in_call` (spans.InCall); False: not made."""
+    sql = view_sql("thread_seconds")
+    if _ASOF_FROM not in sql or _ASOF_TO not in sql:
+        return False
+    body = sql[sql.index("WITH origin AS"):]
+    body = body[:body.index(_ASOF_FROM)] + _BY_UDF + body[body.index(_ASOF_TO):]
+    con.create_function(_UDF, in_call, [duckdb.sqltypes.BIGINT] * 3,
+                        duckdb.sqltypes.BIGINT, type="arrow", side_effects=False)
+    try:
+        con.execute(f"CREATE TEMP TABLE {table} AS {body.rstrip().rstrip(';')}").fetchall()
+    finally:
+        con.remove_function(_UDF)
+    return True
+
+
+def _materialize_spans(con: duckdb.DuckDBPyConnection, table: str) -> object | None:
     """call_spans' rows made by analysis/spans.py (one linear pass; the view's window functions sort every call once
-    per window), typed as the view types them, with the view's own call_class expression. False: not made."""
+    per window), typed as the view types them, with the view's own call_class expression. Returns the in-call
+    lookup over them (spans.InCall), or None: not made."""
     from ingero_mcp.analysis.spans import span_rows
 
-    got = span_rows(con)
-    if got is None:
-        return False
+    made = span_rows(con)
+    if made is None:
+        return None
+    got, in_call = made
     sql = view_sql("call_spans")
     case = sql[sql.rindex("CASE WHEN contains(op, 'ynchronize')"):sql.rindex("AS call_class")]
     cols = []
@@ -64,7 +105,7 @@ def _materialize_spans(con: duckdb.DuckDBPyConnection, table: str) -> bool:
         con.execute(f"CREATE TEMP TABLE {table} AS SELECT {', '.join(cols)} FROM {name}").fetchall()
     finally:
         con.unregister(name)
-    return True
+    return in_call
 
 
 def materialize_seconds(con: duckdb.DuckDBPyConnection) -> str:
