@@ -48,10 +48,9 @@ class InCall:
 
     def __call__(self, pid: pa.Array, tid: pa.Array, at: pa.Array) -> pa.Array:
         """An arrow UDF: pid, tid, t -> in-call ns (NULL where an argument is NULL)."""
-        valid = np.asarray(pa.compute.and_(pa.compute.and_(pid.is_valid(), tid.is_valid()), at.is_valid()))
-        p = np.asarray(pid.fill_null(0)).astype(np.int64)
-        t = np.asarray(tid.fill_null(0)).astype(np.int64)
-        x = np.asarray(at.fill_null(0)).astype(np.int64)
+        nulls = pid.null_count or tid.null_count or at.null_count
+        valid = np.asarray(pa.compute.and_(pa.compute.and_(pid.is_valid(), tid.is_valid()), at.is_valid())) if nulls else None
+        p, t, x = (np.asarray(v.fill_null(0) if nulls else v).astype(np.int64, copy=False) for v in (pid, tid, at))
         out = np.zeros(len(x), np.int64)
         keys = (p << 32) | (t & 0xFFFFFFFF)
         for key in np.unique(keys):
@@ -63,7 +62,7 @@ class InCall:
             hit = j >= a
             j, rows = j[hit], rows[hit]
             out[rows] = self.before[j] + np.minimum(x[rows], self.end[j]) - self.start[j]
-        return pa.array(out, mask=~valid)
+        return pa.array(out) if valid is None else pa.array(out, mask=~valid)
 
 
 def span_rows(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, InCall] | None:
@@ -106,6 +105,8 @@ def span_rows(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, InCall] | None:
         kh_np = kh.fill_null(0).to_numpy() if kh.null_count else kh.to_numpy()
         kh_valid = kh.is_valid().to_numpy(zero_copy_only=False) if kh.null_count else None
         for fpid, handle, ftid, fts in con.execute(_FIRSTS).fetchall():
+            # needles in the arrays' own types: numpy would otherwise copy the whole array to a common type per search
+            fpid, ftid, fts = p.dtype.type(fpid), t.dtype.type(ftid), s.dtype.type(fts)
             a = np.searchsorted(p, fpid, "left")
             b = np.searchsorted(p, fpid, "right")
             a, b = a + np.searchsorted(t[a:b], ftid, "left"), a + np.searchsorted(t[a:b], ftid, "right")
