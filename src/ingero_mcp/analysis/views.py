@@ -21,16 +21,96 @@ def view_sql(name: str) -> str:
     return (resources.files("ingero_mcp.analysis") / "sql" / f"{name}.sql").read_text()
 
 
-# thread_seconds computed once per connection: the view recomputes its joins on every query, and a filter pushed
-# into it can turn its ASOF joins into slow plans. Internal queries read this table; evidence SQL names the view.
-SECONDS_TABLE = "thread_seconds_t"
+# The views computed once per connection. A view is recomputed by every query that reads it (call_spans: window
+# passes over every CUDA call; thread_seconds: four ASOF joins on call_spans), and a filter pushed into one can turn
+# its ASOF joins into slow plans. `materialize` fills a temporary table per view and points the connection's view at
+# it, so every later query on this connection (the accounting's, the chains', cold starts) reads the rows once made;
+# the views keep their names and rows, and a cursor (`run_sql`, evidence SQL) gets the plain views (its own
+# connection). DuckDB allows temporary tables on read-only, locked connections.
+TABLES = {name: f"{name}_t" for name in VIEWS}
+SECONDS_TABLE = TABLES["thread_seconds"]
+
+
+def materialize(con: duckdb.DuckDBPyConnection) -> None:
+    """Make (once per connection) a table holding each view's rows, and point the view at it."""
+    install_views(con)
+    have = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name IN ?",
+                                      [list(TABLES.values())]).fetchall()}
+    in_call = None
+    for name in VIEWS:  # in dependency order: thread_seconds is made from the tables before it
+        table = TABLES[name]
+        if table in have:
+            continue
+        made = False
+        if name == "call_spans":
+            in_call = _materialize_spans(con, table)
+            made = in_call is not None
+        elif name == "thread_seconds" and in_call is not None:
+            made = _materialize_seconds(con, table, in_call)
+        if not made:
+            con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {name}").fetchall()
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {table}").fetchall()
+
+
+# thread_seconds.sql's in-call lookups (an ASOF join of every boundary against call_spans, then joins back), and
+# what the materialisation puts in their place: the same values from spans.InCall, a UDF over the spans in memory.
+_ASOF_FROM, _ASOF_TO = "bounds AS (", "off AS ("
+_UDF = "_ingero_in_call"
+_BY_UDF = f"""secs_inb AS (
+    SELECT s.*, coalesce({_UDF}(s.pid, s.tid, s.b), 0)::HUGEINT - coalesce({_UDF}(s.pid, s.tid, s.a), 0)::HUGEINT AS in_call_ns
+    FROM secs s
+),
+pieces_inb AS (
+    SELECT p.*, coalesce({_UDF}(p.pid, p.tid, p.b), 0)::HUGEINT - coalesce({_UDF}(p.pid, p.tid, p.a), 0)::HUGEINT AS inside_ns
+    FROM pieces p
+),
+"""
+
+
+def _materialize_seconds(con: duckdb.DuckDBPyConnection, table: str, in_call: object) -> bool:
+    """thread_seconds' rows with the in-call lookups done by `in_call` (spans.InCall); False: not made."""
+    sql = view_sql("thread_seconds")
+    if _ASOF_FROM not in sql or _ASOF_TO not in sql:
+        return False
+    body = sql[sql.index("WITH origin AS"):]
+    body = body[:body.index(_ASOF_FROM)] + _BY_UDF + body[body.index(_ASOF_TO):]
+    con.create_function(_UDF, in_call, [duckdb.sqltypes.BIGINT] * 3,
+                        duckdb.sqltypes.BIGINT, type="arrow", side_effects=False)
+    try:
+        con.execute(f"CREATE TEMP TABLE {table} AS {body.rstrip().rstrip(';')}").fetchall()
+    finally:
+        con.remove_function(_UDF)
+    return True
+
+
+def _materialize_spans(con: duckdb.DuckDBPyConnection, table: str) -> object | None:
+    """call_spans' rows made by analysis/spans.py (one linear pass; the view's window functions sort every call once
+    per window), typed as the view types them, with the view's own call_class expression. Returns the in-call
+    lookup over them (spans.InCall), or None: not made."""
+    from ingero_mcp.analysis.spans import span_rows
+
+    made = span_rows(con)
+    if made is None:
+        return None
+    got, in_call = made
+    sql = view_sql("call_spans")
+    case = sql[sql.rindex("CASE WHEN contains(op, 'ynchronize')"):sql.rindex("AS call_class")]
+    cols = []
+    for column, kind, *_ in con.execute("DESCRIBE SELECT * FROM call_spans").fetchall():
+        expr = case if column == "call_class" else column
+        cols.append(f"CAST({expr} AS {kind}) AS {column}")
+    name = "_ingero_call_span_rows"
+    con.register(name, got)
+    try:
+        con.execute(f"CREATE TEMP TABLE {table} AS SELECT {', '.join(cols)} FROM {name}").fetchall()
+    finally:
+        con.unregister(name)
+    return in_call
 
 
 def materialize_seconds(con: duckdb.DuckDBPyConnection) -> str:
-    """Make (once per connection) the table holding the rows of thread_seconds; returns its name."""
-    install_views(con)
-    if not con.execute("SELECT 1 FROM duckdb_tables() WHERE temporary AND table_name = ?", [SECONDS_TABLE]).fetchall():
-        con.execute(f"CREATE TEMP TABLE {SECONDS_TABLE} AS SELECT * FROM thread_seconds").fetchall()
+    """Make (once per connection) the tables behind the views (see `materialize`); returns thread_seconds' table."""
+    materialize(con)
     return SECONDS_TABLE
 
 

@@ -11,30 +11,39 @@
 --                      for the stream's queued work, their own transfer is negligible), 'copy_pinned', 'copy_pageable', 'copy' (pinned or not unknown), 'alloc'
 --                      (device or host memory allocated, freed, registered), 'launch_first' (the
 --                      process's first launch of that kernel), 'launch', 'other'
+-- How (one sort of the calls): a call starts a span when it starts at or after the latest end of the thread's
+-- calls before it (in start order); a span ends at that running end just before the next span's start (the
+-- thread's last end for its last span), and holds the calls from its first to the next span's first. A span holds
+-- a process's first launch of a kernel when the running count of first launches (the earliest call with each kernel
+-- handle: few rows, found by a grouping) grows between its first call and the next span's. The cumulative sum runs
+-- over the spans, which are fewer than the calls.
 CREATE OR REPLACE TEMP VIEW call_spans AS
-WITH c AS (
-    SELECT pid, tid, ts_ns AS s, ts_ns + greatest(duration_ns, 0) AS e, op, bytes, memcpy_kind, host_pinned, kernel_handle,
-           kernel_handle IS NOT NULL
-               AND row_number() OVER (PARTITION BY pid, kernel_handle ORDER BY ts_ns) = 1 AS first_launch
-    FROM cuda_calls
+WITH firsts AS (
+    SELECT pid, kernel_handle, arg_min(tid, ts_ns) AS tid, min(ts_ns) AS ts_ns, TRUE AS first_launch
+    FROM cuda_calls WHERE kernel_handle IS NOT NULL GROUP BY pid, kernel_handle
 ),
-m AS (
-    SELECT *,
-           max(e) OVER (PARTITION BY pid, tid ORDER BY s, e ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM c
+c AS (
+    SELECT pid, tid, ts_ns AS s, ts_ns + greatest(cc.duration_ns, 0) AS e, op, bytes, memcpy_kind, host_pinned, kernel_handle,
+           max(ts_ns + greatest(cc.duration_ns, 0)) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end,
+           row_number() OVER w AS rn,
+           count(f.first_launch) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS firsts_before
+    FROM cuda_calls cc LEFT JOIN firsts f USING (pid, tid, ts_ns, kernel_handle)
+    WINDOW w AS (PARTITION BY pid, tid ORDER BY ts_ns, ts_ns + greatest(cc.duration_ns, 0))
 ),
-g AS (
-    SELECT *,
-           sum(CASE WHEN prev_end IS NULL OR s >= prev_end THEN 1 ELSE 0 END)
-               OVER (PARTITION BY pid, tid ORDER BY s, e ROWS UNBOUNDED PRECEDING) AS span_no
-    FROM m
+per_thread AS (
+    SELECT pid, tid, max(ts_ns + greatest(duration_ns, 0)) AS last_end, count(*) AS n,
+           (SELECT count(*) FROM firsts f WHERE f.pid = cc.pid AND f.tid = cc.tid) AS firsts_n
+    FROM cuda_calls cc GROUP BY ALL
 ),
 u AS (
-    SELECT pid, tid, span_no, min(s) AS start_ns, max(e) AS end_ns, count(*) AS calls,
-           arg_min(op, s) AS op, arg_min(bytes, s) AS bytes, arg_min(memcpy_kind, s) AS memcpy_kind,
-           arg_min(host_pinned, s) AS host_pinned, arg_min(kernel_handle, s) AS kernel_handle,
-           bool_or(first_launch) AS first_launch
-    FROM g GROUP BY ALL
+    SELECT c.pid, c.tid, c.s AS start_ns,
+           coalesce(lead(c.prev_end) OVER t, p.last_end) AS end_ns,
+           coalesce(lead(c.rn) OVER t, p.n + 1) - c.rn AS calls,
+           coalesce(lead(c.firsts_before) OVER t, p.firsts_n) > c.firsts_before AS first_launch,
+           c.op, c.bytes, c.memcpy_kind, c.host_pinned, c.kernel_handle
+    FROM c JOIN per_thread p USING (pid, tid)
+    WHERE c.prev_end IS NULL OR c.s >= c.prev_end
+    WINDOW t AS (PARTITION BY c.pid, c.tid ORDER BY c.rn)
 )
 SELECT pid, tid, start_ns, end_ns, calls,
        coalesce(sum(end_ns - start_ns) OVER (PARTITION BY pid, tid ORDER BY start_ns

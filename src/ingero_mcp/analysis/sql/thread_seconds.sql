@@ -28,14 +28,6 @@ secs AS (
     FROM (SELECT l.*, o.t0, unnest(range((l.first_ns - o.t0) // 1000000000, (l.last_ns - o.t0) // 1000000000 + 1)) AS k
           FROM life l, origin o)
 ),
-secs_in AS (
-    SELECT s.*, coalesce(c.before_ns + least(s.a, c.end_ns) - c.start_ns, 0) AS in_a
-    FROM secs s ASOF LEFT JOIN call_spans c ON s.pid = c.pid AND s.tid = c.tid AND c.start_ns <= s.a
-),
-secs_inb AS (
-    SELECT s.*, coalesce(c.before_ns + least(s.b, c.end_ns) - c.start_ns, 0) - s.in_a AS in_call_ns
-    FROM secs_in s ASOF LEFT JOIN call_spans c ON s.pid = c.pid AND s.tid = c.tid AND c.start_ns <= s.b
-),
 pieces AS (
     SELECT pid, tid, state, sleep_state, k,
            greatest(start_ns, t0 + k * 1000000000) AS a, least(end_ns, t0 + (k + 1) * 1000000000) AS b
@@ -43,13 +35,25 @@ pieces AS (
                  unnest(range((st.start_ns - o.t0) // 1000000000, (st.end_ns - 1 - o.t0) // 1000000000 + 1)) AS k
           FROM thread_state st, origin o WHERE st.end_ns > st.start_ns)
 ),
-pieces_in AS (
-    SELECT p.*, coalesce(c.before_ns + least(p.a, c.end_ns) - c.start_ns, 0) AS in_a
-    FROM pieces p ASOF LEFT JOIN call_spans c ON p.pid = c.pid AND p.tid = c.tid AND c.start_ns <= p.a
+-- The in-call time up to each boundary of a second or a state piece: one ASOF join of the distinct boundaries
+-- against call_spans (each join sorts the spans; four joins sorted them four times).
+bounds AS (
+    SELECT pid, tid, a AS t FROM secs UNION SELECT pid, tid, b FROM secs
+    UNION SELECT pid, tid, a FROM pieces UNION SELECT pid, tid, b FROM pieces
+),
+in_call AS (
+    SELECT x.pid, x.tid, x.t, coalesce(c.before_ns + least(x.t, c.end_ns) - c.start_ns, 0) AS in_ns
+    FROM bounds x ASOF LEFT JOIN call_spans c ON x.pid = c.pid AND x.tid = c.tid AND c.start_ns <= x.t
+),
+secs_inb AS (
+    SELECT s.*, ib.in_ns - ia.in_ns AS in_call_ns
+    FROM secs s JOIN in_call ia ON s.pid = ia.pid AND s.tid = ia.tid AND s.a = ia.t
+                JOIN in_call ib ON s.pid = ib.pid AND s.tid = ib.tid AND s.b = ib.t
 ),
 pieces_inb AS (
-    SELECT p.*, coalesce(c.before_ns + least(p.b, c.end_ns) - c.start_ns, 0) - p.in_a AS inside_ns
-    FROM pieces_in p ASOF LEFT JOIN call_spans c ON p.pid = c.pid AND p.tid = c.tid AND c.start_ns <= p.b
+    SELECT p.*, ib.in_ns - ia.in_ns AS inside_ns
+    FROM pieces p JOIN in_call ia ON p.pid = ia.pid AND p.tid = ia.tid AND p.a = ia.t
+                  JOIN in_call ib ON p.pid = ib.pid AND p.tid = ib.tid AND p.b = ib.t
 ),
 off AS (
     SELECT pid, tid, k,
