@@ -21,7 +21,7 @@ INSPECTOR = REPO / ".mcp-clients" / "node_modules" / ".bin" / "mcp-inspector"
 MCP1_PYTHON = REPO / ".venv-mcp1" / "bin" / "python"
 TOOLS = {
     "get_trace_stats", "get_causal_chains", "get_per_process_breakdown", "get_timeline",
-    "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql",
+    "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql", "get_time_accounting",
 }
 
 

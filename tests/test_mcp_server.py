@@ -28,7 +28,7 @@ from ingero_mcp.store import TraceWriter, open_store
 
 TOOLS = {
     "get_trace_stats", "get_causal_chains", "get_per_process_breakdown", "get_timeline",
-    "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql",
+    "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql", "get_time_accounting",
 }
 DEFAULT_ARGS: dict[str, dict[str, Any]] = {name: {} for name in TOOLS} | {
     "run_sql": {"sql": "SELECT 42 AS answer"}, "get_evidence_sql": {},

@@ -69,6 +69,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
             "get_system_context": await client.call_tool("get_system_context", {"max_points": 4}),
             "run_sql": await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls"}),
             "get_evidence_sql": await client.call_tool("get_evidence_sql", {}),
+            "get_time_accounting": await client.call_tool("get_time_accounting", {}),
         }
         unknown = await client.call_tool("get_per_process_breakdown", {"pid": 424242})
         empty = await client.call_tool("get_trace_stats", {"since": "0s"})
@@ -77,7 +78,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
         write = await client.call_tool("run_sql", {"sql": "DELETE FROM cuda_calls"})
         read_file = await client.call_tool("run_sql", {"sql": "SELECT * FROM read_csv('/etc/passwd')"})
         prompt = await client.get_prompt("investigate", {"pid": "100"})
-    assert len(tools) == 8 and set(results) == tools
+    assert len(tools) == 9 and set(results) == tools
     assert prompts == ["investigate"]
     for name, result in results.items():
         assert not result.is_error, (name, result.content)
@@ -133,7 +134,7 @@ def test_stdout_carries_only_protocol(store: Path) -> None:
     by_id = {m["id"]: m for m in messages if "id" in m}
     assert set(by_id) == {1, 2, 3, 4}
     assert by_id[1]["result"]["serverInfo"]["name"] == "ingero-mcp"
-    assert len(by_id[2]["result"]["tools"]) == 8
+    assert len(by_id[2]["result"]["tools"]) == 9
     assert by_id[3]["result"]["isError"] is True
     assert by_id[4]["result"]["structuredContent"]["calls"] == 2000
 
@@ -201,3 +202,20 @@ def test_readme_names_the_prompt_as_claude_code_lists_it() -> None:
     readme = (REPO / "README.md").read_text()
     assert f"> {command}" in readme and command in EPILOG
     assert "> /investigate" not in readme
+
+
+async def test_the_verdict_reaches_the_model_in_both_halves() -> None:
+    """get_time_accounting on the bundled H200 trace: the verdict and the shares, the same in text and structure."""
+    entry = server_entry()
+    params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=REPO)
+    async with Client(params) as client:
+        got = await client.call_tool("get_time_accounting", {})
+    assert not got.is_error
+    data, text = got.structured_content, got.content[0].text
+    assert data["complete"] and data["verdict"] and DATA_NOTE in text and data["data_note"] == DATA_NOTE
+    assert data["verdict"][0].startswith("python3[1534]'s main thread fed the GPU")
+    for line in data["verdict"]:
+        assert json.dumps(line, ensure_ascii=False) in text  # the text carries each verdict line, quoted
+    (main,) = [t for t in data["threads"] if t["tid"] == 1534]
+    assert sum(v for k, v in main["shares_percent"].items() if k != "sleep_io") == pytest.approx(100.0, abs=0.5)
+    assert any(p["kind"] == "slow" and p["slowdown"] for p in data["phases"])

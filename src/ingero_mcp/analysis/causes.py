@@ -126,11 +126,15 @@ class Ctx:
         return out
 
     def alive_children(self, pid: int, w: TimeWindow) -> list[int]:
-        """Descendants of a process that were alive during the window (forked before its end, not exited before its start)."""
+        """Descendants of a process alive for at least half of the window."""
         got = rows(self.con, "SELECT pid, min(first_seen_ns), max(coalesce(exit_ns, last_seen_ns)) FROM processes GROUP BY pid")
         life = {int(p): (a, b) for p, a, b in got}
-        return [p for p in self.family(pid) - {pid}
-                if (life.get(p, (None, None))[0] or 0) < w.end_ns and (life.get(p, (None, None))[1] or 2**62) > w.start_ns]
+        def overlap(p: int) -> int:
+            a, b = life.get(p, (None, None))
+            return min(b or 2**62, w.end_ns) - max(a or 0, w.start_ns)
+
+        # alive for most of the window: a worker forked in its last seconds did not share the work
+        return [p for p in self.family(pid) - {pid} if overlap(p) >= 0.5 * w.duration_ns]
 
     def is_collector(self, pid: int | None) -> bool:
         """Whether a pid is this project's collector (it is labelled, never blamed)."""

@@ -9,12 +9,14 @@ You are investigating why a GPU job was slow, using the ingero-mcp tools over on
 Steps:
 1. get_trace_info: what was recorded (host, GPU, CUDA, collector, duration), which tables are
    complete and which hold only a sample, and whether events were lost. Say so if it limits you.
-2. get_trace_stats: which CUDA operations took the time; look at p99 against p50 (tail latency)
-   and at the share of the trace span.
-3. get_causal_chains{chain_args}: the chains found, most severe first, with their evidence;
-   get_evidence_sql(chain_id) gives the SQL behind a chain's numbers, to check one with run_sql.
-4. get_per_process_breakdown{pid_args}: the processes involved: who was preempted (runnable but
-   not running: CPU contention) versus blocked (sleeping: GPU, lock, IO), context switches,
+2. get_time_accounting{chain_args}: the verdict, and where the time of each thread that feeds
+   the GPU went (running outside or inside CUDA calls, asleep inside them waiting for the GPU,
+   asleep outside them, waiting for a CPU), with the job's slow phases against its healthy baseline.
+3. get_causal_chains{chain_args}: who took the lost time, most severe first, each with the seconds
+   it explains, its window, its culprits and its evidence; get_evidence_sql(chain_id) gives the
+   SQL behind a chain's numbers, to check one with run_sql.
+4. get_trace_stats and get_per_process_breakdown{pid_args}: which CUDA operations took the time
+   (p99 against p50), and the processes involved: context switches, waits for a CPU, sleeps,
    page allocations, children (DataLoader workers are forked children).
 5. get_timeline around the worst calls or stalls (pass `around` as the `+S s` offset a tool
    printed, with `pid`), and get_system_context for CPU, memory, swap and GPU utilisation at that

@@ -16,6 +16,7 @@ from typing import Any
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.mcp.chainview import chains_text, fmt_ns, fmt_rel
 from ingero_mcp.mcp.results import (
+    AccountingResult,
     BreakdownResult,
     ChainsResult,
     ContextResult,
@@ -301,5 +302,24 @@ def render_sql(r: SqlRows, render_cell: Callable[[Any], str] = _cell) -> str:
     if r.columns:
         head.append("columns: " + " | ".join(f"{quote(c, 200)} ({t})" for c, t in zip(r.columns, r.types, strict=True)))
     lines = [" | ".join(render_cell(v) for v in row) for row in r.rows]
+    text, _ = fit_lines(head, lines, len(lines))
+    return text
+
+
+def render_accounting(r: AccountingResult, whole: TimeWindow | None) -> str:
+    """get_time_accounting as text: the verdict, a line per thread, the phases, the minor causes."""
+    origin = whole.start_ns if whole else r.window.start_ns
+    head = [f"time accounting of the threads that feed the GPU, {window_line(r.window, whole)}", DATA_NOTE,
+            *_notes(r.notes), "verdict:", *[f"  {quote(v, 2000)}" for v in r.verdict]]
+    lines = []
+    for t in r.threads:
+        shares = ", ".join(f"{k} {v}%" for k, v in t["shares_percent"].items())
+        lines.append(f"thread {quote(t['name'], 120)} ({t['role']}), wall {t['wall_s']} s, {t['work_calls']:,} "
+                     f"launches/copies: {shares}")
+    for ph in r.phases:
+        slow = f", {ph['slowdown']}x slower than the baseline" if ph.get("slowdown") else ""
+        lines.append(f"phase {ph['kind']} of pid {ph['pid']}: {fmt_rel(ph['start_ns'], origin)} .. "
+                     f"{fmt_rel(ph['end_ns'], origin)}, {ph['work_rate']:.0f} launches/copies per s{slow}")
+    lines += [f"minor: {quote(m, 600)}" for m in r.minor]
     text, _ = fit_lines(head, lines, len(lines))
     return text

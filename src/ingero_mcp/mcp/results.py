@@ -56,6 +56,18 @@ class ChainsResult(Bounds):
     chains: list[dict[str, Any]]
 
 
+class AccountingResult(Bounds):
+    """get_time_accounting: the verdict, where each feeding thread's time went (shares of its wall time), the
+    phases of each feeding process, and the causes too small to be chains."""
+
+    window: TimeWindow
+    complete: bool
+    verdict: list[str]
+    threads: list[dict[str, Any]]
+    phases: list[dict[str, Any]]
+    minor: list[str]
+
+
 class EvidenceResult(Bounds):
     """get_evidence_sql: one chain's evidence, each with the SQL that recomputes it."""
 

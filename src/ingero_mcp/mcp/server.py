@@ -31,6 +31,7 @@ from ingero_mcp.mcp import render
 from ingero_mcp.mcp.chainview import fit_chains, rank, with_offsets
 from ingero_mcp.mcp.prompt import investigate_text
 from ingero_mcp.mcp.results import (
+    AccountingResult,
     BreakdownResult,
     ChainsResult,
     ContextResult,
@@ -382,6 +383,58 @@ def build_server(
             result.truncated = result.truncated or len(views) < min(top_n, len(chains))
             result.notes += fit_notes
             return _result(render.render_chains(result, whole), result)
+
+        return _guard(run)
+
+    @tool
+    def get_time_accounting(
+        since: SINCE = None,
+        pid: PID = None,
+        pids: PIDS = None,
+    ) -> Annotated[CallToolResult, AccountingResult]:
+        """The verdict and the time accounting behind every chain: for each thread that feeds the GPU (and
+        each thread it waited on), its wall time split into running outside CUDA calls, running inside
+        them, asleep inside them (waiting for the GPU), asleep outside them (of which IO), waiting for a
+        CPU, and unknown, as percentages that sum to 100; the phases of each feeding process (healthy
+        baseline vs slow stretches, with the slowdown); and the causes too small to be chains. Start here
+        to see where the time went; the chains say who took it."""
+
+        def run() -> CallToolResult:
+            from ingero_mcp.analysis.accounting import accounting
+            from ingero_mcp.analysis.chains import causal_chains
+            from ingero_mcp.analysis.verdict import verdict
+
+            with store.connection() as con:
+                window = _window(con, since)
+                whole = _whole(con)
+                chosen = _pids(pid, pids)
+                acc = accounting(con, window, chosen)
+                minor: list[str] = []
+                chains = causal_chains(con, window, chosen, acc=acc, minor=minor)
+                util = con.execute("SELECT avg(gpu_util_percent) FROM snapshots" + (
+                    f" WHERE ts_ns BETWEEN {window.start_ns} AND {window.end_ns}" if window else "")).fetchall()[0][0]
+            window = window or whole or TimeWindow(start_ns=0, end_ns=0)
+            parts = ("run_outside_ns", "run_inside_ns", "sleep_inside_ns", "sleep_outside_ns", "sleep_io_ns",
+                     "cpu_wait_ns", "off_cpu_unknown_ns")
+            threads = []
+            for t in acc.threads:
+                a = t.total
+                name = f"{t.comm or t.process_comm or '?'}[{t.pid}" + ("]" if t.tid == t.pid else f"/{t.tid}]")
+                threads.append({"pid": t.pid, "tid": t.tid, "name": clean(name, 120), "role": t.role,
+                                "wall_s": round(a.wall_ns / 1e9, 3), "work_calls": a.work_calls,
+                                "shares_percent": {p.removesuffix("_ns"): round(100 * (a.cpu_wait_ns if p == "cpu_wait_ns"
+                                                                                     else getattr(a, p)) / a.wall_ns, 1)
+                                                   if a.wall_ns else 0.0 for p in parts}})
+            phases = [{"pid": ph.pid, "kind": ph.kind, "start_ns": ph.window.start_ns, "end_ns": ph.window.end_ns,
+                       "work_rate": round(ph.work_rate, 1), "slowdown": ph.slowdown} for ph in acc.phases]
+            lines = [clean(v, 2000) for v in verdict(acc, chains, None if util is None else float(util))]
+            result = AccountingResult(
+                window=window, complete=acc.complete, verdict=lines, threads=threads[:12], phases=phases[:24],
+                minor=[clean(m, 600) for m in minor[:10]], shown=min(len(threads), 12), total=len(threads),
+                truncated=len(threads) > 12, notes=[acc.note] if acc.note else [],
+                trace_start_ns=whole.start_ns if whole else window.start_ns,
+            )
+            return _result(render.render_accounting(result, whole), result)
 
         return _guard(run)
 
