@@ -16,7 +16,7 @@ from ingero_mcp.analysis.accounting import accounting, origin_ns, thread_names
 from ingero_mcp.analysis.calls import CallGroup
 from ingero_mcp.analysis.causes import accounting_chains, pace_threads
 from ingero_mcp.analysis.imported import imported_chains
-from ingero_mcp.analysis.models import Accounting, CausalChain, Evidence, TimeWindow
+from ingero_mcp.analysis.models import Accounting, CausalChain, Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.views import install_views
 from ingero_mcp.analysis.window import window_or_trace
 
@@ -138,6 +138,63 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
     return out
 
 
+LOCK_MIN_NS = 10_000_000  # a call at least this long, overlapping another thread's allocation call
+
+
+def driver_lock_sql(pid: int, tid: int, window: TimeWindow) -> str:
+    """The pace thread's calls of 10 ms or more that overlapped an allocation call (cudaHostAlloc, cuMemHostAlloc,
+    cudaMalloc, cudaFree...) of 10 ms or more on another thread of the same process: the driver serialises them."""
+    return " ".join(f"""
+        WITH slow AS (SELECT start_ns, end_ns, op FROM call_spans
+                      WHERE pid = {int(pid)} AND tid = {int(tid)} AND end_ns - start_ns >= {LOCK_MIN_NS}
+                        AND start_ns BETWEEN {window.start_ns} AND {window.end_ns}),
+        held AS (SELECT tid, start_ns, end_ns, op FROM call_spans
+                 WHERE pid = {int(pid)} AND tid <> {int(tid)} AND call_class = 'alloc' AND end_ns - start_ns >= {LOCK_MIN_NS})
+        SELECT s.op, h.op AS other_op, h.tid AS other_tid, count(*) AS calls,
+               sum(least(s.end_ns, h.end_ns) - greatest(s.start_ns, h.start_ns))::BIGINT AS overlap_ns,
+               max(s.end_ns - s.start_ns)::BIGINT AS worst_ns, min(s.start_ns) AS first_ns, max(s.end_ns) AS last_ns
+        FROM slow s JOIN held h ON h.start_ns < s.end_ns AND h.end_ns > s.start_ns
+        GROUP BY ALL ORDER BY overlap_ns DESC""".split())
+
+
+def driver_lock_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting,
+                       minor: list[str] | None) -> list[CausalChain]:
+    """Slow calls of the pace thread that waited while another thread of the process allocated memory through the
+    driver (pinned host memory above all): named with the other thread and its call."""
+    install_views(con)
+    names = thread_names(con)
+    out = []
+    for t in pace_threads(acc)[:2]:
+        sql = driver_lock_sql(t.pid, t.tid, window)
+        for op, other_op, other_tid, calls, overlap, worst, first, last in rows(con, sql)[:3]:
+            wall = t.total.wall_ns or 1
+            who = f"{t.process_comm or names.get(t.pid, '?')}[{t.pid}]'s " + ("main thread" if t.tid == t.pid else f"thread {t.tid}")
+            name = names.get(int(other_tid))
+            other = f"{name}[{t.pid}/{other_tid}]" if name else f"thread {other_tid}"
+            summary = (f"{who}: {calls} {op} call{'s' if calls != 1 else ''} (the longest {worst / 1e6:.1f} ms) ran while "
+                       f"{other} was in {other_op} for {overlap / 1e6:.1f} ms of them: the driver serialises memory "
+                       "allocation with launches and copies of the same context")
+            share = overlap / wall
+            if share < 0.01:
+                if minor is not None:
+                    minor.append(f"{rc.DRIVER_LOCK}: {summary} ({100 * share:.1f}% of the feeding time)")
+                continue
+            out.append(CausalChain(
+                id=f"{rc.DRIVER_LOCK}:{t.pid}/{t.tid}", op=rc.DRIVER_LOCK, root_cause=rc.DRIVER_LOCK,
+                severity="HIGH" if share >= 0.25 else "MEDIUM" if share >= 0.05 else "LOW",  # type: ignore[arg-type]
+                summary=summary, seconds_lost=round(overlap / 1e9, 3), pids=[t.pid],
+                window=TimeWindow(start_ns=int(first), end_ns=int(last)),
+                culprits=[Culprit(pid=t.pid, tids=[int(other_tid)], comm=names.get(int(other_tid)), relation="same process",
+                                  ns=int(overlap))],
+                explanation=("Read from the CUDA calls: the slow calls of the thread that feeds the GPU overlap, in time, "
+                             "an allocation call of another thread of the same process."),
+                evidence=[Evidence(name="overlap with the other thread's allocation calls", value=round(overlap / 1e6, 1),
+                                   unit="ms", sql=sql)],
+                recommendations=rc.recommend(rc.DRIVER_LOCK, {"other": other, "other_op": other_op}),
+            ))
+    return out
+
+
 def _runs(ks: list[int]) -> list[list[int]]:
     out: list[list[int]] = []
     for k in sorted(ks):
@@ -168,7 +225,8 @@ def causal_chains(
         if minor is not None:
             minor += small
         if table_complete(con, "cuda_calls"):
-            extra = cold_start_chains(con, whole, acc, pids, minor) + churn_chains(con, whole, acc)
+            extra = (cold_start_chains(con, whole, acc, pids, minor) + churn_chains(con, whole, acc)
+                     + driver_lock_chains(con, whole, acc, minor))
             # the accounting's chains come ranked (the job first); these join by severity, then seconds
             for chain in sorted(extra, key=lambda c: -(c.seconds_lost or 0)):
                 at = next((i for i, c in enumerate(own) if RANK[c.severity] > RANK[chain.severity]

@@ -25,6 +25,7 @@ GPU_SLOWER = "gpu-slower"
 LAUNCH_OVERHEAD = "launch-overhead"
 PAGE_FAULTS = "page-faults"
 TIMED_SLEEP = "timed-sleep"
+DRIVER_LOCK = "driver-lock"
 
 CATALOGUE: dict[str, list[str]] = {
     OWN_WORKERS_CPU: [
@@ -71,6 +72,10 @@ CATALOGUE: dict[str, list[str]] = {
     ],
     LAUNCH_OVERHEAD: [
         "The CPU time is spent inside CUDA calls: fewer, larger launches (fuse ops, torch.compile, CUDA graphs).",
+    ],
+    DRIVER_LOCK: [
+        "Allocate pinned host memory once, before the loop, and reuse it ({other} was in {other_op}): warm the "
+        "pinned pool (a first batch through pin_memory), persistent_workers=True, or a pre-pinned staging buffer.",
     ],
     TIMED_SLEEP: [
         "{who} slept on a timer {share}% of the time ({window}): the program paces itself (time.sleep, a rate limit, "
