@@ -137,12 +137,23 @@ def processes_table(procs: list[ProcessBreakdown], limit: int | None = 12) -> Ta
     for p in shown:
         kids = fmt.pid_ranges(p.children, 2)
         table.add_row(*map(fmt.cell, (
-            str(p.pid), fmt.clean(p.comm, 24), "-" if p.ppid is None else str(p.ppid), fmt.count(sum(o.count for o in p.ops)),
-            fmt.count(p.context_switches), fmt.ns(p.off_cpu_ns), fmt.ns(p.preempted_ns), fmt.ns(p.blocked_ns),
+            str(p.pid), fmt.clean(p.comm, 24) + (" [the collector]" if p.is_collector else ""),
+            "-" if p.ppid is None else str(p.ppid), fmt.count(sum(o.count for o in p.ops)),
+            (">= " if p.switches_lower_bound else "") + fmt.count(p.context_switches),
+            (">= " if p.switches_lower_bound and p.off_cpu_ns is not None else "") + fmt.ns(p.off_cpu_ns), fmt.ns(p.preempted_ns), fmt.ns(p.blocked_ns),
             fmt.ns(p.worst_stall_ns), fmt.count(p.page_allocs), fmt.nbytes(p.page_alloc_bytes), kids, p.counts_from,
         )))
+    notes = []
     if limit and len(procs) > limit:
-        table.caption = f"{len(procs) - limit} more processes: --per-process shows all"
+        notes.append(f"{len(procs) - limit} more processes: --per-process shows all")
+    if any(p.switches_lower_bound for p in shown):
+        notes.append(">= : a lower bound (the aggregates counted fewer than the stored rows, or none were stored)")
+    if any(p.off_cpu_ns is None for p in shown):
+        notes.append("- : not recorded (unknown, not zero)")
+    if any(p.is_collector for p in shown):
+        notes.append("the collector (this project's `ingero-mcp trace`) is ranked last")
+    if notes:
+        table.caption = "; ".join(notes)
     return table
 
 
@@ -151,10 +162,17 @@ def process_detail(p: ProcessBreakdown) -> Panel:
     t = Text()
     t.append(f"{fmt.clean(p.cmdline or p.comm or '?', 300)}\n")
     t.append(f"parent {p.ppid if p.ppid is not None else '-'}; children {fmt.pid_ranges(p.children, 50) or '-'}; "
-             f"context switches {fmt.count(p.context_switches)} ({p.counts_from}); off-CPU {fmt.ns(p.off_cpu_ns)} "
-             f"(preempted {fmt.ns(p.preempted_ns)}, blocked {fmt.ns(p.blocked_ns)}); worst stall {fmt.ns(p.worst_stall_ns)}"
+             + ("this is the collector (ingero-mcp trace), ranked last; " if p.is_collector else "")
+             + f"context switches {'>= ' if p.switches_lower_bound else ''}{fmt.count(p.context_switches)} ({p.counts_from}"
+             + (", a lower bound" if p.switches_lower_bound else "") + "); "
+             + f"off-CPU {'not recorded' if p.off_cpu_ns is None else fmt.ns(p.off_cpu_ns)} "
+             + (f"(on-CPU {fmt.ns(p.on_cpu_ns)} from the aggregates) " if p.on_cpu_ns is not None else "")
+             + f"(preempted {fmt.ns(p.preempted_ns)}, blocked {fmt.ns(p.blocked_ns)}); worst stall {fmt.ns(p.worst_stall_ns)}"
              + (f" at {fmt.utc(p.worst_stall_ts_ns)}" if p.worst_stall_ts_ns else "")
-             + f"; page allocations {fmt.count(p.page_allocs)} ({fmt.nbytes(p.page_alloc_bytes)})"
+             + (f" in thread {p.worst_stall_tid} ({fmt.clean(p.worst_stall_thread or 'name not recorded', 32)}; "
+                f"{p.worst_stall_role})" if p.worst_stall_tid is not None else "")
+             + f"; page allocations {'not recorded' if p.page_allocs is None else fmt.count(p.page_allocs)}"
+             + (f" ({fmt.nbytes(p.page_alloc_bytes)})" if p.page_alloc_bytes is not None else "")
              + (f"; exited {fmt.utc(p.exit_ns)}" if p.exit_ns else "") + "\n")
     parts: list[object] = [t]
     if p.ops:
