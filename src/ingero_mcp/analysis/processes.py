@@ -18,10 +18,10 @@ from collections import defaultdict
 
 import duckdb
 
-from ingero_mcp.analysis._sql import SLEEP_STATES, bucket_in, interval_in, pid_in, rows, table_complete, tidy, ts_in, where
+from ingero_mcp.analysis._sql import SLEEP_STATES, interval_in, pid_in, rows, table_complete, tidy, ts_in, where
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.models import ProcessBreakdown, ProcessOp, TimeWindow
-from ingero_mcp.analysis.stats import agg_bucket_ns, reconcile_sql
+from ingero_mcp.analysis.stats import agg_bucket_ns, bucket_inside, reconcile_sql
 
 # The collector's own command line (the same pattern as analysis/causes.py's Ctx.is_collector).
 _COLLECTOR = re.compile(r"ingero[-_]mcp(\.cli)?\s+trace|ingero_mcp\.cli\s+trace")
@@ -74,12 +74,12 @@ def sched_rows_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
 
 
 def aggregates_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
-    """sched_switch and mm_page_alloc totals per pid from host_aggregates (exact counts)."""
+    """sched_switch and mm_page_alloc totals per pid from host_aggregates (the buckets wholly inside the window)."""
     return tidy(f"""
         SELECT pid, op, sum(count) AS events, sum(sum_duration_ns) AS sum_duration_ns,
                max(max_duration_ns) AS max_duration_ns, sum(sum_bytes) AS sum_bytes, max(comm) AS comm
         FROM host_aggregates
-        {where("op IN ('sched_switch', 'mm_page_alloc')", bucket_in(window), pid_in(pids))}
+        {where("op IN ('sched_switch', 'mm_page_alloc')", bucket_inside(window), pid_in(pids))}
         GROUP BY pid, op
     """)
 

@@ -63,18 +63,20 @@ def sample_note(con: duckdb.DuckDBPyConnection, counted_ops: set[str] | None = N
     why = rows(con, "SELECT string_agg(DISTINCT note, '; ') FROM table_coverage WHERE table_name = 'cuda_calls' AND NOT complete")[0][0]
     counted = counted_ops if counted_ops is not None else {
         r[0] for r in rows(con, "SELECT DISTINCT op FROM host_aggregates WHERE op IN (SELECT DISTINCT op FROM cuda_calls)")}
-    totals = ("counts and total time are exact totals from host_aggregates" if counted
+    totals = ("counts and total time come from host_aggregates, reconciled bucket by bucket with the stored rows "
+              "(never fewer than the rows)" if counted
               else "counts and totals cover the stored rows only (no CUDA totals in host_aggregates)")
     return (f"cuda_calls does not hold every call (table_coverage{': ' + why if why else ''}): percentiles are computed "
             f"from the stored sample; {totals}")
 
 
 def host_totals_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
-    """Exact totals per aggregated host event (sched_switch, mm_page_alloc, counted CUDA ops...)."""
+    """Totals per aggregated host event (sched_switch, mm_page_alloc, counted CUDA ops...) over the buckets
+    wholly inside the window (a bucket reaching outside it would bring in events from outside)."""
     return tidy(f"""
         SELECT source, op, sum(count) AS events, count(DISTINCT pid) AS pids,
                sum(sum_duration_ns) AS sum_duration_ns, sum(sum_bytes) AS sum_bytes
-        FROM host_aggregates {where(bucket_in(window), pid_in(pids))}
+        FROM host_aggregates {where(bucket_inside(window), pid_in(pids))}
         GROUP BY source, op ORDER BY events DESC
     """)
 
@@ -145,8 +147,19 @@ def trace_stats(
     ops = op_stats(groups, whole.duration_ns, host, sampled, reconciled)
     call_pids = sorted({g.pid for g in groups if g.pid is not None})
     notes = [sample_note(con, {h.op for h in host} & {s.op for s in ops})] if sampled else []
-    if window is not None and host:
-        notes.append("host_aggregates totals cover the buckets that overlap the window")
+    if window is not None and rows(con, f"SELECT 1 FROM host_aggregates {where(bucket_in(window), pid_in(pids))} "
+                                   f"AND NOT ({bucket_inside(window)}) LIMIT 1"):
+        notes.append("host_aggregates totals cover only the buckets wholly inside the window (lower bounds): "
+                     "buckets reaching outside it are left out")
+    lower = [s.op for s in ops if s.lower_bound and s.total_count is not None]
+    contradicted = [f"{s.op} ({s.contradicted_buckets} bucket(s): aggregates {s.aggregate_count} < rows)"
+                    for s in ops if s.contradicted_buckets]
+    if contradicted:
+        notes.append("host_aggregates count fewer calls than the rows stored in the same bucket for " + ", ".join(contradicted)
+                     + ": those buckets count their rows (a lower bound)")
+    if lower:
+        notes.append("counts and totals of " + ", ".join(lower) + " are lower bounds (per bucket never fewer than the "
+                     "stored rows; buckets without aggregates or reaching outside the window count their rows only)")
     return TraceStats(
         window=whole, ops=ops, calls=sum(s.count for s in ops), pids=call_pids, host=host, sampled=sampled, notes=notes
     )

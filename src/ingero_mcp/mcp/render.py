@@ -103,7 +103,9 @@ def render_stats(r: StatsResult) -> str:
     head.append(f"ops ({r.shown} of {r.total}, by total time): op | api | count | p50 | p95 | p99 | max | total | share of span")
     lines = []
     for s in r.ops:
-        count = f"{s.count}" + (f" (of {s.total_count} counted)" if s.total_count is not None and s.total_count != s.count else "")
+        count = f"{s.count}" + (f" (of {'>= ' if s.lower_bound else ''}{s.total_count} counted)"
+                                if s.total_count is not None and s.total_count != s.count else "")
+        count += " [lower bound]" if s.lower_bound else ""
         extra = f" | {fmt_bytes(s.bytes_total)}" if s.bytes_total else ""
         lines.append(
             f"{quote(s.op, 80)} | {s.api} | {count} | {fmt_ns(s.p50_ns)} | {fmt_ns(s.p95_ns)} | {fmt_ns(s.p99_ns)} | "

@@ -117,11 +117,14 @@ def stats_table(stats: list[OpStats], limit: int | None = 15) -> Table:
         table.add_column("stored", justify="right")
     for s in stats[:limit] if limit else stats:
         calls = s.total_count if s.total_count is not None else s.count
-        row = [fmt.clean(s.op), s.api, fmt.count(calls), fmt.ns(s.total_ns), fmt.pct(s.share_of_span), fmt.ns(s.p50_ns),
+        lb = ">= " if s.lower_bound else ""
+        row = [fmt.clean(s.op), s.api, lb + fmt.count(calls), lb + fmt.ns(s.total_ns), fmt.pct(s.share_of_span), fmt.ns(s.p50_ns),
                fmt.ns(s.p95_ns), fmt.ns(s.p99_ns), fmt.ns(s.max_ns), f"{s.p99_ns / s.p50_ns:,.1f}x" if s.p50_ns else "-"]
         if sampled:
             row.append(fmt.count(s.count))
         table.add_row(*map(fmt.cell, row))
+    if any(s.lower_bound for s in stats):
+        table.caption = ">= : a lower bound (the aggregates did not count every stored row, or the window cuts a bucket)"
     return table
 
 
