@@ -55,3 +55,56 @@ def test_unknown_is_not_zero(h200: dict) -> None:
     assert rcu.off_cpu_ns is None  # the collector's aggregates hold on-CPU time (here not recorded): off-CPU unknown
     assert rcu.worst_stall_ns is None
     assert rcu.page_allocs is None and rcu.page_alloc_bytes is None  # no mm_page_alloc aggregate for it
+
+
+# ---- item 8: Ingero's stored chains checked against the store; imported data not analysed yet listed ----
+
+@pytest.fixture(scope="module")
+def cluster(ingero_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from ingero_mcp.importers.ingero import import_ingero
+
+    out = tmp_path_factory.mktemp("cluster") / "cluster.duckdb"
+    import_ingero(ingero_dir / "sample-cluster.db", out)
+    return out
+
+
+def test_an_imported_chain_the_rows_contradict_is_said_to_be(cluster: Path) -> None:
+    from ingero_mcp.analysis.imported import imported_chains
+
+    con = open_store(cluster)
+    try:
+        claimed, stored_max = con.sql(
+            "SELECT c.p99_ns, (SELECT max(duration_ns) FROM cuda_calls k WHERE k.session_id = c.session_id AND k.op = c.op) "
+            "FROM imported_chains c WHERE c.op = 'cuMemAlloc' ORDER BY c.p99_ns DESC LIMIT 1").fetchall()[0]
+        assert (claimed, stored_max) == (51_501_000, 154_134)  # the chain's p99 51.5 ms; the longest stored 154 us
+        chains = imported_chains(con)
+        contradicted = [c for c in chains if c.store_check and "contradicts" in c.store_check]
+        assert len(contradicted) == 1 and contradicted[0].op == "cuMemAlloc" and contradicted[0].severity == "MEDIUM"
+        assert "51.5 ms" in contradicted[0].store_check and "154 us" in contradicted[0].store_check
+        ev = {e.name: e for e in contradicted[0].evidence}
+        assert ev["stored_max_ns"].value == stored_max
+        assert con.sql(ev["chains_contradicted_by_store"].sql).fetchall()[0][0] == 2
+        # the node-01 chains have no stored row of their op: not checked, and said so (not "consistent")
+        assert all(c.store_check and c.store_check.startswith("not checked") for c in chains if c not in contradicted)
+    finally:
+        con.close()
+
+
+def test_imported_tables_not_analysed_are_listed_and_their_processes_shown(cluster: Path) -> None:
+    from ingero_mcp.analysis.stats import trace_stats
+
+    con = open_store(cluster)
+    try:
+        notes = trace_stats(con).notes
+        assert any("not analysed yet" in n and "IO/block_write 207 rows" in n and "IO/block_read 98 rows" in n for n in notes)
+        procs = {p.pid: p for p in per_process_breakdown(con)}
+        only_io = {r[0] for r in con.sql(
+            "SELECT DISTINCT pid FROM imported_events WHERE mapped_to IS NULL AND pid NOT IN "
+            "(SELECT pid FROM sched_intervals UNION SELECT pid FROM cuda_calls)").fetchall()}
+        assert only_io == {96, 97, 1893, 4607, 4891}
+        for pid in only_io:
+            assert procs[pid].known_from and "IO/block_write" in procs[pid].known_from[0]
+            assert procs[pid].counts_from == "none" and procs[pid].off_cpu_ns is None
+        assert "IO/block_read 98 rows" in procs[1887].known_from[0]
+    finally:
+        con.close()

@@ -165,6 +165,8 @@ class CausalChain(BaseModel):
     evidence: list[Evidence] = []
     recommendations: list[str] = []
     timeline: list[TimelineEntry] = []
+    store_check: str | None = Field(None, description="imported chains: where the store's rows contradict the chain "
+                                    "(or why it could not be checked); None: consistent with the store")
     from_sample: bool = False
 
 

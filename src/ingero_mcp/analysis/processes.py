@@ -20,6 +20,7 @@ import duckdb
 
 from ingero_mcp.analysis._sql import SLEEP_STATES, interval_in, pid_in, rows, table_complete, tidy, ts_in, where
 from ingero_mcp.analysis.calls import CallGroup, call_groups
+from ingero_mcp.analysis.imported import only_imported_sql
 from ingero_mcp.analysis.models import ProcessBreakdown, ProcessOp, TimeWindow
 from ingero_mcp.analysis.stats import agg_bucket_ns, bucket_inside, reconcile_sql
 
@@ -164,7 +165,9 @@ def per_process_breakdown(
             reconciled = {int(r[0]): r[1:] for r in rows(con, reconcile_sql(rows_from, "on_ns", "off", agg_where, ["pid"], bucket, window))}
     worst = {int(r[0]): r[1:] for r in rows(con, worst_threads_sql(window, pids))} if sched else {}
 
-    seen = set(ops) | set(sched) | {p for p, _ in aggs} | (set(kids) & set(ident))
+    only_imported = {int(p): what for p, what in rows(con, only_imported_sql(window, pids))}
+
+    seen = set(ops) | set(sched) | {p for p, _ in aggs} | (set(kids) & set(ident)) | set(only_imported)
     if pids:
         seen |= set(ident) & set(pids)
     out: list[ProcessBreakdown] = []
@@ -204,6 +207,8 @@ def per_process_breakdown(
             entry.counts_from = "aggregates"
         else:
             entry.off_cpu_ns, entry.counts_from = None, "none"
+        if pid in only_imported:  # block I/O, TCP...: imported, not analysed yet
+            entry.known_from = [f"imported_events: {only_imported[pid]}"]
         if entry.worst_stall_ns and pid in worst and entry.counts_from == "rows":
             tid, name, calls_cuda = worst[pid]
             if tid is not None:

@@ -11,6 +11,7 @@ import duckdb
 
 from ingero_mcp.analysis._sql import bucket_in, pid_in, rows, table_complete, tidy, ts_in, where
 from ingero_mcp.analysis.calls import CallGroup, call_groups
+from ingero_mcp.analysis.imported import unanalysed_note
 from ingero_mcp.analysis.models import HostTotal, OpStats, TimeWindow, TraceStats
 from ingero_mcp.analysis.window import window_or_trace
 
@@ -151,6 +152,8 @@ def trace_stats(
                                    f"AND NOT ({bucket_inside(window)}) LIMIT 1"):
         notes.append("host_aggregates totals cover only the buckets wholly inside the window (lower bounds): "
                      "buckets reaching outside it are left out")
+    if (unanalysed := unanalysed_note(con)) is not None:
+        notes.append(unanalysed)
     lower = [s.op for s in ops if s.lower_bound and s.total_count is not None]
     contradicted = [f"{s.op} ({s.contradicted_buckets} bucket(s): aggregates {s.aggregate_count} < rows)"
                     for s in ops if s.contradicted_buckets]

@@ -168,9 +168,10 @@ def render_breakdown(r: BreakdownResult, whole: TimeWindow | None) -> str:
             lines.append(f"  cmdline {quote(p.cmdline, 200)}")
         sched = (
             ("  [the collector: ingero-mcp trace itself, ranked last]\n" if p.is_collector else "")
-            + f"  context switches {'>= ' if p.switches_lower_bound else ''}{p.context_switches}"
+            + ("  context switches not recorded" if p.counts_from == "none" else
+               f"  context switches {'>= ' if p.switches_lower_bound else ''}{p.context_switches}")
             + (" (a lower bound)" if p.switches_lower_bound else "")
-            + f", off-CPU {'not recorded' if p.off_cpu_ns is None else fmt_ns(p.off_cpu_ns)}"
+            + f", off-CPU {'not recorded' if p.off_cpu_ns is None else ('>= ' if p.switches_lower_bound else '') + fmt_ns(p.off_cpu_ns)}"
             + (f", on-CPU {fmt_ns(p.on_cpu_ns)} (aggregates)" if p.on_cpu_ns is not None else "")
             + f" (preempted {fmt_ns(p.preempted_ns)}, blocked {fmt_ns(p.blocked_ns)})"
             f", worst stall {fmt_ns(p.worst_stall_ns)}"
@@ -182,6 +183,8 @@ def render_breakdown(r: BreakdownResult, whole: TimeWindow | None) -> str:
             + (" [from in-kernel aggregates]" if p.counts_from == "aggregates" else "")
         )
         lines.append(sched)
+        for k in p.known_from:
+            lines.append(f"  known from {quote(k, 300)} (imported, not analysed yet)")
         for o in p.ops[:15]:
             lines.append(
                 f"  {quote(o.op, 80)}: {o.count} calls, total {fmt_ns(o.total_ns)}, p50 {fmt_ns(o.p50_ns)}, "

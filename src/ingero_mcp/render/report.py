@@ -53,6 +53,9 @@ def chain_panel(chain: CausalChain, start_ns: int) -> Panel:
     parts: list[object] = []
     t = Text()
     t.append(fmt.clean(chain.summary, 2000) + "\n", style="bold")
+    if chain.store_check:
+        t.append("Checked against the store: ", style="bold")
+        t.append(fmt.clean(chain.store_check, 600) + "\n")
     t.append("Root cause: ", style="bold")
     t.append(fmt.clean(chain.root_cause, 500) + "\n")
     if chain.explanation:
@@ -142,9 +145,9 @@ def processes_table(procs: list[ProcessBreakdown], limit: int | None = 12) -> Ta
         table.add_row(*map(fmt.cell, (
             str(p.pid), fmt.clean(p.comm, 24) + (" [the collector]" if p.is_collector else ""),
             "-" if p.ppid is None else str(p.ppid), fmt.count(sum(o.count for o in p.ops)),
-            (">= " if p.switches_lower_bound else "") + fmt.count(p.context_switches),
+            "-" if p.counts_from == "none" else (">= " if p.switches_lower_bound else "") + fmt.count(p.context_switches),
             (">= " if p.switches_lower_bound and p.off_cpu_ns is not None else "") + fmt.ns(p.off_cpu_ns), fmt.ns(p.preempted_ns), fmt.ns(p.blocked_ns),
-            fmt.ns(p.worst_stall_ns), fmt.count(p.page_allocs), fmt.nbytes(p.page_alloc_bytes), kids, p.counts_from,
+            fmt.ns(p.worst_stall_ns), fmt.count(p.page_allocs), fmt.nbytes(p.page_alloc_bytes), kids, p.counts_from + (" + imported I/O" if p.known_from else ""),
         )))
     notes = []
     if limit and len(procs) > limit:
@@ -166,9 +169,10 @@ def process_detail(p: ProcessBreakdown) -> Panel:
     t.append(f"{fmt.clean(p.cmdline or p.comm or '?', 300)}\n")
     t.append(f"parent {p.ppid if p.ppid is not None else '-'}; children {fmt.pid_ranges(p.children, 50) or '-'}; "
              + ("this is the collector (ingero-mcp trace), ranked last; " if p.is_collector else "")
-             + f"context switches {'>= ' if p.switches_lower_bound else ''}{fmt.count(p.context_switches)} ({p.counts_from}"
-             + (", a lower bound" if p.switches_lower_bound else "") + "); "
-             + f"off-CPU {'not recorded' if p.off_cpu_ns is None else fmt.ns(p.off_cpu_ns)} "
+             + ("context switches not recorded; " if p.counts_from == "none" else
+                f"context switches {'>= ' if p.switches_lower_bound else ''}{fmt.count(p.context_switches)} ({p.counts_from}"
+                + (", a lower bound" if p.switches_lower_bound else "") + "); ")
+             + f"off-CPU {'not recorded' if p.off_cpu_ns is None else ('>= ' if p.switches_lower_bound else '') + fmt.ns(p.off_cpu_ns)} "
              + (f"(on-CPU {fmt.ns(p.on_cpu_ns)} from the aggregates) " if p.on_cpu_ns is not None else "")
              + f"(preempted {fmt.ns(p.preempted_ns)}, blocked {fmt.ns(p.blocked_ns)}); worst stall {fmt.ns(p.worst_stall_ns)}"
              + (f" at {fmt.utc(p.worst_stall_ts_ns)}" if p.worst_stall_ts_ns else "")
@@ -176,7 +180,8 @@ def process_detail(p: ProcessBreakdown) -> Panel:
                 f"{p.worst_stall_role})" if p.worst_stall_tid is not None else "")
              + f"; page allocations {'not recorded' if p.page_allocs is None else fmt.count(p.page_allocs)}"
              + (f" ({fmt.nbytes(p.page_alloc_bytes)})" if p.page_alloc_bytes is not None else "")
-             + (f"; exited {fmt.utc(p.exit_ns)}" if p.exit_ns else "") + "\n")
+             + (f"; exited {fmt.utc(p.exit_ns)}" if p.exit_ns else "")
+             + "".join(f"; known from {fmt.clean(k, 300)} (not analysed yet)" for k in p.known_from) + "\n")
     parts: list[object] = [t]
     if p.ops:
         ops = Table(box=None, show_edge=False)
