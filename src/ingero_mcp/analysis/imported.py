@@ -2,6 +2,11 @@
 
 Ingero re-detects the same chain every second, so a trace holds hundreds of near-identical rows;
 they are grouped per (op, severity), latest first, with how many were stored and when.
+
+Each chain's p99 is checked against the store: a p99 above the longest call of that op stored in the
+chain's session (rows, and the aggregates' per-bucket maxima where Ingero kept them) is contradicted
+by the store, and said so. Imported tables this analysis does not read yet (block I/O, TCP, cgroup
+statistics...) are listed, so that nothing imported is silently ignored.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import json
 
 import duckdb
 
-from ingero_mcp.analysis._sql import rows, sql_str, tidy, ts_in, where
+from ingero_mcp.analysis._sql import pid_in, rows, sql_str, tidy, ts_in, where
 from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow
 
 
@@ -26,6 +31,65 @@ def imported_chains_sql(window: TimeWindow | None) -> str:
         GROUP BY origin, op, severity
         ORDER BY CASE severity WHEN 'HIGH' THEN 0 WHEN 'MEDIUM' THEN 1 ELSE 2 END, op
     """)
+
+
+def chain_check_sql(origin: str | None, op: str | None, severity: str | None, window: TimeWindow | None) -> str:
+    """Per stored chain of one group: its p99 against the longest stored call of its op in its session."""
+    return tidy(f"""
+        SELECT count(*) FILTER (WHERE p99_ns > stored_max) AS contradicted,
+               count(*) FILTER (WHERE stored_max IS NULL) AS unchecked,
+               arg_max(p99_ns, p99_ns / stored_max) FILTER (WHERE p99_ns > stored_max) AS claimed_p99_ns,
+               arg_max(stored_max, p99_ns / stored_max) FILTER (WHERE p99_ns > stored_max) AS stored_max_ns,
+               arg_max(row_n, p99_ns / stored_max) FILTER (WHERE p99_ns > stored_max) AS stored_rows
+        FROM (SELECT c.p99_ns,
+                     nullif(greatest(coalesce((SELECT max(k.duration_ns) FROM cuda_calls k
+                                               WHERE k.session_id = c.session_id AND k.op = c.op), -1),
+                                     coalesce((SELECT max(a.max_duration_ns) FROM host_aggregates a
+                                               WHERE a.session_id = c.session_id AND a.op = c.op), -1)), -1) AS stored_max,
+                     (SELECT count(*) FROM cuda_calls k WHERE k.session_id = c.session_id AND k.op = c.op) AS row_n
+              FROM imported_chains c
+              {where(_equals('origin', origin), _equals('op', op), _equals('severity', severity), ts_in(window, 'detected_ns'))}
+              AND c.p99_ns IS NOT NULL)
+    """)
+
+
+def unanalysed_sql() -> str:
+    """Imported rows this analysis does not read yet: event kinds mapped to no table, and the other tables' rows."""
+    return tidy("""
+        SELECT 'imported_events' AS kept_in, source || '/' || op AS what, count(*) AS n, count(DISTINCT pid) AS pids
+        FROM imported_events WHERE mapped_to IS NULL GROUP BY source, op
+        UNION ALL
+        SELECT 'imported_rows', table_name, count(*), NULL FROM imported_rows
+        WHERE table_name NOT IN ('ops', 'sources', 'schema_info', 'sqlite_sequence', 'sessions', 'process_names')
+        GROUP BY table_name
+        ORDER BY kept_in, n DESC
+    """)
+
+
+def unanalysed_note(con: duckdb.DuckDBPyConnection) -> str | None:
+    """One line naming the imported data not analysed yet (None when there is none)."""
+    got = rows(con, unanalysed_sql())
+    if not got:
+        return None
+    parts = [f"{what} {n:,} rows" + (f" ({pids} pids)" if pids is not None else "") + f" in {kept}"
+             for kept, what, n, pids in got]
+    return ("imported but not analysed yet (kept verbatim; query them with `ingero-mcp query`): " + "; ".join(parts)
+            + (". The processes known only from them are listed per process" if any(g[0] == "imported_events" for g in got)
+               else ""))
+
+
+def only_imported_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
+    """Per pid, the imported events not mapped to any analysed table (block I/O, TCP...), as 'source/op N rows'."""
+    return tidy(f"""
+        SELECT pid, string_agg(what || ' ' || n || ' rows', ', ' ORDER BY what)
+        FROM (SELECT pid, source || '/' || op AS what, count(*) AS n FROM imported_events
+              {where("mapped_to IS NULL", "pid IS NOT NULL", ts_in(window), pid_in(pids))} GROUP BY ALL)
+        GROUP BY pid
+    """)
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:,.1f} ms" if ns >= 1_000_000 else f"{ns / 1e3:,.0f} us"
 
 
 def _equals(column: str, value: str | None) -> str:
@@ -82,6 +146,19 @@ def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = 
         if nodes:
             evidence.append(Evidence(name="nodes", value=nodes))
         note = f" [{origin}: {stored} similar chain(s) stored]" if stored > 1 else f" [{origin}]"
+        check_sql = chain_check_sql(origin, op, sev, window)
+        contradicted, unchecked, claimed, stored_max, stored_rows = rows(con, check_sql)[0]
+        check = None
+        if contradicted:
+            check = (f"the store contradicts it: {contradicted} of {stored} stored chain(s) claim a p99 above every stored "
+                     f"{op} of their session; the worst claims {_ms(int(claimed))} where the longest stored is "
+                     f"{_ms(int(stored_max))} ({stored_rows} rows and the aggregates' maxima)")
+            evidence.append(Evidence(name="chains_contradicted_by_store", value=int(contradicted), unit="chains", sql=check_sql))
+            evidence.append(Evidence(name="stored_max_ns", value=int(stored_max), unit="ns", sql=check_sql))
+            note += " [contradicted by the store's rows]"
+        elif unchecked:
+            check = f"not checked: {unchecked} of {stored} stored chain(s) have no {op} row or aggregate in their session"
+
         out.append(
             CausalChain(
                 # Ingero is the only tool whose chains are imported; its own origin string stays in the id.
@@ -89,6 +166,7 @@ def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = 
                 summary=(summary or "") + note, root_cause=cause or "", explanation=expl or "",
                 p50_ns=p50, p99_ns=p99, tail_ratio=ratio, evidence=evidence,
                 recommendations=_recommendations(recs), timeline=_timeline(tl, int(last_ns or first_ns or 0)),
+                store_check=check,
             )
         )
     return out

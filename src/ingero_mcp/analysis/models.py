@@ -41,6 +41,10 @@ class OpStats(BaseModel):
     mean_ns: float
     bytes_total: int | None = None
     from_sample: bool = False
+    lower_bound: bool = Field(False, description="total_count / total_ns are lower bounds: some bucket had no aggregate, "
+                              "counted fewer calls than its stored rows, or reached outside the window")
+    contradicted_buckets: int = Field(0, description="aggregate buckets that counted fewer calls than the rows stored in them")
+    aggregate_count: int | None = Field(None, description="what the aggregates alone counted (before reconciling with the rows)")
 
 
 class HostTotal(BaseModel):
@@ -86,16 +90,23 @@ class ProcessBreakdown(BaseModel):
     cmdline: str | None = None
     ops: list[ProcessOp] = []
     context_switches: int = 0
-    off_cpu_ns: int = 0
+    off_cpu_ns: int | None = Field(0, description="off-CPU time from sched_intervals rows; None: not recorded (unknown)")
     preempted_ns: int | None = None
     blocked_ns: int | None = None
     worst_stall_ns: int | None = None
     worst_stall_ts_ns: int | None = None
-    page_allocs: int = 0
-    page_alloc_bytes: int = 0
+    page_allocs: int | None = Field(0, description="None: no page allocation recorded for it (unknown, not zero)")
+    page_alloc_bytes: int | None = 0
     children: list[int] = []
     exit_ns: int | None = None
-    counts_from: Literal["rows", "aggregates"] = "rows"
+    counts_from: Literal["rows", "aggregates", "none"] = "rows"
+    on_cpu_ns: int | None = Field(None, description="on-CPU time from the collector's sched_switch aggregates (None: not recorded)")
+    worst_stall_tid: int | None = None
+    worst_stall_thread: str | None = Field(None, description="the stalled thread's name where recorded")
+    worst_stall_role: str | None = Field(None, description="what the stalled thread does: main / CUDA-calling / helper")
+    is_collector: bool = Field(False, description="this project's own collector (left out of rankings by default)")
+    switches_lower_bound: bool = Field(False, description="context_switches is a lower bound (aggregates fewer than rows)")
+    known_from: list[str] = Field([], description="imported tables that are the only source of this process (e.g. block I/O)")
 
 
 class Evidence(BaseModel):
@@ -154,6 +165,8 @@ class CausalChain(BaseModel):
     evidence: list[Evidence] = []
     recommendations: list[str] = []
     timeline: list[TimelineEntry] = []
+    store_check: str | None = Field(None, description="imported chains: where the store's rows contradict the chain "
+                                    "(or why it could not be checked); None: consistent with the store")
     from_sample: bool = False
 
 

@@ -33,7 +33,7 @@ _LEVELS: list[tuple[int, int, int, int, int, int, int, bool]] = [
 ]
 MAX_LEVEL = len(_LEVELS) - 1
 _KNOWN = {"id", "origin", "op", "severity", "summary", "root_cause", "explanation", "evidence", "recommendations",
-          "timeline", "pids", "count", "p50_ns", "p99_ns", "max_ns", "tail_ratio", "from_sample"}
+          "timeline", "pids", "count", "p50_ns", "p99_ns", "max_ns", "tail_ratio", "from_sample", "store_check"}
 
 
 def rank(chains: list[Any]) -> list[Any]:
@@ -91,6 +91,8 @@ def chain_view(chain: BaseModel, origin_ns: int, level: int = 0, include_sql: bo
         "op": clean(str(data.get("op", "")), 120),
         "summary": clean(str(data.get("summary") or ""), summ),
     }
+    if data.get("store_check"):  # an imported chain checked against the store's rows: kept at every level
+        view["store_check"] = clean(str(data["store_check"]), 400)
     if root:
         view["root_cause"] = clean(str(data.get("root_cause") or ""), root)
     elif data.get("root_cause"):
@@ -164,6 +166,8 @@ def _block(view: dict[str, Any]) -> str:
     """The text of one chain view: the same facts, one per line."""
     lines = [f"[{view['severity']}] {_q(view['id'])} ({view['found_by']}) op {_q(view['op'])}",
              f"  summary: {_q(view['summary'])}"]
+    if "store_check" in view:
+        lines.append(f"  checked against the store: {_q(view['store_check'])}")
     if "root_cause" in view:
         lines.append(f"  root cause: {_q(view['root_cause'])}")
     if "explanation" in view:

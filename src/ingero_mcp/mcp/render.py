@@ -104,7 +104,9 @@ def render_stats(r: StatsResult) -> str:
     head.append(f"ops ({r.shown} of {r.total}, by total time): op | api | count | p50 | p95 | p99 | max | total | share of span")
     lines = []
     for s in r.ops:
-        count = f"{s.count}" + (f" (of {s.total_count} counted)" if s.total_count is not None and s.total_count != s.count else "")
+        count = f"{s.count}" + (f" (of {'>= ' if s.lower_bound else ''}{s.total_count} counted)"
+                                if s.total_count is not None and s.total_count != s.count else "")
+        count += " [lower bound]" if s.lower_bound else ""
         extra = f" | {fmt_bytes(s.bytes_total)}" if s.bytes_total else ""
         lines.append(
             f"{quote(s.op, 80)} | {s.api} | {count} | {fmt_ns(s.p50_ns)} | {fmt_ns(s.p95_ns)} | {fmt_ns(s.p99_ns)} | "
@@ -166,14 +168,24 @@ def render_breakdown(r: BreakdownResult, whole: TimeWindow | None) -> str:
         if p.cmdline:
             lines.append(f"  cmdline {quote(p.cmdline, 200)}")
         sched = (
-            f"  context switches {p.context_switches}, off-CPU {fmt_ns(p.off_cpu_ns)}"
-            f" (preempted {fmt_ns(p.preempted_ns)}, blocked {fmt_ns(p.blocked_ns)})"
+            ("  [the collector: ingero-mcp trace itself, ranked last]\n" if p.is_collector else "")
+            + ("  context switches not recorded" if p.counts_from == "none" else
+               f"  context switches {'>= ' if p.switches_lower_bound else ''}{p.context_switches}")
+            + (" (a lower bound)" if p.switches_lower_bound else "")
+            + f", off-CPU {'not recorded' if p.off_cpu_ns is None else ('>= ' if p.switches_lower_bound else '') + fmt_ns(p.off_cpu_ns)}"
+            + (f", on-CPU {fmt_ns(p.on_cpu_ns)} (aggregates)" if p.on_cpu_ns is not None else "")
+            + f" (preempted {fmt_ns(p.preempted_ns)}, blocked {fmt_ns(p.blocked_ns)})"
             f", worst stall {fmt_ns(p.worst_stall_ns)}"
             + (f" at {fmt_rel(p.worst_stall_ts_ns, origin)}" if p.worst_stall_ts_ns else "")
-            + f", page allocs {p.page_allocs} ({fmt_bytes(p.page_alloc_bytes)})"
+            + (f" in thread {p.worst_stall_tid} ({quote(p.worst_stall_thread or 'name not recorded', 64)}; {p.worst_stall_role})"
+               if p.worst_stall_tid is not None else "")
+            + f", page allocs {'not recorded' if p.page_allocs is None else p.page_allocs}"
+            + (f" ({fmt_bytes(p.page_alloc_bytes)})" if p.page_alloc_bytes is not None else "")
             + (" [from in-kernel aggregates]" if p.counts_from == "aggregates" else "")
         )
         lines.append(sched)
+        for k in p.known_from:
+            lines.append(f"  known from {quote(k, 300)} (imported, not analysed yet)")
         for o in p.ops[:15]:
             lines.append(
                 f"  {quote(o.op, 80)}: {o.count} calls, total {fmt_ns(o.total_ns)}, p50 {fmt_ns(o.p50_ns)}, "

@@ -53,6 +53,9 @@ def chain_panel(chain: CausalChain, start_ns: int) -> Panel:
     parts: list[object] = []
     t = Text()
     t.append(fmt.clean(chain.summary, 2000) + "\n", style="bold")
+    if chain.store_check:
+        t.append("Checked against the store: ", style="bold")
+        t.append(fmt.clean(chain.store_check, 600) + "\n")
     t.append("Root cause: ", style="bold")
     t.append(fmt.clean(chain.root_cause, 500) + "\n")
     if chain.explanation:
@@ -117,11 +120,14 @@ def stats_table(stats: list[OpStats], limit: int | None = 15) -> Table:
         table.add_column("stored", justify="right")
     for s in stats[:limit] if limit else stats:
         calls = s.total_count if s.total_count is not None else s.count
-        row = [fmt.clean(s.op), s.api, fmt.count(calls), fmt.ns(s.total_ns), fmt.pct(s.share_of_span), fmt.ns(s.p50_ns),
+        lb = ">= " if s.lower_bound else ""
+        row = [fmt.clean(s.op), s.api, lb + fmt.count(calls), lb + fmt.ns(s.total_ns), fmt.pct(s.share_of_span), fmt.ns(s.p50_ns),
                fmt.ns(s.p95_ns), fmt.ns(s.p99_ns), fmt.ns(s.max_ns), f"{s.p99_ns / s.p50_ns:,.1f}x" if s.p50_ns else "-"]
         if sampled:
             row.append(fmt.count(s.count))
         table.add_row(*map(fmt.cell, row))
+    if any(s.lower_bound for s in stats):
+        table.caption = ">= : a lower bound (the aggregates did not count every stored row, or the window cuts a bucket)"
     return table
 
 
@@ -137,12 +143,23 @@ def processes_table(procs: list[ProcessBreakdown], limit: int | None = 12) -> Ta
     for p in shown:
         kids = fmt.pid_ranges(p.children, 2)
         table.add_row(*map(fmt.cell, (
-            str(p.pid), fmt.clean(p.comm, 24), "-" if p.ppid is None else str(p.ppid), fmt.count(sum(o.count for o in p.ops)),
-            fmt.count(p.context_switches), fmt.ns(p.off_cpu_ns), fmt.ns(p.preempted_ns), fmt.ns(p.blocked_ns),
-            fmt.ns(p.worst_stall_ns), fmt.count(p.page_allocs), fmt.nbytes(p.page_alloc_bytes), kids, p.counts_from,
+            str(p.pid), fmt.clean(p.comm, 24) + (" [the collector]" if p.is_collector else ""),
+            "-" if p.ppid is None else str(p.ppid), fmt.count(sum(o.count for o in p.ops)),
+            "-" if p.counts_from == "none" else (">= " if p.switches_lower_bound else "") + fmt.count(p.context_switches),
+            (">= " if p.switches_lower_bound and p.off_cpu_ns is not None else "") + fmt.ns(p.off_cpu_ns), fmt.ns(p.preempted_ns), fmt.ns(p.blocked_ns),
+            fmt.ns(p.worst_stall_ns), fmt.count(p.page_allocs), fmt.nbytes(p.page_alloc_bytes), kids, p.counts_from + (" + imported I/O" if p.known_from else ""),
         )))
+    notes = []
     if limit and len(procs) > limit:
-        table.caption = f"{len(procs) - limit} more processes: --per-process shows all"
+        notes.append(f"{len(procs) - limit} more processes: --per-process shows all")
+    if any(p.switches_lower_bound for p in shown):
+        notes.append(">= : a lower bound (the aggregates counted fewer than the stored rows, or none were stored)")
+    if any(p.off_cpu_ns is None for p in shown):
+        notes.append("- : not recorded (unknown, not zero)")
+    if any(p.is_collector for p in shown):
+        notes.append("the collector (this project's `ingero-mcp trace`) is ranked last")
+    if notes:
+        table.caption = "; ".join(notes)
     return table
 
 
@@ -151,11 +168,20 @@ def process_detail(p: ProcessBreakdown) -> Panel:
     t = Text()
     t.append(f"{fmt.clean(p.cmdline or p.comm or '?', 300)}\n")
     t.append(f"parent {p.ppid if p.ppid is not None else '-'}; children {fmt.pid_ranges(p.children, 50) or '-'}; "
-             f"context switches {fmt.count(p.context_switches)} ({p.counts_from}); off-CPU {fmt.ns(p.off_cpu_ns)} "
-             f"(preempted {fmt.ns(p.preempted_ns)}, blocked {fmt.ns(p.blocked_ns)}); worst stall {fmt.ns(p.worst_stall_ns)}"
+             + ("this is the collector (ingero-mcp trace), ranked last; " if p.is_collector else "")
+             + ("context switches not recorded; " if p.counts_from == "none" else
+                f"context switches {'>= ' if p.switches_lower_bound else ''}{fmt.count(p.context_switches)} ({p.counts_from}"
+                + (", a lower bound" if p.switches_lower_bound else "") + "); ")
+             + f"off-CPU {'not recorded' if p.off_cpu_ns is None else ('>= ' if p.switches_lower_bound else '') + fmt.ns(p.off_cpu_ns)} "
+             + (f"(on-CPU {fmt.ns(p.on_cpu_ns)} from the aggregates) " if p.on_cpu_ns is not None else "")
+             + f"(preempted {fmt.ns(p.preempted_ns)}, blocked {fmt.ns(p.blocked_ns)}); worst stall {fmt.ns(p.worst_stall_ns)}"
              + (f" at {fmt.utc(p.worst_stall_ts_ns)}" if p.worst_stall_ts_ns else "")
-             + f"; page allocations {fmt.count(p.page_allocs)} ({fmt.nbytes(p.page_alloc_bytes)})"
-             + (f"; exited {fmt.utc(p.exit_ns)}" if p.exit_ns else "") + "\n")
+             + (f" in thread {p.worst_stall_tid} ({fmt.clean(p.worst_stall_thread or 'name not recorded', 32)}; "
+                f"{p.worst_stall_role})" if p.worst_stall_tid is not None else "")
+             + f"; page allocations {'not recorded' if p.page_allocs is None else fmt.count(p.page_allocs)}"
+             + (f" ({fmt.nbytes(p.page_alloc_bytes)})" if p.page_alloc_bytes is not None else "")
+             + (f"; exited {fmt.utc(p.exit_ns)}" if p.exit_ns else "")
+             + "".join(f"; known from {fmt.clean(k, 300)} (not analysed yet)" for k in p.known_from) + "\n")
     parts: list[object] = [t]
     if p.ops:
         ops = Table(box=None, show_edge=False)
