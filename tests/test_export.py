@@ -54,7 +54,7 @@ def decode(path: Path) -> dict:
     kind_of: dict[int, str] = {}
     out = {"process_tracks": set(), "thread_tracks": set(), "counter_tracks": Counter(), "calls": Counter(),
            "states": Counter(), "ends": Counter(), "flows_out": [], "flows_in": [], "instants": Counter(),
-           "chains": [], "call_args": [], "open": Counter()}
+           "chains": [], "call_args": [], "open": Counter(), "per_track": {}}
     for p in trace.packet:
         for n in p.interned_data.event_names:
             names[n.iid] = n.name
@@ -80,6 +80,8 @@ def decode(path: Path) -> dict:
         name = names.get(e.name_iid, e.name)
         out["flows_out"] += list(e.flow_ids)
         out["flows_in"] += list(e.terminating_flow_ids)
+        if e.type in (TE.TYPE_SLICE_BEGIN, TE.TYPE_SLICE_END):
+            out["per_track"].setdefault(e.track_uuid, []).append((p.timestamp, e.type))
         if e.type == TE.TYPE_SLICE_BEGIN:
             out["open"][e.track_uuid] += 1
             if kind == "thread":
@@ -96,6 +98,16 @@ def decode(path: Path) -> dict:
             out["instants"][(kind, name.split(" ")[0])] += 1
         elif e.type == TE.TYPE_COUNTER:
             out["counter_tracks"][tracks[e.track_uuid].name] += 1
+    # As Perfetto's sorter orders them: by timestamp, file order kept for ties. A state track's slices
+    # follow one another and never nest: a nested one means an end and the next begin were misordered.
+    depth_max = Counter()
+    for track, evs in out["per_track"].items():
+        depth = 0
+        for _, kind in sorted(evs, key=lambda x: x[0]):
+            depth += 1 if kind == TE.TYPE_SLICE_BEGIN else -1
+            assert depth >= 0, "an end without its begin"
+            depth_max[kind_of[track]] = max(depth_max[kind_of[track]], depth)
+    out["depth_max"] = depth_max
     return out
 
 
@@ -142,6 +154,7 @@ def check(got: dict, want: dict) -> None:
     assert got["ends"]["thread"] == sum(want["calls"].values())
     assert got["ends"]["state"] == sum(want["states"].values())
     assert all(v == 0 for v in got["open"].values()), "every slice that begins ends on its track"
+    assert got["depth_max"]["state"] <= 1, "thread states follow one another, never nest"
     assert len(got["flows_out"]) == len(set(got["flows_out"])) == want["flows"]
     assert sorted(got["flows_out"]) == sorted(got["flows_in"]), "every wake-up arrow lands"
     assert dict(got["counter_tracks"]) == want["counters"]

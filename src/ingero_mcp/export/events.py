@@ -66,7 +66,7 @@ def calls_sql(scope: Scope) -> str:
     """CUDA calls: the slices on each thread's track."""
     return f"""SELECT ts_ns, duration_ns, tid, op, bytes, memcpy_kind, kernel_handle, off_cpu_ns, sleep_ns,
                       cpu_wait_ns, return_code
-               FROM cuda_calls {scope.calls()}"""
+               FROM cuda_calls {scope.calls()} ORDER BY tid, ts_ns"""
 
 
 WAKEUPS = "export_wakeups"  # temp table: the wake-ups in scope, numbered (flow ids)
@@ -103,7 +103,7 @@ def states_sql(scope: Scope) -> str:
             WHERE prev_on IS NOT NULL AND off_ns > prev_on
         ) s LEFT JOIN (SELECT tid AS w_tid, wakeup_ns, flow_id FROM {WAKEUPS}) w
           ON s.state = 'cpu_wait' AND w.w_tid = s.tid AND w.wakeup_ns = s.start_ns
-        {scope.states()}"""
+        {scope.states()} ORDER BY tid, start_ns"""
 
 
 def wakeups_sql(scope: Scope) -> str:

@@ -160,8 +160,11 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
             args.append(col.annotation_int(ARG["return_code"], rc, valid & (rc != 0)))
             kinds, strings, valid = _codes(b, "memcpy_kind")
             args.append(col.annotation_strings(ARG["direction"], kinds, strings, valid))
+            # ENDs first, rows in (tid, time) order: where one slice ends as the next begins (same ns), the
+            # end comes first in the file, and Perfetto's sorter keeps file order for equal timestamps.
+            # A 0 ns call ends 1 ns later (an end before its own begin would close its parent).
+            w.bulk(ts + np.maximum(dur, 1), END, tracks)
             w.bulk(ts, BEGIN, tracks, iids, *args)
-            w.bulk(ts + dur, END, tracks)
             counts["call_slices"] += len(ts)
 
         install_views(con)
@@ -187,8 +190,8 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
                     for column, arg in (("syscall", "syscall"), ("waker_comm", "woken_by"), ("holder_comm", "cpu_held_by"))]
             flow, valid = _int(b, "flow_id")
             args.append(col.field_fixed64(TE, "terminating_flow_ids", flow, valid))
+            w.bulk(ts + np.maximum(dur, 1), END, tracks)  # ends first: see the calls above
             w.bulk(ts, BEGIN, tracks, iids, *args)
-            w.bulk(ts + dur, END, tracks)
             counts["state_slices"] += len(ts)
 
     for ts, event, pid, tid, child, comm, filename, code, old in ev.batches_flat(con, ev.process_events_sql(scope)):
