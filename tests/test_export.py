@@ -241,6 +241,16 @@ def test_chrome_json_matches_sql(demo_db: Path, tmp_path: Path) -> None:
     assert phases["C"] == sum(want["counters"].values())
     assert phases["i"] == want["process_events"]
     assert {e["tid"] for e in ev if e.get("cat") == "cuda"} <= want["tids"]
+    # times in µs since the trace start (ns kept): the calls' starts are the rows' ts_ns
+    origin = int(data["otherData"]["trace_start_ns"])
+    con = open_store(demo_db)
+    try:
+        starts = sorted(r[0] for r in con.execute("SELECT ts_ns FROM cuda_calls").fetchall())
+    finally:
+        con.close()
+    got = sorted(origin + round(e["ts"] * 1000) for e in ev if e.get("cat") == "cuda")
+    assert got == starts
+    assert all(e["dur"] >= 0 for e in ev if e["ph"] == "X")
 
 
 def test_hostile_names_are_cleaned(tmp_path: Path) -> None:

@@ -18,9 +18,16 @@ STATE_TID_BASE = 1 << 30  # fake tids for the state rows: far above any pid_max
 
 
 def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope: ev.Scope, out: IO[str]) -> dict[str, int]:
-    """Write {"traceEvents": [...], "displayTimeUnit": "ns"}; returns what it wrote."""
+    """Write {"otherData": {...}, "traceEvents": [...]}; returns what it wrote.
+
+    Times are µs since the trace's start (otherData.trace_start_ns): µs since the epoch (~1.8e15) leave a
+    double 0.25 µs of precision, too coarse for sub-µs CUDA calls; from the start they keep ns."""
     counts = {"call_slices": 0, "state_slices": 0, "flows": 0, "counter_points": 0, "process_events": 0, "chains": 0}
-    out.write('{"displayTimeUnit":"ns","traceEvents":[\n')
+    from ingero_mcp.analysis.window import window_or_trace
+
+    origin = window_or_trace(con, scope.window).start_ns
+    out.write('{"displayTimeUnit":"ns","otherData":{"trace_start_ns":"%d","ts":"microseconds since trace_start_ns"},'
+              '"traceEvents":[\n' % origin)
     first = [True]
     dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 
@@ -29,7 +36,7 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
         first[0] = False
 
     def us(ns: int) -> float:
-        return ns / 1000.0
+        return (ns - origin) / 1000.0
 
     pids = {t.pid: t.process_name for t in timeline.threads}
     state_tid = {t.tid: STATE_TID_BASE + i for i, t in enumerate(timeline.threads)}
@@ -43,7 +50,7 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
         for ts, dur, tid, op, nbytes, kind, kernel, off, sleep, wait, rc in batch:
             args = {k: v for k, v in (("bytes", nbytes), ("direction", kind), ("kernel", kernel), ("off_cpu_ns", off),
                                       ("sleep_ns", sleep), ("cpu_wait_ns", wait), ("return_code", rc or None)) if v is not None}
-            emit({"ph": "X", "name": op, "cat": "cuda", "pid": pid_of[tid], "tid": tid, "ts": us(ts), "dur": us(dur), "args": args})
+            emit({"ph": "X", "name": op, "cat": "cuda", "pid": pid_of[tid], "tid": tid, "ts": us(ts), "dur": dur / 1000.0, "args": args})
             counts["call_slices"] += 1
     from ingero_mcp.analysis.views import install_views
 
@@ -55,7 +62,7 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
                 continue
             args = {k: ev.label(v) for k, v in (("syscall", syscall), ("woken_by", waker), ("cpu_held_by", holder)) if v}
             emit({"ph": "X", "name": ev.STATE_NAMES[state], "cat": "state", "pid": pid, "tid": state_tid[tid],
-                  "ts": us(start), "dur": us(dur), "args": args})
+                  "ts": us(start), "dur": dur / 1000.0, "args": args})
             counts["state_slices"] += 1
     # Wake-ups: an arrow from the waker's state row to the wakee's ("f" binds to the slice enclosing it).
     for batch in ev.batches(con, f"SELECT flow_id, wakeup_ns, waker_tid, tid FROM {ev.WAKEUPS} ORDER BY flow_id"):
@@ -79,7 +86,7 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
         emit({"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "host / causal chains"}})
     for i, chain in enumerate(c for c in timeline.chains if c.window is not None):
         emit({"ph": "X", "name": ev.label(chain.summary, 200), "cat": "chain", "pid": 0, "tid": i + 1,
-              "ts": us(chain.window.start_ns), "dur": us(max(1, chain.window.end_ns - chain.window.start_ns)),
+              "ts": us(chain.window.start_ns), "dur": max(1, chain.window.end_ns - chain.window.start_ns) / 1000.0,
               "args": {"root_cause": ev.label(chain.root_cause, 500), "seconds_lost": chain.seconds_lost,
                        "severity": chain.severity, "chain_id": ev.label(chain.id)}})
         counts["chains"] += 1
