@@ -21,7 +21,7 @@ INSPECTOR = REPO / ".mcp-clients" / "node_modules" / ".bin" / "mcp-inspector"
 MCP1_PYTHON = REPO / ".venv-mcp1" / "bin" / "python"
 TOOLS = {
     "get_trace_stats", "get_causal_chains", "get_per_process_breakdown", "get_timeline",
-    "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql", "get_time_accounting",
+    "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql", "get_time_accounting", "save_picture",
 }
 
 
@@ -97,7 +97,7 @@ def test_inspector_cli_lists_and_calls_tools(config: Path) -> None:
     listed = inspector(config, "--method", "tools/list")
     tools = {t["name"]: t for t in listed["tools"]}
     assert set(tools) == TOOLS
-    assert all(t["annotations"]["readOnlyHint"] is True for t in tools.values())
+    assert all(t["annotations"]["readOnlyHint"] is (name != "save_picture") for name, t in tools.items())
 
     stats = inspector(config, "--method", "tools/call", "--tool-name", "get_trace_stats", "--tool-arg", "since=5s")
     assert stats.get("isError") is not True

@@ -29,6 +29,7 @@ from ingero_mcp.store import TraceWriter, open_store
 TOOLS = {
     "get_trace_stats", "get_causal_chains", "get_per_process_breakdown", "get_timeline",
     "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql", "get_time_accounting",
+    "save_picture",
 }
 DEFAULT_ARGS: dict[str, dict[str, Any]] = {name: {} for name in TOOLS} | {
     "run_sql": {"sql": "SELECT 42 AS answer"}, "get_evidence_sql": {},
@@ -90,7 +91,8 @@ async def test_lists_the_read_only_tools_with_bounds_and_the_prompt(store: Path)
         prompts = (await client.list_prompts()).prompts
     assert set(tools) == TOOLS
     for tool in tools.values():
-        assert tool.annotations is not None and tool.annotations.read_only_hint is True
+        # save_picture writes a file (never into the trace): not read-only, not destructive
+        assert tool.annotations is not None and tool.annotations.read_only_hint is (tool.name != "save_picture")
         assert tool.annotations.destructive_hint is False
         assert tool.output_schema is not None and tool.output_schema["type"] == "object"
         assert tool.description and "\n        " not in tool.description

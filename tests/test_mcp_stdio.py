@@ -70,6 +70,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
             "run_sql": await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls"}),
             "get_evidence_sql": await client.call_tool("get_evidence_sql", {}),
             "get_time_accounting": await client.call_tool("get_time_accounting", {}),
+            "save_picture": await client.call_tool("save_picture", {"kind": "perfetto"}),
         }
         unknown = await client.call_tool("get_per_process_breakdown", {"pid": 424242})
         empty = await client.call_tool("get_trace_stats", {"since": "0s"})
@@ -78,7 +79,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
         write = await client.call_tool("run_sql", {"sql": "DELETE FROM cuda_calls"})
         read_file = await client.call_tool("run_sql", {"sql": "SELECT * FROM read_csv('/etc/passwd')"})
         prompt = await client.get_prompt("investigate", {"pid": "100"})
-    assert len(tools) == 9 and set(results) == tools
+    assert len(tools) == 10 and set(results) == tools
     assert prompts == ["investigate"]
     for name, result in results.items():
         assert not result.is_error, (name, result.content)
@@ -134,7 +135,7 @@ def test_stdout_carries_only_protocol(store: Path) -> None:
     by_id = {m["id"]: m for m in messages if "id" in m}
     assert set(by_id) == {1, 2, 3, 4}
     assert by_id[1]["result"]["serverInfo"]["name"] == "ingero-mcp"
-    assert len(by_id[2]["result"]["tools"]) == 9
+    assert len(by_id[2]["result"]["tools"]) == 10
     assert by_id[3]["result"]["isError"] is True
     assert by_id[4]["result"]["structuredContent"]["calls"] == 2000
 

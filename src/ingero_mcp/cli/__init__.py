@@ -15,7 +15,7 @@ import sys
 from ingero_mcp.sanitize import clean
 
 # The subcommand modules, in the order a new user meets them.
-SUBCOMMANDS: tuple[str, ...] = ("demo", "explain", "query", "import_", "trace", "check", "mcp")
+SUBCOMMANDS: tuple[str, ...] = ("demo", "explain", "export", "report", "query", "import_", "trace", "check", "mcp")
 
 EPILOG = """\
 examples:

@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument(
         "--sql-timeout", type=float, default=10.0, metavar="SECONDS", help="stop run_sql queries after this long (default 10)"
     )
+    parser.add_argument("--out-dir", metavar="DIR", help="where save_picture writes reports and timelines "
+                        "(default: ingero-mcp-UID in the temp directory)")
     parser.set_defaults(func=run)
 
 
@@ -54,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from ingero_mcp.mcp.server import build_server
 
-        server = build_server(args.db, sql_timeout_s=args.sql_timeout)
+        server = build_server(args.db, sql_timeout_s=args.sql_timeout, out_dir=args.out_dir)
     except StoreError:
         raise  # one line, exit 2 (the dispatcher prints it)
     except Exception as exc:  # noqa: BLE001 - start-up must never print a traceback to the client

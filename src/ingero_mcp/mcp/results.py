@@ -110,3 +110,15 @@ class SqlRows(Bounds):
     limit: int
     more_rows: bool = Field(description="the query had more rows than `limit`")
     elapsed_ms: float
+
+
+class PictureResult(Bounds):
+    """save_picture: where the file is, what it shows (window, chain) and what is in it."""
+
+    path: str
+    uri: str
+    kind: str = Field(description="'report' (HTML, open in a browser) or 'perfetto' (open at https://ui.perfetto.dev)")
+    window: TimeWindow | None = None
+    chain_id: str | None = None
+    bytes: int = 0
+    counts: dict[str, int] = {}

@@ -1,4 +1,4 @@
-"""The stdio MCP server: eight read-only tools over one trace store and the `investigate` prompt.
+"""The stdio MCP server: nine read-only tools over one trace store, save_picture (writes a report or timeline file, never the trace) and the `investigate` prompt.
 
 A thin layer: each tool resolves its arguments (Ingero's names: since, pid, pids, top_n, limit;
 `since` counts back from the trace's end), calls one analysis function, bounds the result, and
@@ -8,15 +8,18 @@ returns compact text plus the same data as structured content. It computes nothi
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
+import os
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import duckdb
 from mcp.server.mcpserver import MCPServer
@@ -37,6 +40,7 @@ from ingero_mcp.mcp.results import (
     ContextResult,
     EvidenceResult,
     InfoResult,
+    PictureResult,
     SqlRows,
     StatsResult,
     TimelineResult,
@@ -277,11 +281,13 @@ PIDS = Annotated[
 
 
 def build_server(
-    db_path: str | Path, sql_timeout_s: float = DEFAULT_TIMEOUT_S, reopen_min_s: float = _REOPEN_MIN_S
+    db_path: str | Path, sql_timeout_s: float = DEFAULT_TIMEOUT_S, reopen_min_s: float = _REOPEN_MIN_S,
+    out_dir: str | Path | None = None,
 ) -> MCPServer:
     """An MCPServer over the trace at `db_path`, opened now (StoreError if it cannot be read).
 
     A store that changes on disk (a live recording) is reopened at most every `reopen_min_s`.
+    save_picture writes its files under `out_dir` (default: a per-user folder in the temp directory).
     """
     store = StoreHandle(db_path, reopen_min_s)
     with store.connection() as con:
@@ -607,6 +613,77 @@ def build_server(
             return _result(render.render_context(result, whole), result)
 
         return _guard(run)
+
+    pictures = Path(out_dir) if out_dir else Path(tempfile.gettempdir()) / f"ingero-mcp-{os.getuid()}"
+    writes_files = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                                   open_world_hint=False)
+
+    def save_picture(
+        kind: Annotated[Literal["report", "perfetto"], Field(
+            description="'report': the HTML report (verdict, per-second time accounting charts, chains with "
+                        "their SQL); 'perfetto': the timeline (threads, CUDA calls, states, wake-ups) for "
+                        "ui.perfetto.dev.")] = "report",
+        chain_id: Annotated[str | None, Field(description="A chain's id as get_causal_chains printed it: the "
+                                                      "picture covers that chain's window.", max_length=400)] = None,
+        since: SINCE = None,
+        pid: PID = None,
+        pids: PIDS = None,
+    ) -> Annotated[CallToolResult, PictureResult]:
+        """Write a picture of the trace for the user and return its path: the self-contained HTML report
+        (opens offline in a browser) or a Perfetto timeline (open at https://ui.perfetto.dev). With
+        chain_id, the picture covers that chain's window (pass the since/pid/pids that listed the chain).
+        Hand the user the path; the file is written on the machine running this server and changes nothing
+        in the trace."""
+
+        def run() -> CallToolResult:
+            from ingero_mcp.analysis.chains import causal_chains
+
+            chosen = _pids(pid, pids)
+            with store.connection() as con:
+                window = _window(con, since)
+                whole = _whole(con)
+                if whole is None:
+                    raise ToolError("the trace is empty: there is nothing to draw")
+                chain = None
+                if chain_id:
+                    wanted = chain_id.strip().strip('"')
+                    found = causal_chains(con, window, chosen)
+                    chain = next((c for c in found if c.id == wanted or clean(c.id, 200) == wanted), None)
+                    if chain is None:
+                        ids = ", ".join(json.dumps(clean(c.id, 200), ensure_ascii=False) for c in found[:20]) or "none"
+                        raise ToolError(f"no chain {json.dumps(clean(chain_id, 200), ensure_ascii=False)} in this "
+                                        f"window; chains here: {ids}")
+                    window = chain.window or window
+            pictures.mkdir(mode=0o700, parents=True, exist_ok=True)
+            key = json.dumps([kind, window.model_dump() if window else None, chosen, chain.id if chain else None])
+            name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', store.path.stem)[:60]}-{kind}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+            counts: dict[str, int] = {}
+            if kind == "report":
+                from ingero_mcp.export.html import write_report
+
+                out = pictures / f"{name}.html"
+                size = write_report(store.path, out, pids=chosen, window=window)
+            else:
+                from ingero_mcp.export.run import export_timeline
+
+                out = pictures / f"{name}.pftrace"
+                counts = export_timeline(store.path, out, "perfetto", window=window, pids=chosen)
+                size = out.stat().st_size
+            result = PictureResult(path=str(out), uri=out.resolve().as_uri(), kind=kind, window=window or whole,
+                                   chain_id=chain.id if chain else None, bytes=size, counts=counts, shown=1, total=1,
+                                   trace_start_ns=whole.start_ns if whole else None)
+            how = ("open it in a browser (it needs no network)" if kind == "report"
+                   else "open it at https://ui.perfetto.dev (Open trace file)")
+            text = (f"Wrote {kind} {out} ({size / 1e6:.1f} MB): {how}."
+                    + (f" It covers chain {json.dumps(clean(chain.id, 200))}'s window." if chain else "")
+                    + ("" if not counts else " Holds " + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in counts.items()) + "."))
+            return _result(f"{text}\n{DATA_NOTE}", result)
+
+        return _guard(run)
+
+    server.add_tool(save_picture, description=" ".join(inspect.cleandoc(save_picture.__doc__ or "").split()),
+                    annotations=writes_files)
+    _refuse_unknown_arguments(server, "save_picture")
 
     @tool
     def get_trace_info() -> Annotated[CallToolResult, InfoResult]:

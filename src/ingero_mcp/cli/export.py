@@ -1,0 +1,47 @@
+"""`ingero-mcp export`: the trace as a timeline file for ui.perfetto.dev (or chrome://tracing)."""
+
+from __future__ import annotations
+
+import argparse
+
+DESCRIPTION = """\
+Export a trace as a timeline: a process track per traced process, a thread track per traced
+thread with its CUDA calls, the thread's states (running, waiting for a CPU, sleeping, IO) on a
+track below it, wake-up arrows, process events, host counters and the causal chains' windows.
+Open the file at https://ui.perfetto.dev (JSON also in chrome://tracing)."""
+
+EPILOG = """\
+examples:
+  ingero-mcp export --db run.duckdb -o run.pftrace
+  ingero-mcp export --db run.duckdb -o run.json --format json --since 30s --pid 4100"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `export` parser."""
+    p = subparsers.add_parser("export", help="the trace as a Perfetto / Chrome timeline file", description=DESCRIPTION,
+                              epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--db", required=True, help="trace store (DuckDB file)")
+    p.add_argument("-o", "--output", required=True, help="file to write (.pftrace, or .json with --format json)")
+    p.add_argument("--format", choices=("perfetto", "json"), default=None,
+                   help="perfetto (protobuf, default) or json (Chrome trace events); default from the file name")
+    p.add_argument("--pid", type=int, action="append", metavar="PID", help="only these processes (repeatable)")
+    p.add_argument("--since", metavar="DUR", help="the last DUR of the trace (as in explain)")
+    p.add_argument("--from", dest="start", metavar="TIME", help="window start (as in explain)")
+    p.add_argument("--to", dest="end", metavar="TIME", help="window end")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the file and say what is in it."""
+    import time
+
+    from ingero_mcp.export.run import export_timeline
+
+    fmt = args.format or ("json" if str(args.output).endswith(".json") else "perfetto")
+    t0 = time.monotonic()
+    counts = export_timeline(args.db, args.output, fmt, pids=args.pid or None, since=args.since, start=args.start,
+                             end=args.end)
+    summary = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in counts.items())
+    print(f"wrote {args.output} ({fmt}, {time.monotonic() - t0:.1f} s): {summary}")
+    print("open it at https://ui.perfetto.dev" + (" or chrome://tracing" if fmt == "json" else ""))
+    return 0

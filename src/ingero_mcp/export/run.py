@@ -1,0 +1,41 @@
+"""One entry for the CLI and the MCP server: export a store's window to a timeline file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.export import events as ev
+
+
+def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str = "perfetto",
+                    window: TimeWindow | None = None, pids: list[int] | None = None,
+                    since: str | None = None, start: str | None = None, end: str | None = None) -> dict[str, int]:
+    """Write the timeline of `db` (window/pids as in explain) to `out`; returns the counts written."""
+    from ingero_mcp.analysis.report import build_report
+    from ingero_mcp.analysis.window import resolve_window
+    from ingero_mcp.store import open_store
+
+    con = open_store(db)
+    try:
+        if window is None and (since or start or end):
+            window = resolve_window(con, since=since, start=start, end=end)
+        chains = build_report(con, window=window, pids=pids).chains
+        scope = ev.Scope(window=window, pids=pids)
+        timeline = ev.gather(con, scope, chains)
+        tmp = Path(str(out) + ".tmp")
+        if fmt == "json":
+            from ingero_mcp.export.chrome_json import write_chrome_json
+
+            with open(tmp, "w", encoding="ascii") as f:
+                counts = write_chrome_json(con, timeline, scope, f)
+        else:
+            from ingero_mcp.export.perfetto import write_perfetto
+
+            with open(tmp, "wb") as f:
+                counts = write_perfetto(con, timeline, scope, f)
+        os.replace(tmp, out)
+        return counts
+    finally:
+        con.close()
