@@ -1,9 +1,9 @@
 -- ingero-mcp trace store, schema version 3: applied on top of v2.sql (a new store gets all three, in order).
 --
--- Why v3: the time accounting's three derived tables, computed ONCE when a store is finished (the
+-- Why v3: the time accounting's derived tables, computed ONCE when a store is finished (the
 -- collector's fold, a demo scenario's end) instead of by every reader connection (at 10M events that
 -- rebuilt ~7.4M call spans and every thread-second per `explain`: ~6 s on two cores). They hold exactly
--- the rows of the views src/ingero_mcp/analysis/sql/{thread_state,call_spans,thread_seconds}.sql
+-- the rows of the views src/ingero_mcp/analysis/sql/{thread_state,call_spans,thread_seconds,thread_sleeps}.sql
 -- (same columns, types and meaning: the SQL files document them); readers point those views at
 -- these tables when acct_meta says they match the store's current rows, and compute the views
 -- as before otherwise (v1/v2 stores, live recordings, a store appended to after they were made,
@@ -55,4 +55,14 @@ CREATE TABLE IF NOT EXISTS acct_thread_seconds (
     sleep_io_ns HUGEINT, cpu_wait_inside_ns HUGEINT, cpu_wait_outside_ns HUGEINT, off_cpu_unknown_ns HUGEINT,
     in_call_ns HUGEINT,
     calls BIGINT, work_calls BIGINT
+);
+
+-- Rows of the thread_sleeps view (sql/thread_sleeps.sql): every sleep of a traced thread with its in-call time.
+CREATE TABLE IF NOT EXISTS acct_thread_sleeps (
+    pid INTEGER, tid INTEGER,
+    sleep_state VARCHAR,       -- 'S' or 'D'
+    start_ns BIGINT, end_ns BIGINT, dur_ns BIGINT,
+    cpu INTEGER,
+    waker_pid INTEGER, waker_tid INTEGER, waker_comm VARCHAR, waker_context VARCHAR, syscall VARCHAR,
+    inside_ns HUGEINT          -- the part of the sleep inside the thread's CUDA calls (0: outside every call)
 );

@@ -14,7 +14,7 @@ import duckdb
 from ingero_mcp.analysis.views import DERIVED, TABLES, VIEWS, has_derived, install_views, materialize, store_derived
 from ingero_mcp.store import TraceWriter, open_store
 
-from test_analysis_views import CALL_COLUMNS, MS, S, SCHED_COLUMNS, T0, US, call, columns, sched, write_store
+from test_analysis_views import CALL_COLUMNS, MS, PID, S, SCHED_COLUMNS, T0, US, call, columns, sched, write_store
 
 
 def _rows(con, sql: str) -> list[tuple]:
@@ -124,4 +124,56 @@ def test_direct_writer_derives_only_when_asked(tmp_path: Path) -> None:
     con = open_store(db)
     assert not has_derived(con)  # acct tables exist (v3) but were not made
     assert con.execute("SELECT count(*) FROM acct_meta").fetchall() == [(0,)]
+    con.close()
+
+
+OLD_WAKERS = """
+    WITH s AS (
+        SELECT * FROM thread_state
+        WHERE pid = {pid} AND tid = {tid} AND state = 'sleeping' AND end_ns > {lo} AND start_ns < {hi}),
+    m AS (SELECT start_ns AS t FROM s UNION SELECT end_ns FROM s),
+    i AS (
+        SELECT m.t, coalesce(c.before_ns + least(m.t, c.end_ns) - c.start_ns, 0) AS in_ns
+        FROM m ASOF LEFT JOIN (SELECT * FROM call_spans WHERE pid = {pid} AND tid = {tid}) c ON c.start_ns <= m.t),
+    s2 AS (
+        SELECT s.*, ie.in_ns - ia.in_ns AS inside_ns
+        FROM s JOIN i ia ON ia.t = s.start_ns JOIN i ie ON ie.t = s.end_ns)
+    SELECT waker_pid, waker_tid, min(waker_comm), min(waker_context), count(*), sum(dur_ns)::BIGINT,
+           sum(dur_ns) FILTER (WHERE sleep_state = 'D')::BIGINT, arg_max(syscall, dur_ns)
+    FROM s2 WHERE inside_ns {cond} GROUP BY waker_pid, waker_tid"""
+
+
+def test_wakers_read_thread_sleeps_as_the_old_query_computed(tmp_path: Path) -> None:
+    """wakers_sql reads thread_sleeps (made once) instead of its own ASOF join: the same rows, on the plain views, the
+    per-connection tables and the stored tables."""
+    from ingero_mcp.analysis.accounting import wakers_sql
+    from ingero_mcp.analysis.models import TimeWindow
+
+    state = [dict(r, waker_pid=100, waker_tid=100 + k % 3, waker_comm=f"w{k % 3}") for k, r in enumerate(STATE)]
+    db = write_store(tmp_path / "w.duckdb", state, _calls())
+    con = open_store(db)
+    install_views(con)
+    cases = [(11, None, False), (11, None, True), (12, TimeWindow(start_ns=T0 + 100 * MS, end_ns=T0 + 400 * MS), False), (13, None, False)]
+    want = {}
+    for tid, w, inside in cases:
+        lo, hi = (w.start_ns, w.end_ns) if w else (-(2**62), 2**62)
+        want[(tid, inside, lo)] = _rows(con, OLD_WAKERS.format(pid=PID, tid=tid, lo=lo, hi=hi, cond="> 0" if inside else "= 0"))
+    con.close()
+    assert any(want.values())
+
+    def check(con) -> None:
+        for tid, w, inside in cases:
+            lo = w.start_ns if w else -(2**62)
+            assert _rows(con, wakers_sql(PID, tid, w, inside)) == want[(tid, inside, lo)]
+
+    con = open_store(db)
+    install_views(con)
+    check(con)
+    materialize(con)
+    check(con)
+    con.close()
+    _derive(db)
+    con = open_store(db)
+    install_views(con)
+    check(con)
     con.close()

@@ -14,7 +14,7 @@ from importlib import resources
 import duckdb
 
 # In dependency order: each view reads only the store's tables and the views before it.
-VIEWS: tuple[str, ...] = ("thread_state", "call_spans", "thread_seconds")
+VIEWS: tuple[str, ...] = ("thread_state", "call_spans", "thread_seconds", "thread_sleeps")
 
 
 @cache
@@ -115,6 +115,8 @@ def materialize(con: duckdb.DuckDBPyConnection) -> None:
             made = in_call is not None
         elif name == "thread_seconds" and in_call is not None:
             made = _materialize_seconds(con, table, in_call)
+        elif name == "thread_sleeps" and in_call is not None:
+            made = _materialize_sleeps(con, table, in_call)
         if not made:
             con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {name}").fetchall()
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {table}").fetchall()
@@ -146,6 +148,24 @@ def _materialize_seconds(con: duckdb.DuckDBPyConnection, table: str, in_call: ob
                         duckdb.sqltypes.BIGINT, type="arrow", side_effects=False)
     try:
         con.execute(f"CREATE TEMP TABLE {table} AS {body.rstrip().rstrip(';')}").fetchall()
+    finally:
+        con.remove_function(_UDF)
+    return True
+
+
+def _materialize_sleeps(con: duckdb.DuckDBPyConnection, table: str, in_call: object) -> bool:
+    """thread_sleeps' rows with its in-call lookups done by `in_call` (spans.InCall) instead of its ASOF join, cast
+    to the view's types."""
+    cols = []
+    for column, kind, *_ in con.execute("DESCRIBE SELECT * FROM thread_sleeps").fetchall():
+        expr = (f"coalesce({_UDF}(pid, tid, end_ns), 0)::HUGEINT - coalesce({_UDF}(pid, tid, start_ns), 0)::HUGEINT"
+                if column == "inside_ns" else column)
+        cols.append(f"CAST({expr} AS {kind}) AS {column}")
+    con.create_function(_UDF, in_call, [duckdb.sqltypes.BIGINT] * 3,
+                        duckdb.sqltypes.BIGINT, type="arrow", side_effects=False)
+    try:
+        con.execute(f"CREATE TEMP TABLE {table} AS SELECT {', '.join(cols)} FROM {TABLES['thread_state']} "
+                    "WHERE state = 'sleeping'").fetchall()
     finally:
         con.remove_function(_UDF)
     return True
