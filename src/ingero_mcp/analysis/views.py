@@ -71,6 +71,7 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
     acct_meta recording what they were made from. One transaction. Returns False where the store has no such tables."""
     if not _has_meta(con):
         return False
+    con.execute("SET enable_progress_bar = false").fetchall()  # the collector's fold, a demo: no bars on stderr
     con.execute("BEGIN TRANSACTION").fetchall()
     try:
         con.execute(f"DELETE FROM {DERIVED_META}").fetchall()  # stale or absent: the views compute
