@@ -352,3 +352,24 @@ def test_v2_cold_start_context_creation_reads_files_in_d_state(stores: dict[str,
         FROM sched_intervals i, f WHERE i.off_ns >= f.ts_ns AND i.on_ns <= f.e AND i.prev_state = 'uninterruptible'""")
     c.close()
     assert got == (24, True, True, 24)
+
+
+def test_demo_stores_keep_their_accounting(scenario: str, stores: dict[str, Path], tmp_path: Path) -> None:
+    """A demo store is finished when written: it holds the accounting's derived tables (schemas/v3.sql), and they
+    equal what a reader computes from the trace rows (the same file with acct_meta emptied)."""
+    from ingero_mcp.analysis.views import VIEWS, has_derived, install_views
+
+    copy = tmp_path / "copy.duckdb"
+    copy.write_bytes(stores[scenario].read_bytes())
+    raw = duckdb.connect(str(copy))
+    raw.execute("DELETE FROM acct_meta").fetchall()
+    raw.close()
+    got = {}
+    for path, derived in ((stores[scenario], True), (copy, False)):
+        c = open_store(path)
+        assert has_derived(c) is derived
+        install_views(c)
+        got[derived] = {v: c.execute(f"SELECT * FROM {v}").fetchall() for v in VIEWS}
+        c.close()
+    for v in VIEWS:
+        assert sorted(got[True][v], key=repr) == sorted(got[False][v], key=repr), v

@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 
 from ingero_mcp.store.errors import StoreError
-from ingero_mcp.store.schema import REPLACE_TABLES, SCHEMA_VERSION, TABLES, V1_AS_V2, current_version, ddl, migrate
+from ingero_mcp.store.schema import DERIVED_PREFIX, REPLACE_TABLES, SCHEMA_VERSION, TABLES, V1_AS_V2, current_version, ddl, migrate
 from ingero_mcp.store.segments import insert_segments, list_segments, remember_skipped
 from ingero_mcp.store.writer import segment_dir
 
@@ -174,8 +174,8 @@ def lay_current_views(con: duckdb.DuckDBPyConnection) -> None:
     db = str(con.execute("SELECT current_database()").fetchall()[0][0])
     stored = _stored_columns(con, db)
     for table, columns in _current_shape().items():
-        if table == "schema_version":
-            continue
+        if table == "schema_version" or table.startswith(DERIVED_PREFIX):
+            continue  # an older store has no derived tables: the accounting computes its views (analysis/views.py)
         have = stored.get(table, set())
         if have == {c for c, _ in columns}:
             continue

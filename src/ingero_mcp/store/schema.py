@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+
+# v3's derived tables (the accounting's views, made once when a store is finished): not trace tables. The writer
+# does not append to them, live segments never hold them, a live snapshot does not copy them (schemas/v3.sql).
+DERIVED_PREFIX = "acct_"
 
 # Tables whose rows for a session are rewritten whole (latest state), not appended.
 REPLACE_TABLES = frozenset({"sessions", "processes", "threads", "collector_stats", "table_coverage"})
@@ -57,10 +61,12 @@ def _table_names(sql: str) -> tuple[str, ...]:
 
 
 def _all_tables() -> tuple[str, ...]:
-    """The tables of the current schema: those created by every version up to SCHEMA_VERSION, in order."""
+    """The trace tables of the current schema: those created by every version up to SCHEMA_VERSION, in order
+    (the derived acct_* tables of v3 left out)."""
     names: list[str] = []
     for version in range(1, SCHEMA_VERSION + 1):
-        names += [t for t in _table_names(ddl(version)) if t != "schema_version" and t not in names]
+        names += [t for t in _table_names(ddl(version))
+                  if t != "schema_version" and not t.startswith(DERIVED_PREFIX) and t not in names]
     return tuple(names)
 
 

@@ -102,6 +102,10 @@ class TraceWriter:
         self._pending: dict[str, list[pa.Table]] = defaultdict(list)
         self._latest: dict[str, pa.Table] = {}
         self._closed = False
+        # Direct mode: make the accounting's derived tables (schemas/v3.sql) on close, as the collector's fold does.
+        # Set by whoever knows the store is complete when this writer closes (the demo scenarios); an import holds
+        # a sample, which the accounting refuses, so it leaves this off.
+        self.derive_on_close = False
         self.rows_written: dict[str, int] = defaultdict(int)
         if live:
             self.segments = segment_dir(self.path)
@@ -180,7 +184,11 @@ class TraceWriter:
             if self.fold_on_close:
                 fold_segments(self.path)
         elif self._con is not None:
-            self._con.close()
+            try:
+                if self.derive_on_close:
+                    _derive(self._con)
+            finally:
+                self._con.close()
 
     def __enter__(self) -> TraceWriter:
         return self
@@ -270,8 +278,24 @@ def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] |
         con.execute("COMMIT").fetchall()
     except Exception:
         con.execute("ROLLBACK").fetchall()
+        con.close()
         raise
+    try:
+        # The store is finished: its accounting is computed once here, not by every reader (schemas/v3.sql).
+        _derive(con)
     finally:
         con.close()
     shutil.rmtree(segments)
     return folded
+
+
+def _derive(con: duckdb.DuckDBPyConnection) -> None:
+    """Store the accounting's derived tables; a failure there leaves the store as it was (readers compute them)."""
+    import logging
+
+    from ingero_mcp.analysis.views import store_derived
+
+    try:
+        store_derived(con)
+    except Exception as exc:  # the trace itself is committed: never lose it over a derived table
+        logging.getLogger(__name__).warning("derived accounting tables not stored: %s", exc)
