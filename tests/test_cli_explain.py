@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis_fixtures import S, T0, contention_store
+from analysis_fixtures import S, contention_store
 from ingero_mcp.cli import main
 
 

@@ -1,7 +1,7 @@
 """healthy_training (control): a well-fed training loop, batches already on the GPU, a step of a
 few ms, 15 s on CPU 3, nothing staged. Window: none. throughput_ratio: first half over second half."""
 
-from common import Scenario, Trainer, now
+from common import Scenario, Trainer
 
 sc = Scenario("healthy_training", "none", "a well-fed training loop for 15 s, no cause", job_cpus=[3], control=True)
 tr = Trainer(sc)

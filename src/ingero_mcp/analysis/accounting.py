@@ -222,7 +222,7 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -
     base_rate = sum(rate[k] for k in healthy) / len(healthy)
     phases = []
     for kind, members in (("baseline", healthy), ("slow", slow)):
-        for run in _runs(sorted(members), allow_gap=1 if kind == "slow" else 0):
+        for run in second_runs(sorted(members), allow_gap=1 if kind == "slow" else 0):
             if run[-1] - run[0] + 1 < MIN_PHASE_S:
                 continue
             seconds = range(run[0], run[-1] + 1)
@@ -236,10 +236,10 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -
     return sorted(phases, key=lambda p: p.window.start_ns)
 
 
-def _runs(ks: list[int], allow_gap: int) -> list[list[int]]:
+def second_runs(ks: list[int], allow_gap: int = 1) -> list[list[int]]:
     """Consecutive runs of second indices, bridging gaps of up to `allow_gap` seconds."""
     runs: list[list[int]] = []
-    for k in ks:
+    for k in sorted(ks):
         if runs and k - runs[-1][-1] <= allow_gap + 1:
             runs[-1].append(k)
         else:

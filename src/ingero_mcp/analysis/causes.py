@@ -24,7 +24,7 @@ import duckdb
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.views import SECONDS_TABLE
-from ingero_mcp.analysis.accounting import SECOND_NS, origin_ns, sum_seconds, wakers_sql
+from ingero_mcp.analysis.accounting import SECOND_NS, second_runs, origin_ns, sum_seconds, wakers_sql
 from ingero_mcp.analysis.models import (
     Account,
     Accounting,
@@ -279,7 +279,7 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> lis
                 continue
             if part_ns(s, p) >= 0.2 * s.wall_ns:
                 member.append(s.k)
-        for run in _runs(member):
+        for run in second_runs(member):
             if run[-1] - run[0] + 1 < 2:
                 continue
             lost = sum(part_ns(by_k[k], p) * (1.0 - (by_k[k].gpu_util_percent or 0.0) / 100.0) for k in run if k in by_k)
@@ -295,15 +295,6 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> lis
     return found
 
 
-def _runs(ks: list[int]) -> list[list[int]]:
-    """Consecutive seconds, bridging one-second gaps."""
-    out: list[list[int]] = []
-    for k in sorted(ks):
-        if out and k - out[-1][-1] <= 2:
-            out[-1].append(k)
-        else:
-            out.append([k])
-    return out
 
 
 # ---- explaining a part: culprits and the cause ------------------------------------------------
@@ -379,9 +370,7 @@ def _culprit_text(ctx: Ctx, culprits: list[Culprit], limit: int = 3) -> str:
             parts.append(f"{ctx.who(c.pid, c.tids[0] if len(c.tids) == 1 else None, c.comm)}"
                          + (f" threads {_id_range(sorted(c.tids))}" if len(c.tids) > 1 else "") + " (same process)")
         elif c.pid is not None:
-            tids = [t for t in c.tids if t != c.pid]
             parts.append(f"{c.comm}[{c.pid}]" + (f" ({c.relation})" if c.relation != "other process" else ""))
-            del tids
         else:
             parts.append(f"{c.comm} ({c.relation})")
     return ", ".join(parts) if parts else "no task recorded"
@@ -450,7 +439,6 @@ def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
     culprits = _merge_hogs(_group_culprits(ctx, job, got))
     cpus = sorted({int(c) for r in got for c in (r[4] or [])})
     total = sum(c.ns for c in culprits) or 1
-    own_workers = sum(c.ns for c in culprits if c.relation == "child process")
     own_threads = sum(c.ns for c in culprits if c.relation == "same process")
     data_workers = sum(c.ns for c in culprits if c.relation == "child process" and _is_data_worker(c.comm))
     if data_workers >= 0.5 * total:

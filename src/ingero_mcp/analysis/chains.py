@@ -12,7 +12,7 @@ import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, table_complete
-from ingero_mcp.analysis.accounting import accounting, origin_ns, thread_names
+from ingero_mcp.analysis.accounting import accounting, origin_ns, second_runs, thread_names
 from ingero_mcp.analysis.calls import CallGroup
 from ingero_mcp.analysis.causes import accounting_chains, pace_threads
 from ingero_mcp.analysis.imported import imported_chains
@@ -108,7 +108,7 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
         sql = churn_sql(t.pid, t.tid, window, t0)
         per = {int(k): (int(n), int(ns)) for k, n, ns in rows(con, sql)}
         hot = [k for k, (n, ns) in per.items() if n >= CHURN_MIN_PER_S and ns >= CHURN_MIN_SHARE * 1e9]
-        for run in _runs(hot):
+        for run in second_runs(hot):
             if run[-1] - run[0] + 1 < 2:
                 continue
             calls = sum(per.get(k, (0, 0))[0] for k in range(run[0], run[-1] + 1))
@@ -195,14 +195,6 @@ def driver_lock_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: 
     return out
 
 
-def _runs(ks: list[int]) -> list[list[int]]:
-    out: list[list[int]] = []
-    for k in sorted(ks):
-        if out and k - out[-1][-1] <= 2:
-            out[-1].append(k)
-        else:
-            out.append([k])
-    return out
 
 
 def causal_chains(

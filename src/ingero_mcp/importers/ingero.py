@@ -41,7 +41,7 @@ from ingero_mcp.importers.ingero_source import (
     prefetch,
 )
 from ingero_mcp.store import TABLES, TraceWriter, segment_dir
-from ingero_mcp.store.schema import SCHEMA_VERSION, current_version, ddl, migrate
+from ingero_mcp.store.schema import current_version, ddl, migrate
 
 ORIGIN = "ingero"
 BUCKET_NS = 60_000_000_000  # Ingero's event_aggregates are per minute (bucket = minute-truncated ns)

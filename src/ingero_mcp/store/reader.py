@@ -14,7 +14,6 @@ import os
 import tempfile
 from functools import cache
 import time
-from functools import cache
 from pathlib import Path
 
 import duckdb
