@@ -646,12 +646,13 @@ def test_v2_two_threads_on_one_cpu_preempt_each_other(v2rec: dict[str, Any]) -> 
             FROM sched_intervals WHERE tid = ? AND prev_state = 'preempted' AND cpu = ? AND on_cpu = ?""",
             [t[other], v2rec["pid"], other, t[other], v2rec["pid"], other, t[me], V2_SPIN_CPU, V2_SPIN_CPU])[0]
         # SCHED_RR spinners: the other one, named by tid, pid (its tgid) and comm, is first and last
-        # holder at the end of each time slice; other tasks only when the kernel throttles RT tasks
-        # (50 ms a second by default) or an RT kernel thread runs
-        assert n >= 3 and by_other >= 0.5 * n and held_by_other >= 0.5 * n, (me, n, by_other, held_by_other)
+        # holder at the end of each time slice; other tasks when the kernel throttles RT tasks (50 ms a
+        # second by default), which on a loaded 2-CPU machine can be most of the preemptions: so the
+        # other spinner must be named, exactly, several times (a wrong holder would never match all three)
+        assert n >= 3 and by_other >= 3 and held_by_other >= 3, (me, n, by_other, held_by_other)
         tid_only = _q(con, "SELECT count(*) FROM sched_intervals WHERE tid = ? AND preemptor_tid = ? AND preemptor_pid <> ?",
                       [t[me], t[other], v2rec["pid"]])[0][0]
-        assert tid_only <= 0.1 * by_other, (me, tid_only, by_other)  # the tgid is nearly always learned
+        assert tid_only <= max(1, 0.1 * by_other), (me, tid_only, by_other)  # the tgid is nearly always learned
         assert cpu_wait > 200_000_000, (me, cpu_wait)  # about half of its second, runnable
         # host_aggregates: its on-CPU time per CPU; over all CPUs, its life minus its off-CPU intervals
         on_cpu, on_all, rows, bad = _q(con, """
