@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ingero_mcp.cli._args import add_window_args
+
 DESCRIPTION = """\
 Export a trace as a timeline: a process track per traced process, a thread track per traced
 thread with its CUDA calls, the thread's states (running, waiting for a CPU, sleeping, IO) on a
@@ -24,10 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, help="file to write (.pftrace, or .json with --format json)")
     p.add_argument("--format", choices=("perfetto", "json"), default=None,
                    help="perfetto (protobuf, default) or json (Chrome trace events); default from the file name")
-    p.add_argument("--pid", type=int, action="append", metavar="PID", help="only these processes (repeatable)")
-    p.add_argument("--since", metavar="DUR", help="the last DUR of the trace (as in explain)")
-    p.add_argument("--from", dest="start", metavar="TIME", help="window start (as in explain)")
-    p.add_argument("--to", dest="end", metavar="TIME", help="window end")
+    add_window_args(p)
     p.set_defaults(func=run)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ingero_mcp.cli._args import add_window_args
+
 DESCRIPTION = """\
 Write the incident report as one HTML file that opens offline (no network at view time): the
 verdict, a time-accounting chart per feeding thread (per second: running outside CUDA, in CUDA,
@@ -22,10 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--db", required=True, help="trace store (DuckDB file)")
     p.add_argument("-o", "--output", required=True, help="HTML file to write")
-    p.add_argument("--pid", type=int, action="append", metavar="PID", help="only these processes (repeatable)")
-    p.add_argument("--since", metavar="DUR", help="the last DUR of the trace (as in explain)")
-    p.add_argument("--from", dest="start", metavar="TIME", help="window start (as in explain)")
-    p.add_argument("--to", dest="end", metavar="TIME", help="window end")
+    add_window_args(p)
     p.set_defaults(func=run)
 
 
