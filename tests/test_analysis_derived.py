@@ -6,7 +6,6 @@ left unused when the store changed since (an append), when it is a live recordin
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import duckdb
@@ -14,7 +13,7 @@ import duckdb
 from ingero_mcp.analysis.views import DERIVED, TABLES, VIEWS, has_derived, install_views, materialize, store_derived
 from ingero_mcp.store import TraceWriter, open_store
 
-from test_analysis_views import CALL_COLUMNS, MS, PID, S, SCHED_COLUMNS, T0, US, call, columns, sched, write_store
+from test_analysis_views import CALL_COLUMNS, MS, PID, S, SCHED_COLUMNS, T0, call, columns, random_calls, sched, write_store
 
 
 def _rows(con, sql: str) -> list[tuple]:
@@ -55,27 +54,12 @@ def _check_derived(path: Path, want: dict, types: dict) -> None:
     con.close()
 
 
-def _calls(seed: int = 7, tids=(11, 12, 13)) -> list[dict]:
-    rng = random.Random(seed)
-    calls = []
-    for tid in tids:
-        ts = T0 + 10 * MS
-        for i in range(300):
-            ts += rng.choice([1, 2, 1 * US, 50 * US, 2 * MS])
-            op = rng.choice(["cudaLaunchKernel", "cuLaunchKernel", "cudaMemcpy", "cudaStreamSynchronize", "cudaMalloc"])
-            handle = rng.choice([1, 2, 3, 4]) if "aunch" in op else None
-            calls.append(call(ts, rng.choice([0, 1 * US, 30 * US, 3 * MS]) + i % 3, op, handle=handle, tid=tid,
-                              nbytes=rng.choice([None, 4, 1 << 21]), pinned=rng.choice([None, True, False])))
-    rng.shuffle(calls)
-    return calls
-
-
 STATE = [sched(T0 + k * 7 * MS, T0 + k * 7 * MS + 3 * MS, "sleeping", wakeup=T0 + k * 7 * MS + 2 * MS,
                sleep=2 * MS, wait=1 * MS, tid=tid) for k in range(1, 100) for tid in (11, 12)]
 
 
 def test_stored_tables_equal_the_views(tmp_path: Path) -> None:
-    db = write_store(tmp_path / "d.duckdb", STATE, _calls())
+    db = write_store(tmp_path / "d.duckdb", STATE, random_calls())
     want, types = _computed(db)
     _derive(db)
     _check_derived(db, want, types)
@@ -91,7 +75,7 @@ def test_empty_store(tmp_path: Path) -> None:
 
 
 def test_an_append_after_deriving_falls_back(tmp_path: Path) -> None:
-    db = write_store(tmp_path / "a.duckdb", STATE, _calls())
+    db = write_store(tmp_path / "a.duckdb", STATE, random_calls())
     _derive(db)
     with TraceWriter(db, session_id=1) as w:
         w.append("cuda_calls", columns([call(T0 + 2 * S, 1 * MS, "cudaStreamSynchronize", tid=11)], CALL_COLUMNS))
@@ -107,20 +91,20 @@ def test_collector_fold_stores_them(tmp_path: Path) -> None:
     w = TraceWriter(db, live=True)
     w.replace("sessions", {"source": ["demo:golden"], "started_ns": [T0], "stopped_ns": [T0 + 3 * S]})
     w.append("sched_intervals", columns(STATE, SCHED_COLUMNS))
-    w.append("cuda_calls", columns(_calls(3), CALL_COLUMNS))
+    w.append("cuda_calls", columns(random_calls(3), CALL_COLUMNS))
     w.flush()
     con = open_store(db)  # live: segments, no derived tables
     assert not has_derived(con)
     con.close()
     w.close()  # folds, then derives
     plain = tmp_path / "plain.duckdb"
-    write_store(plain, STATE, _calls(3))
+    write_store(plain, STATE, random_calls(3))
     want, types = _computed(plain)
     _check_derived(db, want, types)
 
 
 def test_direct_writer_derives_only_when_asked(tmp_path: Path) -> None:
-    db = write_store(tmp_path / "n.duckdb", STATE, _calls())
+    db = write_store(tmp_path / "n.duckdb", STATE, random_calls())
     con = open_store(db)
     assert not has_derived(con)  # acct tables exist (v3) but were not made
     assert con.execute("SELECT count(*) FROM acct_meta").fetchall() == [(0,)]
@@ -150,7 +134,7 @@ def test_wakers_read_thread_sleeps_as_the_old_query_computed(tmp_path: Path) -> 
     from ingero_mcp.analysis.models import TimeWindow
 
     state = [dict(r, waker_pid=100, waker_tid=100 + k % 3, waker_comm=f"w{k % 3}") for k, r in enumerate(STATE)]
-    db = write_store(tmp_path / "w.duckdb", state, _calls())
+    db = write_store(tmp_path / "w.duckdb", state, random_calls())
     con = open_store(db)
     install_views(con)
     cases = [(11, None, False), (11, None, True), (12, TimeWindow(start_ns=T0 + 100 * MS, end_ns=T0 + 400 * MS), False), (13, None, False)]

@@ -6,13 +6,12 @@ overlapping calls, calls out of order in the store, zero-length calls, several t
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 from ingero_mcp.analysis.views import TABLES, VIEWS, install_views, materialize
 from ingero_mcp.store import open_store
 
-from test_analysis_views import MS, S, T0, US, call, sched, write_store
+from test_analysis_views import MS, S, T0, US, call, random_calls, sched, write_store
 
 
 def _rows(con, sql: str) -> list[tuple]:
@@ -57,17 +56,7 @@ def test_materialized_tables_equal_the_views(tmp_path: Path) -> None:
 
 
 def test_materialized_tables_equal_the_views_random(tmp_path: Path) -> None:
-    rng = random.Random(7)
-    calls = []
-    for tid in (11, 12, 13):
-        ts = T0 + 10 * MS
-        for i in range(400):  # distinct starts: which of two calls starting together heads a span is not defined
-            ts += rng.choice([1, 2, 1 * US, 50 * US, 2 * MS])
-            op = rng.choice(["cudaLaunchKernel", "cuLaunchKernel", "cudaMemcpy", "cudaStreamSynchronize", "cudaMalloc"])
-            handle = rng.choice([1, 2, 3, 4]) if "aunch" in op else None
-            calls.append(call(ts, rng.choice([0, 1 * US, 30 * US, 3 * MS]) + i % 3, op, handle=handle, tid=tid,
-                              nbytes=rng.choice([None, 4, 1 << 21]), pinned=rng.choice([None, True, False])))
-    rng.shuffle(calls)
+    calls = random_calls(per_tid=400)
     state = [sched(T0 + k * 7 * MS, T0 + k * 7 * MS + 3 * MS, "sleeping", wakeup=T0 + k * 7 * MS + 2 * MS,
                    sleep=2 * MS, wait=1 * MS, tid=tid) for k in range(1, 100) for tid in (11, 12)]
     _check(write_store(tmp_path / "r.duckdb", state, calls))

@@ -6,6 +6,7 @@ meaning is spelled out beside them, and the test states every row the view must 
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import duckdb
@@ -44,6 +45,23 @@ def call(ts: int, dur: int, op: str, *, api: str = "runtime", nbytes: int | None
 
 def columns(rows: list[dict], names: tuple[str, ...]) -> dict[str, list]:
     return {n: [r[n] for r in rows] for n in names}
+
+
+def random_calls(seed: int = 7, tids: tuple[int, ...] = (11, 12, 13), per_tid: int = 300) -> list[dict]:
+    """Calls of several threads at random (distinct start times per thread: which of two calls starting together
+    heads a span is not defined), nested, overlapping and zero-length among them, shuffled."""
+    rng = random.Random(seed)
+    calls = []
+    for tid in tids:
+        ts = T0 + 10 * MS
+        for i in range(per_tid):
+            ts += rng.choice([1, 2, 1 * US, 50 * US, 2 * MS])
+            op = rng.choice(["cudaLaunchKernel", "cuLaunchKernel", "cudaMemcpy", "cudaStreamSynchronize", "cudaMalloc"])
+            handle = rng.choice([1, 2, 3, 4]) if "aunch" in op else None
+            calls.append(call(ts, rng.choice([0, 1 * US, 30 * US, 3 * MS]) + i % 3, op, handle=handle, tid=tid,
+                              nbytes=rng.choice([None, 4, 1 << 21]), pinned=rng.choice([None, True, False])))
+    rng.shuffle(calls)
+    return calls
 
 
 def write_store(path: Path, sched_rows: list[dict], call_rows: list[dict], stop: int | None = T0 + 3 * S) -> Path:
