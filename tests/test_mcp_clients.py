@@ -31,11 +31,8 @@ def require(path: Path, what: str) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """examples/mcp-config.json with absolute paths and a test store."""
-    tmp = tmp_path_factory.mktemp("clients")
-    db = contention_store(tmp / "trace.duckdb")
+def _config_for(db: Path, tmp: Path) -> Path:
+    """examples/mcp-config.json with absolute paths, serving `db`."""
     config = json.loads((REPO / "examples" / "mcp-config.json").read_text())
     for entry in config["mcpServers"].values():
         entry["command"] = str(REPO / entry["command"])
@@ -44,21 +41,20 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp / "mcp-config.json"
     path.write_text(json.dumps(config))
     return path
+
+
+@pytest.fixture(scope="module")
+def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/mcp-config.json with absolute paths and a test store."""
+    tmp = tmp_path_factory.mktemp("clients")
+    return _config_for(contention_store(tmp / "trace.duckdb"), tmp)
 
 
 @pytest.fixture(scope="module")
 def hostile_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same config serving a store written by a hostile host (tests/hostile.py)."""
     tmp = tmp_path_factory.mktemp("hostile-clients")
-    db = hostile_store(tmp / "hostile.duckdb")
-    config = json.loads((REPO / "examples" / "mcp-config.json").read_text())
-    for entry in config["mcpServers"].values():
-        entry["command"] = str(REPO / entry["command"])
-        args = entry["args"]
-        args[args.index("--db") + 1] = str(db)
-    path = tmp / "mcp-config.json"
-    path.write_text(json.dumps(config))
-    return path
+    return _config_for(hostile_store(tmp / "hostile.duckdb"), tmp)
 
 
 HOSTILE_CALLS: list[tuple[str, dict[str, str]]] = [
