@@ -21,7 +21,8 @@
 // mmap (no per-event callback). Submits do not wake the reader; it drains on a timer.
 //
 // The loader appends one small entry function per CUDA symbol (see collector/ops.py) that calls
-// one of the SHAPE_* helpers below with the op id; all symbols share one return probe.
+// one of the SHAPE_* helpers below with the op id; all symbols share one return probe. Launch
+// symbols also get an entry-only variant (op id | OP_ENTRY_ONLY) that records the call at entry.
 
 #include <uapi/linux/ptrace.h>
 
@@ -57,6 +58,11 @@
 #define F_HANDLE 8      // handle: the kernel / graph exec launched
 #define F_HOSTPTR 16    // hptr: the host address of a copy, or a host range's base
 #define F_REC_HOST 32   // on success, hptr := *aux (host allocations return their pointer)
+#define F_NORET 64      // entry-only probe: emitted at entry, the call's end is not seen (dur 0, no split)
+
+// An op id with this bit is probed entry-only (the generated o_<symbol> functions): kernel launches,
+// whose evidence is when, where, which kernel and how often, not a return probe's extra trap.
+#define OP_ENTRY_ONLY 0x8000
 
 // off-CPU states (sched_ev.state, tstate.off_state); names in collector/records.py
 #define S_PREEMPTED 1
@@ -303,6 +309,34 @@ static __always_inline int enter_h(struct pt_regs *ctx, u16 op, u64 bytes, u64 s
         st = get_state(tid, tgid);
         if (!st)
             return 0;
+    }
+    if (op & OP_ENTRY_ONLY) {
+        // one record now: no frame, no return probe (a constant after inlining: no branch at run time)
+        struct cuda_ev *ev = cuda_events.ringbuf_reserve(sizeof(struct cuda_ev));
+        if (!ev) {
+            count(C_CUDA_DROP);
+            return 0;
+        }
+        count(C_CUDA_SEEN);
+        ev->ts = bpf_ktime_get_ns();
+        ev->dur = 0;
+        ev->bytes = bytes;
+        ev->stream = stream;
+        ev->handle = handle;
+        ev->host_ptr = hptr;
+        ev->wait_ns = 0;
+        ev->sleep_ns = 0;
+        ev->pg_bytes = 0;
+        ev->pid = tgid;
+        ev->tid = tid;
+        ev->switches = 0;
+        ev->pages = 0;
+        ev->ret = 0;
+        ev->op = op & ~OP_ENTRY_ONLY;
+        ev->kind = kind;
+        ev->flags = (flags & (F_BYTES | F_STREAM | F_HANDLE | F_HOSTPTR)) | F_NORET;
+        cuda_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+        return 0;
     }
     u32 d = st->depth;
     if (d >= MAX_DEPTH) {

@@ -108,8 +108,14 @@ class Hog:
 class Collector:
     """`ingero-mcp trace` as a subprocess, its stderr read line by line in a thread."""
 
-    def __init__(self, db: Path, *extra: str) -> None:
-        cmd = [sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--quiet", *extra]
+    # Every symbol of both libraries with entry + return probes and no governor: what the tests written
+    # before the always-on defaults check (a runtime call and its nested driver call, launch durations).
+    LEGACY = ("--api", "both", "--launch-probes", "full", "--max-overhead", "off")
+
+    def __init__(self, db: Path, *extra: str, defaults: bool = False) -> None:
+        """`defaults`: the collector's own defaults (one layer, entry-only launches, the governor)."""
+        mode = () if defaults else self.LEGACY
+        cmd = [sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--quiet", *mode, *extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
         self.lines: list[str] = []
         self._q: queue.Queue[str | None] = queue.Queue()

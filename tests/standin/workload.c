@@ -3,7 +3,8 @@
  *
  *   workload mix N SPIN_NS SLEEP_NS CHILDREN CHILD_MB   every probed op, N iterations, plus 10
  *                                                         cudaLaunchKernel from a second thread
- *   workload rate N                                       N back-to-back cudaLaunchKernel calls
+ *   workload rate N [driver [SECONDS]]                    N back-to-back cudaLaunchKernel calls (driver:
+ *                                                         cuLaunchKernel; SECONDS: for that long instead)
  *   workload hog                                          spin forever (comm "standin-hog")
  *   workload v2 SLEEPER_CPU SPIN_CPU                      what schema v2 records (see v2() below); prints
  *                                                         "tid NAME TID", "func NAME ADDR" and "pinned ..."
@@ -291,13 +292,24 @@ static int v2(int s_cpu, int p_cpu) {
     return done ? 0 : 1;
 }
 
-static int rate(long n) {
+/* N back-to-back launches through the runtime (cudaLaunchKernel) or, with `driver`, the driver (cuLaunchKernel,
+ * the symbol PyTorch's runtime launches enter); with SECONDS > 0, as many as fit in that many seconds, printing
+ * the count done. Prints "calls N ns WALL". */
+static int rate(long n, int driver, double seconds) {
     standin_rt_config(0, 0);
+    standin_drv_config(0, 0);
     dim3 g = {1, 1, 1}, b = {32, 1, 1};
-    long t0 = now_ns();
-    for (long i = 0; i < n; i++) cudaLaunchKernel((void *)rate, g, b, NULL, 0, S(i & 3));
+    long t0 = now_ns(), end = t0 + (long)(seconds * 1e9), i = 0;
+    for (; seconds > 0 || i < n; i++) {
+        if (driver)
+            cuLaunchKernel((void *)rate, 1, 1, 1, 32, 1, 1, 0, S(i & 3), NULL, NULL);
+        else
+            cudaLaunchKernel((void *)rate, g, b, NULL, 0, S(i & 3));
+        if (seconds > 0 && (i & 1023) == 0 && now_ns() >= end)
+            break;
+    }
     long t1 = now_ns();
-    printf("calls %ld ns %ld\n", n, t1 - t0);
+    printf("calls %ld ns %ld\n", seconds > 0 ? i + 1 : n, t1 - t0);
     return 0;
 }
 
@@ -318,7 +330,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "v2") == 0 && argc >= 4)
         return v2(atoi(argv[2]), atoi(argv[3]));
     if (strcmp(argv[1], "rate") == 0 && argc >= 3)
-        return rate(atol(argv[2]));
+        return rate(atol(argv[2]), argc >= 4 && strcmp(argv[3], "driver") == 0, argc >= 5 ? atof(argv[4]) : 0);
     fprintf(stderr, "bad arguments\n");
     return 2;
 }

@@ -14,11 +14,23 @@ examples:
   sudo ingero-mcp trace --pid 4242 --db run.duckdb           pid 4242 and its children; stops when they exit
   sudo ingero-mcp trace --cuda-lib /usr/lib/x86_64-linux-gnu/libcuda.so.1 --db run.duckdb
                                                              attach now, before the job loads the library
-  sudo ingero-mcp trace --api driver --db run.duckdb         half the probes for a launch-heavy job
+  sudo ingero-mcp trace --max-overhead 5 --db run.duckdb     allow an estimated 5 % (more launches seen)
+  sudo ingero-mcp trace --launch-probes full --api both --db run.duckdb
+                                                             every call of both APIs, launches with durations
   ingero-mcp explain --db run.duckdb                         while recording or after
 
-Cost: each traced call pays a uprobe + uretprobe, about 1.5 us on an H200 host; a PyTorch runtime
-call also enters the driver, so it is traced twice with --api both (the default).
+Cost, and what the default leaves out: a probe traps into the kernel on every call (0.6-0.8 us for
+an entry probe on an H200 host, about twice that with a return probe). By default one layer is probed
+per logical call (--api auto: the driver's symbols, which PyTorch's runtime calls enter, plus the
+runtime's cudaDeviceSynchronize/cudaEventSynchronize), and kernel launches entry-only: a launch's
+row has no duration (duration_ns NULL), so a launch that blocks shows as the thread's time up to its
+next call, not as time inside the launch. Syncs, copies and allocations keep entry + return (their
+durations are the evidence). At start the collector measures what one hit costs here; while it
+records it estimates each process's added time (hits x cost, table tracing_cost) and, above
+--max-overhead, attaches the launch probes for only part of each second: launches made meanwhile
+are not rows, the gaps are in table probe_gaps, and the analysis scales launch counts by the
+covered share. Scheduler/memory tracepoints are not in the estimate.
+A virtual environment keeps working under sudo: sudo $(which ingero-mcp) trace ...
 A virtual environment keeps working under sudo: sudo $(which ingero-mcp) trace ...
 Run `ingero-mcp check` first to see what this machine lacks."""
 
@@ -30,6 +42,19 @@ def parse_duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 60, 60s, 5m)")
     value = float(m.group(1))
     return value * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+def _percent(text: str) -> float | None:
+    """'2', '2%', '0.5' -> percent; 'off' -> None."""
+    if text.strip().lower() in ("off", "none"):
+        return None
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a percentage: {text!r} (use e.g. 2, 0.5, or off)") from None
+    if not 0 < value <= 100:
+        raise argparse.ArgumentTypeError(f"--max-overhead {text}: must be above 0 and at most 100 (or off)")
+    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,11 +75,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--pid", type=int, action="append", default=[], help="trace this process and its children (repeatable)")
     parser.add_argument("--cuda-lib", action="append", default=[], metavar="PATH",
                         help="attach this libcudart/libcuda file now (repeatable)")
-    parser.add_argument("--api", choices=("both", "runtime", "driver"), default="both",
-                        help="which CUDA API to probe (default both). Each runtime call also enters the driver, so "
-                        "one API halves the cost per call: 'runtime' misses direct driver users (cuBLAS launches, "
-                        "Triton, JAX, CuPy); 'driver' misses runtime calls served without an exported driver entry "
-                        "(e.g. cudaDeviceSynchronize)")
+    parser.add_argument("--api", choices=("auto", "both", "runtime", "driver"), default="auto",
+                        help="which CUDA API to probe. 'auto' (default): one layer per logical call, the driver's "
+                        "symbols (runtime calls enter them; direct driver users too) plus the runtime calls that do "
+                        "not enter them (cudaDeviceSynchronize, cudaEventSynchronize). 'both': every symbol of both "
+                        "libraries (a runtime call and the driver call nested in it are two rows, two traps). "
+                        "'runtime' misses direct driver users (cuBLAS launches, Triton, JAX, CuPy); 'driver' misses "
+                        "cudaDeviceSynchronize")
+    parser.add_argument("--launch-probes", choices=("entry", "full"), default="entry",
+                        help="kernel and graph launches: 'entry' (default) one entry probe per launch, no duration "
+                        "(rows with duration_ns NULL); 'full' entry + return like every other call (twice the cost "
+                        "per launch; the governor then only estimates, it never detaches)")
+    parser.add_argument("--max-overhead", type=_percent, default=2.0, metavar="PCT",
+                        help="estimated added time allowed per traced process, in percent of its wall time "
+                        "(default 2). Above it, the launch probes are attached for only part of each second; "
+                        "'off' never detaches (the estimate is still stored)")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="do not measure the per-hit probe costs at start (~0.5 s); the estimate then uses "
+                        "defaults (900 ns entry-only, 1400 ns entry + return), stored as such in probe_costs")
     parser.add_argument("--quiet", action="store_true", help="no live view")
     parser.set_defaults(func=run)
 
@@ -73,9 +111,10 @@ def run(args: argparse.Namespace) -> int:
 
     from ingero_mcp.collector.tracer import TraceOptions, Tracer, install_signal_handlers
 
-    apis = ("runtime", "driver") if args.api == "both" else (args.api,)
+    apis = ("runtime", "driver") if args.api in ("both", "auto") else (args.api,)
     opts = TraceOptions(db=args.db, duration_s=args.duration, pids=args.pid, cuda_libs=args.cuda_lib, apis=apis,
-                        quiet=args.quiet)
+                        layer="auto" if args.api == "auto" else "both", launch_probes=args.launch_probes,
+                        max_overhead_pct=args.max_overhead, calibrate=not args.no_calibrate, quiet=args.quiet)
     tracer = Tracer(opts, argv=sys.argv[1:])
     install_signal_handlers(tracer)
     try:

@@ -50,6 +50,9 @@ class LiveView:
         for col in ("op", "calls", "p50 (~)", "p99 (~)", "max", "off-CPU", "preempted"):
             ops.add_column(col, justify="right" if col != "op" else "left", no_wrap=True)
         for op, n, p50, p99, mx, off, pre in tracer.op_summary()[:20]:
+            if p50 is None:  # entry-only (launches): counted, no duration
+                ops.add_row(op, f"{n:,}", "entry-only", "", "", "", "")
+                continue
             ops.add_row(op, f"{n:,}", fmt.ns(p50), fmt.ns(p99), fmt.ns(mx), f"{off:.0%}", f"{pre:.0%}")
         snap = tracer.snapshot
         cpu = snap.get("cpu_percent")
@@ -64,5 +67,19 @@ class LiveView:
         head = (f"ingero-mcp trace -> {tracer.opts.db}   {now - self.t0:,.0f} s   traced processes {traced}   "
                 f"libraries {len(tracer.libs)}   rows: {tracer.stored['cuda_calls']:,} calls, "
                 f"{tracer.stored['sched_intervals']:,} sched intervals")
-        self.live.update(Group(Text(head, style="bold"), ops, Text(host), Text(f"lost: {lost_text}",
-                               style="red" if sum(lost.values()) else "green")))
+        self.live.update(Group(Text(head, style="bold"), ops, Text(host), Text(cost_line(tracer)),
+                               Text(f"lost: {lost_text}", style="red" if sum(lost.values()) else "green")))
+
+
+def cost_line(tracer: Tracer) -> str:
+    """The tracing cost so far, as the governor estimates it (hits x the per-hit costs measured at start)."""
+    gov = tracer.governor
+    if gov is None:
+        return ""
+    worst = max(gov.last_share.items(), key=lambda kv: kv[1], default=None)
+    e, r = tracer.costs["entry"].cost_ns, tracer.costs["entry_return"].cost_ns
+    text = (f"tracing cost (estimated): {gov.total_added_ns / 1e9:.2f} s added so far; per hit {e:.0f} ns entry-only, "
+            f"{r:.0f} ns entry + return; launch probes attached {gov.duty:.0%} of the time")
+    if worst is not None:
+        text += f"; highest now pid {worst[0]} at {100 * worst[1]:.1f} % at full coverage"
+    return text

@@ -30,6 +30,16 @@ class Op:
         """The generated eBPF entry function's name."""
         return f"e_{self.name}"
 
+    @property
+    def launch(self) -> bool:
+        """A kernel or graph launch: asynchronous and frequent, probed entry-only by default."""
+        return self.shape in _LAUNCH_SHAPES
+
+    @property
+    def entry_only_fn_name(self) -> str:
+        """The generated entry-only variant (launches only): records the call at entry, no return probe."""
+        return f"o_{self.name}"
+
 
 def _rt(name: str, shape: str, optional: bool = False) -> Op:
     return Op(name, "runtime", shape, optional=optional)
@@ -100,6 +110,7 @@ OPS: tuple[Op, ...] = (
     _drv("cuMemHostUnregister", "hostptr1", optional=True),
 )
 
+_LAUNCH_SHAPES = frozenset({"rt_launch", "drv_launch", "drv_launch_ex", "stream2"})
 OP_NAMES: tuple[str, ...] = tuple(op.name for op in OPS)
 # What each op does to the process's pinned host ranges (collector/pinned.py): +1 adds
 # [host_ptr, host_ptr + bytes), -1 removes the range based at host_ptr.
@@ -111,10 +122,22 @@ PIN_EFFECT: dict[str, int] = {
 OP_APIS: tuple[str, ...] = tuple(op.api for op in OPS)
 
 _KIND_SHAPES = frozenset({"drv_memcpy", "drv_memcpy_async"})
+OP_ENTRY_ONLY = 0x8000  # OP_ENTRY_ONLY in ingero.bpf.c
+
+# --api auto probes one layer per logical call. On CUDA 13 (H200 zoo recordings with both layers probed) every
+# runtime call but these entered the exported driver symbol of the same call, nested: cudaLaunchKernel ->
+# cuLaunchKernel, cudaMemcpyAsync -> cuMemcpy*Async_v2, cudaStreamSynchronize -> cuStreamSynchronize,
+# cudaMalloc/Free -> cuMemAlloc_v2/cuMemFree_v2, cudaHostAlloc -> cuMemHostAlloc. cudaDeviceSynchronize did not
+# enter cuCtxSynchronize, and cudaEventSynchronize has no probed driver counterpart: those stay on the runtime.
+# The driver layer also sees direct driver users (cuBLAS's cuLaunchKernelEx, Triton, JAX).
+AUTO_RUNTIME_OPS = frozenset({"cudaDeviceSynchronize", "cudaEventSynchronize"})
 
 
-def ops_for(api: str) -> tuple[Op, ...]:
-    """The ops one kind of library ('runtime' or 'driver') is probed for."""
+def ops_for(api: str, layer: str = "both") -> tuple[Op, ...]:
+    """The ops one kind of library ('runtime' or 'driver') is probed for; with layer 'auto' (one layer per
+    logical call) a runtime library is probed only for the calls that do not enter the driver's symbols."""
+    if layer == "auto" and api == "runtime":
+        return tuple(op for op in OPS if op.api == api and op.name in AUTO_RUNTIME_OPS)
     return tuple(op for op in OPS if op.api == api)
 
 
@@ -124,6 +147,9 @@ def entry_functions_c() -> str:
     for op_id, op in enumerate(OPS):
         extra = f", {op.kind}" if op.shape in _KIND_SHAPES else ""
         lines.append(f"int {op.fn_name}(struct pt_regs *ctx) {{ return SHAPE_{op.shape}(ctx, {op_id}{extra}); }}")
+        if op.launch:
+            lines.append(f"int {op.entry_only_fn_name}(struct pt_regs *ctx) "
+                         f"{{ return SHAPE_{op.shape}(ctx, {op_id | OP_ENTRY_ONLY}{extra}); }}")
     return "\n".join(lines) + "\n"
 
 

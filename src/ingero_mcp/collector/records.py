@@ -50,7 +50,7 @@ C_AGG_DROP_SWITCH, C_SWITCH_TOTAL, C_PAGE_TOTAL, C_TSTATE_FULL = 8, 9, 10, 11
 C_WAKEUP_SEEN, C_AGG_DROP_PAGE, C_WAKE_IRQ = 12, 13, 14
 N_COUNTERS = 16
 
-F_BYTES, F_STREAM, F_HANDLE, F_HOSTPTR = 1, 2, 8, 16
+F_BYTES, F_STREAM, F_HANDLE, F_HOSTPTR, F_NORET = 1, 2, 8, 16, 64
 # P_* in ingero.bpf.c; P_TEXIT (a thread's exit) only ends a threads row, it is not a process event
 PROC_KINDS: tuple[str | None, ...] = (None, "fork", "exec", "exit", "oom_kill", "thread", "rename", "thread_exit")
 P_FORK, P_EXEC, P_EXIT, P_OOM, P_THREAD, P_RENAME, P_TEXIT = 1, 2, 3, 4, 5, 6, 7
@@ -109,10 +109,11 @@ def cuda_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
     has_stream = (ev["flags"] & F_STREAM) != 0
     pre = ev["wait_ns"].astype(np.int64)
     blk = ev["sleep_ns"].astype(np.int64)
+    seen_end = (ev["flags"] & F_NORET) == 0  # entry-only launches: no end, no split (NULL, not 0)
     return pa.table(
         {
             "ts_ns": pa.array(ev["ts"].astype(np.int64) + offset_ns, pa.int64()),
-            "duration_ns": pa.array(ev["dur"].astype(np.int64), pa.int64()),
+            "duration_ns": _masked(ev["dur"].astype(np.int64), seen_end, pa.int64()),
             "pid": pa.array(ev["pid"].astype(np.int32), pa.int32()),
             "tid": pa.array(ev["tid"].astype(np.int32), pa.int32()),
             "api": _names(op, _OP_APIS),
@@ -120,13 +121,13 @@ def cuda_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
             "bytes": _masked(ev["bytes"].astype(np.int64), has_bytes, pa.int64()),
             "memcpy_kind": _names(ev["kind"], _KINDS),
             "stream": _masked(ev["stream"], has_stream, pa.uint64()),
-            "return_code": pa.array(ev["ret"], pa.int32()),
-            "off_cpu_ns": pa.array(pre + blk, pa.int64()),
-            "cpu_wait_ns": pa.array(pre, pa.int64()),
-            "sleep_ns": pa.array(blk, pa.int64()),
-            "context_switches": pa.array(ev["switches"].astype(np.int32), pa.int32()),
-            "page_allocs": pa.array(ev["pages"].astype(np.int32), pa.int32()),
-            "page_alloc_bytes": pa.array(ev["pg_bytes"].astype(np.int64), pa.int64()),
+            "return_code": _masked(ev["ret"].astype(np.int32), seen_end, pa.int32()),
+            "off_cpu_ns": _masked(pre + blk, seen_end, pa.int64()),
+            "cpu_wait_ns": _masked(pre, seen_end, pa.int64()),
+            "sleep_ns": _masked(blk, seen_end, pa.int64()),
+            "context_switches": _masked(ev["switches"].astype(np.int32), seen_end, pa.int32()),
+            "page_allocs": _masked(ev["pages"].astype(np.int32), seen_end, pa.int32()),
+            "page_alloc_bytes": _masked(ev["pg_bytes"].astype(np.int64), seen_end, pa.int64()),
             "kernel_handle": _masked(ev["handle"], (ev["flags"] & F_HANDLE) != 0, pa.uint64()),
             "host_ptr": _masked(ev["host_ptr"], (ev["flags"] & F_HOSTPTR) != 0, pa.uint64()),
         }

@@ -29,6 +29,13 @@ import numpy as np
 import pyarrow as pa
 
 from ingero_mcp.collector import records as R
+from ingero_mcp.collector.calibrate import (
+    CALIBRATION_CALLS,
+    Calibrator,
+    ProbeCost,
+    defaults,
+    describe_site,
+)
 from ingero_mcp.collector.discovery import (
     CudaLibrary,
     alive,
@@ -39,7 +46,8 @@ from ingero_mcp.collector.discovery import (
     runtime_version,
     scan_cuda_libraries,
 )
-from ingero_mcp.collector.ops import OP_NAMES, OPS, entry_functions_c, ops_for
+from ingero_mcp.collector.governor import Governor
+from ingero_mcp.collector.ops import OP_NAMES, OPS, Op, entry_functions_c, ops_for
 from ingero_mcp.collector.pinned import PinnedRanges
 from ingero_mcp.collector.preflight import tracefs_dir
 from ingero_mcp.collector.ringbuf import RingReader
@@ -86,6 +94,10 @@ class TraceOptions:
     pids: list[int] = field(default_factory=list)
     cuda_libs: list[str] = field(default_factory=list)
     apis: tuple[str, ...] = ("runtime", "driver")  # which libraries get probes (--api)
+    layer: str = "auto"  # 'auto': one layer per logical call (ops.AUTO_RUNTIME_OPS); 'both': every symbol of each API
+    launch_probes: str = "entry"  # 'entry': launches probed entry-only (no duration); 'full': entry + return
+    max_overhead_pct: float | None = 2.0  # the governor's budget (share of a process's wall time); None: estimate only
+    calibrate: bool = True  # measure the per-hit probe costs at start (else the documented defaults)
     quiet: bool = False
     flush_interval_s: float = 1.0
     poll_interval_s: float = 0.02
@@ -103,6 +115,8 @@ class AttachedLibrary:
     errors: dict[str, str] = field(default_factory=dict)
     forced: bool = False
     skipped: bool = False  # its API was left out by --api
+    entry_only: list[str] = field(default_factory=list)  # attached without a return probe (launches)
+    sites: dict[str, str] = field(default_factory=dict)  # symbol -> first instruction at the probe site (+ offset)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form for the sessions row."""
@@ -117,6 +131,8 @@ class AttachedLibrary:
             "not_attached": self.missing,
             "optional_not_present": self.optional_missing,
             "errors": self.errors,
+            "entry_only": self.entry_only,
+            "probe_sites": self.sites,
         }
 
 
@@ -160,6 +176,18 @@ class Tracer:
         self.sample_errors = 0
         self.last_sample_error: str | None = None
         self._finished = False
+        # the always-on cost (issue 10): probe costs, the launch probe sites the governor attaches and detaches
+        self.costs: dict[str, ProbeCost] = defaults("not measured yet")
+        self.costs_final = False
+        self._costs_written = False
+        self.calibration_pids: set[int] = set()
+        self.launch_sites: list[tuple[str, bytes, int]] = []  # (fn_name, path, file offset)
+        self.launch_fds: dict[bytes, int] = {}  # ev_name -> perf event fd while attached
+        self._attach_lock = threading.RLock()
+        self.launch_on = True  # the launch probes are attached (the governor's windows); under _attach_lock
+        self.governor: Governor | None = None
+        self._governor_thread: threading.Thread | None = None
+        self._governor_stop = threading.Event()
 
     # ---- start ----------------------------------------------------------------------------
 
@@ -275,7 +303,9 @@ class Tracer:
         print(f"ingero-mcp trace: {message}", file=self.log, flush=True)
 
     def attach_library(self, lib: CudaLibrary, *, forced: bool = False) -> AttachedLibrary | None:
-        """Uprobe + uretprobe every known symbol of one library file (once per file)."""
+        """Probe every known symbol of one library file (once per file): launches entry-only (by default),
+        every other call entry + return; with --api auto a runtime library only for the calls that do not
+        enter the driver's exported symbols (one layer per logical call)."""
         known = self.libs.get(lib.key)
         if known is not None:
             known.lib.pids |= lib.pids
@@ -283,46 +313,134 @@ class Tracer:
         rec = AttachedLibrary(lib, forced=forced)
         self.libs[lib.key] = rec
         if lib.api not in self.opts.apis:
-            # --api: each runtime call also enters the driver, so probing one API halves the traps per call.
             rec.skipped = True
             self._say(f"not attached {lib.path} ({lib.api} API left out by --api {','.join(self.opts.apis)})")
             return rec
+        if lib.api == "driver" and not self.costs_final:
+            self._calibrate(lib)  # before its probes exist: the calibration process must trap on its own only
         offsets: dict[int, str] = {}
-        for op in ops_for(lib.api):
+        ops = ops_for(lib.api, self.opts.layer)
+        for op in ops:
             try:
-                # Two exported names at one address would fire twice per call: attach the first only.
-                _path, offset = self.bpf._check_path_symbol(lib.attach_path.encode(), op.name.encode(), None, -1)
-            except Exception:  # noqa: BLE001 - not exported: reported below by the attach attempt
-                offset = None
-            if offset is not None and offset in offsets:
-                rec.errors[op.name] = f"alias of {offsets[offset]} (same address): not attached twice"
-                continue
-            if offset is not None:
-                offsets[offset] = op.name
-            try:
-                self.bpf.attach_uprobe(name=lib.attach_path, sym=op.name, fn_name=op.fn_name)
+                path, offset = self.bpf._check_path_symbol(lib.attach_path.encode(), op.name.encode(), None, -1)
             except Exception as exc:  # noqa: BLE001 - BCC raises bare Exception for a missing symbol
                 (rec.optional_missing if op.optional else rec.missing).append(op.name)
                 if "could not determine address" not in str(exc):
                     rec.errors[op.name] = str(exc)
                 continue
+            if offset in offsets:
+                # Two exported names at one address would fire twice per call: attach the first only.
+                rec.errors[op.name] = f"alias of {offsets[offset]} (same address): not attached twice"
+                continue
+            offsets[offset] = op.name
+            skip, rec.sites[op.name] = probe_site(path, offset)
+            addr = offset + skip
+            entry_only = op.launch and self.opts.launch_probes == "entry"
             try:
-                self.bpf.attach_uretprobe(name=lib.attach_path, sym=op.name, fn_name="on_return")
-            except Exception as exc:  # noqa: BLE001
-                rec.errors[op.name] = f"uretprobe: {exc}"
+                with self._attach_lock:
+                    if entry_only:
+                        self.launch_sites.append((op.entry_only_fn_name, path, addr))
+                        if self.launch_on:
+                            self._uprobe(op.entry_only_fn_name, path, addr)
+                    else:
+                        ev = self._uprobe(op.fn_name, path, addr)
+                        try:
+                            self._uprobe("on_return", path, addr, ret=True)
+                        except Exception:
+                            self.bpf.detach_uprobe_event(ev)
+                            raise
+            except Exception as exc:  # noqa: BLE001 - one symbol failing must not stop the others
+                rec.errors[op.name] = str(exc)
                 rec.missing.append(op.name)
-                try:
-                    self.bpf.detach_uprobe(name=lib.attach_path, sym=op.name)
-                except Exception:  # noqa: BLE001
-                    pass
                 continue
             rec.attached.append(op.name)
-        optional = {op.name for op in ops_for(lib.api) if op.optional}
-        required = len([op for op in ops_for(lib.api) if not op.optional])
+            if entry_only:
+                rec.entry_only.append(op.name)
+        optional = {op.name for op in ops if op.optional}
+        required = len([op for op in ops if not op.optional])
         got = len([n for n in rec.attached if n not in optional])
         missing = f"; not attached: {', '.join(rec.missing)}" if rec.missing else ""
-        self._say(f"attached {lib.path} ({lib.api}: {got}/{required} symbols, {len(rec.attached)} attached in all){missing}")
+        eo = f", {len(rec.entry_only)} launch symbols entry-only" if rec.entry_only else ""
+        self._say(f"attached {lib.path} ({lib.api}: {got}/{required} symbols, {len(rec.attached)} attached in all{eo})"
+                  f"{missing}")
         return rec
+
+    def _uprobe(self, fn_name: str, path: bytes, addr: int, *, ret: bool = False, pid: int = -1) -> bytes:
+        """Attach one eBPF function at a file offset (resolved once: BCC would re-read the ELF each time)."""
+        import bcc  # type: ignore[import-not-found]  # loaded by _compile
+
+        fn = self.bpf.load_func(fn_name.encode(), bcc.BPF.KPROBE)
+        ev = self.bpf._get_uprobe_evname(b"r" if ret else b"p", path, addr, pid)
+        fd = bcc.lib.bpf_attach_uprobe(fn.fd, 1 if ret else 0, ev, path, addr, pid)
+        if fd < 0:
+            raise OSError(f"cannot attach {'uretprobe' if ret else 'uprobe'} {fn_name} at {path.decode()}+{addr:#x}")
+        self.bpf._add_uprobe_fd(ev, fd)
+        return ev
+
+    def _toggle_launch(self, on: bool) -> None:
+        """Attach (True) or detach (False) every launch probe: the governor's windows."""
+        with self._attach_lock:
+            self.launch_on = on
+            for fn_name, path, addr in self.launch_sites:
+                ev = self.bpf._get_uprobe_evname(b"p", path, addr, -1)
+                try:
+                    if on and ev not in self.bpf.uprobe_fds:
+                        self._uprobe(fn_name, path, addr)
+                    elif not on and ev in self.bpf.uprobe_fds:
+                        self.bpf.detach_uprobe_event(ev)
+                except Exception as exc:  # noqa: BLE001 - say it; the gap rows stay true (detached is detached)
+                    self._say(f"launch probe {fn_name} at {path.decode()}+{addr:#x}: {exc}")
+
+    def _calibrate(self, lib: CudaLibrary) -> None:
+        """Measure what one entry-only and one entry + return hit cost here (calibrate.py), before attaching."""
+        self.costs_final = True
+        if not self.opts.calibrate:
+            self.costs = defaults("--no-calibrate")
+            return
+        try:
+            cal = Calibrator(lib.attach_path)
+        except Exception as exc:  # noqa: BLE001 - the estimate falls back to the defaults, and says so
+            self.costs = defaults(f"calibration could not start: {exc}")
+            self._say(f"probe costs not measured ({exc}); the estimate uses defaults")
+            return
+        self.calibration_pids.add(cal.pid)
+        self.traced_map[self.traced_map.Key(cal.pid)] = self.traced_map.Leaf(1)
+        costs = defaults("not measured")
+        try:
+            for symbol, probe, nargs in CALIBRATION_CALLS:
+                op = next(o for o in OPS if o.name == symbol)
+                path, offset = self.bpf._check_path_symbol(lib.attach_path.encode(), symbol.encode(), None, -1)
+                skip, site = probe_site(path, offset)
+                evs: list[bytes] = []
+
+                def attach(op: Op = op, path: bytes = path, addr: int = offset + skip, probe: str = probe,
+                           evs: list[bytes] = evs) -> None:
+                    fn = op.entry_only_fn_name if probe == "entry" else op.fn_name
+                    evs.append(self._uprobe(fn, path, addr, pid=cal.pid))
+                    if probe == "entry_return":
+                        evs.append(self._uprobe("on_return", path, addr, ret=True, pid=cal.pid))
+
+                def detach(evs: list[bytes] = evs) -> None:
+                    while evs:
+                        self.bpf.detach_uprobe_event(evs.pop())
+
+                cost = cal.measure(symbol, nargs, attach, detach)
+                costs[probe] = ProbeCost(probe, cost, f"calibrated: {symbol} in {os.path.basename(lib.path)}, "
+                                         "3 x 50000 calls with and without the probe, median", site)
+        except Exception as exc:  # noqa: BLE001
+            self._say(f"probe cost calibration failed ({type(exc).__name__}: {exc}); the estimate uses defaults")
+            costs = defaults(f"calibration failed: {exc}")
+        finally:
+            cal.close()
+            try:
+                del self.traced_map[self.traced_map.Key(cal.pid)]
+            except KeyError:
+                pass
+        self.costs = costs
+        if self.governor is not None:
+            self.governor.costs = costs
+        self._say(f"probe cost here: entry-only {costs['entry'].cost_ns:.0f} ns, entry + return "
+                  f"{costs['entry_return'].cost_ns:.0f} ns per call ({costs['entry'].method.split(':')[0]})")
 
     def _discover(self) -> None:
         """Attach libraries mapped by the processes we trace (all processes without --pid)."""
@@ -333,6 +451,7 @@ class Tracer:
         per_pid: dict[int, set[str]] = {}
         for lib in found:
             lib.pids.discard(os.getpid())  # never trace the collector itself
+            lib.pids -= self.calibration_pids
             self.attach_library(lib)
             for pid in lib.pids:
                 per_pid.setdefault(pid, set()).add(lib.api)
@@ -365,6 +484,9 @@ class Tracer:
         self.sampler = SystemSampler(self.nvml)
         self.host = host_info(self.nvml)
         self._compile()
+        share = None if self.opts.max_overhead_pct is None else self.opts.max_overhead_pct / 100
+        self.governor = Governor(self.costs, share, self._toggle_launch, windowed=self.opts.launch_probes == "entry",
+                                 offset_ns=self.offset_ns, say=self._say)
         for pid in self.opts.pids:
             if not alive(pid):
                 raise ProcessLookupError(f"no process {pid}")
@@ -400,8 +522,12 @@ class Tracer:
         with self._drain_lock:
             for name, ring in self.rings.items():
                 batch = ring.read()
+                if len(batch) and self.calibration_pids:
+                    batch = batch[~np.isin(batch["pid"], list(self.calibration_pids))]
                 if len(batch):
                     self.pending[name].append(batch)
+                    if name == "cuda" and self.governor is not None:
+                        self.governor.count(batch["ts"], batch["pid"], (batch["flags"] & R.F_NORET) != 0)
 
     def _drain_loop(self) -> None:
         # Its own thread, so that converting and writing a flush (which mostly releases the GIL)
@@ -493,16 +619,18 @@ class Tracer:
                                       (ev["flags"] & R.F_HOSTPTR) != 0, ev["bytes"], self._pin_complete)
         self.writer.append("cuda_calls", table.append_column("host_pinned", pinned))
         self.stored["cuda_calls"] += len(ev)
+        self.op_count += np.bincount(ev["op"].astype(np.int64), minlength=len(OPS))
+        pids = np.unique(ev["pid"]).tolist()
+        ev = ev[(ev["flags"] & R.F_NORET) == 0]  # the live view's latencies: calls whose end was seen
         op = ev["op"].astype(np.int64)
         dur = ev["dur"].astype(np.int64)
         bins = np.clip((np.log2(np.maximum(dur, 1)) * 4).astype(np.int64), 0, HIST_BINS - 1)
         self.op_hist += np.bincount(op * HIST_BINS + bins, minlength=len(OPS) * HIST_BINS).reshape(len(OPS), HIST_BINS)
-        self.op_count += np.bincount(op, minlength=len(OPS))
         np.maximum.at(self.op_max, op, dur)
         pre = ev["wait_ns"].astype(np.float64)
         for row, weights in enumerate((dur.astype(np.float64), pre + ev["sleep_ns"], pre)):
             self.op_sums[row] += np.bincount(op, weights=weights, minlength=len(OPS))
-        for pid in np.unique(ev["pid"]).tolist():
+        for pid in pids:
             rec = self.procs.get(pid)
             if rec is None or not rec["traced"]:
                 self._note_proc(pid, traced=True)
@@ -591,8 +719,26 @@ class Tracer:
                 pass
             self._note_thread(p, t, lo, comm=comm, until=hi)
 
+    def _store_costs(self, *, final: bool = False) -> None:
+        """probe_costs once known, the governor's gaps and tracing_cost rows as they are made."""
+        if (self.costs_final or final) and not self._costs_written:
+            costs = self.costs if self.costs_final else defaults("not measured: no libcuda was attached")
+            rows = [c.row() for c in costs.values()]
+            self.writer.append("probe_costs", {k: [r[k] for r in rows] for k in rows[0]})
+            self._costs_written = True
+        if self.governor is None:
+            return
+        if final:
+            self.governor.finish()
+        gaps, rows = self.governor.take()
+        if gaps:
+            self.writer.append("probe_gaps", {k: [g[k] for g in gaps] for k in gaps[0]})
+        if rows:
+            self.writer.append("tracing_cost", {k: [r[k] for r in rows] for k in rows[0]})
+
     def _flush(self) -> None:
         self._store_pending()
+        self._store_costs()
         self._harvest()
         self._store_snapshots()
         self._write_latest()
@@ -618,6 +764,10 @@ class Tracer:
         self._drain_thread.start()
         self._sample_thread = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
         self._sample_thread.start()
+        if self.governor is not None:
+            self._governor_thread = threading.Thread(target=self.governor.run, args=(self._governor_stop,),
+                                                     name="governor", daemon=True)
+            self._governor_thread.start()
         try:
             self._loop(start, next_flush, next_scan)
         except Exception as exc:
@@ -663,6 +813,9 @@ class Tracer:
             return
         self._finished = True
         self._say(f"stopping ({self._stop_reason}): detaching, draining, folding the store")
+        self._governor_stop.set()
+        if self._governor_thread is not None:
+            self._governor_thread.join(timeout=10)
         self._drain_stop.set()
         if self._drain_thread is not None:
             self._drain_thread.join()
@@ -744,6 +897,7 @@ class Tracer:
 
     def _flush_final(self) -> None:
         self._store_pending()
+        self._store_costs(final=True)
         self._harvest(everything=True)
         self._sample_stop.set()
         if self._sample_thread is not None:
@@ -792,7 +946,9 @@ class Tracer:
         rows = [
             ("cuda_calls", lost["cuda_calls"] == 0,
              f"every call of traced processes to the attached symbols (see sessions.attached); lost {lost['cuda_calls']}; "
-             "return_code NULL: still in flight when the recording stopped (duration up to the stop)"),
+             "return_code NULL: still in flight when the recording stopped (duration up to the stop), or an entry-only "
+             "launch (duration_ns NULL: its end is not seen, see sessions.attached entry_only); launches made while "
+             "the governor had detached the launch probes are not rows (probe_gaps)"),
             ("sched_intervals", lost["sched_intervals"] == 0,
              f"every switch-out/switch-in of threads of traced processes; lost {lost['sched_intervals']}; "
              "on_ns NULL: still off-CPU when the recording stopped (off_cpu_ns up to the stop)"),
@@ -832,7 +988,9 @@ class Tracer:
         c = self._counters()
         flags = {
             "argv": self.argv, "db": str(self.opts.db), "duration_s": self.opts.duration_s, "pids": self.opts.pids,
-            "cuda_libs": self.opts.cuda_libs, "apis": list(self.opts.apis), "quiet": self.opts.quiet, "trace_all": self.trace_all,
+            "cuda_libs": self.opts.cuda_libs, "apis": list(self.opts.apis), "layer": self.opts.layer,
+            "launch_probes": self.opts.launch_probes, "max_overhead_pct": self.opts.max_overhead_pct,
+            "quiet": self.opts.quiet, "trace_all": self.trace_all,
             "flush_interval_s": self.opts.flush_interval_s, "bucket_ns": BUCKET_NS, "kernel_features": self.features,
             "clock_offset_ns": self.offset_ns,
         }
@@ -872,16 +1030,20 @@ class Tracer:
 
     # ---- live view support ----------------------------------------------------------------
 
-    def op_summary(self) -> list[tuple[str, int, float, float, int, float, float]]:
-        """Per op seen so far: (op, calls, ~p50 ns, ~p99 ns, max ns, off-CPU share, preempted share).
+    def op_summary(self) -> list[tuple[str, int, float | None, float | None, int | None, float | None, float | None]]:
+        """Per op seen so far: (op, calls, ~p50 ns, ~p99 ns, max ns, off-CPU share, preempted share); the
+        latency columns None for entry-only ops (their end is not seen).
 
         Percentiles come from log histograms (4 bins per octave), for the live view only.
         """
-        out = []
+        out: list[tuple[str, int, float | None, float | None, int | None, float | None, float | None]] = []
         for i in np.nonzero(self.op_count)[0].tolist():
             hist = self.op_hist[i]
             cum = np.cumsum(hist)
             total = cum[-1]
+            if not total:
+                out.append((OP_NAMES[i], int(self.op_count[i]), None, None, None, None, None))
+                continue
             p50 = 2 ** ((np.searchsorted(cum, 0.50 * total) + 0.5) / 4)
             p99 = 2 ** ((np.searchsorted(cum, 0.99 * total) + 0.5) / 4)
             mx = int(self.op_max[i])
@@ -889,6 +1051,24 @@ class Tracer:
             out.append((OP_NAMES[i], int(self.op_count[i]), min(float(p50), mx), min(float(p99), mx), mx,
                         self.op_sums[1, i] / total, self.op_sums[2, i] / total))
         return sorted(out, key=lambda r: -r[1])
+
+
+ENDBR64 = b"\xf3\x0f\x1e\xfa"
+
+
+def probe_site(path: bytes, offset: int) -> tuple[int, str]:
+    """(bytes to skip, description) of a probe site: a leading endbr64 is skipped (the kernel single-steps an
+    instruction it cannot emulate, ~3x the cost of an emulated `push`); the probe then sits on the next one.
+    The arguments and stack are the same there: endbr64 changes neither."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            head = f.read(16)
+    except OSError:
+        return 0, "unread"
+    if head[:4] == ENDBR64:
+        return 4, f"endbr64 skipped, probe on {describe_site(head[4:])}"
+    return 0, describe_site(head)
 
 
 def _cpu_seconds() -> float:

@@ -1,0 +1,131 @@
+"""What one probe hit costs on this machine, measured at start: the basis of the tracing-cost estimate.
+
+A calibration process loads the probed library and calls a symbol in a loop (a NULL kernel, no
+context: the call returns at once), timed with the probe attached to that process only and without
+it, interleaved; the median difference per call is the added time of one hit, kernel trap and
+eBPF program included (the calibration process is traced like a job, its records are dropped).
+Launch symbols are measured entry-only, a synchronise symbol with entry + return probes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+# Used when a cost cannot be measured (no driver library, a failed calibration): the H200 floor the issue
+# measured (entry-only 620-810 ns, entry + return 800-1,250 ns) rounded up, so the governor errs towards
+# detaching. probe_costs.method says when a default stood in.
+DEFAULT_COST_NS = {"entry": 900.0, "entry_return": 1400.0}
+CALLS = 50_000
+ROUNDS = 3
+
+# (symbol, probe kind, how many NULL/zero arguments it takes): both return at once without a context.
+CALIBRATION_CALLS: tuple[tuple[str, str, int], ...] = (
+    ("cuLaunchKernel", "entry", 11),
+    ("cuStreamSynchronize", "entry_return", 1),
+)
+
+_CHILD = r"""
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+print("ready", flush=True)
+for line in sys.stdin:
+    name, nargs, n = line.split()
+    fn = getattr(lib, name)
+    fn.restype = ctypes.c_int
+    args = (None,) * int(nargs)
+    rng = range(int(n))
+    t0 = time.perf_counter_ns()
+    for _ in rng:
+        fn(*args)
+    print(time.perf_counter_ns() - t0, flush=True)
+"""
+
+
+@dataclass
+class ProbeCost:
+    """The added time of one hit of one probe kind, and how it was found."""
+
+    probe: str  # 'entry' or 'entry_return'
+    cost_ns: float
+    method: str
+    site: str | None = None
+
+    def row(self) -> dict[str, Any]:
+        """probe_costs columns (less session_id)."""
+        return {"probe": self.probe, "cost_ns": self.cost_ns, "method": self.method, "site": self.site}
+
+
+def defaults(why: str) -> dict[str, ProbeCost]:
+    """The stand-in costs, saying why they stand in."""
+    return {k: ProbeCost(k, v, f"default ({why})") for k, v in DEFAULT_COST_NS.items()}
+
+
+def describe_site(head: bytes) -> str:
+    """A short name for the first instruction at a probe site (what the kernel must emulate or single-step)."""
+    if head[:4] == b"\xf3\x0f\x1e\xfa":
+        return "endbr64 (f3 0f 1e fa)"
+    if head[:1] == b"\x55":
+        return "push %rbp (55)"
+    if len(head) >= 2 and head[0] == 0x41 and 0x50 <= head[1] <= 0x57:
+        return f"push %r{8 + head[1] - 0x50} ({head[:2].hex(' ')})"
+    if head[:1] and 0x50 <= head[0] <= 0x57:
+        return f"push ({head[:1].hex()})"
+    return f"({head[:6].hex(' ')})"
+
+
+class Calibrator:
+    """Runs the calibration process against one library; `attach`/`detach` are the tracer's, for that pid."""
+
+    def __init__(self, lib_path: str) -> None:
+        self.lib_path = lib_path
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, lib_path], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("ready"):
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            self.close()
+            raise RuntimeError(f"calibration process could not load {lib_path}: {err.strip()[-300:] or line!r}")
+
+    @property
+    def pid(self) -> int:
+        """The calibration process (traced while it runs; its records are dropped)."""
+        return self.proc.pid
+
+    def run(self, symbol: str, nargs: int, calls: int) -> int:
+        """Wall ns of `calls` calls of `symbol`."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{symbol} {nargs} {calls}\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def measure(self, symbol: str, nargs: int, attach: Any, detach: Any, *, calls: int = CALLS,
+                rounds: int = ROUNDS) -> float:
+        """Median added ns per call: `rounds` interleaved pairs of runs without and with the probe."""
+        self.run(symbol, nargs, calls // 10)  # warm: page in the library's path, the loop's code
+        diffs = []
+        for _ in range(rounds):
+            bare = self.run(symbol, nargs, calls)
+            attach()
+            try:
+                probed = self.run(symbol, nargs, calls)
+            finally:
+                detach()
+            diffs.append((probed - bare) / calls)
+        return max(0.0, statistics.median(diffs))
+
+    def close(self) -> None:
+        """End the calibration process."""
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - never let a stuck helper block the start
+            self.proc.kill()
+            self.proc.wait()
+
+
