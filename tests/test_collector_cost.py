@@ -1,0 +1,198 @@
+"""The collector's always-on defaults, for real (eBPF on the stand-in CUDA libraries): launches probed
+entry-only, one probe layer per logical call, probe costs measured at start, the overhead governor's
+gaps and its per-process estimate, and a probe site that starts with endbr64.
+
+Needs root, BCC, kernel headers and tracefs, like tests/test_collector.py (which keeps the old mode:
+both layers, entry + return everywhere, no governor).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
+
+from harness import STANDIN, Collector, StandIn, Workload, build_standin, mix_expected, require_ebpf  # noqa: E402
+
+pytestmark = pytest.mark.ebpf
+
+LAUNCHES = 3000
+GOVERNED_S = 6
+
+
+def _q(con: Any, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+    return con.execute(sql, params or []).fetchall()
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> StandIn:
+    """The stand-in libcudart.so.13 / libcuda.so.1 and the workload."""
+    require_ebpf()
+    return build_standin(tmp_path_factory.mktemp("standin"))
+
+
+def _record(standin: StandIn, db: Path, workloads: list[Workload], *extra: str) -> Collector:
+    collector = Collector(db, *[a for w in workloads for a in ("--pid", str(w.pid))], *extra, defaults=True)
+    try:
+        collector.wait_for("recording to", timeout=120)
+        for w in workloads:
+            w.go()
+        for w in workloads:
+            assert w.wait()[0] == 0
+        assert collector.wait(timeout=90) == 0, collector.output()
+    finally:
+        for w in workloads:
+            w.kill()
+        collector.kill()
+    return collector
+
+
+@pytest.fixture(scope="module")
+def plain(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The defaults without the governor's windows: every call of a `mix` and LAUNCHES driver launches."""
+    from ingero_mcp.store import open_store
+
+    db = tmp_path_factory.mktemp("plain") / "plain.duckdb"
+    mix = Workload(standin, "mix", "20", "0", "0", "0", "0")
+    rate = Workload(standin, "rate", str(LAUNCHES), "driver")
+    collector = _record(standin, db, [mix, rate], "--max-overhead", "off")
+    con = open_store(db)
+    yield {"con": con, "mix": mix.pid, "rate": rate.pid, "log": collector.output()}
+    con.close()
+
+
+def test_default_probes_one_layer_per_logical_call(plain: dict[str, Any]) -> None:
+    """--api auto: every driver symbol, and of the runtime only the calls that do not enter the driver."""
+    from ingero_mcp.collector.ops import AUTO_RUNTIME_OPS
+
+    con = plain["con"]
+    parent, _, _ = mix_expected(20, 0)
+    want = {op: n for op, n in parent.items() if n and (not op.startswith("cuda") or op in AUTO_RUNTIME_OPS)}
+    got = dict(_q(con, "SELECT op, count(*) FROM cuda_calls WHERE pid = ? GROUP BY op", [plain["mix"]]))
+    assert got == want
+    libraries = {Path(lib["path"]).name: lib for lib in json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]}
+    assert sorted(libraries["libcudart.so.13"]["attached"]) == sorted(AUTO_RUNTIME_OPS)
+    assert libraries["libcuda.so.1"]["entry_only"] == ["cuLaunchKernel", "cuLaunchKernelEx"]
+    flags = json.loads(_q(con, "SELECT collector_flags FROM sessions")[0][0])
+    assert (flags["layer"], flags["launch_probes"], flags["max_overhead_pct"]) == ("auto", "entry", None)
+
+
+def test_launches_are_entry_only_rows_with_their_arguments(plain: dict[str, Any]) -> None:
+    """A launch is a row at its entry: no duration, no split, no return code (unknown, not 0); its
+    stream (an argument on the stack) and kernel handle read at entry."""
+    con = plain["con"]
+    row = _q(con, "SELECT count(*), count(duration_ns), count(sleep_ns), count(cpu_wait_ns), count(return_code), "
+                  "count(context_switches), count(kernel_handle), count(DISTINCT stream) FROM cuda_calls "
+                  "WHERE pid = ? AND op = 'cuLaunchKernel'", [plain["rate"]])[0]
+    assert row == (LAUNCHES, 0, 0, 0, 0, 0, LAUNCHES, 4)
+    assert _q(con, "SELECT list_sort(list(DISTINCT stream)) FROM cuda_calls WHERE pid = ?", [plain["rate"]])[0][0] == [0, 1, 2, 3]
+    # every other call is complete: entry + return
+    incomplete = _q(con, "SELECT count(*) FROM cuda_calls WHERE NOT contains(op, 'aunch') AND duration_ns IS NULL")[0][0]
+    assert incomplete == 0
+    assert _q(con, "SELECT count(*) FROM cuda_calls WHERE contains(op, 'aunch') AND duration_ns IS NOT NULL")[0][0] == 0
+
+
+def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, Any]) -> None:
+    """probe_costs: both kinds calibrated here; tracing_cost: hits equal the rows of each period, added_ns
+    equals hits x cost; the calibration process left no rows."""
+    con = plain["con"]
+    costs = dict(_q(con, "SELECT probe, cost_ns FROM probe_costs"))
+    methods = [m for (m,) in _q(con, "SELECT method FROM probe_costs")]
+    assert set(costs) == {"entry", "entry_return"} and all(m.startswith("calibrated") for m in methods), methods
+    assert all(c > 0 for c in costs.values())
+    mismatched = _q(con, """
+        SELECT t.pid, t.start_ns, t.entry_hits, t.entry_return_hits,
+               count(c.ts_ns) FILTER (WHERE c.duration_ns IS NULL), count(c.ts_ns) FILTER (WHERE c.duration_ns IS NOT NULL)
+        FROM tracing_cost t LEFT JOIN cuda_calls c ON c.pid = t.pid AND c.ts_ns >= t.start_ns AND c.ts_ns < t.end_ns
+        GROUP BY ALL HAVING t.entry_hits <> count(c.ts_ns) FILTER (WHERE c.duration_ns IS NULL)
+                         OR t.entry_return_hits <> count(c.ts_ns) FILTER (WHERE c.duration_ns IS NOT NULL)""")
+    assert mismatched == []
+    hits = dict(_q(con, "SELECT pid, sum(entry_hits) FROM tracing_cost GROUP BY pid"))
+    assert hits[plain["rate"]] == LAUNCHES
+    bad = _q(con, "SELECT added_ns, round(entry_hits * ? + entry_return_hits * ?) FROM tracing_cost "
+                  "WHERE abs(added_ns - (entry_hits * ? + entry_return_hits * ?)) > 1",
+             [costs["entry"], costs["entry_return"]] * 2)
+    assert bad == []
+    pids = {p for (p,) in _q(con, "SELECT DISTINCT pid FROM cuda_calls")}
+    assert pids == {plain["mix"], plain["rate"]}, "the calibration process's calls must not be rows"
+    assert "probe cost here" in plain["log"]
+
+
+@pytest.fixture(scope="module")
+def governed(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """GOVERNED_S seconds of back-to-back driver launches under --max-overhead 1."""
+    from ingero_mcp.store import open_store
+
+    db = tmp_path_factory.mktemp("gov") / "gov.duckdb"
+    rate = Workload(standin, "rate", "0", "driver", str(GOVERNED_S), cpu=1)
+    collector = _record(standin, db, [rate], "--max-overhead", "1")
+    con = open_store(db)
+    yield {"con": con, "rate": rate.pid, "log": collector.output()}
+    con.close()
+
+
+def test_governor_detaches_the_launch_probes_over_budget(governed: dict[str, Any]) -> None:
+    """Far over 1 %: the launch probes are detached for most of each second after the first ones, the
+    gaps are rows, and no launch row lies inside a gap."""
+    con = governed["con"]
+    gaps = _q(con, "SELECT start_ns, end_ns, duty FROM probe_gaps WHERE probes = 'launch' ORDER BY start_ns")
+    assert len(gaps) >= GOVERNED_S - 3, gaps
+    assert all(end > start and duty < 0.5 for start, end, duty in gaps)
+    inside = _q(con, "SELECT count(*) FROM cuda_calls c JOIN probe_gaps g ON c.ts_ns >= g.start_ns AND c.ts_ns < g.end_ns")
+    assert inside == [(0,)]
+    # launches were recorded again after each gap: the windows reopen
+    after = _q(con, "SELECT count(*) FROM probe_gaps g WHERE EXISTS (SELECT 1 FROM cuda_calls c "
+                    "WHERE c.ts_ns >= g.end_ns AND c.ts_ns < g.end_ns + 1000000000)")[0][0]
+    assert after >= len(gaps) - 1
+
+
+def test_governor_duty_matches_its_gaps(governed: dict[str, Any]) -> None:
+    """tracing_cost.launch_duty is 1 minus the share of its period inside probe_gaps, and the cut periods
+    are the ones the estimate says were over budget."""
+    con = governed["con"]
+    rows = _q(con, """
+        SELECT t.start_ns, t.launch_duty,
+               1 - coalesce((SELECT sum(least(g.end_ns, t.end_ns) - greatest(g.start_ns, t.start_ns))
+                             FROM probe_gaps g WHERE g.end_ns > t.start_ns AND g.start_ns < t.end_ns), 0) / 1e9
+        FROM tracing_cost t WHERE t.pid = ? ORDER BY t.start_ns""", [governed["rate"]])
+    assert rows and all(abs(duty - covered) < 1e-6 for _, duty, covered in rows), rows
+    assert min(duty for _, duty, _ in rows) < 0.5
+    share = _q(con, "SELECT max(t.added_ns / (t.end_ns - t.start_ns) / t.launch_duty) FROM tracing_cost t")[0][0]
+    assert share > 0.01, "the full-coverage estimate must have been over the 1 % budget for the governor to act"
+
+
+@pytest.fixture(scope="module")
+def cet_standin(tmp_path_factory: pytest.TempPathFactory) -> StandIn:
+    """The stand-ins built with -fcf-protection=full: every exported function starts with endbr64."""
+    require_ebpf()
+    out = tmp_path_factory.mktemp("cet")
+    subprocess.run(["sh", str(STANDIN / "build.sh"), str(out)], check=True, capture_output=True, text=True,
+                   env={"PATH": "/usr/bin:/bin", "CC": "gcc -fcf-protection=full"})
+    return StandIn(out, out / "site-packages" / "nvidia" / "cu13" / "lib", out / "workload")
+
+
+def test_probe_past_endbr64_reads_the_same_arguments(cet_standin: StandIn, tmp_path: Path) -> None:
+    """At a site starting with endbr64 (which the kernel would single-step) the probe goes on the next
+    instruction: the session says so, and the arguments read there are the call's."""
+    from ingero_mcp.collector.tracer import ENDBR64
+    from ingero_mcp.store import open_store
+
+    lib = cet_standin.cuda.read_bytes()
+    assert ENDBR64 in lib  # the build did emit endbr64
+    db = tmp_path / "cet.duckdb"
+    rate = Workload(cet_standin, "rate", "200", "driver")
+    _record(cet_standin, db, [rate], "--max-overhead", "off")
+    con = open_store(db)
+    libraries = {Path(lib["path"]).name: lib for lib in json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]}
+    sites = libraries["libcuda.so.1"]["probe_sites"]
+    assert sites["cuLaunchKernel"].startswith("endbr64 skipped"), sites
+    assert _q(con, "SELECT count(*), list_sort(list(DISTINCT stream)) FROM cuda_calls WHERE op = 'cuLaunchKernel'")[0] == (200, [0, 1, 2, 3])
+    assert "endbr64" in _q(con, "SELECT site FROM probe_costs WHERE probe = 'entry'")[0][0]
+    con.close()
