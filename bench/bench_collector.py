@@ -52,13 +52,19 @@ def empty_probe_ns(standin: StandIn, calls: int) -> float:
         bpf.cleanup()
 
 
-def traced_run(standin: StandIn, calls: int, producers: int, tmp: Path) -> dict[str, Any]:
-    """`producers` workloads of `calls` calls each, traced; returns rates, loss and collector CPU."""
+def traced_run(standin: StandIn, calls: int, producers: int, tmp: Path, *, entry_only: bool = False) -> dict[str, Any]:
+    """`producers` workloads of `calls` calls each, traced; returns rates, loss and collector CPU.
+
+    entry_only: the collector's defaults (launches entry-only, one layer) on driver launches (cuLaunchKernel),
+    with the governor off so that every call must be a row; else the old mode on runtime launches."""
     from ingero_mcp.store import open_store
 
     db = tmp / f"bench-{time.monotonic_ns()}.duckdb"
-    workloads = [Workload(standin, "rate", str(calls), cpu=(i % 2) if producers > 1 else None) for i in range(producers)]
-    collector = Collector(db, *[a for w in workloads for a in ("--pid", str(w.pid))])
+    mode = ["driver"] if entry_only else []
+    workloads = [Workload(standin, "rate", str(calls), *mode, cpu=(i % 2) if producers > 1 else None)
+                 for i in range(producers)]
+    extra = ("--max-overhead", "off") if entry_only else ()
+    collector = Collector(db, *[a for w in workloads for a in ("--pid", str(w.pid))], *extra, defaults=entry_only)
     try:
         collector.wait_for("recording to", timeout=120)
         for w in workloads:
@@ -121,7 +127,13 @@ def main() -> int:
         dual = traced_run(standin, args.calls, 2, tmp)
         print(f"2 producers: {dual['calls_per_s']:,.0f} calls/s together, rows {dual['rows']:,}/{dual['calls']:,}, "
               f"lost {dual['lost']}, collector CPU {dual['collector_cpu_s']} s", flush=True)
+        entry = [traced_run(standin, args.calls, 2, tmp, entry_only=True) for _ in range(args.rounds)]
+        for e in entry:
+            print(f"2 producers, default mode (entry-only driver launches, governor off): {e['calls_per_s']:,.0f} calls/s "
+                  f"together, rows {e['rows']:,}/{e['calls']:,}, lost {e['lost']}, collector CPU {e['collector_cpu_s']} s",
+                  flush=True)
     zero_loss = [r["calls_per_s"] for r in [*rounds, dual] if r["lost"] == 0 and r["rows"] == r["calls"]]
+    entry_zero_loss = [r["calls_per_s"] for r in entry if r["lost"] == 0 and r["rows"] == r["calls"]]
     summary = {
         "load_avg_1m_at_start": load,
         "calls_per_run": args.calls,
@@ -131,11 +143,14 @@ def main() -> int:
         "added_ns_per_call": statistics.median(r["ns_per_call"] - r["untraced_ns"] for r in rounds),
         "of_which_collector_programs_ns": statistics.median(r["ns_per_call"] - r["empty_probes_ns"] for r in rounds),
         "max_zero_loss_calls_per_s": max(zero_loss) if zero_loss else None,
+        "entry_only_zero_loss_calls_per_s": sorted(entry_zero_loss),
+        "entry_only_lost": sum(r["lost"] for r in entry),
         "collector_fixed_cpu_s": fixed,
         "collector_cpu_ns_per_call": statistics.median((r["collector_cpu_s"] - fixed) / r["calls"] * 1e9 for r in rounds),
         "lost_total": sum(r["lost"] for r in [*rounds, dual]),
         "rounds": rounds,
         "two_producers": dual,
+        "two_producers_entry_only": entry,
     }
     print(json.dumps({k: v for k, v in summary.items() if k not in ("rounds", "two_producers")}, indent=2))
     if args.json:

@@ -47,8 +47,19 @@ def cuda_libs() -> list[str]:
     return found
 
 
+# CPU pinning (env): the workload and the collector on separate CPUs, so what is measured is the probes'
+# cost on the workload's own threads, not two processes competing for one CPU.
+WORKLOAD_CPUS = os.environ.get("WORKLOAD_CPUS")
+COLLECTOR_CPUS = os.environ.get("COLLECTOR_CPUS")
+COLLECTOR_ARGS = os.environ.get("COLLECTOR_ARGS", "").split()
+
+
+def _pin(cpus: str | None) -> list[str]:
+    return ["taskset", "-c", cpus] if cpus else []
+
+
 def run_workload(name: str, size: int) -> dict:
-    proc = subprocess.run([sys.executable, str(HERE / "workloads.py"), name, str(size)],
+    proc = subprocess.run([*_pin(WORKLOAD_CPUS), sys.executable, str(HERE / "workloads.py"), name, str(size)],
                           capture_output=True, text=True, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"workload {name} failed: {proc.stderr[-2000:]}")
@@ -56,7 +67,8 @@ def run_workload(name: str, size: int) -> dict:
 
 
 def start_collector(db: Path, libs: list[str], log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--quiet"]
+    cmd = [*_pin(COLLECTOR_CPUS), sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--quiet",
+           *COLLECTOR_ARGS]
     for lib in libs:
         cmd += ["--cuda-lib", lib]
     fh = log.open("w")
@@ -106,6 +118,14 @@ def recorded(db: Path) -> dict:
         for op in table.column("op").to_pylist():
             ops[op] = ops.get(op, 0) + 1
         out["ops"] = ops
+    cost = seg / "tracing_cost"
+    if cost.is_dir():
+        out["tracing_cost"] = ds.dataset(str(cost), format="parquet").to_table(
+            columns=["pid", "start_ns", "end_ns", "entry_hits", "entry_return_hits", "added_ns", "launch_duty"]).to_pylist()
+    for name in ("probe_costs", "probe_gaps"):
+        if (seg / name).is_dir():
+            rows = ds.dataset(str(seg / name), format="parquet").to_table().to_pylist()
+            out[name] = rows if name == "probe_costs" else {"n": len(rows), "s": sum(r["end_ns"] - r["start_ns"] for r in rows) / 1e9}
     stats = seg / "collector_stats"
     if stats.is_dir():
         rows = ds.dataset(str(stats), format="parquet").to_table().to_pylist()
@@ -147,8 +167,9 @@ def main() -> int:
                     finally:
                         entry["collector_cpu_s"] = stop_collector(collector)
                     entry.update(recorded(db))
+                    entry["estimated_added_s"] = estimated_in(entry)
                 runs.append(entry)
-                print(json.dumps({k: v for k, v in entry.items() if k not in ("ops", "sources")}), flush=True)
+                print(json.dumps({k: v for k, v in entry.items() if k not in ("ops", "sources", "tracing_cost")}), flush=True)
     summary = summarise(runs)
     (args.outdir / "overhead.json").write_text(json.dumps({"libs": libs, "runs": runs, "summary": summary}, indent=1))
     for row in summary:
@@ -160,7 +181,25 @@ def main() -> int:
         print(f"{row['workload']:9s}  {row['untraced_s']:17.3f}  {row['traced_s']:16.3f}  {row['slowdown_pct']:8.2f}% / "
               f"{row['slowdown_mean_pct']:6.2f}%  {row['untraced_spread_pct']:14.1f}%"
               f"  {row['calls_traced']:13d}  {row['added_ns_per_call']:14.0f}  {row['collector_cpu_s']:15.2f}  {row['lost']:5d}")
+    print("\nworkload   measured added s (median traced - median untraced)   stored estimate s (median)")
+    for row in summary:
+        est = row["estimated_added_s"]
+        print(f"{row['workload']:9s}  {row['measured_added_s']:52.3f}   {est if est is None else round(est, 3)}")
     return 0
+
+
+def estimated_in(entry: dict) -> float | None:
+    """The collector's stored estimate of added time (tracing_cost.added_ns) inside the workload's timed
+    window, each one-second row prorated by its overlap with it."""
+    rows, t0, t1 = entry.get("tracing_cost"), entry.get("t0_ns"), entry.get("t1_ns")
+    if not rows or t0 is None or t1 is None:
+        return None
+    total = 0.0
+    for r in rows:
+        overlap = min(r["end_ns"], t1) - max(r["start_ns"], t0)
+        if overlap > 0:
+            total += r["added_ns"] * overlap / (r["end_ns"] - r["start_ns"])
+    return total / 1e9
 
 
 def summarise(runs: list[dict]) -> list[dict]:
@@ -181,9 +220,16 @@ def summarise(runs: list[dict]) -> list[dict]:
                                     - statistics.median([r["per_call_ns"] for r in runs if r["workload"] == name
                                                          and r["mode"] == "untraced"])) if name == "launch" else None,
             "collector_cpu_s": statistics.median([r["collector_cpu_s"] for r in traced_runs]),
+            "estimated_added_s": _median_or_none([r.get("estimated_added_s") for r in traced_runs]),
+            "measured_added_s": t - u,
             "lost": int(sum(r.get("lost", 0) for r in traced_runs)),
         })
     return out
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
 
 
 if __name__ == "__main__":

@@ -39,11 +39,14 @@ def seed(n: int) -> dict[str, float]:
         out[name] = time.perf_counter() - t
 
     run("warmup", (x[i : i + bs] for i in range(0, bs * 2, bs)))
+    out["t0_ns"] = time.time_ns()
     run("direct", (x[i : i + bs] for i in range(0, n, bs)))
     run("dataloader_shuffle", DataLoader(x, batch_size=bs, shuffle=True))
     run("dataloader_4workers_pin", DataLoader(x, batch_size=bs, shuffle=True, num_workers=4, pin_memory=True))
     out.pop("warmup")
+    t0_ns = out.pop("t0_ns")
     out["total"] = sum(out.values())
+    out["t0_ns"], out["t1_ns"] = t0_ns, time.time_ns()
     return out
 
 
@@ -60,6 +63,7 @@ def train(steps: int) -> dict[str, float]:
         opt.step()
         opt.zero_grad(set_to_none=True)
     torch.cuda.synchronize()
+    t0_ns = time.time_ns()
     t = time.perf_counter()
     for i in range(steps):
         loss = loss_fn(model(xs[i % 16].cuda(non_blocking=True)), ys[i % 16].cuda(non_blocking=True))
@@ -69,7 +73,7 @@ def train(steps: int) -> dict[str, float]:
         if i % 10 == 0:
             loss.item()
     torch.cuda.synchronize()
-    return {"total": time.perf_counter() - t, "steps": steps}
+    return {"total": time.perf_counter() - t, "steps": steps, "t0_ns": t0_ns, "t1_ns": time.time_ns()}
 
 
 def launch(calls: int) -> dict[str, float]:
@@ -78,12 +82,13 @@ def launch(calls: int) -> dict[str, float]:
     for _ in range(1000):
         x.add_(1)
     torch.cuda.synchronize()
+    t0_ns = time.time_ns()
     t = time.perf_counter()
     for _ in range(calls):
         x.add_(1)
     torch.cuda.synchronize()
     total = time.perf_counter() - t
-    return {"total": total, "calls": calls, "per_call_ns": total / calls * 1e9}
+    return {"total": total, "calls": calls, "per_call_ns": total / calls * 1e9, "t0_ns": t0_ns, "t1_ns": time.time_ns()}
 
 
 def idle(seconds: int) -> dict[str, float]:

@@ -8,7 +8,7 @@
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario.
-# Run from the repository root; carry .device (bcc-bundle.tar.xz, setup-bcc.sh, and small/wheels
+# Run from the repository root; carry DEVICE_DIR (default .device: bcc-bundle.tar.xz, setup-bcc.sh, and small/wheels
 # if the collector needs wheels the host lacks: see fetch_wheels.sh). Environment knobs, for a
 # CPU-only rehearsal: ZOO_ARGS="--device cpu --scale 0.15", ZOO_COLLECTOR_CPUS=0-1, OUT=/tmp/out.
 set -u
@@ -37,13 +37,14 @@ LOG=$WORK/driver.log
 T0=$(date +%s)
 log() { echo "[zoo +$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
 
-if [ -f .device/bcc-bundle.tar.xz ]; then
-  eval "$(bash .device/setup-bcc.sh .device/bcc-bundle.tar.xz)"
+D=${DEVICE_DIR:-.device}
+if [ -f $D/bcc-bundle.tar.xz ]; then
+  eval "$(bash $D/setup-bcc.sh $D/bcc-bundle.tar.xz)"
 else
-  log "no .device/bcc-bundle.tar.xz: using this machine's BCC"
+  log "no $D/bcc-bundle.tar.xz: using this machine's BCC"
 fi
-if ls .device/small/wheels/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .device/small/wheels/*.whl 2>&1 | tail -3
+if ls $D/small/wheels/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $D/small/wheels/*.whl 2>&1 | tail -3
 fi
 export PYTHONPATH=$PWD/src:/tmp/site:${PYTHONPATH:-} PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore
 

@@ -181,6 +181,7 @@ class Tracer:
         self.costs_final = False
         self._costs_written = False
         self.calibration_pids: set[int] = set()
+        self.calibration_rows = {"cuda": 0, "sched": 0, "proc": 0}
         self.launch_sites: list[tuple[str, bytes, int]] = []  # (fn_name, path, file offset)
         self.launch_fds: dict[bytes, int] = {}  # ev_name -> perf event fd while attached
         self._attach_lock = threading.RLock()
@@ -523,7 +524,9 @@ class Tracer:
             for name, ring in self.rings.items():
                 batch = ring.read()
                 if len(batch) and self.calibration_pids:
-                    batch = batch[~np.isin(batch["pid"], list(self.calibration_pids))]
+                    mine = np.isin(batch["pid"], list(self.calibration_pids))
+                    self.calibration_rows[name] += int(mine.sum())  # seen by the kernel, not the job's
+                    batch = batch[~mine]
                 if len(batch):
                     self.pending[name].append(batch)
                     if name == "cuda" and self.governor is not None:
@@ -923,11 +926,12 @@ class Tracer:
         lost = self.lost(c)
         unfinished: dict[str, int] = getattr(self, "unfinished", {})
         rows = [
-            ("cuda_calls", int(c[R.C_CUDA_SEEN] + c[R.C_CUDA_DEPTH]) + unfinished.get("calls_in_flight", 0),
-             self.stored["cuda_calls"], lost["cuda_calls"], 0),
-            ("sched_intervals", int(c[R.C_SCHED_SEEN]) + unfinished.get("threads_off_cpu", 0),
+            ("cuda_calls", int(c[R.C_CUDA_SEEN] + c[R.C_CUDA_DEPTH]) + unfinished.get("calls_in_flight", 0)
+             - self.calibration_rows["cuda"], self.stored["cuda_calls"], lost["cuda_calls"], 0),
+            ("sched_intervals", int(c[R.C_SCHED_SEEN]) + unfinished.get("threads_off_cpu", 0) - self.calibration_rows["sched"],
              self.stored["sched_intervals"], lost["sched_intervals"], 0),
-            ("process_events", int(c[R.C_PROC_SEEN]), self.stored["process_events"], lost["process_events"], 0),
+            ("process_events", int(c[R.C_PROC_SEEN]) - self.calibration_rows["proc"], self.stored["process_events"],
+             lost["process_events"], 0),
             ("sched_switch", int(c[R.C_SWITCH_TOTAL]), 0, lost["sched_switch"], self.aggregated.get(1, 0)),
             ("mm_page_alloc", int(c[R.C_PAGE_TOTAL]), 0, lost["mm_page_alloc"], self.aggregated.get(2, 0)),
             ("snapshots", self.sampler.samples, self.stored["snapshots"], 0, 0),
