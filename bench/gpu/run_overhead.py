@@ -125,7 +125,8 @@ def recorded(db: Path) -> dict:
     for name in ("probe_costs", "probe_gaps"):
         if (seg / name).is_dir():
             rows = ds.dataset(str(seg / name), format="parquet").to_table().to_pylist()
-            out[name] = rows if name == "probe_costs" else {"n": len(rows), "s": sum(r["end_ns"] - r["start_ns"] for r in rows) / 1e9}
+            out[name] = rows if name == "probe_costs" else {"n": len(rows), "s": sum(r["end_ns"] - r["start_ns"] for r in rows) / 1e9,
+                                                            "gaps": [[r["start_ns"], r["end_ns"]] for r in rows]}
     stats = seg / "collector_stats"
     if stats.is_dir():
         rows = ds.dataset(str(stats), format="parquet").to_table().to_pylist()
@@ -169,7 +170,7 @@ def main() -> int:
                     entry.update(recorded(db))
                     entry["estimated_added_s"] = estimated_in(entry)
                 runs.append(entry)
-                print(json.dumps({k: v for k, v in entry.items() if k not in ("ops", "sources", "tracing_cost")}), flush=True)
+                print(json.dumps({k: v for k, v in entry.items() if k not in ("ops", "sources", "tracing_cost", "marks")}), flush=True)
     summary = summarise(runs)
     (args.outdir / "overhead.json").write_text(json.dumps({"libs": libs, "runs": runs, "summary": summary}, indent=1))
     for row in summary:

@@ -126,6 +126,7 @@ class Governor:
         `stop`; decide the duty every period."""
         period = (time.monotonic_ns() - self.t0) // PERIOD_NS + 1
         self._sleep_until(self.t0 + period * PERIOD_NS, stop)
+        quarter = PERIOD_NS // 4
         while not stop.is_set():
             start = self.t0 + period * PERIOD_NS
             self._set(True)
@@ -133,6 +134,16 @@ class Governor:
                 self._sleep_until(start + int(self.duty * PERIOD_NS), stop)
                 if not stop.is_set():
                     self._set(False)
+            elif self.windowed:
+                # Fully attached: look every quarter, so that a burst of launches costs a quarter second at most.
+                for q in (1, 2, 3):
+                    self._sleep_until(start + q * quarter, stop)
+                    if stop.is_set():
+                        break
+                    self._choose(period, start, time.monotonic_ns())
+                    if self.duty < 1.0:
+                        self._set(False)
+                        break
             self._sleep_until(start + PERIOD_NS, stop)
             if stop.is_set():
                 break
@@ -155,18 +166,22 @@ class Governor:
         if not self.windowed:
             return
         # The period just ended: all but the last poll (~20 ms) of its records are counted, enough to decide on.
+        self._choose(period, self.t0 + period * PERIOD_NS, self.t0 + (period + 1) * PERIOD_NS)
+
+    def _choose(self, period: int, start: int, end: int) -> None:
+        """Set the duty from the hits of `period` between start and end (kernel clock)."""
         entry_cost = self.costs["entry"].cost_ns
         full_cost = self.costs["entry_return"].cost_ns
         with self._lock:
             now = {pid: list(v) for (p, pid), v in self._hits.items() if p == period}
-            gap = self._gap_ns.get(period, 0) + sum(  # its gaps not settled yet count as the schedule made them
-                max(0, min(int(g.get("a0", g["d0"])), self.t0 + (period + 1) * PERIOD_NS) - max(int(g["d0"]), self.t0 + period * PERIOD_NS))
-                for g in self._open_gaps)
-        covered_s = max(1.0 - min(gap, PERIOD_NS) / PERIOD_NS, 1e-3)
+            gap = self._gap_ns.get(period, 0) + sum(  # its gaps not settled yet: detached until re-attached (or now)
+                max(0, min(int(g.get("a0", end)), end) - max(int(g["d0"]), start)) for g in self._open_gaps)
+        span_s = (end - start) / 1e9
+        covered_s = max(span_s - min(gap, end - start) / 1e9, 1e-3)
         duty = 1.0
         for pid, (entry, full) in now.items():
             launch_share = entry / covered_s * entry_cost / 1e9
-            other_share = full * full_cost / 1e9
+            other_share = full / span_s * full_cost / 1e9
             self.last_share[pid] = launch_share + other_share
             assert self.max_share is not None
             room = self.max_share - other_share
