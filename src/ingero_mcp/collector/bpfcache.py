@@ -336,7 +336,7 @@ def load_bpf(bcc: Any, text: str, cflags: list[str], *, cache_dir: Path | None =
     if cache_dir is _DEFAULT:
         cache_dir = default_cache_dir()
     if cache_dir is None:
-        return bcc.BPF(text=text, cflags=cflags), "compiled"
+        return bcc.BPF(text=text.encode(), cflags=cflags), "compiled"
     key = cache_key(bcc, text, cflags)
     path = Path(cache_dir) / f"{key}.json"
     why = None
@@ -344,8 +344,8 @@ def load_bpf(bcc: Any, text: str, cflags: list[str], *, cache_dir: Path | None =
         try:
             return _cached_class(bcc)(_read(path, key)), "cache hit"
         except Exception as exc:  # noqa: BLE001 - any failure of the cached path: compile as before
-            why = str(exc) if isinstance(exc, CacheUnusable) else f"{type(exc).__name__}: {exc}"
-    bpf = bcc.BPF(text=text, cflags=cflags)
+            why = str(exc) if type(exc) in (CacheUnusable, Exception) else f"{type(exc).__name__}: {exc}"
+    bpf = bcc.BPF(text=text.encode(), cflags=cflags)
     status = "compiled" if why is None else f"cache unusable ({why}): compiled"
     try:
         _write(path, extract(bcc, bpf, key))
