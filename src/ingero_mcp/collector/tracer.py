@@ -235,7 +235,7 @@ class Tracer:
             if not want_regs:
                 raise
             self.bpf, self.bpf_status = load_bpf(bcc, text, cflags, say=self._say, **cache)
-        self._say(f"eBPF program {self.bpf_status} ({time.monotonic() - t0:.1f} s)")
+        self._say(f"eBPF program {self.bpf_status} ({time.monotonic() - t0:.2f} s)")
         self.features = [f[2:] for f in cflags if f.startswith("-DHAVE_")]
         self.bpf["config"][self.bpf["config"].Key(0)] = self.bpf["config"].Leaf(1 if self.trace_all else 0)
         # every tracepoint is attached now: interrupt entries may count (their exits are there)
