@@ -157,3 +157,13 @@ def test_changed_cflag_is_another_key(tmp_path: Path) -> None:
     assert _load(tmp_path, other) == "compiled, cached"
     assert {p.stem for p in tmp_path.glob("*.json")} == {cache_key(bcc, text, cflags), cache_key(bcc, text, other)}
     assert _load(tmp_path, other) == "cache hit"
+
+
+def test_cache_file_writable_by_others_is_not_loaded(tmp_path: Path) -> None:
+    assert _load(tmp_path) == "compiled, cached"
+    (path,) = tmp_path.glob("*.json")
+    path.chmod(0o666)
+    status = _load(tmp_path)
+    assert status.startswith("cache unusable (") and "writable by others" in status, status
+    assert path.stat().st_mode & 0o777 == 0o600  # replaced by a file of this user's only
+    assert _load(tmp_path) == "cache hit"

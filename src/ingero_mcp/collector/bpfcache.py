@@ -9,7 +9,9 @@ type, sizes, flags, BCC's JSON key/leaf type descriptions and the fd it had. On 
 the maps again, rewrite each map fd in the instructions to the new one, and hand back a `bcc.BPF`
 subclass without a libbcc module: its programs are loaded from the cached bytes (bcc_prog_load,
 the same call BCC makes, less the program's BTF), its tables are BCC's own table classes on the new
-map fds, and every attach/detach/cleanup method is BCC's, unchanged.
+map fds, and every attach/detach/cleanup method is BCC's, unchanged. (libbcc's accessors answer
+-1/0 for a NULL module, bcc_common.cc; only the tables' key_sprintf/leaf_sscanf string helpers need
+a real module, and the collector does not use them.)
 
 The key is a sha256 of everything the bytes depend on: the source text, the cflags, the kernel
 (release and version), BCC's version and the libbcc file. One file per key, JSON, written
@@ -191,8 +193,18 @@ def _write(path: Path, entry: dict[str, Any]) -> None:
         old.unlink(missing_ok=True)
 
 
+def _trusted(path: Path) -> None:
+    """The file and its directory belong to this user and no one else can write them: the bytes are
+    loaded into the kernel as they are (the verifier keeps them safe, not from reading kernel memory)."""
+    for p in (path.parent, path):
+        st = os.stat(p)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            raise CacheUnusable(f"{p} is owned by uid {st.st_uid} or writable by others")
+
+
 def _read(path: Path, key: str) -> dict[str, Any]:
     try:
+        _trusted(path)
         entry = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise CacheUnusable(f"unreadable: {type(exc).__name__}") from exc
@@ -334,7 +346,12 @@ def load_bpf(bcc: Any, text: str, cflags: list[str], *, cache_dir: Path | None =
     """A loaded program (bcc.BPF, or its cached twin) and what happened: 'compiled', 'compiled, cached',
     'cache hit', or 'cache unusable (<why>): compiled[, cached]'. cache_dir None: no cache."""
     if cache_dir is _DEFAULT:
-        cache_dir = default_cache_dir()
+        try:
+            cache_dir = default_cache_dir()
+        except (RuntimeError, KeyError) as exc:  # no $HOME and no passwd entry
+            if say is not None:
+                say(f"eBPF program cache off: no home directory ({exc})")
+            cache_dir = None
     if cache_dir is None:
         return bcc.BPF(text=text.encode(), cflags=cflags), "compiled"
     key = cache_key(bcc, text, cflags)
