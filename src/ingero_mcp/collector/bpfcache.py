@@ -357,9 +357,15 @@ def load_bpf(bcc: Any, text: str, cflags: list[str], *, cache_dir: Path | None =
     key = cache_key(bcc, text, cflags)
     path = Path(cache_dir) / f"{key}.json"
     why = None
-    if path.exists():
+    try:
+        entry: dict[str, Any] | None = _read(path, key)
+    except CacheUnusable as exc:
+        entry = None
+        if not isinstance(exc.__cause__, FileNotFoundError):  # no file yet: a plain miss
+            why = str(exc)
+    if entry is not None:
         try:
-            return _cached_class(bcc)(_read(path, key)), "cache hit"
+            return _cached_class(bcc)(entry), "cache hit"
         except Exception as exc:  # noqa: BLE001 - any failure of the cached path: compile as before
             why = str(exc) if type(exc) in (CacheUnusable, Exception) else f"{type(exc).__name__}: {exc}"
     bpf = bcc.BPF(text=text.encode(), cflags=cflags)
