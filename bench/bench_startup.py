@@ -2,8 +2,8 @@
 
 Each run is a fresh process that does what `ingero-mcp trace` does before it records: Tracer._compile
 (compile or cache hit, maps, tracepoint programs loaded and attached) and attach_library on the
-stand-in libcudart/libcuda of tests/standin (every CUDA op: uprobe + uretprobe, each entry program
-loaded through the verifier). Reported per run: CPU seconds and wall seconds of those two steps, and
+stand-in libcudart/libcuda of tests/standin (the tracer's default probes: one layer per logical call,
+launches entry-only; each entry program loaded through the verifier; no probe-cost calibration). Reported per run: CPU seconds and wall seconds of those two steps, and
 where the time went, exclusive of nested steps: reading the cache file, creating the maps (on a
 hit; a compile creates them inside libbcc), loading programs (the kernel verifier), attaching
 (symbol lookup, perf events, tracefs), the rest (clang + BCC's rewriter + map creation on a
@@ -65,10 +65,13 @@ def child(mode: str, cache: str, libs: list[str]) -> dict[str, Any]:
             cls.load_func = timed("load programs", vars(cls)["load_func"])
     for name in ("attach_tracepoint", "attach_uprobe", "attach_uretprobe"):
         setattr(bcc.BPF, name, timed("attach", getattr(bcc.BPF, name)))
+    bcc.BPF._check_path_symbol = staticmethod(timed("attach", bcc.BPF._check_path_symbol))  # symbol lookup
+    lib.bpf_attach_uprobe = timed("attach", lib.bpf_attach_uprobe)  # the tracer's own _uprobe calls it directly
 
     os.environ["XDG_CACHE_HOME"] = cache
     with tempfile.TemporaryDirectory() as tmp:
-        tracer = Tracer(TraceOptions(db=Path(tmp) / "unused.duckdb", bpf_cache=mode != "compile"),
+        # no probe-cost calibration: it runs a measuring process (~0.5 s or more), the same either way
+        tracer = Tracer(TraceOptions(db=Path(tmp) / "unused.duckdb", bpf_cache=mode != "compile", calibrate=False),
                         log=open(os.devnull, "w"))  # noqa: SIM115
         c0, w0 = time.process_time(), time.perf_counter()
         tracer._compile()
