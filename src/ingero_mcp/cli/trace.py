@@ -94,6 +94,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="do not measure the per-hit probe costs at start (~0.5 s); the estimate then uses "
                         "defaults (900 ns entry-only, 1400 ns entry + return), stored as such in probe_costs")
     parser.add_argument("--quiet", action="store_true", help="no live view")
+    parser.add_argument("--no-bpf-cache", dest="bpf_cache", action="store_false",
+                        help="compile the eBPF program with clang, neither using nor writing the cache of compiled programs. "
+                        "The cache ($XDG_CACHE_HOME/ingero-mcp/bpf, else ~/.cache/ingero-mcp/bpf of the user it runs as) "
+                        "saves the 4-5 s of CPU clang takes at every start; it is keyed by the program source, flags, "
+                        "kernel and BCC, so a stale copy is never loaded")
     parser.set_defaults(func=run)
 
 
@@ -114,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     apis = ("runtime", "driver") if args.api in ("both", "auto") else (args.api,)
     opts = TraceOptions(db=args.db, duration_s=args.duration, pids=args.pid, cuda_libs=args.cuda_lib, apis=apis,
                         layer="auto" if args.api == "auto" else "both", launch_probes=args.launch_probes,
-                        max_overhead_pct=args.max_overhead, calibrate=not args.no_calibrate, quiet=args.quiet)
+                        max_overhead_pct=args.max_overhead, calibrate=not args.no_calibrate, quiet=args.quiet,
+                        bpf_cache=args.bpf_cache)
     tracer = Tracer(opts, argv=sys.argv[1:])
     install_signal_handlers(tracer)
     try:

@@ -102,6 +102,7 @@ class TraceOptions:
     flush_interval_s: float = 1.0
     poll_interval_s: float = 0.02
     rescan_interval_s: float = 1.0
+    bpf_cache: bool = True  # load the compiled eBPF program from ~/.cache/ingero-mcp/bpf (--no-bpf-cache)
 
 
 @dataclass
@@ -194,6 +195,7 @@ class Tracer:
 
     def _compile(self) -> None:
         from ingero_mcp.collector.bccload import import_bcc
+        from ingero_mcp.collector.bpfcache import load_bpf
 
         bcc = import_bcc()
         root = tracefs_dir()
@@ -221,14 +223,19 @@ class Tracer:
         want_regs = os.uname().machine == "x86_64" and Path("/sys/kernel/btf/vmlinux").is_file()
         text = (collectors_dir() / "ingero.bpf.c").read_text() + "\n" + entry_functions_c()
         self.bpf_version = getattr(bcc, "__version__", "?")
+        # a start after the first loads the compiled program from the cache (collector/bpfcache.py)
+        cache = {} if self.opts.bpf_cache else {"cache_dir": None}
+        t0 = time.monotonic()
         try:
-            self.bpf = bcc.BPF(text=text, cflags=[*cflags, "-DHAVE_TASK_PT_REGS"] if want_regs else cflags)
+            self.bpf, self.bpf_status = load_bpf(bcc, text, [*cflags, "-DHAVE_TASK_PT_REGS"] if want_regs else cflags,
+                                                 say=self._say, **cache)
             if want_regs:
                 cflags.append("-DHAVE_TASK_PT_REGS")
         except Exception:  # noqa: BLE001 - a kernel or BCC without the helper: syscall stays NULL
             if not want_regs:
                 raise
-            self.bpf = bcc.BPF(text=text, cflags=cflags)
+            self.bpf, self.bpf_status = load_bpf(bcc, text, cflags, say=self._say, **cache)
+        self._say(f"eBPF program {self.bpf_status} ({time.monotonic() - t0:.2f} s)")
         self.features = [f[2:] for f in cflags if f.startswith("-DHAVE_")]
         self.bpf["config"][self.bpf["config"].Key(0)] = self.bpf["config"].Leaf(1 if self.trace_all else 0)
         # every tracepoint is attached now: interrupt entries may count (their exits are there)
@@ -1003,6 +1010,7 @@ class Tracer:
         notes = {"stop_reason": self._stop_reason, "unreturned_calls": int(c[R.C_CUDA_ORPHAN]),
                  "thread_state_map_full": int(c[R.C_TSTATE_FULL]), "nvml": self.nvml.error or "ok",
                  "collector_cpu_s": round(_cpu_seconds(), 3),
+                 "bpf_program": getattr(self, "bpf_status", None),
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
                  "wakeups_seen": int(c[R.C_WAKEUP_SEEN]), "wakeups_from_interrupts": int(c[R.C_WAKE_IRQ]),
                  "thread_states_left": getattr(self, "thread_states_left", None),
