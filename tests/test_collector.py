@@ -374,7 +374,7 @@ def test_live_view_and_duration(standin: StandIn, tmp_path: Path) -> None:
     try:
         out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--duration", "3s",
                               "--cuda-lib", str(standin.cudart), "--cuda-lib", str(standin.cuda),
-                              "--cuda-lib", str(partial)],
+                              "--cuda-lib", str(partial), "--api", "both"],
                              capture_output=True, text=True, timeout=120, check=False)
     finally:
         w.go()
