@@ -15,9 +15,12 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 echo "setup $(( $(date +%s) - T0 )) s"
 sizes=()
 for s in ${SIZES:-launch=1000000 train=3000}; do sizes+=(--size "$s"); done
-timeout ${OVERHEAD_TIMEOUT:-540} python3 bench/gpu/run_overhead.py "$OUT" --reps ${REPS:-5} \
-  --workloads ${WORKLOADS:-launch,train} "${sizes[@]}" 2>&1 | tee "$OUT/overhead-run.log" | tail -30
-mkdir -p /tmp/ovlogs && cp /tmp/ingero-overhead/*.log /tmp/ovlogs/ 2>/dev/null
-tar -C /tmp -cJf "$OUT/collector-logs.tar.xz" ovlogs 2>/dev/null
+# Everything in one file, $OUT/overhead-<tag>.tar.xz (the device call returns at most 8 files).
+TAG=${OVERHEAD_TAG:-run}
+W=/tmp/overhead-$TAG; mkdir -p $W
+timeout ${OVERHEAD_TIMEOUT:-540} python3 bench/gpu/run_overhead.py "$W" --reps ${REPS:-5} \
+  --workloads ${WORKLOADS:-launch,train} "${sizes[@]}" 2>&1 | tee "$W/overhead-run.log" | tail -30
+cp /tmp/ingero-overhead/*.log "$W/" 2>/dev/null
+tar -C /tmp -cJf "$OUT/overhead-$TAG.tar.xz" "overhead-$TAG"
 echo "total $(( $(date +%s) - T0 )) s"
 ls -la "$OUT"

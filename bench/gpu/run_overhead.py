@@ -170,6 +170,8 @@ def main() -> int:
                     entry.update(recorded(db))
                     entry["estimated_added_s"] = estimated_in(entry)
                 runs.append(entry)
+                # written after every run: a call killed at its time limit still leaves what finished
+                (args.outdir / "overhead.json").write_text(json.dumps({"libs": libs, "runs": runs}, indent=1))
                 print(json.dumps({k: v for k, v in entry.items() if k not in ("ops", "sources", "tracing_cost", "marks")}), flush=True)
     summary = summarise(runs)
     (args.outdir / "overhead.json").write_text(json.dumps({"libs": libs, "runs": runs, "summary": summary}, indent=1))

@@ -108,8 +108,8 @@ for name in "${names[@]}"; do
   fi
   run_one "$name"
   rm -f /var/tmp/zoo_disk_io.bin
-  python3 "$ZOO/pack.py" "$WORK" "$OUT" --log "$LOG" > /dev/null
+  python3 "$ZOO/pack.py" "$WORK" "$OUT" --log "$LOG" --max-files "${ZOO_MAX_FILES:-7}" > /dev/null
 done
 log "done; packed:"
-python3 "$ZOO/pack.py" "$WORK" "$OUT" --log "$LOG"
+python3 "$ZOO/pack.py" "$WORK" "$OUT" --log "$LOG" --max-files "${ZOO_MAX_FILES:-7}"
 ls -la "$OUT"
