@@ -32,10 +32,6 @@ ENGINE_GAPS = {
     "cold-start": "the top chain is 'kernel-wakeup' (15 s of the server asleep in epoll_wait between requests, an idle "
                   "server, not lost time); the 1.4 s context creation in the first cudaMalloc is called allocator churn, "
                   "and the lazy-loading chain (60 first launches, 0.27 s beyond a normal launch) is LOW",
-    "allocator-spike": "no chain: the refills stall 1 s in every 5 s, never the 2 s a slow phase needs, and a steady "
-                       "finding needs 2 consecutive seconds",
-    "gpu-shared": "no chain: the server's 0.6 s bursts every 4 s never make a 2 s slow phase, and the steady reading "
-                  "leaves GPU waits (asleep in syncs) out",
 }
 
 

@@ -17,14 +17,23 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.views import SECONDS_TABLE
-from ingero_mcp.analysis.accounting import SECOND_NS, second_runs, origin_ns, sum_seconds, wakers_sql
+from ingero_mcp.analysis.accounting import (
+    HEALTHY_FRACTION,
+    MIN_EPISODE_LOSS_S,
+    SECOND_NS,
+    gpu_util_sql,
+    origin_ns,
+    second_runs,
+    sum_seconds,
+    wakers_sql,
+)
 from ingero_mcp.analysis.models import (
     Account,
     Accounting,
@@ -97,6 +106,9 @@ class Finding:
     util_known: bool = True
     ks: tuple[int, int] = (0, 0)  # seconds (since the trace start) of the window, inclusive
     startup: bool = False  # a slow phase before the first healthy second: the process starting, not slowing
+    phase: Phase | None = None  # a recurrent phase: the short slow episodes this finding sums
+    kset: tuple[int, ...] = ()  # recurrent: the seconds holding its episodes (the contrast's seconds)
+    worst: tuple[int, int] | None = None  # recurrent: the seconds of the episode where the part grew most (explained)
 
 
 @dataclass
@@ -206,7 +218,10 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> l
     base_share = _shares(base)
     found = []
     first_base = min(w.start_ns for w in baseline)
-    for phase in (p for p in phases if p.kind == "slow"):
+    for phase in (p for p in phases if p.kind in ("slow", "recurrent")):
+        if phase.kind == "recurrent":
+            found += _recurrent_findings(ctx, thread, phase, base)
+            continue
         acc = sum_seconds(thread.seconds, phase.window)
         if acc.wall_ns <= 0:
             continue
@@ -229,6 +244,41 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> l
                                  share=_shares(sub)[p], base_share=base_share[p], slowdown=phase.slowdown,
                                  stopped=phase.slowdown is None, gpu_util=_util(thread.seconds, w), ks=ks,
                                  startup=startup))
+    return found
+
+
+def episode_seconds(ctx: Ctx, phase: Phase) -> list[tuple[int, int]]:
+    """The seconds (first, last) that hold each episode of a recurrent phase."""
+    return [_k_range(ctx, w) for w in phase.episodes]
+
+
+def _recurrent_findings(ctx: Ctx, thread: ThreadAccount, phase: Phase, base: Account) -> list[Finding]:
+    """The contrast over the seconds that hold a recurrent phase's short episodes: as for a slow phase, the parts
+    whose cost per unit of work grew against the baseline share the time lost; each part is then explained in the
+    episode where it grew most (the culprits of one episode, named from its rows)."""
+    spans = episode_seconds(ctx, phase)
+    kset = sorted({k for a, b in spans for k in range(a, b + 1)})
+    inside = [s for s in thread.seconds if s.k in set(kset) and s.wall_ns > 0]
+    acc = sum_seconds(inside)
+    if acc.wall_ns <= 0:
+        return []
+    excess = {p: part_ns(acc, p) - acc.work_calls * part_ns(base, p) / base.work_calls for p in PARTS}
+    lost_ns = acc.wall_ns - acc.work_calls * base.wall_ns / base.work_calls
+    grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns and e >= MIN_GROWTH * acc.wall_ns}
+    if lost_ns <= 0 or not grown:
+        return []
+    total = sum(grown.values())
+    by_k = {s.k: s for s in inside}
+    found = []
+    for p, e in grown.items():
+        def grew(span: tuple[int, int], part: str = p) -> float:
+            a = sum_seconds([by_k[k] for k in range(span[0], span[1] + 1) if k in by_k])
+            return part_ns(a, part) - a.work_calls * part_ns(base, part) / base.work_calls
+        worst = max(spans, key=grew)
+        found.append(Finding(thread=thread, part=p, window=phase.window, seconds_lost=lost_ns * e / total / 1e9,
+                             mode="contrast", share=_shares(acc)[p], base_share=_shares(base)[p], slowdown=phase.slowdown,
+                             gpu_util=_util(inside, TimeWindow(start_ns=0, end_ns=2**62)), ks=(kset[0], kset[-1]),
+                             phase=phase, kset=tuple(kset), worst=worst))
     return found
 
 
@@ -260,7 +310,8 @@ def _util(seconds: list[SecondAccount], w: TimeWindow) -> float | None:
 def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> list[Finding]:
     """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""
     slow = [p.window for p in phases if p.kind == "slow"]
-    seconds = [s for s in thread.seconds if not any(w.start_ns <= s.start_ns < w.end_ns for w in slow)]
+    stalls = {k for p in phases if p.kind == "recurrent" for a, b in episode_seconds(ctx, p) for k in range(a, b + 1)}
+    seconds = [s for s in thread.seconds if not any(w.start_ns <= s.start_ns < w.end_ns for w in slow) and s.k not in stalls]
     if not seconds:
         return []
     util_known = any(s.gpu_util_percent is not None for s in seconds)
@@ -731,9 +782,11 @@ def _slow_copies(now: dict[str, tuple[int, int, object]]) -> bool:
 def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str, str] | None:
     fam = {pid}  # a child process with CUDA work of its own shares the GPU like any other process
     lo, hi = f.window.start_ns, f.window.end_ns
-    sql = (f"SELECT pid, count(*) AS calls, sum(duration_ns)::BIGINT AS in_calls_ns FROM cuda_calls "
-           f"WHERE ts_ns BETWEEN {lo} AND {hi} AND pid NOT IN ({', '.join(map(str, sorted(fam)))}) "
-           f"GROUP BY pid ORDER BY calls DESC")
+    # the process's name in the rows, so that the evidence's text (comm[pid] n CUDA calls) is recomputed by its SQL
+    sql = (f"SELECT c.pid, (SELECT any_value(p.comm) FROM processes p WHERE p.pid = c.pid) AS comm, count(*) AS calls, "
+           f"sum(duration_ns)::BIGINT AS in_calls_ns FROM cuda_calls c "
+           f"WHERE ts_ns BETWEEN {lo} AND {hi} AND c.pid NOT IN ({', '.join(map(str, sorted(fam)))}) "
+           f"GROUP BY c.pid ORDER BY calls DESC")
     got = [r for r in rows(ctx.con, sql) if not ctx.is_collector(int(r[0]))]
     gsql = (f"SELECT pid, max(used_memory_bytes) AS mem, avg(sm_util_percent) AS sm FROM gpu_processes "
             f"WHERE ts_ns BETWEEN {lo} AND {hi} AND pid NOT IN ({', '.join(map(str, sorted(fam)))}) GROUP BY pid")
@@ -744,11 +797,11 @@ def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str
     if not got and not nvml:
         return None
     culprits = [Culprit(pid=int(p), tids=[], comm=ctx.procs.get(int(p), (None, None, None))[1],
-                        relation=ctx.relation(pid, int(p), None, None), ns=int(ns or 0)) for p, _n, ns in got[:3]]
+                        relation=ctx.relation(pid, int(p), None, None), ns=int(ns or 0)) for p, _c, _n, ns in got[:3]]
     seen = {c.pid for c in culprits}
     culprits += [Culprit(pid=int(p), comm=ctx.procs.get(int(p), (None, None, None))[1] or "?", relation="other process")
                  for p, _m, _s in nvml if int(p) not in seen][:3]
-    text = "; ".join(f"{c.comm or '?'}[{c.pid}] {n:,} CUDA calls" for c, (_p, n, _ns) in zip(culprits, got, strict=False))
+    text = "; ".join(f"{c.comm or '?'}[{c.pid}] {n:,} CUDA calls" for c, (_p, _c, n, _ns) in zip(culprits, got, strict=False))
     if nvml:
         text += ("; " if text else "") + "on the GPU per NVML: " + ", ".join(f"pid {int(p)}" for p, _m, _s in nvml[:3])
     return culprits, text, sql
@@ -800,8 +853,17 @@ def _severity(seconds: float, wall_s: float, f: Finding, confident: bool) -> str
     return level
 
 
-def _seconds_sql(pid: int, tid: int, ks: tuple[int, int], expr: str) -> str:
-    return f"SELECT {expr} FROM thread_seconds WHERE pid = {pid} AND tid = {tid} AND k BETWEEN {ks[0]} AND {ks[1]}"
+def _seconds_sql(pid: int, tid: int, ks: tuple[int, int], expr: str, kset: tuple[int, ...] = ()) -> str:
+    which = f"k IN ({', '.join(map(str, kset))})" if kset else f"k BETWEEN {ks[0]} AND {ks[1]}"
+    return f"SELECT {expr} FROM thread_seconds WHERE pid = {pid} AND tid = {tid} AND {which}"
+
+
+def _worst(ctx: Ctx, f: Finding) -> Finding:
+    """A recurrent finding narrowed to its worst episode's seconds, for the explainers (they read one window)."""
+    if f.worst is None:
+        return f
+    w = TimeWindow(start_ns=ctx.t0 + f.worst[0] * SECOND_NS, end_ns=ctx.t0 + (f.worst[1] + 1) * SECOND_NS)
+    return replace(f, window=w, ks=f.worst)
 
 
 def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> CausalChain:
@@ -811,24 +873,54 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     pct = 100 * f.share
     if f.startup:
         who = "during start-up, " + who
-    if f.mode == "contrast":
+    ph = f.phase
+    if ph is not None and f.worst is not None:
+        n = len(ph.episodes)
+        mean = sum(w.duration_ns for w in ph.episodes) / n / 1e9
+        every = f", every {ph.period_s:.1f} s" if ph.period_s else ""
+        worst = f"+{f.worst[0]:,.1f} s to +{f.worst[1] + 1:,.1f} s"
+        drop = f"throughput fell {f.slowdown:.1f}x in them" if f.slowdown else "its CUDA work stopped in them"
+        summary = (f"{who} stalled {n} time{'s' if n != 1 else ''} from {ctx.span(f.window)} ({mean:.2f} s each{every}; "
+                   f"{drop}): in those seconds it was {label} {pct:.0f}% of the time (vs {100 * (f.base_share or 0):.0f}% "
+                   f"in the healthy baseline), {ex.reason} (read in the worst episode, {worst})")
+    elif f.mode == "contrast":
         before = f" (vs {100 * (f.base_share or 0):.0f}% in the healthy baseline)"
         drop = ("its CUDA work stopped" if f.stopped else f"throughput fell {f.slowdown:.1f}x") if f.slowdown or f.stopped else ""
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{before}, {ex.reason}; {drop}"
     else:
         gpu = f", GPU {f.gpu_util:.0f}% busy" if f.gpu_util is not None else ", GPU utilisation not recorded"
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{gpu}: {ex.reason}"
-    ev = [Evidence(name=f"share of the thread's time {label}", value=round(pct, 1), unit="%",
-                   sql=_seconds_sql(t.pid, t.tid, f.ks, f"round(100 * sum({part_sql(f.part)}) / sum(wall_ns), 1)"))]
+    ev = []
+    if ph is not None and ph.sql:
+        ev.append(Evidence(name=f"short slow episodes (runs of {(ph.bin_ns or SECOND_NS) / 1e6:.0f} ms bins under "
+                                f"{100 * HEALTHY_FRACTION:.0f}% of the healthy work rate, each costing "
+                                f"{MIN_EPISODE_LOSS_S} s or more)", value=len(ph.episodes),
+                           sql=f"SELECT count(*) FROM ({ph.sql})"))
+        if ph.period_s is not None:
+            ev.append(Evidence(name="mean time from one episode's start to the next's", value=float(ph.period_s), unit="s",
+                               sql=f"SELECT round((max(start_s) - min(start_s)) / (count(*) - 1), 2) FROM ({ph.sql})"))
+        if ph.lost_s is not None:
+            ev.append(Evidence(name="the process's work lost in the episodes (their length less their work at the healthy "
+                                    "rate)", value=float(ph.lost_s), unit="s", sql=f"SELECT round(sum(lost_s), 3) FROM ({ph.sql})"))
+    ev.append(Evidence(name=f"share of the thread's time {label}" + (" in the seconds holding the episodes" if f.kset else ""),
+                       value=round(pct, 1), unit="%",
+                       sql=_seconds_sql(t.pid, t.tid, f.ks, f"round(100 * sum({part_sql(f.part)}) / sum(wall_ns), 1)",
+                                        f.kset)))
     if f.base_share is not None:
         ev.append(Evidence(name="the same in the healthy baseline", value=round(100 * f.base_share, 1), unit="%"))
-    if f.slowdown:
+    if f.slowdown and not f.kset:
         rate_sql = (f"SELECT round(sum(work_calls) / (max(k) - min(k) + 1), 1) FROM thread_seconds WHERE pid = {t.pid} "
                     f"AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
         ev.append(Evidence(name="work rate in this window (launches+copies per second)",
                            value=float(rows(ctx.con, rate_sql)[0][0] or 0.0), sql=rate_sql))
-        ev.append(Evidence(name="work rate, healthy baseline / this slow phase", value=round(f.slowdown, 2), unit="x"))
-    if f.gpu_util is not None:
+    if f.slowdown:
+        ev.append(Evidence(name="work rate, healthy baseline / this slow phase" + (" (its episodes)" if f.kset else ""),
+                           value=round(f.slowdown, 2), unit="x"))
+    if f.gpu_util is not None and f.kset:
+        ev.append(Evidence(name="GPU utilisation in the seconds holding the episodes (mean of the per-second means)",
+                           value=round(f.gpu_util, 1), unit="%",
+                           sql=f"SELECT avg(gpu_util_percent) FROM ({gpu_util_sql()}) WHERE k IN ({', '.join(map(str, f.kset))})"))
+    elif f.gpu_util is not None:
         ev.append(Evidence(name="GPU utilisation in the window", value=round(f.gpu_util, 1), unit="%",
                            sql=f"SELECT avg(gpu_util_percent) FROM snapshots WHERE ts_ns BETWEEN {f.window.start_ns} AND {f.window.end_ns}"))
     ev.append(Evidence(name="feeding time explained (s)", value=round(f.seconds_lost, 2), unit="s"))
@@ -843,6 +935,12 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
 
 
 def _explanation(f: Finding, ex: Explained) -> str:
+    if f.phase is not None:
+        return (f"Read from the time accounting: in the seconds holding {len(f.phase.episodes)} short slow episodes (the "
+                f"process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate, in sub-second bins), the part "
+                f"of the feeding thread's time {_PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to "
+                f"{100 * f.share:.1f}% per unit of work; {f.seconds_lost:.2f} s of the time lost in them is attributed to "
+                f"it. The culprits are read in the episode where it grew most: " + ex.reason + ".")
     if f.mode == "contrast":
         return (f"Read from the time accounting: in this slow phase the part of the feeding thread's time "
                 f"{_PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}%; "
@@ -885,7 +983,7 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
         baseline = [p.window for p in phases if p.kind == "baseline"]
         wall_s = t.total.wall_ns / 1e9
         for i, f in enumerate(contrast_findings(ctx, t, phases) + steady_findings(ctx, t, phases)):
-            ex = _explain(ctx, f, baseline)
+            ex = _explain(ctx, _worst(ctx, f), baseline)
             chain = _chain(ctx, f, ex, wall_s, i)
             if rank > 0 and chain.severity == "HIGH":
                 chain.severity = "MEDIUM"

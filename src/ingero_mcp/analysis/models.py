@@ -301,13 +301,19 @@ class ThreadAccount(BaseModel):
 
 
 class Phase(BaseModel):
-    """A stretch of seconds in which a process's CUDA work rate stayed healthy (baseline) or fell (slow)."""
+    """A stretch of seconds in which a process's CUDA work rate stayed healthy (baseline) or fell (slow), or a group
+    of short slow episodes (recurrent): stalls under MIN_PHASE_S seconds each, found in sub-second bins."""
 
     pid: int
-    kind: Literal["baseline", "slow"]
-    window: TimeWindow
-    work_rate: float = Field(description="launches, copies and memsets per second of the process")
-    slowdown: float | None = Field(None, description="baseline work rate / this phase's (slow phases)")
+    kind: Literal["baseline", "slow", "recurrent"]
+    window: TimeWindow = Field(description="the phase; for 'recurrent', from the first episode's start to the last's end")
+    work_rate: float = Field(description="launches, copies and memsets per second of the process (in the episodes)")
+    slowdown: float | None = Field(None, description="baseline work rate / this phase's (slow and recurrent phases)")
+    episodes: list[TimeWindow] = Field([], description="recurrent: each short slow episode (runs of slow bins)")
+    bin_ns: int | None = Field(None, description="recurrent: the bin the episodes were read in")
+    period_s: float | None = Field(None, description="recurrent: mean time from one episode's start to the next's")
+    lost_s: float | None = Field(None, description="recurrent: work-rate loss of the episodes, seconds at the healthy rate")
+    sql: str | None = Field(None, description="recurrent: the SQL that lists the episodes (start_s, length_s, lost_s)")
 
 
 class Accounting(BaseModel):
