@@ -122,6 +122,7 @@ class Ctx:
     procs: dict[int, tuple[int | None, str | None, str | None]]  # pid -> (ppid, comm, cmdline)
     has_cpu_aggregates: bool
     chains: list[CausalChain] = field(default_factory=list)
+    cache: dict[tuple, list[tuple]] = field(default_factory=dict)  # query results reused by explainers
 
     def family(self, pid: int) -> set[int]:
         """The process and its descendants (forked workers)."""
@@ -723,6 +724,14 @@ def call_class_sql(pid: int, tid: int, ks: tuple[int, int], t0: int) -> str:
             f"AND end_ns > {lo} AND start_ns < {hi} GROUP BY call_class ORDER BY ns DESC")
 
 
+def baseline_class_sql(pid: int, tid: int, spans: list[tuple[int, int]], t0: int) -> str:
+    """call_class_sql's in-call time by kind, summed over several spans of seconds in one query."""
+    ws = ", ".join(f"({t0 + a * SECOND_NS}, {t0 + (b + 1) * SECOND_NS})" for a, b in spans)
+    return (f"SELECT call_class, sum(least(end_ns, w.hi) - greatest(start_ns, w.lo))::BIGINT AS ns FROM call_spans "
+            f"JOIN (VALUES {ws}) w(lo, hi) ON end_ns > w.lo AND start_ns < w.hi WHERE pid = {pid} AND tid = {tid} "
+            f"GROUP BY call_class")
+
+
 def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
     """Time inside CUDA calls grew (or filled idle GPU time): which kind of call, and whether another process
     used the GPU meanwhile."""
@@ -732,11 +741,14 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
     wall = max(1, (f.ks[1] - f.ks[0] + 1) * SECOND_NS)
     base: dict[str, int] = defaultdict(int)
     base_wall = 0
-    for w in baseline:
-        ks = _k_range(ctx, w)
-        base_wall += (ks[1] - ks[0] + 1) * SECOND_NS
-        for r in rows(ctx.con, call_class_sql(t.pid, t.tid, ks, ctx.t0)):
-            base[r[0]] += int(r[2] or 0)
+    spans = [_k_range(ctx, w) for w in baseline]
+    base_wall = sum((b - a + 1) * SECOND_NS for a, b in spans)
+    if spans:  # one query for every baseline window (short episodes cut the baseline into many), once per thread
+        key = (t.pid, t.tid, tuple(spans))
+        if key not in ctx.cache:
+            ctx.cache[key] = rows(ctx.con, baseline_class_sql(t.pid, t.tid, spans, ctx.t0))
+        for r in ctx.cache[key]:
+            base[r[0]] += int(r[1] or 0)
     # Contrast: the kind whose share grew against the baseline. Steady: the baseline is the same time seen whole
     # (the window lies inside it), so every growth is ~0 and the largest kind is the answer.
     growth = {c: v[1] / wall - (base[c] / base_wall if base_wall and f.mode == "contrast" else 0.0) for c, v in now.items()}
