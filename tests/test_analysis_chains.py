@@ -28,11 +28,7 @@ INVESTIGATIONS = Path(__file__).resolve().parents[1] / "investigations"
 H200 = sorted(INVESTIGATIONS.glob("h200-seed-benchmark*.duckdb"))
 
 # Scenarios staged realistically on which the engine does not (yet) give the staged cause: what it says instead.
-ENGINE_GAPS = {
-    "cold-start": "the top chain is 'kernel-wakeup' (15 s of the server asleep in epoll_wait between requests, an idle "
-                  "server, not lost time); the 1.4 s context creation in the first cudaMalloc is called allocator churn, "
-                  "and the lazy-loading chain (60 first launches, 0.27 s beyond a normal launch) is LOW",
-}
+ENGINE_GAPS: dict[str, str] = {}
 
 
 def _scenario_param(name: str) -> object:

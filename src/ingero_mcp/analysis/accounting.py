@@ -124,8 +124,15 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
     for key, role in chosen:
         total = totals[key]
         check_sums(total)
+        seconds = per_second.get(key, [])
+        idle = 0
+        if role == "feeder" and total.sleep_outside_ns > 0:
+            by_k = {int(k): int(ns) for k, ns in rows(con, idle_sql(key[0], key[1], t0, window))}
+            for s in seconds:
+                s.idle_ns = min(by_k.get(s.k, 0), s.sleep_outside_ns - s.sleep_io_ns)
+            idle = sum(s.idle_ns for s in seconds)
         threads.append(ThreadAccount(pid=key[0], tid=key[1], comm=names.get(key[1]), process_comm=procs.get(key[0]),
-                                     role=role, total=total, seconds=per_second.get(key, [])))
+                                     role=role, total=total, seconds=seconds, idle_ns=idle))
     phases = [ph for pid in dict.fromkeys(k[0] for k in feeders) for ph in _phases(con, pid, in_window, t0)]
     return Accounting(threads=threads, phases=phases)
 
@@ -158,6 +165,30 @@ def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = Fal
         FROM thread_sleeps
         WHERE pid = {int(pid)} AND tid = {int(tid)} AND end_ns > {int(lo)} AND start_ns < {int(hi)} AND inside_ns {cond}
         GROUP BY waker_pid, waker_tid ORDER BY sleep_ns DESC"""
+
+
+# waits for input: a server's event loop, a socket read (a timer's sleep, a futex (a lock, the GIL) are not)
+INPUT_WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "recvfrom", "recvmsg",
+               "recvmmsg", "accept", "accept4", "read", "readv")
+
+
+def idle_sql(pid: int, tid: int, t0: int, window: TimeWindow | None = None) -> str:
+    """Per second, a feeding thread's idle time: its sleeps outside CUDA calls (S state) in a wait for input
+    (INPUT_WAITS) that an interrupt ended (a packet, a device: not another task), begun after a synchronising call
+    (call_spans.call_class 'sync': everything it had queued on the GPU was done). Nothing was queued and the thread
+    waited for input: that time is not lost feeding time (an idle server between requests)."""
+    lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
+    return " ".join(f"""
+        WITH s AS (SELECT start_ns, end_ns FROM thread_sleeps
+                   WHERE pid = {int(pid)} AND tid = {int(tid)} AND inside_ns = 0 AND sleep_state = 'S'
+                     AND waker_context IN ('irq', 'softirq') AND syscall IN {INPUT_WAITS}
+                     AND end_ns > {int(lo)} AND start_ns < {int(hi)}),
+        c AS (SELECT start_ns, call_class FROM call_spans WHERE pid = {int(pid)} AND tid = {int(tid)}),
+        i AS (SELECT greatest(s.start_ns, {int(lo)}) AS a, least(s.end_ns, {int(hi)}) AS b
+              FROM s ASOF JOIN c ON c.start_ns <= s.start_ns WHERE c.call_class = 'sync'),
+        p AS (SELECT a, b, unnest(range((a - {t0}) // {SECOND_NS}, (b - 1 - {t0}) // {SECOND_NS} + 1)) AS k FROM i)
+        SELECT k, sum(least(b, {t0} + (k + 1) * {SECOND_NS}) - greatest(a, {t0} + k * {SECOND_NS}))::BIGINT AS idle_ns
+        FROM p GROUP BY k ORDER BY k""".split())
 
 
 def _waited_on(con: duckdb.DuckDBPyConnection, feeders: list[tuple[int, int]], totals: dict[tuple[int, int], Account],

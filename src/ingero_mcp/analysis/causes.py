@@ -308,6 +308,11 @@ def _util(seconds: list[SecondAccount], w: TimeWindow) -> float | None:
     return sum(got) / len(got) if got else None
 
 
+def _busy_part(s: SecondAccount, part: str) -> int:
+    """A part of a second less the thread's idle time in it (an idle wait for input is no part of the feeding)."""
+    return part_ns(s, part) - (s.idle_ns if part == "sleep_outside" else 0)
+
+
 def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> list[Finding]:
     """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""
     slow = [p.window for p in phases if p.kind == "slow"]
@@ -316,7 +321,7 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> lis
     if not seconds:
         return []
     util_known = any(s.gpu_util_percent is not None for s in seconds)
-    wall = sum(s.wall_ns for s in seconds)
+    wall = sum(s.wall_ns - s.idle_ns for s in seconds)
     healthy = [p.window.start_ns for p in phases if p.kind == "baseline"]
     first_healthy = min(healthy) if healthy else None
     by_k = {s.k: s for s in seconds}
@@ -329,12 +334,12 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> lis
             util = s.gpu_util_percent
             if util_known and (util is None or util >= IDLE_GPU):
                 continue
-            if part_ns(s, p) >= 0.2 * s.wall_ns:
+            if _busy_part(s, p) >= 0.2 * s.wall_ns:
                 member.append(s.k)
         for run in second_runs(member):
             if run[-1] - run[0] + 1 < 2:
                 continue
-            lost = sum(part_ns(by_k[k], p) * (1.0 - (by_k[k].gpu_util_percent or 0.0) / 100.0) for k in run if k in by_k)
+            lost = sum(_busy_part(by_k[k], p) * (1.0 - (by_k[k].gpu_util_percent or 0.0) / 100.0) for k in run if k in by_k)
             if lost < STEADY_MIN_SHARE * wall:
                 continue
             ks = (run[0], run[-1])
@@ -993,7 +998,7 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
     for rank, t in enumerate(paces):
         phases = [p for p in acc.phases if p.pid == t.pid]
         baseline = [p.window for p in phases if p.kind == "baseline"]
-        wall_s = t.total.wall_ns / 1e9
+        wall_s = t.busy_ns / 1e9  # the feeding time: an idle wait for input is not (accounting.idle_sql)
         for i, f in enumerate(contrast_findings(ctx, t, phases) + steady_findings(ctx, t, phases)):
             ex = _explain(ctx, _worst(ctx, f), baseline)
             chain = _chain(ctx, f, ex, wall_s, i)

@@ -286,6 +286,7 @@ class SecondAccount(Account):
     k: int
     start_ns: int
     gpu_util_percent: float | None = None
+    idle_ns: int = Field(0, description="of sleep_outside_ns: idle, waiting for input with nothing queued (accounting.idle_sql)")
 
 
 class ThreadAccount(BaseModel):
@@ -298,6 +299,14 @@ class ThreadAccount(BaseModel):
     role: str = Field(description="'feeder' (issues CUDA work) or 'waited-on' (woke a feeder's sleeps)")
     total: Account
     seconds: list[SecondAccount] = []
+    idle_ns: int = Field(0, description="of its sleep outside CUDA calls, the time it was idle: waiting for input (an "
+                                        "interrupt ended the wait) after a synchronising call, nothing queued on the GPU "
+                                        "(accounting.idle_sql); not lost feeding time")
+
+    @property
+    def busy_ns(self) -> int:
+        """The feeding time: wall time less idle time."""
+        return self.total.wall_ns - self.idle_ns
 
 
 class Phase(BaseModel):
