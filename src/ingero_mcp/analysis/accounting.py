@@ -126,7 +126,7 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
         check_sums(total)
         seconds = per_second.get(key, [])
         idle = 0
-        if role == "feeder" and total.sleep_outside_ns > 0:
+        if role == "feeder" and _may_idle(con, key, total, window):
             by_k = {int(k): int(ns) for k, ns in rows(con, idle_sql(key[0], key[1], t0, window))}
             for s in seconds:
                 s.idle_ns = min(by_k.get(s.k, 0), s.sleep_outside_ns - s.sleep_io_ns)
@@ -189,6 +189,22 @@ def idle_sql(pid: int, tid: int, t0: int, window: TimeWindow | None = None) -> s
         p AS (SELECT a, b, unnest(range((a - {t0}) // {SECOND_NS}, (b - 1 - {t0}) // {SECOND_NS} + 1)) AS k FROM i)
         SELECT k, sum(least(b, {t0} + (k + 1) * {SECOND_NS}) - greatest(a, {t0} + k * {SECOND_NS}))::BIGINT AS idle_ns
         FROM p GROUP BY k ORDER BY k""".split())
+
+
+MIN_IDLE_SHARE = 0.01  # idle under this share of a thread's wall is not looked for (nor subtracted)
+
+
+def _may_idle(con: duckdb.DuckDBPyConnection, key: tuple[int, int], total: Account, window: TimeWindow | None) -> bool:
+    """Whether a thread's waits for input that an interrupt ended add up to MIN_IDLE_SHARE of its wall: only then is
+    idle_sql (an ASOF join over the thread's call spans) worth its cost."""
+    if total.sleep_outside_ns < MIN_IDLE_SHARE * total.wall_ns:
+        return False
+    lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
+    got = rows(con, f"SELECT sum(least(end_ns, {hi}) - greatest(start_ns, {lo})) FROM thread_sleeps "
+                    f"WHERE pid = {int(key[0])} AND tid = {int(key[1])} AND inside_ns = 0 AND sleep_state = 'S' "
+                    f"AND waker_context IN ('irq', 'softirq') AND syscall IN {INPUT_WAITS} "
+                    f"AND end_ns > {int(lo)} AND start_ns < {int(hi)}")[0][0]
+    return (got or 0) >= MIN_IDLE_SHARE * total.wall_ns
 
 
 def _waited_on(con: duckdb.DuckDBPyConnection, feeders: list[tuple[int, int]], totals: dict[tuple[int, int], Account],
