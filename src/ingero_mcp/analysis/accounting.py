@@ -7,6 +7,13 @@ CUDA calls, sleeping inside or outside them, waiting for a CPU, and off-CPU of u
 sum to the wall time, which `check_sums` asserts. Phases come from the feeding process's work rate
 per second: where it falls to two thirds of its healthy rate or less for two seconds or more, that stretch
 is a slow phase, compared with the healthy baseline by the chains (causes.py).
+
+Stalls shorter than that (a 1 s allocator refill every 5 s, another GPU user's 0.6 s bursts) are found where the
+per-second rate deviates: those seconds alone are read again in sub-second bins from cuda_calls (`episodes_sql`), and
+the runs of low bins that cost something are short slow episodes; repeated (or one big) they make one 'recurrent'
+phase per process, with their count, period and the work lost, which the chains contrast with the baseline as they
+do a slow phase. Idle time (`idle_sql`: a wait for input ended by an interrupt, nothing queued on the GPU) is kept
+apart: an idle server's sleep between requests is not lost feeding time.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 Two readings of the accounting (accounting.py), per feeding process and its busiest feeding thread:
 - contrast: in a slow phase (the work rate fell to half or less), the parts of the thread's time whose
   share grew against the healthy baseline are the symptom; the time lost (the phase's wall time
-  times 1 - 1/slowdown) is shared among them by how much each grew;
+  times 1 - 1/slowdown) is shared among them by how much each grew; a recurrent phase (short slow
+  episodes, accounting.py) is contrasted the same way over the seconds holding its episodes, and each
+  part is explained in the episode where it grew most;
 - steady: outside slow phases, time in which the GPU sat idle (1 - utilisation, per second) while
   the thread did something other than wait for it; without a GPU utilisation record this reading
   is labelled as such and kept LOW.
