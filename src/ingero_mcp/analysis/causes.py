@@ -777,6 +777,10 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
                                  f"{gbs:.1f} GB/s)" if top == "copy_pageable" else
                                  f"{n} host<->device copies at {gbs:.1f} GB/s (pinned or not: not recorded)"),
                          numbers={"gbs": f"{gbs:.1f}"})
+    if top == "alloc" and f.startup:
+        context = _context_creation(ctx, f, now["alloc"][1])
+        if context:
+            return context
     if top == "alloc":
         n, ns, _b = now["alloc"]
         return Explained(cause=rc.ALLOCATOR_CHURN, evidence=ev,
@@ -791,6 +795,25 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
                                 "the GPU work per step grew, or a GPU user the tracer cannot see")
     return Explained(cause=rc.LAUNCH_OVERHEAD, evidence=ev,
                      reason=f"CPU time inside {top} calls")
+
+
+def _context_creation(ctx: Ctx, f: Finding, alloc_ns: int) -> Explained | None:
+    """At start-up, allocation time that is mostly the process's first CUDA call: the CUDA context created on first
+    use (driver initialisation), a cold start, not the caching allocator churning."""
+    sql = (f"SELECT op, ts_ns, round(duration_ns / 1e9, 3) AS s FROM cuda_calls WHERE pid = {f.thread.pid} "
+           f"ORDER BY ts_ns LIMIT 1")
+    got = rows(ctx.con, sql)
+    if not got or got[0][2] is None:
+        return None
+    op, ts, secs = got[0][0], int(got[0][1]), float(got[0][2])
+    if not (f.window.start_ns <= ts < f.window.end_ns) or secs * 1e9 < 0.5 * alloc_ns:
+        return None
+    # the first recorded call: the collector may have attached after the process's own first call, hence 'likely'
+    return Explained(cause=rc.COLD_START, numbers={"slowest_ms": f"{secs * 1e3:.0f}"}, confident=False,
+                     evidence=[Evidence(name=f"the process's first recorded CUDA call ({op}), seconds", value=secs, unit="s",
+                                        sql=f"SELECT s FROM ({sql})")],
+                     reason=(f"its first recorded CUDA call ({op}) took {secs:.2f} s of it: likely the CUDA context being "
+                             "created on first use (driver initialisation), a start-up cost"))
 
 
 def _slow_copies(now: dict[str, tuple[int, int, object]]) -> bool:
