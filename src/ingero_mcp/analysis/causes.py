@@ -219,19 +219,22 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> l
     if base.wall_ns <= 0 or base.work_calls <= 0:
         return []
     base_share = _shares(base)
+    # the cost per unit of work is read from the busy time: idle waits for input (accounting.idle_sql) are no cost
+    base_busy = _minus_idle(base, sum(_idle(thread.seconds, w) for w in baseline))
     found = []
     first_base = min(w.start_ns for w in baseline)
     for phase in (p for p in phases if p.kind in ("slow", "recurrent")):
         if phase.kind == "recurrent":
-            found += _recurrent_findings(ctx, thread, phase, base)
+            found += _recurrent_findings(ctx, thread, phase, base_busy)
             continue
         acc = sum_seconds(thread.seconds, phase.window)
         if acc.wall_ns <= 0:
             continue
         startup = phase.window.end_ns <= first_base
-        expected = {p: acc.work_calls * part_ns(base, p) / base.work_calls for p in PARTS}
-        excess = {p: part_ns(acc, p) - expected[p] for p in PARTS}
-        lost_ns = acc.wall_ns - acc.work_calls * base.wall_ns / base.work_calls
+        busy = _minus_idle(acc, _idle(thread.seconds, phase.window))
+        expected = {p: acc.work_calls * part_ns(base_busy, p) / base.work_calls for p in PARTS}
+        excess = {p: part_ns(busy, p) - expected[p] for p in PARTS}
+        lost_ns = busy.wall_ns - acc.work_calls * base_busy.wall_ns / base.work_calls
         # a part counts when its cost per unit of work grew enough to explain a share of the loss; its share of
         # wall time need not grow (a copy-bound loop stays copy-bound when its copies get slower)
         grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns
@@ -250,6 +253,16 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> l
     return found
 
 
+def _idle(seconds: list[SecondAccount], w: TimeWindow) -> int:
+    """A thread's idle time in the seconds starting in a window (accounting.idle_sql)."""
+    return sum(s.idle_ns for s in seconds if w.start_ns <= s.start_ns < w.end_ns)
+
+
+def _minus_idle(a: Account, idle: int) -> Account:
+    """An account without its idle time (of its sleep outside CUDA calls): the busy time the contrast compares."""
+    return a if not idle else a.model_copy(update={"wall_ns": a.wall_ns - idle, "sleep_outside_ns": a.sleep_outside_ns - idle})
+
+
 def episode_seconds(ctx: Ctx, phase: Phase) -> list[tuple[int, int]]:
     """The seconds (first, last) that hold each episode of a recurrent phase."""
     return [_k_range(ctx, w) for w in phase.episodes]
@@ -265,8 +278,9 @@ def _recurrent_findings(ctx: Ctx, thread: ThreadAccount, phase: Phase, base: Acc
     acc = sum_seconds(inside)
     if acc.wall_ns <= 0:
         return []
-    excess = {p: part_ns(acc, p) - acc.work_calls * part_ns(base, p) / base.work_calls for p in PARTS}
-    lost_ns = acc.wall_ns - acc.work_calls * base.wall_ns / base.work_calls
+    busy = _minus_idle(acc, sum(s.idle_ns for s in inside))
+    excess = {p: part_ns(busy, p) - acc.work_calls * part_ns(base, p) / base.work_calls for p in PARTS}
+    lost_ns = busy.wall_ns - acc.work_calls * base.wall_ns / base.work_calls
     grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns and e >= MIN_GROWTH * acc.wall_ns}
     if lost_ns <= 0 or not grown:
         return []
@@ -275,7 +289,8 @@ def _recurrent_findings(ctx: Ctx, thread: ThreadAccount, phase: Phase, base: Acc
     found = []
     for p, e in grown.items():
         def grew(span: tuple[int, int], part: str = p) -> float:
-            a = sum_seconds([by_k[k] for k in range(span[0], span[1] + 1) if k in by_k])
+            got = [by_k[k] for k in range(span[0], span[1] + 1) if k in by_k]
+            a = _minus_idle(sum_seconds(got), sum(s.idle_ns for s in got))
             return part_ns(a, part) - a.work_calls * part_ns(base, part) / base.work_calls
         worst = max(spans, key=grew)
         found.append(Finding(thread=thread, part=p, window=phase.window, seconds_lost=lost_ns * e / total / 1e9,
