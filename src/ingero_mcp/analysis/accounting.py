@@ -38,6 +38,7 @@ FULL_SECOND = 0.9  # seconds with less wall than this (first, last) do not decid
 # sub-second bins (from cuda_calls, only there); runs of bins at 1/SLOW_FACTOR of the healthy rate or less are episodes.
 BINS_NS = (250_000_000, 500_000_000, SECOND_NS)  # the finest bin holding MIN_BIN_CALLS at the healthy rate is used
 MIN_BIN_CALLS = 20
+SCAN_FRACTION = 0.9  # seconds under this fraction of the reference rate are read in bins (cheap: only those seconds)
 MIN_EPISODE_LOSS_S = 0.1  # an episode must cost this much (its length less its work at the healthy rate)
 MIN_EPISODES = 2  # episodes that make a recurrent stall ...
 BIG_EPISODE_S = 0.5  # ... or one that cost this much
@@ -307,39 +308,42 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -
 
 
 def stall_bins_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float) -> str:
-    """A process's work calls per bin over the seconds ks (bins without calls included), and whether each bin was low
-    (under HEALTHY_FRACTION of the healthy rate per bin, base_bin)."""
+    """A process's work calls per bin over the seconds ks (bins without calls included): 'low' under SCAN_FRACTION of
+    the healthy rate per bin (base_bin), 'deep' under HEALTHY_FRACTION of it."""
     per = SECOND_NS // bin_ns
     lo, hi = t0 + min(ks) * SECOND_NS, t0 + (max(ks) + 1) * SECOND_NS
     return " ".join(f"""
         WITH bins AS (SELECT unnest(range(k * {per}, (k + 1) * {per})) AS bin FROM (SELECT unnest([{', '.join(map(str, ks))}]) AS k)),
         n AS (SELECT (ts_ns - {t0}) // {bin_ns} AS bin, count(*) AS n FROM cuda_calls
               WHERE pid = {int(pid)} AND ts_ns >= {lo} AND ts_ns < {hi} AND {WORK_OPS} GROUP BY ALL)
-        SELECT bin, coalesce(n.n, 0) AS n, coalesce(n.n, 0) < {HEALTHY_FRACTION} * {base_bin} AS low
+        SELECT bin, coalesce(n.n, 0) AS n, coalesce(n.n, 0) < {SCAN_FRACTION} * {base_bin} AS low,
+               coalesce(n.n, 0) < {HEALTHY_FRACTION} * {base_bin} AS deep
         FROM bins LEFT JOIN n USING (bin) ORDER BY bin""".split())
 
 
 def episodes_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float) -> str:
-    """The short slow episodes: runs of low bins (stall_bins_sql; one bin between two low ones is bridged) that cost
-    at least MIN_EPISODE_LOSS_S, with their start (seconds since the trace start), length and loss: the length less
-    the work done in it at the healthy rate."""
+    """The short slow episodes: runs of low bins (stall_bins_sql; one bin between two low ones is bridged) holding a
+    deep one, under HEALTHY_FRACTION of the healthy rate over their length and costing at least MIN_EPISODE_LOSS_S
+    (jitter is neither), with their start (seconds since the trace start), length and
+    loss: the length less the work done in it at the healthy rate."""
     bin_s = bin_ns / SECOND_NS
     return " ".join(f"""
         WITH b AS ({stall_bins_sql(pid, ks, t0, bin_ns, base_bin)}),
-        l AS (SELECT bin, bin - lag(bin) OVER (ORDER BY bin) AS step FROM b WHERE low),
-        g AS (SELECT bin, sum(CASE WHEN step IS NULL OR step > 2 THEN 1 ELSE 0 END) OVER (ORDER BY bin) AS g FROM l),
-        e AS (SELECT g, min(bin) AS first, max(bin) AS last FROM g GROUP BY g)
+        l AS (SELECT bin, deep, bin - lag(bin) OVER (ORDER BY bin) AS step FROM b WHERE low),
+        g AS (SELECT bin, deep, sum(CASE WHEN step IS NULL OR step > 2 THEN 1 ELSE 0 END) OVER (ORDER BY bin) AS g FROM l),
+        e AS (SELECT g, min(bin) AS first, max(bin) AS last FROM g GROUP BY g HAVING bool_or(deep))
         SELECT e.first * {bin_s} AS start_s, (e.last - e.first + 1) * {bin_s} AS length_s,
                (e.last - e.first + 1) * {bin_s} - sum(b.n) / {base_bin} * {bin_s} AS lost_s
         FROM e JOIN b ON b.bin BETWEEN e.first AND e.last GROUP BY e.g, e.first, e.last
-        HAVING lost_s >= {MIN_EPISODE_LOSS_S} ORDER BY start_s""".split())
+        HAVING lost_s >= {MIN_EPISODE_LOSS_S} AND sum(b.n) < {HEALTHY_FRACTION} * {base_bin} * (e.last - e.first + 1)
+        ORDER BY start_s""".split())
 
 
 def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tuple[int, int, int]], reference: float,
                base_rate: float, phases: list[Phase], healthy: list[int]) -> Phase | None:
     """Short slow episodes outside the phases: recurrent (MIN_EPISODES or more) or one big (BIG_EPISODE_S lost).
 
-    Only the seconds whose rate fell below the healthy fraction, between the first and the last healthy second (a
+    Only the seconds whose rate fell under SCAN_FRACTION of the reference, between the first and the last healthy second (a
     start-up or a wind-down is not a stall) and outside the slow phases, are read in bins; the bin is the finest that holds MIN_BIN_CALLS at the
     healthy rate, so that a bin's count is not mere quantisation of the job's steps."""
     if not healthy or base_rate <= 0:
@@ -347,7 +351,7 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
     # a slow phase's seconds and the one on each side of it (its ramps) are the phase's, not episodes of their own
     taken = [TimeWindow(start_ns=p.window.start_ns - SECOND_NS, end_ns=p.window.end_ns + SECOND_NS)
              for p in phases if p.kind == "slow"]
-    ks = [k for k, start, n in got if n < HEALTHY_FRACTION * reference and min(healthy) < k < max(healthy)
+    ks = [k for k, start, n in got if n < SCAN_FRACTION * reference and min(healthy) < k < max(healthy)
           and not any(w.start_ns <= start < w.end_ns for w in taken)]
     if not ks:
         return None

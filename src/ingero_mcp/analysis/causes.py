@@ -29,6 +29,7 @@ from ingero_mcp.analysis.views import SECONDS_TABLE
 from ingero_mcp.analysis.accounting import (
     HEALTHY_FRACTION,
     MIN_EPISODE_LOSS_S,
+    SCAN_FRACTION,
     SECOND_NS,
     gpu_util_sql,
     origin_ns,
@@ -332,9 +333,9 @@ def _busy_part(s: SecondAccount, part: str) -> int:
 
 def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> list[Finding]:
     """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""
+    # a recurrent phase's seconds stay in: short episodes must not cut a steady stretch into pieces
     slow = [p.window for p in phases if p.kind == "slow"]
-    stalls = {k for p in phases if p.kind == "recurrent" for a, b in episode_seconds(ctx, p) for k in range(a, b + 1)}
-    seconds = [s for s in thread.seconds if not any(w.start_ns <= s.start_ns < w.end_ns for w in slow) and s.k not in stalls]
+    seconds = [s for s in thread.seconds if not any(w.start_ns <= s.start_ns < w.end_ns for w in slow)]
     if not seconds:
         return []
     util_known = any(s.gpu_util_percent is not None for s in seconds)
@@ -950,8 +951,8 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     ev = []
     if ph is not None and ph.sql:
         ev.append(Evidence(name=f"short slow episodes (runs of {(ph.bin_ns or SECOND_NS) / 1e6:.0f} ms bins under "
-                                f"{100 * HEALTHY_FRACTION:.0f}% of the healthy work rate, each costing "
-                                f"{MIN_EPISODE_LOSS_S} s or more)", value=len(ph.episodes),
+                                f"{100 * SCAN_FRACTION:.0f}% of the healthy work rate, one under {100 * HEALTHY_FRACTION:.0f}%, "
+                                f"each costing {MIN_EPISODE_LOSS_S} s or more)", value=len(ph.episodes),
                            sql=f"SELECT count(*) FROM ({ph.sql})"))
         if ph.period_s is not None:
             ev.append(Evidence(name="mean time from one episode's start to the next's", value=float(ph.period_s), unit="s",
