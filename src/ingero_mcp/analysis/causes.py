@@ -999,10 +999,11 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
 def _explanation(f: Finding, ex: Explained) -> str:
     if f.phase is not None:
         return (f"Read from the time accounting: in the seconds holding {len(f.phase.episodes)} short slow episodes (the "
-                f"process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate, in sub-second bins), the part "
-                f"of the feeding thread's time {_PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to "
-                f"{100 * f.share:.1f}% per unit of work; {f.seconds_lost:.2f} s of the time lost in them is attributed to "
-                f"it. The culprits are read in the episode where it grew most: " + ex.reason + ".")
+                f"process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, read in sub-second "
+                f"bins), the part of the feeding thread's time {_PART_LABEL[f.part]} grew from "
+                f"{100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}% of its time; its cost per unit of CUDA work "
+                f"against the baseline explains {f.seconds_lost:.2f} s of the time lost in them. The culprits are read in "
+                f"the episode where it grew most: " + ex.reason + ".")
     if f.mode == "contrast":
         return (f"Read from the time accounting: in this slow phase the part of the feeding thread's time "
                 f"{_PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}%; "
