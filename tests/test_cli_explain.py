@@ -60,7 +60,7 @@ def test_explain_json_keys(demo: Path, capsys: pytest.CaptureFixture[str]) -> No
     for sec in main["seconds"]:
         assert sum(sec[p] for p in parts) == sec["wall_ns"] and {"k", "start_ns", "gpu_util_percent"} <= set(sec)
     assert sum(s["wall_ns"] for s in main["seconds"]) == main["total"]["wall_ns"]
-    assert {p["kind"] for p in acc["phases"]} <= {"baseline", "slow"}
+    assert {p["kind"] for p in acc["phases"]} <= {"baseline", "slow", "recurrent"}
     chain = doc["chains"][0]
     assert {"id", "severity", "root_cause", "summary", "seconds_lost", "window", "culprits", "evidence",
             "recommendations"} <= set(chain)

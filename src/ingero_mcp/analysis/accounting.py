@@ -7,6 +7,13 @@ CUDA calls, sleeping inside or outside them, waiting for a CPU, and off-CPU of u
 sum to the wall time, which `check_sums` asserts. Phases come from the feeding process's work rate
 per second: where it falls to two thirds of its healthy rate or less for two seconds or more, that stretch
 is a slow phase, compared with the healthy baseline by the chains (causes.py).
+
+Stalls shorter than that (a 1 s allocator refill every 5 s, another GPU user's 0.6 s bursts) are found where the
+per-second rate deviates: those seconds alone are read again in sub-second bins from cuda_calls (`episodes_sql`), and
+the runs of low bins that cost something are short slow episodes; repeated (or one big) they make one 'recurrent'
+phase per process, with their count, period and the work lost, which the chains contrast with the baseline as they
+do a slow phase. Idle time (`idle_sql`: a wait for input ended by an interrupt, nothing queued on the GPU) is kept
+apart: an idle server's sleep between requests is not lost feeding time.
 """
 
 from __future__ import annotations
@@ -27,6 +34,15 @@ SLOW_FACTOR = 1.5  # a second is slow when the work rate fell to 1/SLOW_FACTOR o
 HEALTHY_FRACTION = 0.8  # a second is healthy at this fraction of the reference rate or more
 MIN_PHASE_S = 2  # shortest phase, seconds
 FULL_SECOND = 0.9  # seconds with less wall than this (first, last) do not decide phases
+# Short stalls (under MIN_PHASE_S): the seconds that fell below the healthy rate outside the phases are read again in
+# sub-second bins (from cuda_calls, only there); runs of bins at 1/SLOW_FACTOR of the healthy rate or less are episodes.
+BINS_NS = (250_000_000, 500_000_000, SECOND_NS)  # the finest bin holding MIN_BIN_CALLS at the healthy rate is used
+MIN_BIN_CALLS = 20
+SCAN_FRACTION = 0.9  # seconds under this fraction of the reference rate are read in bins (cheap: only those seconds)
+MIN_EPISODE_LOSS_S = 0.1  # an episode must cost this much (its length less its work at the healthy rate)
+MIN_EPISODES = 2  # episodes that make a recurrent stall ...
+BIG_EPISODE_S = 0.5  # ... or one that cost this much
+WORK_OPS = "(contains(op, 'aunch') OR contains(op, 'emcpy') OR contains(op, 'emset'))"  # thread_seconds.work_calls
 
 PARTS = ("run_outside_ns", "run_inside_ns", "sleep_inside_ns", "sleep_outside_ns", "cpu_wait_inside_ns",
          "cpu_wait_outside_ns", "off_cpu_unknown_ns")
@@ -116,8 +132,15 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
     for key, role in chosen:
         total = totals[key]
         check_sums(total)
+        seconds = per_second.get(key, [])
+        idle = 0
+        if role == "feeder" and _may_idle(con, key, total, window):
+            by_k = {int(k): int(ns) for k, ns in rows(con, idle_sql(key[0], key[1], t0, window))}
+            for s in seconds:
+                s.idle_ns = min(by_k.get(s.k, 0), s.sleep_outside_ns - s.sleep_io_ns)
+            idle = sum(s.idle_ns for s in seconds)
         threads.append(ThreadAccount(pid=key[0], tid=key[1], comm=names.get(key[1]), process_comm=procs.get(key[0]),
-                                     role=role, total=total, seconds=per_second.get(key, [])))
+                                     role=role, total=total, seconds=seconds, idle_ns=idle))
     phases = [ph for pid in dict.fromkeys(k[0] for k in feeders) for ph in _phases(con, pid, in_window, t0)]
     return Accounting(threads=threads, phases=phases)
 
@@ -150,6 +173,46 @@ def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = Fal
         FROM thread_sleeps
         WHERE pid = {int(pid)} AND tid = {int(tid)} AND end_ns > {int(lo)} AND start_ns < {int(hi)} AND inside_ns {cond}
         GROUP BY waker_pid, waker_tid ORDER BY sleep_ns DESC"""
+
+
+# waits for input: a server's event loop, a socket read (a timer's sleep, a futex (a lock, the GIL) are not)
+INPUT_WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "recvfrom", "recvmsg",
+               "recvmmsg", "accept", "accept4", "read", "readv")
+
+
+def idle_sql(pid: int, tid: int, t0: int, window: TimeWindow | None = None) -> str:
+    """Per second, a feeding thread's idle time: its sleeps outside CUDA calls (S state) in a wait for input
+    (INPUT_WAITS) that an interrupt ended (a packet, a device: not another task), begun after a synchronising call
+    (call_spans.call_class 'sync': everything it had queued on the GPU was done). Nothing was queued and the thread
+    waited for input: that time is not lost feeding time (an idle server between requests)."""
+    lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
+    return " ".join(f"""
+        WITH s AS (SELECT start_ns, end_ns FROM thread_sleeps
+                   WHERE pid = {int(pid)} AND tid = {int(tid)} AND inside_ns = 0 AND sleep_state = 'S'
+                     AND waker_context IN ('irq', 'softirq') AND syscall IN {INPUT_WAITS}
+                     AND end_ns > {int(lo)} AND start_ns < {int(hi)}),
+        c AS (SELECT start_ns, call_class FROM call_spans WHERE pid = {int(pid)} AND tid = {int(tid)}),
+        i AS (SELECT greatest(s.start_ns, {int(lo)}) AS a, least(s.end_ns, {int(hi)}) AS b
+              FROM s ASOF JOIN c ON c.start_ns <= s.start_ns WHERE c.call_class = 'sync'),
+        p AS (SELECT a, b, unnest(range((a - {t0}) // {SECOND_NS}, (b - 1 - {t0}) // {SECOND_NS} + 1)) AS k FROM i)
+        SELECT k, sum(least(b, {t0} + (k + 1) * {SECOND_NS}) - greatest(a, {t0} + k * {SECOND_NS}))::BIGINT AS idle_ns
+        FROM p GROUP BY k ORDER BY k""".split())
+
+
+MIN_IDLE_SHARE = 0.01  # idle under this share of a thread's wall is not looked for (nor subtracted)
+
+
+def _may_idle(con: duckdb.DuckDBPyConnection, key: tuple[int, int], total: Account, window: TimeWindow | None) -> bool:
+    """Whether a thread's waits for input that an interrupt ended add up to MIN_IDLE_SHARE of its wall: only then is
+    idle_sql (an ASOF join over the thread's call spans) worth its cost."""
+    if total.sleep_outside_ns < MIN_IDLE_SHARE * total.wall_ns:
+        return False
+    lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
+    got = rows(con, f"SELECT sum(least(end_ns, {hi}) - greatest(start_ns, {lo})) FROM thread_sleeps "
+                    f"WHERE pid = {int(key[0])} AND tid = {int(key[1])} AND inside_ns = 0 AND sleep_state = 'S' "
+                    f"AND waker_context IN ('irq', 'softirq') AND syscall IN {INPUT_WAITS} "
+                    f"AND end_ns > {int(lo)} AND start_ns < {int(hi)}")[0][0]
+    return (got or 0) >= MIN_IDLE_SHARE * total.wall_ns
 
 
 def _waited_on(con: duckdb.DuckDBPyConnection, feeders: list[tuple[int, int]], totals: dict[tuple[int, int], Account],
@@ -208,8 +271,8 @@ def work_rate_sql(pid: int, in_window: str, table: str = "thread_seconds") -> st
 
 def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -> list[Phase]:
     """Baseline and slow stretches of a process's work rate (see the module's docstring)."""
-    got = [(int(k), int(start), int(n or 0)) for k, start, n, wall in rows(con, work_rate_sql(pid, in_window, SECONDS_TABLE))
-           if wall >= FULL_SECOND * SECOND_NS]
+    every = rows(con, work_rate_sql(pid, in_window, SECONDS_TABLE))
+    got = [(int(k), int(start), int(n or 0)) for k, start, n, wall in every if wall >= FULL_SECOND * SECOND_NS]
     if len(got) < 2 * MIN_PHASE_S:
         return []
     rates = sorted(n for _, _, n in got)
@@ -220,7 +283,7 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -
     slow = {k for k, _, n in got if n * SLOW_FACTOR <= reference}
     rate = {k: n for k, _, n in got}
     base_rate = sum(rate[k] for k in healthy) / len(healthy)
-    phases = []
+    phases: list[Phase] = []
     for kind, members in (("baseline", healthy), ("slow", slow)):
         for run in second_runs(sorted(members), allow_gap=1 if kind == "slow" else 0):
             if run[-1] - run[0] + 1 < MIN_PHASE_S:
@@ -231,9 +294,81 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -
             slowdown = (base_rate / mean if mean else float("inf")) if kind == "slow" else None
             phases.append(Phase(pid=pid, kind=kind, window=window, work_rate=mean,
                                 slowdown=None if slowdown in (None, float("inf")) else round(slowdown, 2)))
-    if not any(p.kind == "slow" for p in phases) or sum(1 for k in healthy) < MIN_PHASE_S:
+    if sum(1 for k in healthy) < MIN_PHASE_S:
+        return [p for p in phases if p.kind == "baseline"]
+    # the job ran at its healthy rate from/until these seconds (a part second counts at its rate per wall time)
+    seen_healthy = [int(k) for k, _s, n, wall in every if wall >= 0.5 * SECOND_NS
+                    and (n or 0) * SECOND_NS / wall >= HEALTHY_FRACTION * reference]
+    recurrent = _recurrent(con, pid, t0, got, reference, base_rate, phases, seen_healthy)
+    if recurrent:
+        phases.append(recurrent)
+    if not any(p.kind in ("slow", "recurrent") for p in phases):
         return [p for p in phases if p.kind == "baseline"]
     return sorted(phases, key=lambda p: p.window.start_ns)
+
+
+def stall_bins_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float) -> str:
+    """A process's work calls per bin over the seconds ks (bins without calls included): 'low' under SCAN_FRACTION of
+    the healthy rate per bin (base_bin), 'deep' under HEALTHY_FRACTION of it."""
+    per = SECOND_NS // bin_ns
+    lo, hi = t0 + min(ks) * SECOND_NS, t0 + (max(ks) + 1) * SECOND_NS
+    return " ".join(f"""
+        WITH bins AS (SELECT unnest(range(k * {per}, (k + 1) * {per})) AS bin FROM (SELECT unnest([{', '.join(map(str, ks))}]) AS k)),
+        n AS (SELECT (ts_ns - {t0}) // {bin_ns} AS bin, count(*) AS n FROM cuda_calls
+              WHERE pid = {int(pid)} AND ts_ns >= {lo} AND ts_ns < {hi} AND {WORK_OPS} GROUP BY ALL)
+        SELECT bin, coalesce(n.n, 0) AS n, coalesce(n.n, 0) < {SCAN_FRACTION} * {base_bin} AS low,
+               coalesce(n.n, 0) < {HEALTHY_FRACTION} * {base_bin} AS deep
+        FROM bins LEFT JOIN n USING (bin) ORDER BY bin""".split())
+
+
+def episodes_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float) -> str:
+    """The short slow episodes: runs of low bins (stall_bins_sql; one bin between two low ones is bridged) holding a
+    deep one, under HEALTHY_FRACTION of the healthy rate over their length and costing at least MIN_EPISODE_LOSS_S
+    (jitter is neither), with their start (seconds since the trace start), length and
+    loss: the length less the work done in it at the healthy rate."""
+    bin_s = bin_ns / SECOND_NS
+    return " ".join(f"""
+        WITH b AS ({stall_bins_sql(pid, ks, t0, bin_ns, base_bin)}),
+        l AS (SELECT bin, deep, bin - lag(bin) OVER (ORDER BY bin) AS step FROM b WHERE low),
+        g AS (SELECT bin, deep, sum(CASE WHEN step IS NULL OR step > 2 THEN 1 ELSE 0 END) OVER (ORDER BY bin) AS g FROM l),
+        e AS (SELECT g, min(bin) AS first, max(bin) AS last FROM g GROUP BY g HAVING bool_or(deep))
+        SELECT e.first * {bin_s} AS start_s, (e.last - e.first + 1) * {bin_s} AS length_s,
+               (e.last - e.first + 1) * {bin_s} - sum(b.n) / {base_bin} * {bin_s} AS lost_s
+        FROM e JOIN b ON b.bin BETWEEN e.first AND e.last GROUP BY e.g, e.first, e.last
+        HAVING lost_s >= {MIN_EPISODE_LOSS_S} AND sum(b.n) < {HEALTHY_FRACTION} * {base_bin} * (e.last - e.first + 1)
+        ORDER BY start_s""".split())
+
+
+def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tuple[int, int, int]], reference: float,
+               base_rate: float, phases: list[Phase], healthy: list[int]) -> Phase | None:
+    """Short slow episodes outside the phases: recurrent (MIN_EPISODES or more) or one big (BIG_EPISODE_S lost).
+
+    Only the seconds whose rate fell under SCAN_FRACTION of the reference, between the first and the last healthy second (a
+    start-up or a wind-down is not a stall) and outside the slow phases, are read in bins; the bin is the finest that holds MIN_BIN_CALLS at the
+    healthy rate, so that a bin's count is not mere quantisation of the job's steps."""
+    if not healthy or base_rate <= 0:
+        return None
+    # a slow phase's seconds and the one on each side of it (its ramps) are the phase's, not episodes of their own
+    taken = [TimeWindow(start_ns=p.window.start_ns - SECOND_NS, end_ns=p.window.end_ns + SECOND_NS)
+             for p in phases if p.kind == "slow"]
+    ks = [k for k, start, n in got if n < SCAN_FRACTION * reference and min(healthy) < k < max(healthy)
+          and not any(w.start_ns <= start < w.end_ns for w in taken)]
+    if not ks:
+        return None
+    bin_ns = next((b for b in BINS_NS if base_rate * b / SECOND_NS >= MIN_BIN_CALLS), SECOND_NS)
+    base_bin = round(base_rate * bin_ns / SECOND_NS, 3)
+    sql = episodes_sql(pid, ks, t0, bin_ns, base_bin)
+    eps = [(float(a), float(d), float(lost)) for a, d, lost in rows(con, sql)]
+    if not eps or (len(eps) < MIN_EPISODES and max(e[2] for e in eps) < BIG_EPISODE_S):
+        return None
+    windows = [TimeWindow(start_ns=t0 + round(a * SECOND_NS), end_ns=t0 + round((a + d) * SECOND_NS)) for a, d, _ in eps]
+    length = sum(d for _, d, _ in eps)
+    lost = sum(lost for _, _, lost in eps)
+    rate = base_rate * (length - lost) / length if length else 0.0
+    return Phase(pid=pid, kind="recurrent", window=TimeWindow(start_ns=windows[0].start_ns, end_ns=windows[-1].end_ns),
+                 work_rate=rate, slowdown=round(base_rate / rate, 2) if rate > 0 else None, episodes=windows,
+                 bin_ns=bin_ns, lost_s=round(lost, 3), sql=sql,
+                 period_s=round((eps[-1][0] - eps[0][0]) / (len(eps) - 1), 2) if len(eps) > 1 else None)
 
 
 def second_runs(ks: list[int], allow_gap: int = 1) -> list[list[int]]:

@@ -3,7 +3,9 @@
 Two readings of the accounting (accounting.py), per feeding process and its busiest feeding thread:
 - contrast: in a slow phase (the work rate fell to half or less), the parts of the thread's time whose
   share grew against the healthy baseline are the symptom; the time lost (the phase's wall time
-  times 1 - 1/slowdown) is shared among them by how much each grew;
+  times 1 - 1/slowdown) is shared among them by how much each grew; a recurrent phase (short slow
+  episodes, accounting.py) is contrasted the same way over the seconds holding its episodes, and each
+  part is explained in the episode where it grew most;
 - steady: outside slow phases, time in which the GPU sat idle (1 - utilisation, per second) while
   the thread did something other than wait for it; without a GPU utilisation record this reading
   is labelled as such and kept LOW.
@@ -17,14 +19,24 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.views import SECONDS_TABLE
-from ingero_mcp.analysis.accounting import SECOND_NS, second_runs, origin_ns, sum_seconds, wakers_sql
+from ingero_mcp.analysis.accounting import (
+    HEALTHY_FRACTION,
+    MIN_EPISODE_LOSS_S,
+    SCAN_FRACTION,
+    SECOND_NS,
+    gpu_util_sql,
+    origin_ns,
+    second_runs,
+    sum_seconds,
+    wakers_sql,
+)
 from ingero_mcp.analysis.models import (
     Account,
     Accounting,
@@ -97,6 +109,9 @@ class Finding:
     util_known: bool = True
     ks: tuple[int, int] = (0, 0)  # seconds (since the trace start) of the window, inclusive
     startup: bool = False  # a slow phase before the first healthy second: the process starting, not slowing
+    phase: Phase | None = None  # a recurrent phase: the short slow episodes this finding sums
+    kset: tuple[int, ...] = ()  # recurrent: the seconds holding its episodes (the contrast's seconds)
+    worst: tuple[int, int] | None = None  # recurrent: the seconds of the episode where the part grew most (explained)
 
 
 @dataclass
@@ -110,6 +125,7 @@ class Ctx:
     procs: dict[int, tuple[int | None, str | None, str | None]]  # pid -> (ppid, comm, cmdline)
     has_cpu_aggregates: bool
     chains: list[CausalChain] = field(default_factory=list)
+    cache: dict[tuple, list[tuple]] = field(default_factory=dict)  # query results reused by explainers
 
     def family(self, pid: int) -> set[int]:
         """The process and its descendants (forked workers)."""
@@ -204,16 +220,22 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> l
     if base.wall_ns <= 0 or base.work_calls <= 0:
         return []
     base_share = _shares(base)
+    # the cost per unit of work is read from the busy time: idle waits for input (accounting.idle_sql) are no cost
+    base_busy = _minus_idle(base, sum(_idle(thread.seconds, w) for w in baseline))
     found = []
     first_base = min(w.start_ns for w in baseline)
-    for phase in (p for p in phases if p.kind == "slow"):
+    for phase in (p for p in phases if p.kind in ("slow", "recurrent")):
+        if phase.kind == "recurrent":
+            found += _recurrent_findings(ctx, thread, phase, base_busy)
+            continue
         acc = sum_seconds(thread.seconds, phase.window)
         if acc.wall_ns <= 0:
             continue
         startup = phase.window.end_ns <= first_base
-        expected = {p: acc.work_calls * part_ns(base, p) / base.work_calls for p in PARTS}
-        excess = {p: part_ns(acc, p) - expected[p] for p in PARTS}
-        lost_ns = acc.wall_ns - acc.work_calls * base.wall_ns / base.work_calls
+        busy = _minus_idle(acc, _idle(thread.seconds, phase.window))
+        expected = {p: acc.work_calls * part_ns(base_busy, p) / base.work_calls for p in PARTS}
+        excess = {p: part_ns(busy, p) - expected[p] for p in PARTS}
+        lost_ns = busy.wall_ns - acc.work_calls * base_busy.wall_ns / base.work_calls
         # a part counts when its cost per unit of work grew enough to explain a share of the loss; its share of
         # wall time need not grow (a copy-bound loop stays copy-bound when its copies get slower)
         grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns
@@ -229,6 +251,53 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> l
                                  share=_shares(sub)[p], base_share=base_share[p], slowdown=phase.slowdown,
                                  stopped=phase.slowdown is None, gpu_util=_util(thread.seconds, w), ks=ks,
                                  startup=startup))
+    return found
+
+
+def _idle(seconds: list[SecondAccount], w: TimeWindow) -> int:
+    """A thread's idle time in the seconds starting in a window (accounting.idle_sql)."""
+    return sum(s.idle_ns for s in seconds if w.start_ns <= s.start_ns < w.end_ns)
+
+
+def _minus_idle(a: Account, idle: int) -> Account:
+    """An account without its idle time (of its sleep outside CUDA calls): the busy time the contrast compares."""
+    return a if not idle else a.model_copy(update={"wall_ns": a.wall_ns - idle, "sleep_outside_ns": a.sleep_outside_ns - idle})
+
+
+def episode_seconds(ctx: Ctx, phase: Phase) -> list[tuple[int, int]]:
+    """The seconds (first, last) that hold each episode of a recurrent phase."""
+    return [_k_range(ctx, w) for w in phase.episodes]
+
+
+def _recurrent_findings(ctx: Ctx, thread: ThreadAccount, phase: Phase, base: Account) -> list[Finding]:
+    """The contrast over the seconds that hold a recurrent phase's short episodes: as for a slow phase, the parts
+    whose cost per unit of work grew against the baseline share the time lost; each part is then explained in the
+    episode where it grew most (the culprits of one episode, named from its rows)."""
+    spans = episode_seconds(ctx, phase)
+    kset = sorted({k for a, b in spans for k in range(a, b + 1)})
+    inside = [s for s in thread.seconds if s.k in set(kset) and s.wall_ns > 0]
+    acc = sum_seconds(inside)
+    if acc.wall_ns <= 0:
+        return []
+    busy = _minus_idle(acc, sum(s.idle_ns for s in inside))
+    excess = {p: part_ns(busy, p) - acc.work_calls * part_ns(base, p) / base.work_calls for p in PARTS}
+    lost_ns = busy.wall_ns - acc.work_calls * base.wall_ns / base.work_calls
+    grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns and e >= MIN_GROWTH * acc.wall_ns}
+    if lost_ns <= 0 or not grown:
+        return []
+    total = sum(grown.values())
+    by_k = {s.k: s for s in inside}
+    found = []
+    for p, e in grown.items():
+        def grew(span: tuple[int, int], part: str = p) -> float:
+            got = [by_k[k] for k in range(span[0], span[1] + 1) if k in by_k]
+            a = _minus_idle(sum_seconds(got), sum(s.idle_ns for s in got))
+            return part_ns(a, part) - a.work_calls * part_ns(base, part) / base.work_calls
+        worst = max(spans, key=grew)
+        found.append(Finding(thread=thread, part=p, window=phase.window, seconds_lost=lost_ns * e / total / 1e9,
+                             mode="contrast", share=_shares(acc)[p], base_share=_shares(base)[p], slowdown=phase.slowdown,
+                             gpu_util=_util(inside, TimeWindow(start_ns=0, end_ns=2**62)), ks=(kset[0], kset[-1]),
+                             phase=phase, kset=tuple(kset), worst=worst))
     return found
 
 
@@ -257,14 +326,20 @@ def _util(seconds: list[SecondAccount], w: TimeWindow) -> float | None:
     return sum(got) / len(got) if got else None
 
 
+def _busy_part(s: SecondAccount, part: str) -> int:
+    """A part of a second less the thread's idle time in it (an idle wait for input is no part of the feeding)."""
+    return part_ns(s, part) - (s.idle_ns if part == "sleep_outside" else 0)
+
+
 def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> list[Finding]:
     """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""
+    # a recurrent phase's seconds stay in: short episodes must not cut a steady stretch into pieces
     slow = [p.window for p in phases if p.kind == "slow"]
     seconds = [s for s in thread.seconds if not any(w.start_ns <= s.start_ns < w.end_ns for w in slow)]
     if not seconds:
         return []
     util_known = any(s.gpu_util_percent is not None for s in seconds)
-    wall = sum(s.wall_ns for s in seconds)
+    wall = sum(s.wall_ns - s.idle_ns for s in seconds)
     healthy = [p.window.start_ns for p in phases if p.kind == "baseline"]
     first_healthy = min(healthy) if healthy else None
     by_k = {s.k: s for s in seconds}
@@ -277,12 +352,12 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> lis
             util = s.gpu_util_percent
             if util_known and (util is None or util >= IDLE_GPU):
                 continue
-            if part_ns(s, p) >= 0.2 * s.wall_ns:
+            if _busy_part(s, p) >= 0.2 * s.wall_ns:
                 member.append(s.k)
         for run in second_runs(member):
             if run[-1] - run[0] + 1 < 2:
                 continue
-            lost = sum(part_ns(by_k[k], p) * (1.0 - (by_k[k].gpu_util_percent or 0.0) / 100.0) for k in run if k in by_k)
+            lost = sum(_busy_part(by_k[k], p) * (1.0 - (by_k[k].gpu_util_percent or 0.0) / 100.0) for k in run if k in by_k)
             if lost < STEADY_MIN_SHARE * wall:
                 continue
             ks = (run[0], run[-1])
@@ -672,6 +747,18 @@ def call_class_sql(pid: int, tid: int, ks: tuple[int, int], t0: int) -> str:
             f"AND end_ns > {lo} AND start_ns < {hi} GROUP BY call_class ORDER BY ns DESC")
 
 
+def baseline_class_sql(pid: int, tid: int, spans: list[tuple[int, int]], t0: int) -> str:
+    """call_class_sql's in-call time by kind, summed over several spans of seconds in one query: each call span cut
+    into the seconds it touches, those of the spans kept (a hash lookup; a range join over the windows was slower)."""
+    ks = ", ".join(str(k) for a, b in spans for k in range(a, b + 1))
+    return " ".join(f"""
+        WITH c AS (SELECT call_class, start_ns, end_ns,
+                          unnest(range((start_ns - {t0}) // {SECOND_NS}, (greatest(end_ns, start_ns + 1) - 1 - {t0}) // {SECOND_NS} + 1)) AS k
+                   FROM call_spans WHERE pid = {pid} AND tid = {tid})
+        SELECT call_class, sum(least(end_ns, {t0} + (k + 1) * {SECOND_NS}) - greatest(start_ns, {t0} + k * {SECOND_NS}))::BIGINT AS ns
+        FROM c WHERE k IN ({ks}) GROUP BY call_class""".split())
+
+
 def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
     """Time inside CUDA calls grew (or filled idle GPU time): which kind of call, and whether another process
     used the GPU meanwhile."""
@@ -681,11 +768,14 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
     wall = max(1, (f.ks[1] - f.ks[0] + 1) * SECOND_NS)
     base: dict[str, int] = defaultdict(int)
     base_wall = 0
-    for w in baseline:
-        ks = _k_range(ctx, w)
-        base_wall += (ks[1] - ks[0] + 1) * SECOND_NS
-        for r in rows(ctx.con, call_class_sql(t.pid, t.tid, ks, ctx.t0)):
-            base[r[0]] += int(r[2] or 0)
+    spans = [_k_range(ctx, w) for w in baseline]
+    base_wall = sum((b - a + 1) * SECOND_NS for a, b in spans)
+    if spans:  # one query for every baseline window (short episodes cut the baseline into many), once per thread
+        key = (t.pid, t.tid, tuple(spans))
+        if key not in ctx.cache:
+            ctx.cache[key] = rows(ctx.con, baseline_class_sql(t.pid, t.tid, spans, ctx.t0))
+        for r in ctx.cache[key]:
+            base[r[0]] += int(r[1] or 0)
     # Contrast: the kind whose share grew against the baseline. Steady: the baseline is the same time seen whole
     # (the window lies inside it), so every growth is ~0 and the largest kind is the answer.
     growth = {c: v[1] / wall - (base[c] / base_wall if base_wall and f.mode == "contrast" else 0.0) for c, v in now.items()}
@@ -707,6 +797,10 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
                                  f"{gbs:.1f} GB/s)" if top == "copy_pageable" else
                                  f"{n} host<->device copies at {gbs:.1f} GB/s (pinned or not: not recorded)"),
                          numbers={"gbs": f"{gbs:.1f}"})
+    if top == "alloc" and f.startup:
+        context = _context_creation(ctx, f, now["alloc"][1])
+        if context:
+            return context
     if top == "alloc":
         n, ns, _b = now["alloc"]
         return Explained(cause=rc.ALLOCATOR_CHURN, evidence=ev,
@@ -723,6 +817,25 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
                      reason=f"CPU time inside {top} calls")
 
 
+def _context_creation(ctx: Ctx, f: Finding, alloc_ns: int) -> Explained | None:
+    """At start-up, allocation time that is mostly the process's first CUDA call: the CUDA context created on first
+    use (driver initialisation), a cold start, not the caching allocator churning."""
+    sql = (f"SELECT op, ts_ns, round(duration_ns / 1e9, 3) AS s FROM cuda_calls WHERE pid = {f.thread.pid} "
+           f"ORDER BY ts_ns LIMIT 1")
+    got = rows(ctx.con, sql)
+    if not got or got[0][2] is None:
+        return None
+    op, ts, secs = got[0][0], int(got[0][1]), float(got[0][2])
+    if not (f.window.start_ns <= ts < f.window.end_ns) or secs * 1e9 < 0.5 * alloc_ns:
+        return None
+    # the first recorded call: the collector may have attached after the process's own first call, hence 'likely'
+    return Explained(cause=rc.COLD_START, numbers={"slowest_ms": f"{secs * 1e3:.0f}"}, confident=False,
+                     evidence=[Evidence(name=f"the process's first recorded CUDA call ({op}), seconds", value=secs, unit="s",
+                                        sql=f"SELECT s FROM ({sql})")],
+                     reason=(f"its first recorded CUDA call ({op}) took {secs:.2f} s of it: likely the CUDA context being "
+                             "created on first use (driver initialisation), a start-up cost"))
+
+
 def _slow_copies(now: dict[str, tuple[int, int, object]]) -> bool:
     n, ns, nbytes = now.get("copy", (0, 0, None))
     return bool(nbytes) and ns > 0 and (nbytes or 0) / ns < 15.0 and (nbytes or 0) / max(n, 1) >= 1 << 20
@@ -731,9 +844,11 @@ def _slow_copies(now: dict[str, tuple[int, int, object]]) -> bool:
 def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str, str] | None:
     fam = {pid}  # a child process with CUDA work of its own shares the GPU like any other process
     lo, hi = f.window.start_ns, f.window.end_ns
-    sql = (f"SELECT pid, count(*) AS calls, sum(duration_ns)::BIGINT AS in_calls_ns FROM cuda_calls "
-           f"WHERE ts_ns BETWEEN {lo} AND {hi} AND pid NOT IN ({', '.join(map(str, sorted(fam)))}) "
-           f"GROUP BY pid ORDER BY calls DESC")
+    # the process's name in the rows, so that the evidence's text (comm[pid] n CUDA calls) is recomputed by its SQL
+    sql = (f"SELECT c.pid, (SELECT any_value(p.comm) FROM processes p WHERE p.pid = c.pid) AS comm, count(*) AS calls, "
+           f"sum(duration_ns)::BIGINT AS in_calls_ns FROM cuda_calls c "
+           f"WHERE ts_ns BETWEEN {lo} AND {hi} AND c.pid NOT IN ({', '.join(map(str, sorted(fam)))}) "
+           f"GROUP BY c.pid ORDER BY calls DESC")
     got = [r for r in rows(ctx.con, sql) if not ctx.is_collector(int(r[0]))]
     gsql = (f"SELECT pid, max(used_memory_bytes) AS mem, avg(sm_util_percent) AS sm FROM gpu_processes "
             f"WHERE ts_ns BETWEEN {lo} AND {hi} AND pid NOT IN ({', '.join(map(str, sorted(fam)))}) GROUP BY pid")
@@ -744,11 +859,11 @@ def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str
     if not got and not nvml:
         return None
     culprits = [Culprit(pid=int(p), tids=[], comm=ctx.procs.get(int(p), (None, None, None))[1],
-                        relation=ctx.relation(pid, int(p), None, None), ns=int(ns or 0)) for p, _n, ns in got[:3]]
+                        relation=ctx.relation(pid, int(p), None, None), ns=int(ns or 0)) for p, _c, _n, ns in got[:3]]
     seen = {c.pid for c in culprits}
     culprits += [Culprit(pid=int(p), comm=ctx.procs.get(int(p), (None, None, None))[1] or "?", relation="other process")
                  for p, _m, _s in nvml if int(p) not in seen][:3]
-    text = "; ".join(f"{c.comm or '?'}[{c.pid}] {n:,} CUDA calls" for c, (_p, n, _ns) in zip(culprits, got, strict=False))
+    text = "; ".join(f"{c.comm or '?'}[{c.pid}] {n:,} CUDA calls" for c, (_p, _c, n, _ns) in zip(culprits, got, strict=False))
     if nvml:
         text += ("; " if text else "") + "on the GPU per NVML: " + ", ".join(f"pid {int(p)}" for p, _m, _s in nvml[:3])
     return culprits, text, sql
@@ -800,8 +915,17 @@ def _severity(seconds: float, wall_s: float, f: Finding, confident: bool) -> str
     return level
 
 
-def _seconds_sql(pid: int, tid: int, ks: tuple[int, int], expr: str) -> str:
-    return f"SELECT {expr} FROM thread_seconds WHERE pid = {pid} AND tid = {tid} AND k BETWEEN {ks[0]} AND {ks[1]}"
+def _seconds_sql(pid: int, tid: int, ks: tuple[int, int], expr: str, kset: tuple[int, ...] = ()) -> str:
+    which = f"k IN ({', '.join(map(str, kset))})" if kset else f"k BETWEEN {ks[0]} AND {ks[1]}"
+    return f"SELECT {expr} FROM thread_seconds WHERE pid = {pid} AND tid = {tid} AND {which}"
+
+
+def _worst(ctx: Ctx, f: Finding) -> Finding:
+    """A recurrent finding narrowed to its worst episode's seconds, for the explainers (they read one window)."""
+    if f.worst is None:
+        return f
+    w = TimeWindow(start_ns=ctx.t0 + f.worst[0] * SECOND_NS, end_ns=ctx.t0 + (f.worst[1] + 1) * SECOND_NS)
+    return replace(f, window=w, ks=f.worst)
 
 
 def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> CausalChain:
@@ -811,24 +935,54 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     pct = 100 * f.share
     if f.startup:
         who = "during start-up, " + who
-    if f.mode == "contrast":
+    ph = f.phase
+    if ph is not None and f.worst is not None:
+        n = len(ph.episodes)
+        mean = sum(w.duration_ns for w in ph.episodes) / n / 1e9
+        every = f", every {ph.period_s:.1f} s" if ph.period_s else ""
+        worst = f"+{f.worst[0]:,.1f} s to +{f.worst[1] + 1:,.1f} s"
+        drop = f"throughput fell {f.slowdown:.1f}x in them" if f.slowdown else "its CUDA work stopped in them"
+        summary = (f"{who} stalled {n} time{'s' if n != 1 else ''} from {ctx.span(f.window)} ({mean:.2f} s each{every}; "
+                   f"{drop}): in those seconds it was {label} {pct:.0f}% of the time (vs {100 * (f.base_share or 0):.0f}% "
+                   f"in the healthy baseline), {ex.reason} (read in the worst episode, {worst})")
+    elif f.mode == "contrast":
         before = f" (vs {100 * (f.base_share or 0):.0f}% in the healthy baseline)"
         drop = ("its CUDA work stopped" if f.stopped else f"throughput fell {f.slowdown:.1f}x") if f.slowdown or f.stopped else ""
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{before}, {ex.reason}; {drop}"
     else:
         gpu = f", GPU {f.gpu_util:.0f}% busy" if f.gpu_util is not None else ", GPU utilisation not recorded"
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{gpu}: {ex.reason}"
-    ev = [Evidence(name=f"share of the thread's time {label}", value=round(pct, 1), unit="%",
-                   sql=_seconds_sql(t.pid, t.tid, f.ks, f"round(100 * sum({part_sql(f.part)}) / sum(wall_ns), 1)"))]
+    ev = []
+    if ph is not None and ph.sql:
+        ev.append(Evidence(name=f"short slow episodes (runs of {(ph.bin_ns or SECOND_NS) / 1e6:.0f} ms bins under "
+                                f"{100 * SCAN_FRACTION:.0f}% of the healthy work rate, one under {100 * HEALTHY_FRACTION:.0f}%, "
+                                f"each costing {MIN_EPISODE_LOSS_S} s or more)", value=len(ph.episodes),
+                           sql=f"SELECT count(*) FROM ({ph.sql})"))
+        if ph.period_s is not None:
+            ev.append(Evidence(name="mean time from one episode's start to the next's", value=float(ph.period_s), unit="s",
+                               sql=f"SELECT round((max(start_s) - min(start_s)) / (count(*) - 1), 2) FROM ({ph.sql})"))
+        if ph.lost_s is not None:
+            ev.append(Evidence(name="the process's work lost in the episodes (their length less their work at the healthy "
+                                    "rate)", value=float(ph.lost_s), unit="s", sql=f"SELECT round(sum(lost_s), 3) FROM ({ph.sql})"))
+    ev.append(Evidence(name=f"share of the thread's time {label}" + (" in the seconds holding the episodes" if f.kset else ""),
+                       value=round(pct, 1), unit="%",
+                       sql=_seconds_sql(t.pid, t.tid, f.ks, f"round(100 * sum({part_sql(f.part)}) / sum(wall_ns), 1)",
+                                        f.kset)))
     if f.base_share is not None:
         ev.append(Evidence(name="the same in the healthy baseline", value=round(100 * f.base_share, 1), unit="%"))
-    if f.slowdown:
+    if f.slowdown and not f.kset:
         rate_sql = (f"SELECT round(sum(work_calls) / (max(k) - min(k) + 1), 1) FROM thread_seconds WHERE pid = {t.pid} "
                     f"AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
         ev.append(Evidence(name="work rate in this window (launches+copies per second)",
                            value=float(rows(ctx.con, rate_sql)[0][0] or 0.0), sql=rate_sql))
-        ev.append(Evidence(name="work rate, healthy baseline / this slow phase", value=round(f.slowdown, 2), unit="x"))
-    if f.gpu_util is not None:
+    if f.slowdown:
+        ev.append(Evidence(name="work rate, healthy baseline / this slow phase" + (" (its episodes)" if f.kset else ""),
+                           value=round(f.slowdown, 2), unit="x"))
+    if f.gpu_util is not None and f.kset:
+        ev.append(Evidence(name="GPU utilisation in the seconds holding the episodes (mean of the per-second means)",
+                           value=round(f.gpu_util, 1), unit="%",
+                           sql=f"SELECT avg(gpu_util_percent) FROM ({gpu_util_sql()}) WHERE k IN ({', '.join(map(str, f.kset))})"))
+    elif f.gpu_util is not None:
         ev.append(Evidence(name="GPU utilisation in the window", value=round(f.gpu_util, 1), unit="%",
                            sql=f"SELECT avg(gpu_util_percent) FROM snapshots WHERE ts_ns BETWEEN {f.window.start_ns} AND {f.window.end_ns}"))
     ev.append(Evidence(name="feeding time explained (s)", value=round(f.seconds_lost, 2), unit="s"))
@@ -843,6 +997,13 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
 
 
 def _explanation(f: Finding, ex: Explained) -> str:
+    if f.phase is not None:
+        return (f"Read from the time accounting: in the seconds holding {len(f.phase.episodes)} short slow episodes (the "
+                f"process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, read in sub-second "
+                f"bins), the part of the feeding thread's time {_PART_LABEL[f.part]} grew from "
+                f"{100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}% of its time; its cost per unit of CUDA work "
+                f"against the baseline explains {f.seconds_lost:.2f} s of the time lost in them. The culprits are read in "
+                f"the episode where it grew most: " + ex.reason + ".")
     if f.mode == "contrast":
         return (f"Read from the time accounting: in this slow phase the part of the feeding thread's time "
                 f"{_PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}%; "
@@ -883,9 +1044,9 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
     for rank, t in enumerate(paces):
         phases = [p for p in acc.phases if p.pid == t.pid]
         baseline = [p.window for p in phases if p.kind == "baseline"]
-        wall_s = t.total.wall_ns / 1e9
+        wall_s = t.busy_ns / 1e9  # the feeding time: an idle wait for input is not (accounting.idle_sql)
         for i, f in enumerate(contrast_findings(ctx, t, phases) + steady_findings(ctx, t, phases)):
-            ex = _explain(ctx, f, baseline)
+            ex = _explain(ctx, _worst(ctx, f), baseline)
             chain = _chain(ctx, f, ex, wall_s, i)
             if rank > 0 and chain.severity == "HIGH":
                 chain.severity = "MEDIUM"

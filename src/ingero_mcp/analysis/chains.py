@@ -49,7 +49,7 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
     names = thread_names(con)
     walls = {}
     for t in acc.threads:
-        walls.setdefault(t.pid, t.total.wall_ns)
+        walls.setdefault(t.pid, t.busy_ns)  # the feeding time, idle waits for input left out
     out = []
     sql = cold_start_sql(window, pids)
     for pid, kernels, cold, excess, first, last, worst, median in rows(con, sql):

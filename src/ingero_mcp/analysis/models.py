@@ -286,6 +286,7 @@ class SecondAccount(Account):
     k: int
     start_ns: int
     gpu_util_percent: float | None = None
+    idle_ns: int = Field(0, description="of sleep_outside_ns: idle, waiting for input with nothing queued (accounting.idle_sql)")
 
 
 class ThreadAccount(BaseModel):
@@ -298,16 +299,30 @@ class ThreadAccount(BaseModel):
     role: str = Field(description="'feeder' (issues CUDA work) or 'waited-on' (woke a feeder's sleeps)")
     total: Account
     seconds: list[SecondAccount] = []
+    idle_ns: int = Field(0, description="of its sleep outside CUDA calls, the time it was idle: waiting for input (an "
+                                        "interrupt ended the wait) after a synchronising call, nothing queued on the GPU "
+                                        "(accounting.idle_sql); not lost feeding time")
+
+    @property
+    def busy_ns(self) -> int:
+        """The feeding time: wall time less idle time."""
+        return self.total.wall_ns - self.idle_ns
 
 
 class Phase(BaseModel):
-    """A stretch of seconds in which a process's CUDA work rate stayed healthy (baseline) or fell (slow)."""
+    """A stretch of seconds in which a process's CUDA work rate stayed healthy (baseline) or fell (slow), or a group
+    of short slow episodes (recurrent): stalls under MIN_PHASE_S seconds each, found in sub-second bins."""
 
     pid: int
-    kind: Literal["baseline", "slow"]
-    window: TimeWindow
-    work_rate: float = Field(description="launches, copies and memsets per second of the process")
-    slowdown: float | None = Field(None, description="baseline work rate / this phase's (slow phases)")
+    kind: Literal["baseline", "slow", "recurrent"]
+    window: TimeWindow = Field(description="the phase; for 'recurrent', from the first episode's start to the last's end")
+    work_rate: float = Field(description="launches, copies and memsets per second of the process (in the episodes)")
+    slowdown: float | None = Field(None, description="baseline work rate / this phase's (slow and recurrent phases)")
+    episodes: list[TimeWindow] = Field([], description="recurrent: each short slow episode (runs of slow bins)")
+    bin_ns: int | None = Field(None, description="recurrent: the bin the episodes were read in")
+    period_s: float | None = Field(None, description="recurrent: mean time from one episode's start to the next's")
+    lost_s: float | None = Field(None, description="recurrent: work-rate loss of the episodes, seconds at the healthy rate")
+    sql: str | None = Field(None, description="recurrent: the SQL that lists the episodes (start_s, length_s, lost_s)")
 
 
 class Accounting(BaseModel):

@@ -31,8 +31,10 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
                 continue
             seen.add(t.pid)
             thread = "main thread" if t.tid == t.pid else f"thread {t.comm or '?'}[{t.tid}]"
+            idle = (f" Of that, {t.idle_ns / 1e9:,.1f} s was idle: waiting for input (woken by an interrupt) with nothing "
+                    "queued on the GPU, not lost feeding time." if t.idle_ns >= 0.01 * t.total.wall_ns else "")
             lines.append(f"{t.process_comm or t.comm or '?'}[{t.pid}]'s {thread} fed the GPU "
-                         f"({t.total.work_calls:,} launches/copies), {t.total.wall_ns / 1e9:,.1f} s: {_split(t)}.")
+                         f"({t.total.work_calls:,} launches/copies), {t.total.wall_ns / 1e9:,.1f} s: {_split(t)}.{idle}")
             if len(seen) >= 2:
                 break
         if not feeders:

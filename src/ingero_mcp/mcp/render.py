@@ -330,6 +330,12 @@ def render_accounting(r: AccountingResult, whole: TimeWindow | None) -> str:
                      f"launches/copies: {shares}")
     for ph in r.phases:
         slow = f", {ph['slowdown']}x slower than the baseline" if ph.get("slowdown") else ""
+        if ph["kind"] == "recurrent":
+            every = f", one every {ph['period_s']} s" if ph.get("period_s") else ""
+            lines.append(f"phase recurrent of pid {ph['pid']}: {ph['episodes']} short slow episodes from "
+                         f"{fmt_rel(ph['start_ns'], origin)} to {fmt_rel(ph['end_ns'], origin)}{every}, {ph['lost_s']} s of "
+                         f"work lost at the healthy rate{slow}")
+            continue
         lines.append(f"phase {ph['kind']} of pid {ph['pid']}: {fmt_rel(ph['start_ns'], origin)} .. "
                      f"{fmt_rel(ph['end_ns'], origin)}, {ph['work_rate']:.0f} launches/copies per s{slow}")
     lines += [f"minor: {quote(m, 600)}" for m in r.minor]

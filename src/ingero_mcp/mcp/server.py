@@ -402,7 +402,8 @@ def build_server(
         each thread it waited on), its wall time split into running outside CUDA calls, running inside
         them, asleep inside them (waiting for the GPU), asleep outside them (of which IO), waiting for a
         CPU, and unknown, as percentages that sum to 100; the phases of each feeding process (healthy
-        baseline vs slow stretches, with the slowdown); and the causes too small to be chains. Start here
+        baseline vs slow stretches, with the slowdown; 'recurrent': short slow episodes that repeat, with
+        their count, period and work lost); and the causes too small to be chains. Start here
         to see where the time went; the chains say who took it."""
 
         def run() -> CallToolResult:
@@ -432,7 +433,9 @@ def build_server(
                                                                                      else getattr(a, p)) / a.wall_ns, 1)
                                                    if a.wall_ns else 0.0 for p in parts}})
             phases = [{"pid": ph.pid, "kind": ph.kind, "start_ns": ph.window.start_ns, "end_ns": ph.window.end_ns,
-                       "work_rate": round(ph.work_rate, 1), "slowdown": ph.slowdown} for ph in acc.phases]
+                       "work_rate": round(ph.work_rate, 1), "slowdown": ph.slowdown,
+                       **({"episodes": len(ph.episodes), "period_s": ph.period_s, "lost_s": ph.lost_s}
+                          if ph.kind == "recurrent" else {})} for ph in acc.phases]
             lines = [clean(v, 2000) for v in verdict(acc, chains, None if util is None else float(util))]
             result = AccountingResult(
                 window=window, complete=acc.complete, verdict=lines, threads=threads[:12], phases=phases[:24],
