@@ -73,6 +73,22 @@ def cold_start_bound_sql(window: TimeWindow, pids: list[int] | None = None) -> s
         GROUP BY s.pid, m.kernels ORDER BY excess_ns DESC""".split())
 
 
+def uncovered_firsts_sql(pids: list[int] | None = None) -> str:
+    """Per process with launch-probe gaps: distinct kernels whose first launch seen lies after the process's first
+    probe gap (cold_start_bound_sql leaves them out: the real first launch may have been in a gap)."""
+    only = f"AND pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else ""
+    return " ".join(f"""
+        WITH g AS (SELECT session_id, start_ns, end_ns FROM probe_gaps WHERE probes = 'launch' AND end_ns > start_ns),
+        cut AS (SELECT p.pid, min(g.start_ns) AS cut_ns
+                FROM (SELECT session_id, pid, min(ts_ns) AS first_ns FROM cuda_calls WHERE TRUE {only} GROUP BY ALL) p
+                JOIN g ON g.session_id = p.session_id AND g.end_ns > p.first_ns GROUP BY p.pid),
+        firsts AS (SELECT pid, kernel_handle, min(ts_ns) AS ts_ns FROM cuda_calls WHERE kernel_handle IS NOT NULL {only}
+                   GROUP BY ALL)
+        SELECT f.pid, count(*) FILTER (WHERE f.ts_ns >= c.cut_ns) AS after_gap, count(*) AS kernels
+        FROM firsts f JOIN cut c USING (pid) GROUP BY f.pid HAVING count(*) FILTER (WHERE f.ts_ns >= c.cut_ns) > 0
+        ORDER BY f.pid""".split())
+
+
 def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting,
                       pids: list[int] | None, minor: list[str] | None = None) -> list[CausalChain]:
     """First launches of distinct kernels that were slow (lazy module loading): a fact of the rows, not a guess."""
@@ -90,6 +106,11 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
     took = "took up to" if bound else "took"
     upper = (" (upper bounds: launches were probed entry-only, so each is timed from its entry to the thread's next "
              "CUDA call, only where the launch probes stayed attached in between)") if bound else ""
+    if bound and minor is not None:  # say what could not be judged rather than stay silent about it
+        for pid, after, kernels in rows(con, uncovered_firsts_sql(pids)):
+            minor.append(f"{rc.COLD_START} (not assessable): {names.get(int(pid), '?')}[{pid}]: {after} of {kernels} distinct "
+                         "kernels were first seen after the launch probes' first gap (probe_gaps): their real first launch "
+                         "may have been in a gap, so whether first launches of distinct kernels were slow is not known")
     for pid, kernels, cold, excess, first, last, worst, median in rows(con, sql):
         wall = walls.get(int(pid)) or window.duration_ns or 1
         share = excess / wall
