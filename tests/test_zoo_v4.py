@@ -113,7 +113,6 @@ def test_no_unknown_duration_becomes_zero(v4_stores: Path, tmp_path: Path) -> No
     import json
 
     from ingero_mcp.export.run import export_timeline
-    from ingero_mcp.render.report import stats_table  # noqa: F401 (import check)
 
     db = v4_stores / "cpu_hog.gaps.duckdb"
     report = _report(v4_stores, "cpu_hog", "gaps")
@@ -152,7 +151,7 @@ def test_the_views_the_tables_and_the_stored_rows_agree_on_a_v4_store(v4_stores:
     con = open_store(db)
     install_views(con)
     want = {v: rows(con, f"SELECT * FROM {v}") for v in VIEWS}
-    assert any(r is None for r in {x[-1] for x in want["thread_seconds"]}) or True  # NULL work_calls allowed
+    assert {x[-1] for x in want["thread_seconds"]} - {None}  # work_calls: scaled estimates (NULL where uncovered)
     materialize(con)
     for v in VIEWS:
         assert rows(con, f"SELECT * FROM {TABLES[v]}") == want[v], v
