@@ -75,8 +75,11 @@ def test_the_zoo_holds_the_staged_causes_and_two_controls() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_report_names_the_staged_cause(stores: Path, name: str) -> None:
-    truth = _truth(name)
-    report = _report(stores, name)
+    check_verdict(_report(stores, name), _truth(name))
+
+
+def check_verdict(report: Report, truth: dict) -> None:
+    """What the zoo asserts of a report on a store recording `truth` (see the module's docstring)."""
     top = _top(report)
     assert report.verdict, "the report leads with a verdict"
     if truth["cause"] == "none":

@@ -142,7 +142,38 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
         threads.append(ThreadAccount(pid=key[0], tid=key[1], comm=names.get(key[1]), process_comm=procs.get(key[0]),
                                      role=role, total=total, seconds=seconds, idle_ns=idle))
     phases = [ph for pid in dict.fromkeys(k[0] for k in feeders) for ph in _phases(con, pid, in_window, t0)]
-    return Accounting(threads=threads, phases=phases)
+    entry_only, coverage = launch_recording(con)
+    return Accounting(threads=threads, phases=phases, entry_only_launches=entry_only, launch_coverage=coverage)
+
+
+def recording_notes(acc: Accounting) -> list[str]:
+    """How the launches were recorded, where it changes what the accounting's numbers mean (v4 stores)."""
+    notes = []
+    if acc.entry_only_launches:
+        notes.append("kernel launches were probed entry-only (duration_ns NULL): the time in them is counted as running "
+                     "outside CUDA calls ('run_outside' includes kernel launches)")
+    if acc.estimated:
+        notes.append(f"the launch probes were attached {100 * (acc.launch_coverage or 0):.1f}% of the time (probe_gaps, "
+                     f"SQL: {launch_coverage_sql()}): work_calls and work rates are estimates (launches seen, scaled per "
+                     "second by the covered share; seconds without coverage are unknown and left out of the phases)")
+    return notes
+
+
+def launch_coverage_sql() -> str:
+    """The share of the sessions' time (start to stop) in which the launch probes were attached (not in probe_gaps)."""
+    return ("SELECT 1 - coalesce((SELECT sum(least(g.end_ns, s.stopped_ns) - greatest(g.start_ns, s.started_ns)) "
+            "FROM probe_gaps g JOIN sessions s USING (session_id) WHERE g.probes = 'launch' "
+            "AND g.end_ns > s.started_ns AND g.start_ns < s.stopped_ns), 0) / sum(stopped_ns - started_ns) "
+            "FROM sessions WHERE stopped_ns > started_ns")
+
+
+def launch_recording(con: duckdb.DuckDBPyConnection) -> tuple[bool, float | None]:
+    """(launches probed entry-only, launch coverage or None when no probe gap): how v4 recorded the launches."""
+    entry_only = bool(rows(con, "SELECT 1 FROM cuda_calls WHERE duration_ns IS NULL AND contains(op, 'aunch') LIMIT 1"))
+    if not rows(con, "SELECT 1 FROM probe_gaps WHERE probes = 'launch' LIMIT 1"):
+        return entry_only, None
+    got = rows(con, launch_coverage_sql())[0][0]
+    return entry_only, None if got is None else round(float(got), 4)
 
 
 def _feeders(totals: dict[tuple[int, int], Account]) -> list[tuple[int, int]]:
@@ -262,7 +293,8 @@ def work_rate_sql(pid: int, in_window: str, table: str = "thread_seconds") -> st
         WITH t AS (SELECT tid FROM {table} WHERE pid = {int(pid)} AND {in_window}
                    GROUP BY tid ORDER BY sum(work_calls) DESC LIMIT 1)
         SELECT s.k, min(s.start_ns) AS start_ns,
-               (SELECT sum(work_calls) FROM {table} a WHERE a.pid = {int(pid)} AND a.k = s.k) AS work_calls,
+               (SELECT CASE WHEN count(*) = count(work_calls) THEN sum(work_calls) END  -- NULL: launches unknown
+                FROM {table} a WHERE a.pid = {int(pid)} AND a.k = s.k) AS work_calls,
                max(s.wall_ns) AS wall_ns
         FROM {table} s SEMI JOIN t ON s.tid = t.tid
         WHERE s.pid = {int(pid)} AND {in_window}
@@ -272,7 +304,8 @@ def work_rate_sql(pid: int, in_window: str, table: str = "thread_seconds") -> st
 def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -> list[Phase]:
     """Baseline and slow stretches of a process's work rate (see the module's docstring)."""
     every = rows(con, work_rate_sql(pid, in_window, SECONDS_TABLE))
-    got = [(int(k), int(start), int(n or 0)) for k, start, n, wall in every if wall >= FULL_SECOND * SECOND_NS]
+    got = [(int(k), int(start), int(n)) for k, start, n, wall in every
+           if wall >= FULL_SECOND * SECOND_NS and n is not None]  # n None: launches not recorded (probe gap), skipped
     if len(got) < 2 * MIN_PHASE_S:
         return []
     rates = sorted(n for _, _, n in got)
@@ -308,8 +341,9 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -
 
 
 def stall_bins_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float) -> str:
-    """A process's work calls per bin over the seconds ks (bins without calls included): 'low' under SCAN_FRACTION of
-    the healthy rate per bin (base_bin), 'deep' under HEALTHY_FRACTION of it."""
+    """A process's work calls per bin over the seconds ks (bins without calls included, bins the launch probes were
+    detached in left out: their count is unknown): 'low' under SCAN_FRACTION of the healthy rate per bin (base_bin),
+    'deep' under HEALTHY_FRACTION of it."""
     per = SECOND_NS // bin_ns
     lo, hi = t0 + min(ks) * SECOND_NS, t0 + (max(ks) + 1) * SECOND_NS
     return " ".join(f"""
@@ -318,7 +352,10 @@ def stall_bins_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: floa
               WHERE pid = {int(pid)} AND ts_ns >= {lo} AND ts_ns < {hi} AND {WORK_OPS} GROUP BY ALL)
         SELECT bin, coalesce(n.n, 0) AS n, coalesce(n.n, 0) < {SCAN_FRACTION} * {base_bin} AS low,
                coalesce(n.n, 0) < {HEALTHY_FRACTION} * {base_bin} AS deep
-        FROM bins LEFT JOIN n USING (bin) ORDER BY bin""".split())
+        FROM bins LEFT JOIN n USING (bin)
+        WHERE NOT EXISTS (SELECT 1 FROM probe_gaps g WHERE g.probes = 'launch'
+                          AND g.start_ns < {t0} + (bin + 1) * {bin_ns} AND g.end_ns > {t0} + bin * {bin_ns})
+        ORDER BY bin""".split())
 
 
 def episodes_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float) -> str:

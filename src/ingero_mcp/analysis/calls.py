@@ -23,23 +23,25 @@ class CallGroup:
     op: str
     api: str
     count: int
-    total_ns: int
-    p50_ns: int
-    p95_ns: int
-    p99_ns: int
-    max_ns: int
-    min_ns: int
-    mean_ns: float
+    total_ns: int | None  # None (and the percentiles with it): no call of the group has a duration (entry-only)
+    p50_ns: int | None
+    p95_ns: int | None
+    p99_ns: int | None
+    max_ns: int | None
+    min_ns: int | None
+    mean_ns: float | None
     bytes_total: int | None
     first_ts_ns: int
-    max_ts_ns: int
+    max_ts_ns: int | None
     page_allocs: int | None = None
+    entry_only: int = 0  # calls probed entry-only (duration_ns NULL, v4 launches): in count, not in the durations
 
 
 _AGGS = """min(api) AS api, count(*) AS calls, sum(duration_ns) AS total_ns,
     quantile_disc(duration_ns, [0.5, 0.95, 0.99]) AS q, max(duration_ns) AS max_ns, min(duration_ns) AS min_ns,
     avg(duration_ns) AS mean_ns, sum(bytes) AS bytes_total, min(ts_ns) AS first_ts_ns,
-    arg_max(ts_ns, duration_ns) AS max_ts_ns, sum(page_allocs) AS page_allocs"""
+    arg_max(ts_ns, duration_ns) AS max_ts_ns, sum(page_allocs) AS page_allocs,
+    count(*) - count(duration_ns) AS entry_only"""
 
 
 def pid_op_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
@@ -54,12 +56,19 @@ def op_sql(window: TimeWindow | None, pids: list[int] | None, ops: list[str] | N
 
 
 def _group(row: tuple) -> CallGroup:
-    pid, op, api, n, total, q, mx, mn, mean, nbytes, first, max_ts, pages = row
+    pid, op, api, n, total, q, mx, mn, mean, nbytes, first, max_ts, pages, entry_only = row
+    timed = int(n) > int(entry_only)  # else every duration is unknown: None, never 0
+
+    def known(v: object) -> int | None:
+        return int(v) if timed and v is not None else None  # type: ignore[call-overload]
+
+    q = q if timed and q is not None else [None, None, None]
     return CallGroup(
-        pid=None if pid is None else int(pid), op=op, api=api or "", count=int(n), total_ns=int(total or 0),
-        p50_ns=int(q[0]), p95_ns=int(q[1]), p99_ns=int(q[2]), max_ns=int(mx), min_ns=int(mn), mean_ns=float(mean),
-        bytes_total=None if nbytes is None else int(nbytes), first_ts_ns=int(first), max_ts_ns=int(max_ts),
-        page_allocs=None if pages is None else int(pages),
+        pid=None if pid is None else int(pid), op=op, api=api or "", count=int(n), total_ns=known(total),
+        p50_ns=known(q[0]), p95_ns=known(q[1]), p99_ns=known(q[2]), max_ns=known(mx), min_ns=known(mn),
+        mean_ns=float(mean) if timed and mean is not None else None,
+        bytes_total=None if nbytes is None else int(nbytes), first_ts_ns=int(first), max_ts_ns=known(max_ts),
+        page_allocs=None if pages is None else int(pages), entry_only=int(entry_only),
     )
 
 

@@ -14,6 +14,7 @@ from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, table_complete
 from ingero_mcp.analysis.accounting import accounting, origin_ns, second_runs, thread_names
 from ingero_mcp.analysis.calls import CallGroup
+from ingero_mcp.analysis.causes import _PART_LABEL as PART_LABEL
 from ingero_mcp.analysis.causes import accounting_chains, pace_threads
 from ingero_mcp.analysis.imported import imported_chains
 from ingero_mcp.analysis.models import Accounting, CausalChain, Culprit, Evidence, TimeWindow
@@ -40,6 +41,54 @@ def cold_start_sql(window: TimeWindow, pids: list[int] | None = None) -> str:
         GROUP BY s.pid, m.kernels ORDER BY excess_ns DESC""".split())
 
 
+def cold_start_bound_sql(window: TimeWindow, pids: list[int] | None = None) -> str:
+    """cold_start_sql for launches probed entry-only (no duration): a launch's time is bounded above by the gap from its
+    entry to the same thread's next CUDA call entry, used only where no launch-probe gap (probe_gaps) lies in between;
+    and a first launch counts only inside the process's fully covered prefix (before the first probe gap after its
+    first call: a launch seen after a gap may not be its kernel's first). Same columns as cold_start_sql, upper bounds."""
+    only = f"AND pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else ""
+    return " ".join(f"""
+        WITH g AS (SELECT session_id, start_ns, end_ns FROM probe_gaps WHERE probes = 'launch' AND end_ns > start_ns),
+        n AS (SELECT session_id, pid, tid, ts_ns, op, kernel_handle, duration_ns,
+                     lead(ts_ns) OVER (PARTITION BY pid, tid ORDER BY ts_ns) AS next_ns
+              FROM cuda_calls WHERE TRUE {only}),
+        firsts AS (SELECT pid, kernel_handle, min(ts_ns) AS ts_ns, TRUE AS first FROM cuda_calls
+                   WHERE kernel_handle IS NOT NULL {only} GROUP BY ALL),
+        cut AS (SELECT p.pid, min(g.start_ns) AS cut_ns
+                FROM (SELECT session_id, pid, min(ts_ns) AS first_ns FROM cuda_calls GROUP BY ALL) p
+                JOIN g ON g.session_id = p.session_id AND g.end_ns > p.first_ns GROUP BY p.pid),
+        s AS (SELECT n.pid, CASE WHEN f.first THEN 'launch_first' ELSE 'launch' END AS call_class, n.ts_ns AS start_ns,
+                     n.next_ns - n.ts_ns AS ns
+              FROM n LEFT JOIN firsts f USING (pid, kernel_handle, ts_ns) LEFT JOIN cut c USING (pid)
+              WHERE contains(n.op, 'aunch') AND n.duration_ns IS NULL AND n.kernel_handle IS NOT NULL AND n.next_ns IS NOT NULL
+                AND n.ts_ns BETWEEN {window.start_ns} AND {window.end_ns}
+                AND NOT EXISTS (SELECT 1 FROM g WHERE g.session_id = n.session_id AND g.start_ns < n.next_ns AND g.end_ns > n.ts_ns)
+                AND (f.first IS NULL OR c.cut_ns IS NULL OR n.ts_ns < c.cut_ns)),
+        m AS (SELECT pid, coalesce(median(ns) FILTER (WHERE call_class = 'launch'), 0) AS median_ns,
+                     count(*) FILTER (WHERE call_class = 'launch_first') AS kernels FROM s GROUP BY pid)
+        SELECT s.pid, m.kernels, count(*) AS cold, sum(s.ns - m.median_ns)::BIGINT AS excess_ns, min(s.start_ns) AS first_ns,
+               max(s.start_ns + s.ns) AS last_ns, max(s.ns) AS worst_ns, any_value(m.median_ns)::BIGINT AS median_ns
+        FROM s JOIN m USING (pid)
+        WHERE s.call_class = 'launch_first' AND s.ns >= {COLD_FACTOR} * greatest(m.median_ns, 1000)
+        GROUP BY s.pid, m.kernels ORDER BY excess_ns DESC""".split())
+
+
+def uncovered_firsts_sql(pids: list[int] | None = None) -> str:
+    """Per process with launch-probe gaps: distinct kernels whose first launch seen lies after the process's first
+    probe gap (cold_start_bound_sql leaves them out: the real first launch may have been in a gap)."""
+    only = f"AND pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else ""
+    return " ".join(f"""
+        WITH g AS (SELECT session_id, start_ns, end_ns FROM probe_gaps WHERE probes = 'launch' AND end_ns > start_ns),
+        cut AS (SELECT p.pid, min(g.start_ns) AS cut_ns
+                FROM (SELECT session_id, pid, min(ts_ns) AS first_ns FROM cuda_calls WHERE TRUE {only} GROUP BY ALL) p
+                JOIN g ON g.session_id = p.session_id AND g.end_ns > p.first_ns GROUP BY p.pid),
+        firsts AS (SELECT pid, kernel_handle, min(ts_ns) AS ts_ns FROM cuda_calls WHERE kernel_handle IS NOT NULL {only}
+                   GROUP BY ALL)
+        SELECT f.pid, count(*) FILTER (WHERE f.ts_ns >= c.cut_ns) AS after_gap, count(*) AS kernels
+        FROM firsts f JOIN cut c USING (pid) GROUP BY f.pid HAVING count(*) FILTER (WHERE f.ts_ns >= c.cut_ns) > 0
+        ORDER BY f.pid""".split())
+
+
 def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting,
                       pids: list[int] | None, minor: list[str] | None = None) -> list[CausalChain]:
     """First launches of distinct kernels that were slow (lazy module loading): a fact of the rows, not a guess."""
@@ -51,28 +100,40 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
     for t in acc.threads:
         walls.setdefault(t.pid, t.busy_ns)  # the feeding time, idle waits for input left out
     out = []
-    sql = cold_start_sql(window, pids)
+    # v4 stores: launches entry-only, their durations unknown: bounded above by the gap to the thread's next call
+    bound = bool(rows(con, "SELECT 1 FROM cuda_calls WHERE kernel_handle IS NOT NULL AND duration_ns IS NULL LIMIT 1"))
+    sql = cold_start_bound_sql(window, pids) if bound else cold_start_sql(window, pids)
+    took = "took up to" if bound else "took"
+    upper = (" (upper bounds: launches were probed entry-only, so each is timed from its entry to the thread's next "
+             "CUDA call, only where the launch probes stayed attached in between)") if bound else ""
+    if bound and minor is not None:  # say what could not be judged rather than stay silent about it
+        for pid, after, kernels in rows(con, uncovered_firsts_sql(pids)):
+            minor.append(f"{rc.COLD_START} (not assessable): {names.get(int(pid), '?')}[{pid}]: {after} of {kernels} distinct "
+                         "kernels were first seen after the launch probes' first gap (probe_gaps): their real first launch "
+                         "may have been in a gap, so whether first launches of distinct kernels were slow is not known")
     for pid, kernels, cold, excess, first, last, worst, median in rows(con, sql):
         wall = walls.get(int(pid)) or window.duration_ns or 1
         share = excess / wall
         if share < 0.01:
             if minor is not None:
                 minor.append(f"{rc.COLD_START}: {names.get(int(pid), '?')}[{pid}]: {cold} of {kernels} first launches of "
-                             f"distinct kernels were slow, {excess / 1e9:.3f} s beyond a normal launch in all "
-                             f"({100 * share:.1f}% of the feeding time)")
+                             f"distinct kernels were slow, {'up to ' if bound else ''}{excess / 1e9:.3f} s beyond a "
+                             f"normal launch in all ({100 * share:.1f}% of the feeding time){upper}")
             continue
         severity = "HIGH" if share >= 0.25 else "MEDIUM" if share >= 0.05 else "LOW"
         who = f"{names.get(int(pid), '?')}[{pid}]"
         t0 = window.start_ns
         out.append(CausalChain(
             id=f"{rc.COLD_START}:{pid}", op=rc.COLD_START, severity=severity, root_cause=rc.COLD_START,  # type: ignore[arg-type]
-            summary=(f"{who}: {cold} first launches of distinct kernels took {excess / 1e9:.2f} s beyond a normal launch "
+            summary=(f"{who}: {cold} first launches of distinct kernels {took} {excess / 1e9:.2f} s beyond a normal launch "
                      f"({median / 1e6:.3f} ms), from +{(first - t0) / 1e9:.1f} s to +{(last - t0) / 1e9:.1f} s, the worst "
-                     f"{worst / 1e6:.1f} ms: kernel modules loaded on first use (lazy loading), a start-up cost"),
+                     f"{worst / 1e6:.1f} ms: kernel modules loaded on first use (lazy loading), a start-up cost{upper}"),
             explanation=(f"Each of these launches is the process's first launch of that kernel (the same function handle "
                          f"is never launched before it in the trace), and each took at least {COLD_FACTOR}x the median "
                          f"repeat launch: CUDA loads a kernel's module on its first launch. {kernels} distinct kernels "
-                         "were launched in the window."),
+                         "were launched in the window." + (" Launches were probed entry-only: a launch's time is the gap "
+                         "from its entry to the same thread's next CUDA call (an upper bound), and a first launch counts "
+                         "only before the first probe gap of the process (after one, it may not be the first)." if bound else "")),
             seconds_lost=round(excess / 1e9, 3), window=TimeWindow(start_ns=int(first), end_ns=int(last)), pids=[int(pid)],
             evidence=[Evidence(name="slow first launches / distinct kernels", value=f"{cold} / {kernels}",
                                sql=f"SELECT cold || ' / ' || kernels FROM ({sql}) WHERE pid = {int(pid)}"),
@@ -197,6 +258,16 @@ def driver_lock_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: 
 
 
 
+_RUN_OUTSIDE = PART_LABEL["run_outside"]
+_RUN_OUTSIDE_EO = _RUN_OUTSIDE.removesuffix(")") + "; incl. kernel launches, entry-only)"
+
+
+def _say_entry_only(chain: CausalChain) -> CausalChain:
+    """A chain of a store with entry-only launches: 'running outside CUDA calls' includes the launches."""
+    return chain.model_copy(update={k: getattr(chain, k).replace(_RUN_OUTSIDE, _RUN_OUTSIDE_EO)
+                                    for k in ("summary", "explanation") if getattr(chain, k)})
+
+
 def causal_chains(
     con: duckdb.DuckDBPyConnection,
     window: TimeWindow | None = None,
@@ -213,6 +284,9 @@ def causal_chains(
     own: list[CausalChain] = []
     if acc.complete:
         found, small = accounting_chains(con, acc, whole, thread_names(con))
+        if acc.entry_only_launches:  # the launches' time is in run_outside: the chains' label says so
+            found = [_say_entry_only(c) for c in found]
+            small = [m.replace(_RUN_OUTSIDE, _RUN_OUTSIDE_EO) for m in small]
         own += found
         if minor is not None:
             minor += small

@@ -7,6 +7,7 @@ from collections import defaultdict
 import duckdb
 
 from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.cost import tracing_cost
 from ingero_mcp.analysis.models import SessionInfo, SourceStats, TableCoverage, TraceInfo
 from ingero_mcp.analysis.window import trace_window
 from ingero_mcp.store.schema import TABLES
@@ -48,6 +49,7 @@ def trace_info(con: duckdb.DuckDBPyConnection) -> TraceInfo:
         coverage=coverage,
         row_counts=counts,
         live=any(s.stopped_ns is None for s in sessions),
+        tracing=tracing_cost(con),
     )
 
 

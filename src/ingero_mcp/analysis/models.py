@@ -31,14 +31,16 @@ class OpStats(BaseModel):
     api: str
     count: int = Field(description="calls stored as rows in the window")
     total_count: int | None = Field(None, description="calls counted, where a sample was stored (imports)")
-    total_ns: int
-    share_of_span: float = Field(description="total_ns / trace span (can exceed 1 with many threads)")
-    p50_ns: int
-    p95_ns: int
-    p99_ns: int
-    max_ns: int
-    min_ns: int
-    mean_ns: float
+    total_ns: int | None = Field(description="time in the calls with a duration; None: every call entry-only (unknown)")
+    share_of_span: float | None = Field(description="total_ns / trace span (can exceed 1 with many threads); None: unknown")
+    p50_ns: int | None = None
+    p95_ns: int | None = None
+    p99_ns: int | None = None
+    max_ns: int | None = None
+    min_ns: int | None = None
+    mean_ns: float | None = None
+    entry_only: int = Field(0, description="calls probed entry-only (duration_ns NULL: v4 kernel launches): counted, "
+                            "but not in the durations; all of them: the percentiles are unknown")
     bytes_total: int | None = None
     from_sample: bool = False
     lower_bound: bool = Field(False, description="total_count / total_ns are lower bounds: some bucket had no aggregate, "
@@ -75,10 +77,11 @@ class ProcessOp(BaseModel):
 
     op: str
     count: int
-    total_ns: int
-    p50_ns: int
-    p99_ns: int
-    max_ns: int
+    total_ns: int | None = Field(description="None: every call entry-only (its duration unknown)")
+    p50_ns: int | None = None
+    p99_ns: int | None = None
+    max_ns: int | None = None
+    entry_only: int = Field(0, description="calls probed entry-only (duration_ns NULL), not in the durations")
 
 
 class ProcessBreakdown(BaseModel):
@@ -244,6 +247,41 @@ class TableCoverage(BaseModel):
     note: str | None = None
 
 
+class ProbeCost(BaseModel):
+    """The added wall time per probe hit, measured when the collector started (probe_costs)."""
+
+    probe: str = Field(description="'entry' (uprobe only) or 'entry_return' (uprobe + uretprobe)")
+    cost_ns: float | None = None
+    method: str | None = None
+
+
+class ProcessTracingCost(BaseModel):
+    """One traced process: the time the probes added to it (tracing_cost), estimated."""
+
+    pid: int
+    comm: str | None = None
+    added_ns: int = Field(description="sum(tracing_cost.added_ns): hits x per-hit cost")
+    wall_ns: int = Field(description="the span of its tracing_cost periods (first start to last end)")
+    share: float | None = Field(None, description="added_ns / wall_ns")
+    entry_hits: int = 0
+    entry_return_hits: int = 0
+    launch_coverage: float | None = Field(None, description="share of wall_ns not in probe_gaps (launches recorded)")
+    sql: str = ""
+
+
+class TracingCost(BaseModel):
+    """What tracing cost (schema v4 stores; None before): estimated added time, per process and for the session."""
+
+    added_ns: int | None = None
+    wall_ns: int | None = Field(None, description="the sessions' wall time (stop - start)")
+    share: float | None = Field(None, description="added_ns / wall_ns (every traced process's added time together)")
+    launch_coverage: float | None = Field(None, description="share of the sessions' time not in probe_gaps")
+    entry_only_launches: int = Field(0, description="launch rows without a duration (probed entry-only)")
+    probe_costs: list[ProbeCost] = []
+    processes: list[ProcessTracingCost] = []
+    sql: dict[str, str] = Field({}, description="the queries that recompute the session's numbers")
+
+
 class TraceInfo(BaseModel):
     """What a trace store holds: sessions, window, coverage, row counts, whether it is live."""
 
@@ -252,6 +290,8 @@ class TraceInfo(BaseModel):
     coverage: list[TableCoverage]
     row_counts: dict[str, int]
     live: bool = False
+    tracing: TracingCost | None = Field(None, description="the estimated tracing cost and how launches were recorded "
+                                        "(v4 stores); None: not recorded (stores before v4)")
 
 
 class Account(BaseModel):
@@ -332,6 +372,21 @@ class Accounting(BaseModel):
     note: str | None = None
     threads: list[ThreadAccount] = []
     phases: list[Phase] = []
+    entry_only_launches: bool = Field(False, description="kernel launches were probed entry-only (v4 default): their time "
+                                      "is in run_outside_ns (the thread ran on to its next call), not in CUDA calls")
+    launch_coverage: float | None = Field(None, description="share of the traced time the launch probes were attached "
+                                          "(not in probe_gaps); None: no gaps, every launch is a row. Below 1, work_calls "
+                                          "and work rates are estimates: launches seen, scaled per second by the coverage")
+
+    @property
+    def run_outside_label(self) -> str:
+        """What run_outside_ns holds, said as the store recorded it."""
+        return "running outside CUDA calls" + (" (incl. kernel launches, entry-only)" if self.entry_only_launches else "")
+
+    @property
+    def estimated(self) -> bool:
+        """Whether the work counts are estimates (launches scaled for the probe gaps)."""
+        return self.launch_coverage is not None and self.launch_coverage < 1
 
 
 class Report(BaseModel):

@@ -139,7 +139,8 @@ def per_process_breakdown(
     for g in groups:
         if g.pid is not None:
             ops[g.pid].append(
-                ProcessOp(op=g.op, count=g.count, total_ns=g.total_ns, p50_ns=g.p50_ns, p99_ns=g.p99_ns, max_ns=g.max_ns)
+                ProcessOp(op=g.op, count=g.count, total_ns=g.total_ns, p50_ns=g.p50_ns, p99_ns=g.p99_ns, max_ns=g.max_ns,
+                          entry_only=g.entry_only)
             )
     sched = {int(r[0]): r[1:] for r in rows(con, sched_rows_sql(window, pids))}
     rows_complete = table_complete(con, "sched_intervals")
@@ -177,7 +178,7 @@ def per_process_breakdown(
         ppid, comm, cmdline, exit_ns = ident.get(pid, (None, None, None, None))
         entry = ProcessBreakdown(
             pid=pid, ppid=ppid, comm=comm or agg_comm.get(pid) or event_comm.get(pid), cmdline=cmdline,
-            ops=sorted(ops.get(pid, []), key=lambda o: (-o.total_ns, o.op)),
+            ops=sorted(ops.get(pid, []), key=lambda o: (-(o.total_ns or 0), -o.count, o.op)),
             children=kids.get(pid, []), exit_ns=exit_ns, is_collector=is_collector(cmdline),
         )
         agg_sched = aggs.get((pid, "sched_switch"))
@@ -222,5 +223,5 @@ def per_process_breakdown(
         else:
             entry.page_allocs, entry.page_alloc_bytes = None, None
         out.append(entry)
-    out.sort(key=lambda e: (e.is_collector, not e.ops, e.counts_from != "rows", -sum(o.total_ns for o in e.ops), -e.context_switches, e.pid))
+    out.sort(key=lambda e: (e.is_collector, not e.ops, e.counts_from != "rows", -sum(o.total_ns or 0 for o in e.ops), -e.context_switches, e.pid))
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import duckdb
 
 from ingero_mcp.analysis._sql import rows, ts_in, where
-from ingero_mcp.analysis.accounting import accounting
+from ingero_mcp.analysis.accounting import accounting, recording_notes
 from ingero_mcp.analysis.calls import call_groups
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.info import events_lost, trace_info
@@ -50,6 +50,7 @@ def build_report(
         notes.append(f"{lost:,} events were lost by the collector (collector_stats.events_lost)")
     if acc.note:
         notes.append(acc.note)
+    notes += recording_notes(acc)
     return Report(window=whole, info=info, verdict=verdict(acc, chains, None if gpu_mean is None else float(gpu_mean)),
                   stats=stats.ops, host=stats.host, processes=processes, chains=chains, minor=minor, accounting=acc,
                   notes=notes)

@@ -9,7 +9,7 @@ The calls are read in (pid, tid, start, end) order (already so in a folded store
 starts a span when it starts at or after the running end of the thread's calls before it; a span ends at the
 running end just before the next span starts and holds the calls up to it; before_ns is the thread's exclusive
 cumulative sum of span lengths; a span is a first launch when it holds the process's earliest call with a kernel
-handle (SQL finds those, one row per handle).
+handle (SQL finds those, one row per handle). Calls without a duration (entry-only) have no span, as in the view.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-_CALLS = ("SELECT pid, tid, ts_ns, ts_ns + greatest(coalesce(duration_ns, 0), 0) AS e, op, bytes, memcpy_kind, "
-          "host_pinned, kernel_handle FROM cuda_calls")
+_CALLS = ("SELECT pid, tid, ts_ns, ts_ns + greatest(duration_ns, 0) AS e, op, bytes, memcpy_kind, "
+          "host_pinned, kernel_handle FROM cuda_calls WHERE duration_ns IS NOT NULL")  # entry-only calls: no span
 _FIRSTS = ("SELECT pid, kernel_handle, arg_min(tid, ts_ns) AS tid, min(ts_ns) AS ts_ns FROM cuda_calls "
            "WHERE kernel_handle IS NOT NULL GROUP BY pid, kernel_handle")
 

@@ -15,6 +15,14 @@ from ingero_mcp.analysis.imported import unanalysed_note
 from ingero_mcp.analysis.models import HostTotal, OpStats, TimeWindow, TraceStats
 from ingero_mcp.analysis.window import window_or_trace
 
+def entry_only_note(names: list[str], ops: list[OpStats]) -> str:
+    """What the entry-only ops' statistics are: counts exact, durations unknown (not zero)."""
+    partly = [s.op for s in ops if s.op in names and s.entry_only < s.count]
+    return (", ".join(names) + " were probed entry-only (duration_ns NULL: the collector's default for kernel "
+            "launches): their counts are exact, their durations unknown (p50/p99/max/total 'entry-only', not 0)"
+            + (f"; {', '.join(partly)}: the durations cover only the calls that have one" if partly else ""))
+
+
 def bucket_inside(window: TimeWindow | None) -> str:
     """host_aggregates buckets wholly inside the window: only their counts belong to it."""
     if window is None:
@@ -115,18 +123,19 @@ def op_stats(
         total_count, total_ns, lower, contradicted, agg_count = None, g.total_ns, sampled, 0, None
         if sampled and g.op in reconciled:
             n, s, _mx, lower, contradicted, agg_n, _row_n = reconciled[g.op]
-            total_count, total_ns = int(n), max(int(s or 0), g.total_ns)
+            total_count, total_ns = int(n), max(int(s or 0), g.total_ns or 0)
             lower, contradicted, agg_count = bool(lower), int(contradicted), int(agg_n)
         out.append(
             OpStats(
                 op=g.op, api=g.api, count=g.count, total_count=total_count, total_ns=total_ns,
-                share_of_span=round(total_ns / span_ns, 6) if span_ns else 0.0,
+                share_of_span=None if total_ns is None else round(total_ns / span_ns, 6) if span_ns else 0.0,
                 p50_ns=g.p50_ns, p95_ns=g.p95_ns, p99_ns=g.p99_ns, max_ns=g.max_ns, min_ns=g.min_ns,
-                mean_ns=round(g.mean_ns, 1), bytes_total=g.bytes_total, from_sample=sampled,
+                mean_ns=None if g.mean_ns is None else round(g.mean_ns, 1), entry_only=g.entry_only,
+                bytes_total=g.bytes_total, from_sample=sampled,
                 lower_bound=lower, contradicted_buckets=contradicted, aggregate_count=agg_count,
             )
         )
-    out.sort(key=lambda s: (-s.total_ns, s.op))
+    out.sort(key=lambda s: (-(s.total_ns or 0), -s.count, s.op))
     return out
 
 
@@ -152,6 +161,9 @@ def trace_stats(
                                    f"AND NOT ({bucket_inside(window)}) LIMIT 1"):
         notes.append("host_aggregates totals cover only the buckets wholly inside the window (lower bounds): "
                      "buckets reaching outside it are left out")
+    entry_only = [s.op for s in ops if s.entry_only]
+    if entry_only:
+        notes.append(entry_only_note(entry_only, ops))
     if (unanalysed := unanalysed_note(con)) is not None:
         notes.append(unanalysed)
     lower = [s.op for s in ops if s.lower_bound and s.total_count is not None]

@@ -28,7 +28,8 @@ def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None) -> str:
                op || coalesce(' ' || memcpy_kind, '') || coalesce(' ' || bytes || ' B', '')
                   || CASE WHEN return_code IS NOT NULL AND return_code <> 0 THEN ' rc=' || return_code ELSE '' END
                   || CASE WHEN off_cpu_ns > 0 THEN ' (off-CPU ' || off_cpu_ns || ' ns, preempted ' || coalesce(cpu_wait_ns, 0)
-                          || ' ns, blocked ' || coalesce(sleep_ns, 0) || ' ns)' ELSE '' END AS description,
+                          || ' ns, blocked ' || coalesce(sleep_ns, 0) || ' ns)' ELSE '' END
+                  || CASE WHEN duration_ns IS NULL THEN ' (entry-only: duration not recorded)' ELSE '' END AS description,
                duration_ns, duration_ns AS weight
         FROM cuda_calls {at}
         UNION ALL

@@ -5,15 +5,22 @@ from __future__ import annotations
 from ingero_mcp.analysis.models import Accounting, CausalChain, ThreadAccount
 
 
-def _split(t: ThreadAccount) -> str:
+def _split(t: ThreadAccount, acc: Accounting) -> str:
     a = t.total
-    parts = [("running outside CUDA calls", a.run_outside_ns), ("on the CPU in CUDA calls", a.run_inside_ns),
+    parts = [(acc.run_outside_label, a.run_outside_ns), ("on the CPU in CUDA calls", a.run_inside_ns),
              ("asleep in CUDA calls (waiting for the GPU)", a.sleep_inside_ns),
              ("sleeping outside CUDA calls", a.sleep_outside_ns), ("waiting for a CPU", a.cpu_wait_ns),
              ("off-CPU, split unknown", a.off_cpu_unknown_ns)]
     shown = [f"{100 * ns / a.wall_ns:.0f}% {label}" for label, ns in sorted(parts, key=lambda p: -p[1])
              if a.wall_ns and ns / a.wall_ns >= 0.005]
     return ", ".join(shown)
+
+
+def work_calls(n: int, acc: Accounting) -> str:
+    """A count of launches/copies, labelled as an estimate where launches were scaled for probe gaps."""
+    if acc.estimated:
+        return f"~{n:,} launches/copies, estimated: launches seen scaled by the probes' coverage {100 * (acc.launch_coverage or 0):.0f}%"
+    return f"{n:,} launches/copies"
 
 
 def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: float | None) -> list[str]:
@@ -34,7 +41,7 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
             idle = (f" Of that, {t.idle_ns / 1e9:,.1f} s was idle: waiting for input (woken by an interrupt) with nothing "
                     "queued on the GPU, not lost feeding time." if t.idle_ns >= 0.01 * t.total.wall_ns else "")
             lines.append(f"{t.process_comm or t.comm or '?'}[{t.pid}]'s {thread} fed the GPU "
-                         f"({t.total.work_calls:,} launches/copies), {t.total.wall_ns / 1e9:,.1f} s: {_split(t)}.{idle}")
+                         f"({work_calls(t.total.work_calls, acc)}), {t.total.wall_ns / 1e9:,.1f} s: {_split(t, acc)}.{idle}")
             if len(seen) >= 2:
                 break
         if not feeders:

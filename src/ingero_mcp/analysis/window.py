@@ -21,7 +21,7 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ns|us|ms|s|m|h)?\s*$")
 _BOUNDS_SQL = """
 SELECT min(lo), max(hi) FROM (
     SELECT min(started_ns) AS lo, max(coalesce(stopped_ns, started_ns)) AS hi FROM sessions
-    UNION ALL SELECT min(ts_ns), max(ts_ns + duration_ns) FROM cuda_calls
+    UNION ALL SELECT min(ts_ns), max(ts_ns + coalesce(duration_ns, 0)) FROM cuda_calls  -- entry-only: its entry
     UNION ALL SELECT min(off_ns), max(coalesce(on_ns, off_ns)) FROM sched_intervals
     UNION ALL SELECT min(ts_ns), max(ts_ns) FROM snapshots
     UNION ALL SELECT min(ts_ns), max(ts_ns) FROM process_events

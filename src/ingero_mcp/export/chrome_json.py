@@ -22,7 +22,7 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
 
     Times are µs since the trace's start (otherData.trace_start_ns): µs since the epoch (~1.8e15) leave a
     double 0.25 µs of precision, too coarse for sub-µs CUDA calls; from the start they keep ns."""
-    counts = {"call_slices": 0, "state_slices": 0, "flows": 0, "counter_points": 0, "process_events": 0, "chains": 0}
+    counts = {"call_slices": 0, "call_instants": 0, "state_slices": 0, "flows": 0, "counter_points": 0, "process_events": 0, "chains": 0}
     from ingero_mcp.analysis.window import window_or_trace
 
     origin = window_or_trace(con, scope.window).start_ns
@@ -50,6 +50,11 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
         for ts, dur, tid, op, nbytes, kind, kernel, off, sleep, wait, rc in batch:
             args = {k: v for k, v in (("bytes", nbytes), ("direction", kind), ("kernel", kernel), ("off_cpu_ns", off),
                                       ("sleep_ns", sleep), ("cpu_wait_ns", wait), ("return_code", rc or None)) if v is not None}
+            if dur is None:  # entry-only (v4 launches): the duration is unknown, an instant event, not a 0-length slice
+                emit({"ph": "i", "s": "t", "name": op, "cat": "cuda", "pid": pid_of[tid], "tid": tid, "ts": us(ts),
+                      "args": {**args, "entry_only": True}})
+                counts["call_instants"] += 1
+                continue
             emit({"ph": "X", "name": op, "cat": "cuda", "pid": pid_of[tid], "tid": tid, "ts": us(ts), "dur": dur / 1000.0, "args": args})
             counts["call_slices"] += 1
     from ingero_mcp.analysis.views import install_views

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import duckdb
 
+from ingero_mcp.analysis.cost import cost_lines
 from ingero_mcp.analysis.models import Report, ThreadAccount, TimeWindow
 from ingero_mcp.sanitize import clean
 
@@ -63,10 +64,11 @@ def _culprits(con: duckdb.DuckDBPyConnection, threads: list[ThreadAccount], t0: 
     return out
 
 
-def _thread_chart(t: ThreadAccount, culprits: dict) -> dict:
+def _thread_chart(t: ThreadAccount, culprits: dict, entry_only: bool = False) -> dict:
     labels = [f"{s.k}s" for s in t.seconds]
-    datasets = [{"type": "bar", "label": name, "backgroundColor": color, "stack": "t", "yAxisID": "y",
-                 "data": [round(part(s) / 1e6, 2) for s in t.seconds]} for name, color, part in PARTS]
+    datasets = [{"type": "bar", "label": name + (" (incl. kernel launches, entry-only)" if entry_only and i == 0 else ""),
+                 "backgroundColor": color, "stack": "t", "yAxisID": "y",
+                 "data": [round(part(s) / 1e6, 2) for s in t.seconds]} for i, (name, color, part) in enumerate(PARTS)]
     datasets.append({"type": "line", "label": "GPU utilisation %", "borderColor": "#f28e2b", "yAxisID": "pct",
                      "pointRadius": 0, "data": [s.gpu_util_percent for s in t.seconds]})
     hover = []
@@ -170,6 +172,7 @@ def render_html(report: Report, charts: list[dict], db_name: str) -> str:
     chains = "".join(_chain_card(c) for c in report.chains) or "<p>No causal chain found.</p>"
     minor = "".join(f"<li>{esc(m)}</li>" for m in report.minor)
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
+    cost = "".join(f"<p class=meta>{esc(line)}</p>" for line in cost_lines(report.info.tracing))  # v4 stores only
     w = report.window
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -178,6 +181,7 @@ def render_html(report: Report, charts: list[dict], db_name: str) -> str:
 <h1>Why was the GPU job slow? <small>{esc(db_name, 200)}</small></h1>
 <p class=meta>window {w.duration_ns / 1e9:.1f} s · {len(report.processes)} processes · {len(report.chains)} causal chains</p>
 <div class=verdict id=verdict>{verdict}</div>
+{'<div id=tracing-cost>' + cost + '</div>' if cost else ''}
 <h2>Where each feeding thread's time went, second by second</h2>
 <p class=meta>Hover a bar: who held the CPU while the thread waited, and who woke it.</p>
 {canvases}
@@ -200,7 +204,8 @@ def build_html(con: duckdb.DuckDBPyConnection, report: Report, db_name: str) -> 
     t0 = origin_ns(con) or report.window.start_ns
     feeders = [t for t in (report.accounting.threads if report.accounting else []) if t.role == "feeder"]
     culprits = _culprits(con, feeders, t0)
-    charts = [_thread_chart(t, culprits) for t in feeders]
+    entry_only = bool(report.accounting and report.accounting.entry_only_launches)
+    charts = [_thread_chart(t, culprits, entry_only) for t in feeders]
     charts.append(_host_chart(con, report.window, t0))
     return render_html(report, charts, db_name)
 

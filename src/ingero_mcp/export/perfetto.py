@@ -130,7 +130,7 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
     from ingero_mcp.analysis.views import install_views
 
     w = _Writer(out)
-    counts = {"process_tracks": 0, "thread_tracks": 0, "call_slices": 0, "state_slices": 0, "flows": 0,
+    counts = {"process_tracks": 0, "thread_tracks": 0, "call_slices": 0, "call_instants": 0, "state_slices": 0, "flows": 0,
               "counter_points": 0, "process_events": 0, "chains": 0}
     procs: dict[int, int] = {}
     thread_track: dict[int, int] = {}
@@ -145,27 +145,37 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
         counts["thread_tracks"] += 1
 
     if thread_track:
-        for b in _arrow_batches(con, ev.calls_sql(scope)):
-            ts, _ = _int(b, "ts_ns")
-            dur, _ = _int(b, "duration_ns")
-            tracks = _lookup(_int(b, "tid")[0], thread_track)
-            ops, names, _ = _codes(b, "op")
-            iids = np.array(w.intern(names), dtype=np.int64)[ops]
-            args = []
-            for column, arg in (("bytes", "bytes"), ("kernel_handle", "kernel"), ("off_cpu_ns", "off_cpu_ns"),
-                                ("sleep_ns", "sleep_ns"), ("cpu_wait_ns", "cpu_wait_ns")):
-                values, valid = _int(b, column)
-                args.append(col.annotation_int(ARG[arg], values, valid))
-            rc, valid = _int(b, "return_code")
-            args.append(col.annotation_int(ARG["return_code"], rc, valid & (rc != 0)))
-            kinds, strings, valid = _codes(b, "memcpy_kind")
-            args.append(col.annotation_strings(ARG["direction"], kinds, strings, valid))
-            # ENDs first, rows in (tid, time) order: where one slice ends as the next begins (same ns), the
-            # end comes first in the file, and Perfetto's sorter keeps file order for equal timestamps.
-            # A 0 ns call ends 1 ns later (an end before its own begin would close its parent).
-            w.bulk(ts + np.maximum(dur, 1), END, tracks)
-            w.bulk(ts, BEGIN, tracks, iids, *args)
-            counts["call_slices"] += len(ts)
+        for whole in _arrow_batches(con, ev.calls_sql(scope)):
+            timed = np.asarray(whole.column("duration_ns").is_valid())
+            parts = [(whole, True)] if timed.all() else [(whole.filter(pa.array(timed)), True),
+                                                         (whole.filter(pa.array(~timed)), False)]
+            for b, slices in parts:
+                if not b.num_rows:
+                    continue
+                ts, _ = _int(b, "ts_ns")
+                dur, _ = _int(b, "duration_ns")
+                tracks = _lookup(_int(b, "tid")[0], thread_track)
+                ops, names, _ = _codes(b, "op")
+                iids = np.array(w.intern(names), dtype=np.int64)[ops]
+                args = []
+                for column, arg in (("bytes", "bytes"), ("kernel_handle", "kernel"), ("off_cpu_ns", "off_cpu_ns"),
+                                    ("sleep_ns", "sleep_ns"), ("cpu_wait_ns", "cpu_wait_ns")):
+                    values, valid = _int(b, column)
+                    args.append(col.annotation_int(ARG[arg], values, valid))
+                rc, valid = _int(b, "return_code")
+                args.append(col.annotation_int(ARG["return_code"], rc, valid & (rc != 0)))
+                kinds, strings, valid = _codes(b, "memcpy_kind")
+                args.append(col.annotation_strings(ARG["direction"], kinds, strings, valid))
+                if not slices:  # entry-only calls (v4 launches): no duration, an instant, never a 0 ns slice
+                    w.bulk(ts, INSTANT, tracks, iids, *args)
+                    counts["call_instants"] += len(ts)
+                    continue
+                # ENDs first, rows in (tid, time) order: where one slice ends as the next begins (same ns), the
+                # end comes first in the file, and Perfetto's sorter keeps file order for equal timestamps.
+                # A 0 ns call ends 1 ns later (an end before its own begin would close its parent).
+                w.bulk(ts + np.maximum(dur, 1), END, tracks)
+                w.bulk(ts, BEGIN, tracks, iids, *args)
+                counts["call_slices"] += len(ts)
 
         install_views(con)
         counts["flows"] = ev.make_wakeups(con, scope)

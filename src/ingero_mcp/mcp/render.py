@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from ingero_mcp.analysis.cost import cost_lines
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.mcp.chainview import chains_text, fmt_ns, fmt_rel
 from ingero_mcp.mcp.results import (
@@ -108,9 +109,14 @@ def render_stats(r: StatsResult) -> str:
                                 if s.total_count is not None and s.total_count != s.count else "")
         count += " [lower bound]" if s.lower_bound else ""
         extra = f" | {fmt_bytes(s.bytes_total)}" if s.bytes_total else ""
+        if s.total_ns is None and s.entry_only:  # no duration recorded: unknown, not 0
+            lines.append(f"{quote(s.op, 80)} | {s.api} | {count} | entry-only (durations not recorded){extra}")
+            continue
+        part = f" [{s.entry_only} entry-only calls not in the durations]" if s.entry_only else ""
+        share = "-" if s.share_of_span is None else f"{s.share_of_span * 100:.2f}%"
         lines.append(
             f"{quote(s.op, 80)} | {s.api} | {count} | {fmt_ns(s.p50_ns)} | {fmt_ns(s.p95_ns)} | {fmt_ns(s.p99_ns)} | "
-            f"{fmt_ns(s.max_ns)} | {fmt_ns(s.total_ns)} | {s.share_of_span * 100:.2f}%{extra}"
+            f"{fmt_ns(s.max_ns)} | {fmt_ns(s.total_ns)} | {share}{extra}{part}"
         )
     if r.host:
         lines.append("host events (exact in-kernel counts): source/op | count | pids | total duration")
@@ -188,7 +194,8 @@ def render_breakdown(r: BreakdownResult, whole: TimeWindow | None) -> str:
             lines.append(f"  known from {quote(k, 300)} (imported, not analysed yet)")
         for o in p.ops[:15]:
             lines.append(
-                f"  {quote(o.op, 80)}: {o.count} calls, total {fmt_ns(o.total_ns)}, p50 {fmt_ns(o.p50_ns)}, "
+                f"  {quote(o.op, 80)}: {o.count} calls, entry-only (durations not recorded)" if o.total_ns is None and o.entry_only
+                else f"  {quote(o.op, 80)}: {o.count} calls, total {fmt_ns(o.total_ns)}, p50 {fmt_ns(o.p50_ns)}, "
                 f"p99 {fmt_ns(o.p99_ns)}, max {fmt_ns(o.max_ns)}"
             )
         if len(p.ops) > 15:
@@ -262,6 +269,7 @@ def render_info(r: InfoResult) -> str:
     else:
         head.append("the trace is empty")
     head += _notes(r.notes)
+    head += cost_lines(i.tracing, lambda v: quote(v, 80))  # v4 stores: tracing cost, launch recording
     lines = []
     for s in i.sessions:
         dur = fmt_ns(s.stopped_ns - s.started_ns) if s.stopped_ns else "still recording"
@@ -326,8 +334,9 @@ def render_accounting(r: AccountingResult, whole: TimeWindow | None) -> str:
     lines = []
     for t in r.threads:
         shares = ", ".join(f"{k} {v}%" for k, v in t["shares_percent"].items())
-        lines.append(f"thread {quote(t['name'], 120)} ({t['role']}), wall {t['wall_s']} s, {t['work_calls']:,} "
-                     f"launches/copies: {shares}")
+        est = "~" if t.get("work_estimated") else ""
+        lines.append(f"thread {quote(t['name'], 120)} ({t['role']}), wall {t['wall_s']} s, {est}{t['work_calls']:,} "
+                     f"launches/copies{' (estimated)' if est else ''}: {shares}")
     for ph in r.phases:
         slow = f", {ph['slowdown']}x slower than the baseline" if ph.get("slowdown") else ""
         if ph["kind"] == "recurrent":
@@ -337,7 +346,8 @@ def render_accounting(r: AccountingResult, whole: TimeWindow | None) -> str:
                          f"work lost at the healthy rate{slow}")
             continue
         lines.append(f"phase {ph['kind']} of pid {ph['pid']}: {fmt_rel(ph['start_ns'], origin)} .. "
-                     f"{fmt_rel(ph['end_ns'], origin)}, {ph['work_rate']:.0f} launches/copies per s{slow}")
+                     f"{fmt_rel(ph['end_ns'], origin)}, {'~' if ph.get('estimated') else ''}{ph['work_rate']:.0f} launches/copies per s"
+                     f"{' (estimated)' if ph.get('estimated') else ''}{slow}")
     lines += [f"minor: {quote(m, 600)}" for m in r.minor]
     text, _ = fit_lines(head, lines, len(lines))
     return text

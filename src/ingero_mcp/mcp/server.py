@@ -407,7 +407,7 @@ def build_server(
         to see where the time went; the chains say who took it."""
 
         def run() -> CallToolResult:
-            from ingero_mcp.analysis.accounting import accounting
+            from ingero_mcp.analysis.accounting import accounting, recording_notes
             from ingero_mcp.analysis.chains import causal_chains
             from ingero_mcp.analysis.verdict import verdict
 
@@ -428,19 +428,19 @@ def build_server(
                 a = t.total
                 name = f"{t.comm or t.process_comm or '?'}[{t.pid}" + ("]" if t.tid == t.pid else f"/{t.tid}]")
                 threads.append({"pid": t.pid, "tid": t.tid, "name": clean(name, 120), "role": t.role,
-                                "wall_s": round(a.wall_ns / 1e9, 3), "work_calls": a.work_calls,
+                                "wall_s": round(a.wall_ns / 1e9, 3), "work_calls": a.work_calls, "work_estimated": acc.estimated,
                                 "shares_percent": {p.removesuffix("_ns"): round(100 * (a.cpu_wait_ns if p == "cpu_wait_ns"
                                                                                      else getattr(a, p)) / a.wall_ns, 1)
                                                    if a.wall_ns else 0.0 for p in parts}})
             phases = [{"pid": ph.pid, "kind": ph.kind, "start_ns": ph.window.start_ns, "end_ns": ph.window.end_ns,
-                       "work_rate": round(ph.work_rate, 1), "slowdown": ph.slowdown,
+                       "work_rate": round(ph.work_rate, 1), "slowdown": ph.slowdown, "estimated": acc.estimated,
                        **({"episodes": len(ph.episodes), "period_s": ph.period_s, "lost_s": ph.lost_s}
                           if ph.kind == "recurrent" else {})} for ph in acc.phases]
             lines = [clean(v, 2000) for v in verdict(acc, chains, None if util is None else float(util))]
             result = AccountingResult(
                 window=window, complete=acc.complete, verdict=lines, threads=threads[:12], phases=phases[:24],
                 minor=[clean(m, 600) for m in minor[:10]], shown=min(len(threads), 12), total=len(threads),
-                truncated=len(threads) > 12, notes=[acc.note] if acc.note else [],
+                truncated=len(threads) > 12, notes=([acc.note] if acc.note else []) + recording_notes(acc),
                 trace_start_ns=whole.start_ns if whole else window.start_ns,
             )
             return _result(render.render_accounting(result, whole), result)

@@ -9,6 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ingero_mcp.analysis.cost import cost_lines
 from ingero_mcp.analysis.models import CausalChain, OpStats, ProcessBreakdown, Report
 from ingero_mcp.render import fmt
 
@@ -43,6 +44,8 @@ def header(report: Report, db: str) -> Text:
         return t
     label = "whole trace" if whole == w else f"{fmt.rel(w.start_ns, whole.start_ns)} .. {fmt.rel(w.end_ns, whole.start_ns)} of the trace"
     t.append(f"window: {fmt.utc(w.start_ns)} .. {fmt.utc(w.end_ns)} ({w.duration_ns / 1e9:,.1f} s, {label})\n")
+    for line in cost_lines(report.info.tracing, lambda v: fmt.clean(v or "?", 120)):  # v4: tracing cost, launches
+        t.append(line + "\n")
     for note in report.notes:
         t.append(f"note: {note}\n", style="italic")
     return t
@@ -121,8 +124,10 @@ def stats_table(stats: list[OpStats], limit: int | None = 15) -> Table:
     for s in stats[:limit] if limit else stats:
         calls = s.total_count if s.total_count is not None else s.count
         lb = ">= " if s.lower_bound else ""
-        row = [fmt.clean(s.op), s.api, lb + fmt.count(calls), lb + fmt.ns(s.total_ns), fmt.pct(s.share_of_span), fmt.ns(s.p50_ns),
-               fmt.ns(s.p95_ns), fmt.ns(s.p99_ns), fmt.ns(s.max_ns), f"{s.p99_ns / s.p50_ns:,.1f}x" if s.p50_ns else "-"]
+        d = fmt.ns if s.total_ns is not None or not s.entry_only else (lambda _v: "entry-only")  # unknown, not 0
+        row = [fmt.clean(s.op), s.api, lb + fmt.count(calls), lb + d(s.total_ns), "-" if s.share_of_span is None else fmt.pct(s.share_of_span),
+               d(s.p50_ns), d(s.p95_ns), d(s.p99_ns), d(s.max_ns),
+               f"{s.p99_ns / s.p50_ns:,.1f}x" if s.p50_ns and s.p99_ns is not None else "-"]
         if sampled:
             row.append(fmt.count(s.count))
         table.add_row(*map(fmt.cell, row))
@@ -188,7 +193,8 @@ def process_detail(p: ProcessBreakdown) -> Panel:
         for col in ("op", "calls", "total", "p50", "p99", "max"):
             ops.add_column(col, justify="left" if col == "op" else "right")
         for o in p.ops:
-            ops.add_row(*map(fmt.cell, (o.op, fmt.count(o.count), fmt.ns(o.total_ns), fmt.ns(o.p50_ns), fmt.ns(o.p99_ns), fmt.ns(o.max_ns))))
+            d = fmt.ns if o.total_ns is not None or not o.entry_only else (lambda _v: "entry-only")  # unknown, not 0
+            ops.add_row(*map(fmt.cell, (o.op, fmt.count(o.count), d(o.total_ns), d(o.p50_ns), d(o.p99_ns), d(o.max_ns))))
         parts.append(ops)
     return Panel(Group(*parts), title=Text(f"pid {p.pid} {fmt.clean(p.comm, 32)}"), title_align="left")
 
@@ -197,8 +203,10 @@ def accounting_table(report: Report) -> Table:
     """Where the time of each feeding thread (and of the threads it waited on) went, as shares of its wall time."""
     acc = report.accounting
     table = Table(title="Time accounting (share of each thread's wall time; thread_seconds)", title_justify="left")
-    for col in ("thread", "role", "wall", "run outside CUDA", "run in CUDA", "GPU wait", "sleep outside", "of it IO",
-                "CPU wait", "unknown", "launches+copies"):
+    outside = "run outside CUDA" + (" (incl. launches, entry-only)" if acc and acc.entry_only_launches else "")
+    work = "launches+copies" + (" (est.)" if acc and acc.estimated else "")
+    for col in ("thread", "role", "wall", outside, "run in CUDA", "GPU wait", "sleep outside", "of it IO",
+                "CPU wait", "unknown", work):
         table.add_column(col, justify="left" if col in ("thread", "role") else "right")
     for t in (acc.threads if acc else [])[:12]:
         a = t.total
@@ -206,7 +214,10 @@ def accounting_table(report: Report) -> Table:
         name = f"{fmt.clean(t.comm or t.process_comm or '?', 32)}[{t.pid}" + ("]" if t.tid == t.pid else f"/{t.tid}]")
         table.add_row(name, t.role, fmt.ns(a.wall_ns), pct(a.run_outside_ns), pct(a.run_inside_ns), pct(a.sleep_inside_ns),
                       pct(a.sleep_outside_ns), pct(a.sleep_io_ns), pct(a.cpu_wait_ns), pct(a.off_cpu_unknown_ns),
-                      fmt.count(a.work_calls))
+                      ("~" if acc.estimated else "") + fmt.count(a.work_calls))
+    if acc and acc.estimated:
+        table.caption = (f"~ : estimated: the launch probes were attached {100 * (acc.launch_coverage or 0):.0f}% of the time "
+                         "(probe_gaps); launches seen are scaled per second by the coverage")
     return table
 
 

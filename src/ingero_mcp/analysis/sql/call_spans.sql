@@ -1,6 +1,8 @@
 -- call_spans: the time each thread spent inside CUDA calls, as disjoint spans (a runtime call and the
 -- driver calls nested in it, or overlapping calls, are one span), with what the span was for.
--- Needs: cuda_calls (complete rows; an Ingero import holds a sample and is not accounted).
+-- Needs: cuda_calls (complete rows; an Ingero import holds a sample and is not accounted). A call without a
+-- duration (duration_ns NULL: probed entry-only, the v4 collector's default for kernel launches) has no span: its
+-- time is counted outside CUDA calls (the thread ran on into the next call), and it marks no first launch.
 --   start_ns, end_ns   the span
 --   calls              calls that started in it
 --   before_ns          time inside calls on this thread before start_ns: the in-call time up to a
@@ -18,22 +20,26 @@
 -- handle: few rows, found by a grouping) grows between its first call and the next span's. The cumulative sum runs
 -- over the spans, which are fewer than the calls.
 CREATE OR REPLACE TEMP VIEW call_spans AS
-WITH firsts AS (
-    SELECT pid, kernel_handle, arg_min(tid, ts_ns) AS tid, min(ts_ns) AS ts_ns, TRUE AS first_launch
-    FROM cuda_calls WHERE kernel_handle IS NOT NULL GROUP BY pid, kernel_handle
+WITH timed AS (
+    SELECT * FROM cuda_calls WHERE duration_ns IS NOT NULL
+),
+firsts AS (
+    SELECT f.* FROM (SELECT pid, kernel_handle, arg_min(tid, ts_ns) AS tid, min(ts_ns) AS ts_ns, TRUE AS first_launch
+                     FROM cuda_calls WHERE kernel_handle IS NOT NULL GROUP BY pid, kernel_handle) f
+    SEMI JOIN timed USING (pid, tid, ts_ns, kernel_handle)
 ),
 c AS (
     SELECT pid, tid, ts_ns AS s, ts_ns + greatest(cc.duration_ns, 0) AS e, op, bytes, memcpy_kind, host_pinned, kernel_handle,
            max(ts_ns + greatest(cc.duration_ns, 0)) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end,
            row_number() OVER w AS rn,
            count(f.first_launch) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS firsts_before
-    FROM cuda_calls cc LEFT JOIN firsts f USING (pid, tid, ts_ns, kernel_handle)
+    FROM timed cc LEFT JOIN firsts f USING (pid, tid, ts_ns, kernel_handle)
     WINDOW w AS (PARTITION BY pid, tid ORDER BY ts_ns, ts_ns + greatest(cc.duration_ns, 0))
 ),
 per_thread AS (
     SELECT pid, tid, max(ts_ns + greatest(duration_ns, 0)) AS last_end, count(*) AS n,
            (SELECT count(*) FROM firsts f WHERE f.pid = cc.pid AND f.tid = cc.tid) AS firsts_n
-    FROM cuda_calls cc GROUP BY ALL
+    FROM timed cc GROUP BY ALL
 ),
 u AS (
     SELECT c.pid, c.tid, c.s AS start_ns,

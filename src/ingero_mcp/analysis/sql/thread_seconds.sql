@@ -11,7 +11,11 @@
 --                       (of which sleep_io_ns uninterruptible: usually disk IO)
 --   cpu_wait_*_ns       runnable but not running: the CPU was held by another task
 --   off_cpu_unknown_ns  off-CPU, split not recorded
---   calls, work_calls   CUDA calls started in the second; work_calls: launches, copies and memsets
+--   calls, work_calls   CUDA calls started in the second; work_calls: launches, copies and memsets. Where the
+--                       collector's governor detached the launch probes for part of the second (probe_gaps of the
+--                       process's session, v4), the launches seen are scaled by the covered share of the thread's
+--                       second (an estimate, rounded); with no coverage at all work_calls is NULL (unknown, not 0).
+--                       calls counts the rows seen.
 CREATE OR REPLACE TEMP VIEW thread_seconds AS
 WITH origin AS (
     SELECT min(started_ns) AS t0 FROM sessions
@@ -68,8 +72,20 @@ off AS (
 ),
 calls AS (
     SELECT c.pid, c.tid, (c.ts_ns - o.t0) // 1000000000 AS k, count(*) AS calls,
-           count(*) FILTER (WHERE contains(c.op, 'aunch') OR contains(c.op, 'emcpy') OR contains(c.op, 'emset')) AS work_calls
+           count(*) FILTER (WHERE contains(c.op, 'aunch')) AS launches,
+           count(*) FILTER (WHERE contains(c.op, 'emcpy') OR contains(c.op, 'emset')) AS other_work
     FROM cuda_calls c, origin o GROUP BY ALL
+),
+-- The launch probes' gaps (v4; none before): per process, those of the sessions it made CUDA calls in.
+launch_gaps AS (
+    SELECT DISTINCT p.pid, g.start_ns, g.end_ns
+    FROM probe_gaps g JOIN (SELECT DISTINCT session_id, pid FROM cuda_calls) p USING (session_id)
+    WHERE g.probes = 'launch' AND g.end_ns > g.start_ns
+),
+gap_cover AS (
+    SELECT s.pid, s.tid, s.k, sum(least(g.end_ns, s.b) - greatest(g.start_ns, s.a)) AS gap_ns
+    FROM secs s JOIN launch_gaps g ON g.pid = s.pid AND g.start_ns < s.b AND g.end_ns > s.a
+    GROUP BY ALL
 )
 SELECT s.pid, s.tid, s.k, s.a AS start_ns, s.b - s.a AS wall_ns,
        s.b - s.a - s.in_call_ns - coalesce(o.sleep_out, 0) - coalesce(o.wait_out, 0)
@@ -82,8 +98,13 @@ SELECT s.pid, s.tid, s.k, s.a AS start_ns, s.b - s.a AS wall_ns,
        coalesce(o.wait_out, 0) AS cpu_wait_outside_ns,
        coalesce(o.unk, 0) AS off_cpu_unknown_ns,
        s.in_call_ns AS in_call_ns,
-       coalesce(c.calls, 0) AS calls, coalesce(c.work_calls, 0) AS work_calls
+       coalesce(c.calls, 0) AS calls,
+       CASE WHEN coalesce(g.gap_ns, 0) <= 0 THEN coalesce(c.launches, 0) + coalesce(c.other_work, 0)
+            WHEN g.gap_ns < s.b - s.a
+            THEN round(coalesce(c.launches, 0) * (s.b - s.a) / (s.b - s.a - g.gap_ns))::BIGINT + coalesce(c.other_work, 0)
+       END AS work_calls
 FROM secs_inb s
 LEFT JOIN off o USING (pid, tid, k)
 LEFT JOIN calls c USING (pid, tid, k)
+LEFT JOIN gap_cover g USING (pid, tid, k)
 WHERE s.b > s.a;

@@ -1,0 +1,99 @@
+"""What tracing cost the job (schema v4): the collector's estimate of the time its probes added, per traced process and
+for the session, the per-hit costs it was made from, and how the launches were recorded (entry-only, the share of the
+time the launch probes were attached). Stores written before v4 have none of this (empty tables): None.
+
+Every number is a query over the store: `sql` beside each carries it (tracing_cost, probe_costs, probe_gaps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import duckdb
+
+from ingero_mcp.analysis._sql import rows, tidy
+from ingero_mcp.analysis.accounting import launch_coverage_sql
+from ingero_mcp.analysis.models import ProbeCost, ProcessTracingCost, TracingCost
+
+
+def process_cost_sql(pid: int | None = None) -> str:
+    """Per traced process: the estimated added time, the span its periods cover, hits, and the launch coverage over
+    that span (1 - its overlap with probe_gaps / the span)."""
+    only = f"WHERE pid = {int(pid)}" if pid is not None else ""
+    return tidy(f"""
+        WITH t AS (SELECT session_id, pid, sum(added_ns)::BIGINT AS added_ns, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+                          sum(entry_hits)::BIGINT AS entry_hits, sum(entry_return_hits)::BIGINT AS entry_return_hits
+                   FROM tracing_cost {only} GROUP BY session_id, pid)
+        SELECT t.session_id, t.pid, t.added_ns, t.end_ns - t.start_ns AS wall_ns,
+               round(t.added_ns / nullif(t.end_ns - t.start_ns, 0), 6) AS share, t.entry_hits, t.entry_return_hits,
+               round(1 - coalesce((SELECT sum(least(g.end_ns, t.end_ns) - greatest(g.start_ns, t.start_ns)) FROM probe_gaps g
+                                   WHERE g.session_id = t.session_id AND g.probes = 'launch'
+                                     AND g.start_ns < t.end_ns AND g.end_ns > t.start_ns), 0)
+                       / nullif(t.end_ns - t.start_ns, 0), 4) AS launch_coverage
+        FROM t ORDER BY t.added_ns DESC, t.pid""")
+
+
+def session_cost_sql() -> str:
+    """For the sessions: the estimated added time of every traced process together, and the sessions' wall time."""
+    return tidy("""
+        SELECT (SELECT sum(added_ns) FROM tracing_cost)::BIGINT AS added_ns,
+               (SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns)::BIGINT AS wall_ns,
+               round((SELECT sum(added_ns) FROM tracing_cost)
+                     / nullif((SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns), 0), 6) AS share""")
+
+
+PROBE_COSTS_SQL = "SELECT probe, cost_ns, method FROM probe_costs ORDER BY probe, session_id"
+ENTRY_ONLY_SQL = "SELECT count(*) FROM cuda_calls WHERE duration_ns IS NULL AND contains(op, 'aunch')"
+
+
+def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
+    """The store's tracing cost and launch recording, or None where it has none (stores before v4)."""
+    costs = [ProbeCost(probe=p, cost_ns=None if c is None else float(c), method=m) for p, c, m in rows(con, PROBE_COSTS_SQL)]
+    per = rows(con, process_cost_sql())
+    entry_only = int(rows(con, ENTRY_ONLY_SQL)[0][0])
+    has_gaps = bool(rows(con, "SELECT 1 FROM probe_gaps WHERE probes = 'launch' LIMIT 1"))
+    if not costs and not per and not entry_only and not has_gaps:
+        return None
+    names = {int(p): c for p, c in rows(con, "SELECT pid, comm FROM processes WHERE comm IS NOT NULL")}
+    added, wall, share = rows(con, session_cost_sql())[0]
+    coverage = rows(con, launch_coverage_sql())[0][0] if has_gaps else 1.0
+    return TracingCost(
+        added_ns=None if added is None else int(added), wall_ns=None if wall is None else int(wall),
+        share=None if share is None else float(share), launch_coverage=None if coverage is None else round(float(coverage), 4),
+        entry_only_launches=entry_only, probe_costs=costs,
+        processes=[ProcessTracingCost(pid=int(pid), comm=names.get(int(pid)), added_ns=int(a or 0), wall_ns=int(w or 0),
+                                      share=None if s is None else float(s), entry_hits=int(e or 0),
+                                      entry_return_hits=int(er or 0), launch_coverage=None if lc is None else float(lc),
+                                      sql=process_cost_sql(int(pid)))
+                   for _sid, pid, a, w, s, e, er, lc in per],
+        sql={"session": session_cost_sql(), "launch_coverage": launch_coverage_sql(), "probe_costs": PROBE_COSTS_SQL,
+             "entry_only_launches": ENTRY_ONLY_SQL},
+    )
+
+
+def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda v: v or "?") -> list[str]:
+    """The tracing cost as the report prints it (text, MCP text, HTML): nothing for stores before v4. `text` renders
+    stored strings (a process's name is traced data: the MCP quotes it)."""
+    if t is None:
+        return []
+    def pct(v: float | None) -> str:
+        return "?" if v is None else f"{100 * v:.2f}%"
+    per_hit = "; ".join(f"{c.probe} {'not measured' if c.cost_ns is None else f'{c.cost_ns:,.0f} ns'} per hit"
+                        + (f" ({text(c.method)})" if c.method else "") for c in t.probe_costs) or "per-hit costs not recorded"
+    out = [f"tracing cost (estimated: probe hits x per-hit cost): {(t.added_ns or 0) / 1e9:.3f} s added over "
+           f"{(t.wall_ns or 0) / 1e9:.1f} s of session ({pct(t.share)}, all traced processes together); {per_hit}"]
+    for p in t.processes[:8]:
+        out.append(f"  {text(p.comm)}[{p.pid}]: {p.added_ns / 1e9:.3f} s added over {p.wall_ns / 1e9:.1f} s ({pct(p.share)}), "
+                   f"{p.entry_hits:,} entry-only hits, {p.entry_return_hits:,} entry+return hits"
+                   + (f", launches recorded {pct(p.launch_coverage)} of the time" if p.launch_coverage is not None
+                      and p.launch_coverage < 1 else ""))
+    how = []
+    if t.entry_only_launches:
+        how.append(f"kernel launches entry-only ({t.entry_only_launches:,} rows without a duration: their durations "
+                   "are unknown and their time counts as running outside CUDA calls)")
+    if t.launch_coverage is not None and t.launch_coverage < 1:
+        how.append(f"launch probes attached {pct(t.launch_coverage)} of the time (probe_gaps): launch counts and work "
+                   "rates are estimates, scaled by the coverage")
+    if how:
+        out.append("launches: " + "; ".join(how))
+    return out
