@@ -21,6 +21,10 @@ from ingero_mcp.store import open_store
 
 ZOO = Path(__file__).resolve().parents[1] / "investigations" / "zoo"
 NAMES = sorted(p.name.removesuffix(".truth.json") for p in ZOO.glob("*.truth.json"))
+# The same scenarios recorded again with the collector's always-on defaults (one probe layer, launches entry-only,
+# the overhead governor at 2 %): schema v4 stores whose launches have no duration.
+ZOO_DEFAULT = ZOO.parent / "zoo-default"
+DEFAULT_NAMES = sorted(p.name.removesuffix(".truth.json") for p in ZOO_DEFAULT.glob("*.truth.json"))
 SECOND = 1_000_000_000
 
 # The staged cause (truth vocabulary) -> the chain root causes that name it.
@@ -76,6 +80,40 @@ def test_the_zoo_holds_the_staged_causes_and_two_controls() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_the_report_names_the_staged_cause(stores: Path, name: str) -> None:
     check_verdict(_report(stores, name), _truth(name))
+
+
+@pytest.fixture(scope="module")
+def default_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The zoo recorded with the collector's defaults, decompressed."""
+    out = tmp_path_factory.mktemp("zoo-default")
+    for name in DEFAULT_NAMES:
+        with lzma.open(ZOO_DEFAULT / f"{name}.duckdb.xz") as src, (out / f"{name}.duckdb").open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return out
+
+
+def test_the_default_zoo_is_the_whole_zoo_recorded_with_entry_only_launches(default_stores: Path) -> None:
+    assert DEFAULT_NAMES == NAMES
+    con = open_store(default_stores / "cpu_hog.duckdb")
+    try:
+        assert con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0] >= 4
+        launches = con.execute("SELECT count(*), count(duration_ns) FROM cuda_calls WHERE contains(op, 'aunch')").fetchall()[0]
+        assert launches[0] > 1000 and launches[1] == 0  # every launch entry-only
+        assert con.execute("SELECT count(*) FROM cuda_calls WHERE op = 'cudaLaunchKernel'").fetchall()[0][0] == 0  # one layer
+        assert con.execute("SELECT count(*) FROM probe_costs WHERE method LIKE 'calibrated%'").fetchall()[0][0] == 2
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("name", DEFAULT_NAMES)
+def test_the_report_names_the_staged_cause_with_the_default_probes(default_stores: Path, name: str) -> None:
+    """Recorded on the H200 with the always-on defaults: the same verdicts (lazy_loading's cold start is then sized
+    by upper bounds, the gap from each first launch to the thread's next call, and says so)."""
+    report = _report(default_stores, name)
+    truth = json.loads((ZOO_DEFAULT / f"{name}.truth.json").read_text())
+    check_verdict(report, truth)
+    if truth["cause"] == "lazy_module_loading":
+        assert all("up to" in c.summary and c.severity != "HIGH" for c in report.chains if c.root_cause == "cold-start")
 
 
 def check_verdict(report: Report, truth: dict) -> None:

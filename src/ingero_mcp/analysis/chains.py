@@ -121,13 +121,18 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
                              f"normal launch in all ({100 * share:.1f}% of the feeding time){upper}")
             continue
         severity = "HIGH" if share >= 0.25 else "MEDIUM" if share >= 0.05 else "LOW"
+        if bound and severity == "HIGH":
+            severity = "MEDIUM"  # sized by upper bounds only: never stated as the dominant cause
         who = f"{names.get(int(pid), '?')}[{pid}]"
+        what = ("first-use costs at start: the module loaded on a kernel's first launch, and the host code's own first "
+                "call of each operation, which an entry-only probe cannot tell apart" if bound else
+                "kernel modules loaded on first use (lazy loading), a start-up cost")
         t0 = window.start_ns
         out.append(CausalChain(
             id=f"{rc.COLD_START}:{pid}", op=rc.COLD_START, severity=severity, root_cause=rc.COLD_START,  # type: ignore[arg-type]
             summary=(f"{who}: {cold} first launches of distinct kernels {took} {excess / 1e9:.2f} s beyond a normal launch "
                      f"({median / 1e6:.3f} ms), from +{(first - t0) / 1e9:.1f} s to +{(last - t0) / 1e9:.1f} s, the worst "
-                     f"{worst / 1e6:.1f} ms: kernel modules loaded on first use (lazy loading), a start-up cost{upper}"),
+                     f"{worst / 1e6:.1f} ms: {what}{upper}"),
             explanation=(f"Each of these launches is the process's first launch of that kernel (the same function handle "
                          f"is never launched before it in the trace), and each took at least {COLD_FACTOR}x the median "
                          f"repeat launch: CUDA loads a kernel's module on its first launch. {kernels} distinct kernels "
