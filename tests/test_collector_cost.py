@@ -147,6 +147,13 @@ def test_governor_detaches_the_launch_probes_over_budget(governed: dict[str, Any
     assert all(end > start and duty < 0.5 for start, end, duty in gaps)
     inside = _q(con, "SELECT count(*) FROM cuda_calls c JOIN probe_gaps g ON c.ts_ns >= g.start_ns AND c.ts_ns < g.end_ns")
     assert inside == [(0,)]
+    # the workload launches back to back, so every hole of 50 ms or more between its recorded launches is a gap
+    holes = _q(con, """
+        WITH l AS (SELECT ts_ns, lead(ts_ns) OVER (ORDER BY ts_ns) AS next_ns FROM cuda_calls WHERE pid = ?)
+        SELECT count(*) FROM l WHERE next_ns - ts_ns >= 50000000 AND NOT EXISTS (
+            SELECT 1 FROM probe_gaps g WHERE g.start_ns <= l.ts_ns + 25000000 AND g.end_ns >= l.next_ns - 25000000)""",
+               [governed["rate"]])
+    assert holes == [(0,)], "launches missing where no probe gap says so"
     # launches were recorded again after each gap: the windows reopen
     after = _q(con, "SELECT count(*) FROM probe_gaps g WHERE EXISTS (SELECT 1 FROM cuda_calls c "
                     "WHERE c.ts_ns >= g.end_ns AND c.ts_ns < g.end_ns + 1000000000)")[0][0]

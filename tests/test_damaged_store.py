@@ -23,7 +23,7 @@ EXPLAIN = [sys.executable, "-m", "ingero_mcp.cli", "explain", "--db"]
 DAMAGE: dict[str, tuple[str, str]] = {
     "missing table": ("DROP TABLE snapshots", "table snapshots is missing"),
     "missing column": ("ALTER TABLE cuda_calls DROP COLUMN duration_ns", "table cuda_calls has no column duration_ns"),
-    "wrong type": ("ALTER TABLE processes ALTER pid TYPE VARCHAR", "processes.pid is VARCHAR, schema v3 says INTEGER"),
+    "wrong type": ("ALTER TABLE processes ALTER pid TYPE VARCHAR", "processes.pid is VARCHAR, schema v4 says INTEGER"),
     "ts_ns near INT64 max": ("UPDATE cuda_calls SET ts_ns = 9223372036854775000 WHERE duration_ns > 20000000",
                              "cuda_calls.ts_ns holds 9,223,372,036,854,775,000"),
 }

@@ -88,12 +88,15 @@ class Governor:
             return
         if on:
             a0 = time.monotonic_ns()
+            with self._lock:  # before attaching: launches drained from now on are after the gap, not in it
+                if self._open_gaps:
+                    self._open_gaps[-1]["a0"] = a0
             self.toggle(True)
             a1 = time.monotonic_ns()
             self.attached = True
             with self._lock:
                 if self._open_gaps:
-                    self._open_gaps[-1].update(a0=a0, a1=a1)
+                    self._open_gaps[-1]["a1"] = a1
         else:
             d0 = time.monotonic_ns()
             with self._lock:
