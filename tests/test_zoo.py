@@ -47,14 +47,18 @@ def _truth(name: str) -> dict:
     return json.loads((ZOO / f"{name}.truth.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The zoo's stores, decompressed (they are kept xz-compressed in git: ~0.4 MB each instead of ~2.5)."""
-    out = tmp_path_factory.mktemp("zoo")
-    for name in NAMES:
-        with lzma.open(ZOO / f"{name}.duckdb.xz") as src, (out / f"{name}.duckdb").open("wb") as dst:
+def decompressed(folder: Path, names: list[str], out: Path) -> Path:
+    """The stores of a zoo folder, decompressed into `out` (kept xz-compressed in git: ~0.4 MB each instead of ~2.5)."""
+    for name in names:
+        with lzma.open(folder / f"{name}.duckdb.xz") as src, (out / f"{name}.duckdb").open("wb") as dst:
             shutil.copyfileobj(src, dst)
     return out
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The zoo's stores, decompressed."""
+    return decompressed(ZOO, NAMES, tmp_path_factory.mktemp("zoo"))
 
 
 def _report(stores: Path, name: str) -> Report:
@@ -85,11 +89,7 @@ def test_the_report_names_the_staged_cause(stores: Path, name: str) -> None:
 @pytest.fixture(scope="module")
 def default_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The zoo recorded with the collector's defaults, decompressed."""
-    out = tmp_path_factory.mktemp("zoo-default")
-    for name in DEFAULT_NAMES:
-        with lzma.open(ZOO_DEFAULT / f"{name}.duckdb.xz") as src, (out / f"{name}.duckdb").open("wb") as dst:
-            shutil.copyfileobj(src, dst)
-    return out
+    return decompressed(ZOO_DEFAULT, DEFAULT_NAMES, tmp_path_factory.mktemp("zoo-default"))
 
 
 def test_the_default_zoo_is_the_whole_zoo_recorded_with_entry_only_launches(default_stores: Path) -> None:

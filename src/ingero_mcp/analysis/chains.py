@@ -25,6 +25,17 @@ COLD_FACTOR = 10  # a first launch this many times the median launch counts as c
 RANK = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
 
 
+# Both cold-start queries end the same way once `s` holds (pid, call_class, start_ns, ns) of launches: the first
+# launches that took COLD_FACTOR x the median repeat launch or more, per process.
+_COLD_TAIL = """m AS (SELECT pid, coalesce(median(ns) FILTER (WHERE call_class = 'launch'), 0) AS median_ns,
+                     count(*) FILTER (WHERE call_class = 'launch_first') AS kernels FROM s GROUP BY pid)
+        SELECT s.pid, m.kernels, count(*) AS cold, sum(s.ns - m.median_ns)::BIGINT AS excess_ns, min(s.start_ns) AS first_ns,
+               max(s.start_ns + s.ns) AS last_ns, max(s.ns) AS worst_ns, any_value(m.median_ns)::BIGINT AS median_ns
+        FROM s JOIN m USING (pid)
+        WHERE s.call_class = 'launch_first' AND s.ns >= {cold} * greatest(m.median_ns, 1000)
+        GROUP BY s.pid, m.kernels ORDER BY excess_ns DESC"""
+
+
 def cold_start_sql(window: TimeWindow, pids: list[int] | None = None) -> str:
     """Per process: its first launches of distinct kernels (call_spans.call_class 'launch_first') that took at
     least COLD_FACTOR x its median repeat launch, with the time they took beyond that median."""
@@ -32,13 +43,7 @@ def cold_start_sql(window: TimeWindow, pids: list[int] | None = None) -> str:
     return " ".join(f"""
         WITH s AS (SELECT pid, call_class, start_ns, end_ns - start_ns AS ns FROM call_spans
                    WHERE call_class IN ('launch', 'launch_first') AND start_ns BETWEEN {window.start_ns} AND {window.end_ns} {only}),
-        m AS (SELECT pid, coalesce(median(ns) FILTER (WHERE call_class = 'launch'), 0) AS median_ns,
-                     count(*) FILTER (WHERE call_class = 'launch_first') AS kernels FROM s GROUP BY pid)
-        SELECT s.pid, m.kernels, count(*) AS cold, sum(s.ns - m.median_ns)::BIGINT AS excess_ns, min(s.start_ns) AS first_ns,
-               max(s.start_ns + s.ns) AS last_ns, max(s.ns) AS worst_ns, any_value(m.median_ns)::BIGINT AS median_ns
-        FROM s JOIN m USING (pid)
-        WHERE s.call_class = 'launch_first' AND s.ns >= {COLD_FACTOR} * greatest(m.median_ns, 1000)
-        GROUP BY s.pid, m.kernels ORDER BY excess_ns DESC""".split())
+        {_COLD_TAIL.format(cold=COLD_FACTOR)}""".split())
 
 
 def cold_start_bound_sql(window: TimeWindow, pids: list[int] | None = None) -> str:
@@ -64,13 +69,7 @@ def cold_start_bound_sql(window: TimeWindow, pids: list[int] | None = None) -> s
                 AND n.ts_ns BETWEEN {window.start_ns} AND {window.end_ns}
                 AND NOT EXISTS (SELECT 1 FROM g WHERE g.session_id = n.session_id AND g.start_ns < n.next_ns AND g.end_ns > n.ts_ns)
                 AND (f.first IS NULL OR c.cut_ns IS NULL OR n.ts_ns < c.cut_ns)),
-        m AS (SELECT pid, coalesce(median(ns) FILTER (WHERE call_class = 'launch'), 0) AS median_ns,
-                     count(*) FILTER (WHERE call_class = 'launch_first') AS kernels FROM s GROUP BY pid)
-        SELECT s.pid, m.kernels, count(*) AS cold, sum(s.ns - m.median_ns)::BIGINT AS excess_ns, min(s.start_ns) AS first_ns,
-               max(s.start_ns + s.ns) AS last_ns, max(s.ns) AS worst_ns, any_value(m.median_ns)::BIGINT AS median_ns
-        FROM s JOIN m USING (pid)
-        WHERE s.call_class = 'launch_first' AND s.ns >= {COLD_FACTOR} * greatest(m.median_ns, 1000)
-        GROUP BY s.pid, m.kernels ORDER BY excess_ns DESC""".split())
+        {_COLD_TAIL.format(cold=COLD_FACTOR)}""".split())
 
 
 def uncovered_firsts_sql(pids: list[int] | None = None) -> str:
