@@ -971,8 +971,9 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     if f.base_share is not None:
         ev.append(Evidence(name="the same in the healthy baseline", value=round(100 * f.base_share, 1), unit="%"))
     if f.slowdown and not f.kset:
-        rate_sql = (f"SELECT round(sum(work_calls) / (max(k) - min(k) + 1), 1) FROM thread_seconds WHERE pid = {t.pid} "
-                    f"AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
+        # per second whose launches are known (work_calls NULL: the launch probes were detached all that second)
+        rate_sql = (f"SELECT round(sum(work_calls) / count(DISTINCT k) FILTER (WHERE work_calls IS NOT NULL), 1) "
+                    f"FROM thread_seconds WHERE pid = {t.pid} AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
         ev.append(Evidence(name="work rate in this window (launches+copies per second)",
                            value=float(rows(ctx.con, rate_sql)[0][0] or 0.0), sql=rate_sql))
     if f.slowdown:
