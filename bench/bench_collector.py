@@ -82,6 +82,7 @@ def traced_run(standin: StandIn, calls: int, producers: int, tmp: Path, *, entry
                                               "collector_stats").fetchall()}
     notes = json.loads(con.execute("SELECT notes FROM sessions").fetchall()[0][0])
     rows = con.execute("SELECT count(*) FROM cuda_calls").fetchall()[0][0]
+    estimated = con.execute("SELECT sum(added_ns) FROM tracing_cost").fetchall()[0][0]
     con.close()
     for path in (db, Path(f"{db}.wal")):
         path.unlink(missing_ok=True)
@@ -96,6 +97,8 @@ def traced_run(standin: StandIn, calls: int, producers: int, tmp: Path, *, entry
         "ns_per_call": statistics.mean(per_call),
         "calls_per_s": total / wall,
         "collector_cpu_s": notes.get("collector_cpu_s"),
+        "estimated_added_s": None if estimated is None else estimated / 1e9,  # the store's tracing_cost
+        "loop_s": [int(o[3]) / 1e9 for o in outs],
     }
 
 
@@ -128,6 +131,15 @@ def main() -> int:
         print(f"2 producers: {dual['calls_per_s']:,.0f} calls/s together, rows {dual['rows']:,}/{dual['calls']:,}, "
               f"lost {dual['lost']}, collector CPU {dual['collector_cpu_s']} s", flush=True)
         entry = [traced_run(standin, args.calls, 2, tmp, entry_only=True) for _ in range(args.rounds)]
+        # the stored estimate against the measured added time, one producer (no competition for the CPU)
+        estimate = []
+        for _ in range(args.rounds):
+            base = loop_ns(standin, args.calls)
+            one = traced_run(standin, args.calls, 1, tmp, entry_only=True)
+            measured = (one["ns_per_call"] - base) * args.calls / 1e9
+            estimate.append({"measured_added_s": measured, "estimated_added_s": one["estimated_added_s"]})
+            print(f"1 producer, default mode: measured {measured:.3f} s added, stored estimate "
+                  f"{one['estimated_added_s']:.3f} s ({100 * (one['estimated_added_s'] / measured - 1):+.0f} %)", flush=True)
         for e in entry:
             print(f"2 producers, default mode (entry-only driver launches, governor off): {e['calls_per_s']:,.0f} calls/s "
                   f"together, rows {e['rows']:,}/{e['calls']:,}, lost {e['lost']}, collector CPU {e['collector_cpu_s']} s",
@@ -151,6 +163,7 @@ def main() -> int:
         "rounds": rounds,
         "two_producers": dual,
         "two_producers_entry_only": entry,
+        "estimate_vs_measured": estimate,
     }
     print(json.dumps({k: v for k, v in summary.items() if k not in ("rounds", "two_producers")}, indent=2))
     if args.json:

@@ -61,6 +61,7 @@ PROC_RB_PAGES = 256  # 1 MiB
 # ~24k switch keys a second, ~72k live; drops are counted (collector_stats 'sched_switch' lost).
 AGG_ENTRIES = 131072
 BUCKET_NS = 1_000_000_000
+DRAIN_NICE = -10  # the ring reader's nice value (its thread only)
 HIST_BINS = 256  # log2 durations, 4 bins per octave (live view only; the store keeps every value)
 
 
@@ -541,7 +542,14 @@ class Tracer:
 
     def _drain_loop(self) -> None:
         # Its own thread, so that converting and writing a flush (which mostly releases the GIL)
-        # never leaves the rings unread for long.
+        # never leaves the rings unread for long. On a host whose CPUs are all busy (the contention
+        # we are there to record) a plain-priority reader waits behind the busy tasks until the ring
+        # fills: this thread alone runs at nice DRAIN_NICE (a larger CFS share, not real-time; its
+        # work per wakeup is bounded by what arrived in one poll interval).
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DRAIN_NICE)
+        except OSError:  # not root, or a container without CAP_SYS_NICE: drain at the default priority
+            pass
         while not self._drain_stop.wait(self.opts.poll_interval_s):
             self._drain()
 
