@@ -28,6 +28,10 @@ def main(path: str) -> int:
             (detached if inside > 0.98 else attached if inside < 0.02 else []).append((b - a) / every)
         if attached and detached:
             cost = {c["probe"]: c["cost_ns"] for c in r["probe_costs"]}
+            marks = r["marks"]
+            overall = (marks[-1] - marks[0]) / (every * (len(marks) - 1))
+            print(f"rep {r['rep']}: the whole timed loop {overall:,.0f} ns/launch against {statistics.median(detached):,.0f} "
+                  f"detached: +{overall - statistics.median(detached):,.0f} ns per launch on average (same process)")
             print(f"rep {r['rep']}: attached {statistics.median(attached):,.0f} ns/launch ({len(attached)} segments), "
                   f"detached {statistics.median(detached):,.0f} ({len(detached)}): "
                   f"+{statistics.median(attached) - statistics.median(detached):,.0f} ns per attached launch; "
