@@ -80,7 +80,9 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
         return "?" if v is None else f"{100 * v:.2f}%"
     per_hit = "; ".join(f"{c.probe} {'not measured' if c.cost_ns is None else f'{c.cost_ns:,.0f} ns'} per hit"
                         + (f" ({text(c.method)})" if c.method else "") for c in t.probe_costs) or "per-hit costs not recorded"
-    out = [f"tracing cost (estimated: probe hits x per-hit cost): {(t.added_ns or 0) / 1e9:.3f} s added over "
+    out = [f"tracing cost (estimated: probe hits x per-hit cost; the scheduler and memory tracepoints and any effect "
+           f"beyond the traps are not in it, and measured slowdowns have differed from it by tens of percent either way): "
+           f"{(t.added_ns or 0) / 1e9:.3f} s added over "
            f"{(t.wall_ns or 0) / 1e9:.1f} s of session ({pct(t.share)}, all traced processes together); {per_hit}"]
     for p in t.processes[:8]:
         out.append(f"  {text(p.comm)}[{p.pid}]: {p.added_ns / 1e9:.3f} s added over {p.wall_ns / 1e9:.1f} s ({pct(p.share)}), "
