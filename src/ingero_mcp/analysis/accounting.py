@@ -167,10 +167,15 @@ def launch_coverage_sql() -> str:
             "FROM sessions WHERE stopped_ns > started_ns")
 
 
+def has_launch_gaps(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the governor ever detached the launch probes (v4 probe_gaps; never in older stores)."""
+    return bool(rows(con, "SELECT 1 FROM probe_gaps WHERE probes = 'launch' LIMIT 1"))
+
+
 def launch_recording(con: duckdb.DuckDBPyConnection) -> tuple[bool, float | None]:
     """(launches probed entry-only, launch coverage or None when no probe gap): how v4 recorded the launches."""
     entry_only = bool(rows(con, "SELECT 1 FROM cuda_calls WHERE duration_ns IS NULL AND contains(op, 'aunch') LIMIT 1"))
-    if not rows(con, "SELECT 1 FROM probe_gaps WHERE probes = 'launch' LIMIT 1"):
+    if not has_launch_gaps(con):
         return entry_only, None
     got = rows(con, launch_coverage_sql())[0][0]
     return entry_only, None if got is None else round(float(got), 4)

@@ -100,7 +100,7 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
         walls.setdefault(t.pid, t.busy_ns)  # the feeding time, idle waits for input left out
     out = []
     # v4 stores: launches entry-only, their durations unknown: bounded above by the gap to the thread's next call
-    bound = bool(rows(con, "SELECT 1 FROM cuda_calls WHERE kernel_handle IS NOT NULL AND duration_ns IS NULL LIMIT 1"))
+    bound = acc.entry_only_launches
     sql = cold_start_bound_sql(window, pids) if bound else cold_start_sql(window, pids)
     took = "took up to" if bound else "took"
     upper = (" (upper bounds: launches were probed entry-only, so each is timed from its entry to the thread's next "

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import duckdb
 
 from ingero_mcp.analysis._sql import rows, tidy
-from ingero_mcp.analysis.accounting import launch_coverage_sql
+from ingero_mcp.analysis.accounting import has_launch_gaps, launch_coverage_sql
 from ingero_mcp.analysis.models import ProbeCost, ProcessTracingCost, TracingCost
 
 
@@ -51,7 +51,7 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
     costs = [ProbeCost(probe=p, cost_ns=None if c is None else float(c), method=m) for p, c, m in rows(con, PROBE_COSTS_SQL)]
     per = rows(con, process_cost_sql())
     entry_only = int(rows(con, ENTRY_ONLY_SQL)[0][0])
-    has_gaps = bool(rows(con, "SELECT 1 FROM probe_gaps WHERE probes = 'launch' LIMIT 1"))
+    has_gaps = has_launch_gaps(con)
     if not costs and not per and not entry_only and not has_gaps:
         return None
     names = {int(p): c for p, c in rows(con, "SELECT pid, comm FROM processes WHERE comm IS NOT NULL")}

@@ -59,6 +59,12 @@ class ProbeCost:
         return {"probe": self.probe, "cost_ns": self.cost_ns, "method": self.method, "site": self.site}
 
 
+def calibrated(probe: str, cost_ns: float, symbol: str, library: str, site: str | None) -> ProbeCost:
+    """A cost measured by Calibrator.measure with its defaults, saying how."""
+    return ProbeCost(probe, cost_ns, f"calibrated: {symbol} in {library}, {ROUNDS} x {CALLS} calls with and without "
+                     "the probe, median", site)
+
+
 def defaults(why: str) -> dict[str, ProbeCost]:
     """The stand-in costs, saying why they stand in."""
     return {k: ProbeCost(k, v, f"default ({why})") for k, v in DEFAULT_COST_NS.items()}

@@ -33,6 +33,7 @@ from ingero_mcp.collector.calibrate import (
     CALIBRATION_CALLS,
     Calibrator,
     ProbeCost,
+    calibrated,
     defaults,
     describe_site,
 )
@@ -185,7 +186,6 @@ class Tracer:
         self.calibration_pids: set[int] = set()
         self.calibration_rows = {"cuda": 0, "sched": 0, "proc": 0}
         self.launch_sites: list[tuple[str, bytes, int]] = []  # (fn_name, path, file offset)
-        self.launch_fds: dict[bytes, int] = {}  # ev_name -> perf event fd while attached
         self._attach_lock = threading.RLock()
         self.launch_on = True  # the launch probes are attached (the governor's windows); under _attach_lock
         self.governor: Governor | None = None
@@ -434,8 +434,7 @@ class Tracer:
                         self.bpf.detach_uprobe_event(evs.pop())
 
                 cost = cal.measure(symbol, nargs, attach, detach)
-                costs[probe] = ProbeCost(probe, cost, f"calibrated: {symbol} in {os.path.basename(lib.path)}, "
-                                         "3 x 50000 calls with and without the probe, median", site)
+                costs[probe] = calibrated(probe, cost, symbol, os.path.basename(lib.path), site)
         except Exception as exc:  # noqa: BLE001
             self._say(f"probe cost calibration failed ({type(exc).__name__}: {exc}); the estimate uses defaults")
             costs = defaults(f"calibration failed: {exc}")
