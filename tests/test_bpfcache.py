@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
 
-from harness import Collector, StandIn, Workload, build_standin, mix_expected, require_ebpf  # noqa: E402
+from harness import StandIn, Workload, build_standin, mix_expected, record, require_ebpf  # noqa: E402
 
 pytestmark = pytest.mark.ebpf
 
@@ -36,15 +36,7 @@ def _record(standin: StandIn, db: Path) -> dict[str, Any]:
     from ingero_mcp.store import open_store
 
     w = Workload(standin, "mix", str(N), "0", "0", str(CHILDREN), "1")
-    collector = Collector(db, "--pid", str(w.pid))
-    try:
-        collector.wait_for("recording to", timeout=120)
-        w.go()
-        assert w.wait()[0] == 0
-        assert collector.wait(timeout=60) == 0, collector.output()
-    finally:
-        w.kill()
-        collector.kill()
+    collector = record(db, [w])
     con = open_store(db)
     try:
         q = lambda sql, *p: con.execute(sql, list(p)).fetchall()  # noqa: E731

@@ -28,7 +28,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
 
-from harness import Collector, Hog, StandIn, Workload, build_standin, mix_expected, require_ebpf  # noqa: E402
+from harness import Collector, Hog, StandIn, Workload, build_standin, mix_expected, record, require_ebpf  # noqa: E402
 
 pytestmark = pytest.mark.ebpf
 
@@ -560,16 +560,7 @@ def test_api_option_probes_one_library_only(standin: StandIn, tmp_path: Path, ap
 
     n = 20
     db = tmp_path / f"api-{api}.duckdb"
-    w = Workload(standin, "mix", str(n), "0", "0", "0", "0")
-    collector = Collector(db, "--pid", str(w.pid), "--api", api)
-    try:
-        collector.wait_for("recording to", timeout=120)
-        w.go()
-        assert w.wait()[0] == 0
-        assert collector.wait(timeout=60) == 0, collector.output()
-    finally:
-        w.kill()
-        collector.kill()
+    record(db, [Workload(standin, "mix", str(n), "0", "0", "0", "0")], "--api", api)
     parent, _, _ = mix_expected(n, 0)
     prefix = "cuda" if api == "runtime" else "cu"
     want = {op: count for op, count in parent.items() if op.startswith("cuda") == (api == "runtime") and count}

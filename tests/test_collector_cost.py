@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
 
-from harness import STANDIN, Collector, StandIn, Workload, build_standin, mix_expected, require_ebpf  # noqa: E402
+from harness import STANDIN, Collector, StandIn, Workload, build_standin, mix_expected, record, require_ebpf  # noqa: E402
 
 pytestmark = pytest.mark.ebpf
 
@@ -38,20 +38,8 @@ def standin(tmp_path_factory: pytest.TempPathFactory) -> StandIn:
     return build_standin(tmp_path_factory.mktemp("standin"))
 
 
-def _record(standin: StandIn, db: Path, workloads: list[Workload], *extra: str) -> Collector:
-    collector = Collector(db, *[a for w in workloads for a in ("--pid", str(w.pid))], *extra, defaults=True)
-    try:
-        collector.wait_for("recording to", timeout=120)
-        for w in workloads:
-            w.go()
-        for w in workloads:
-            assert w.wait()[0] == 0
-        assert collector.wait(timeout=90) == 0, collector.output()
-    finally:
-        for w in workloads:
-            w.kill()
-        collector.kill()
-    return collector
+def _record(db: Path, workloads: list[Workload], *extra: str) -> Collector:
+    return record(db, workloads, *extra, defaults=True, timeout=90)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +50,7 @@ def plain(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     db = tmp_path_factory.mktemp("plain") / "plain.duckdb"
     mix = Workload(standin, "mix", "20", "0", "0", "0", "0")
     rate = Workload(standin, "rate", str(LAUNCHES), "driver")
-    collector = _record(standin, db, [mix, rate], "--max-overhead", "off")
+    collector = _record(db, [mix, rate], "--max-overhead", "off")
     con = open_store(db)
     yield {"con": con, "mix": mix.pid, "rate": rate.pid, "log": collector.output()}
     con.close()
@@ -132,7 +120,7 @@ def governed(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
     db = tmp_path_factory.mktemp("gov") / "gov.duckdb"
     rate = Workload(standin, "rate", "0", "driver", str(GOVERNED_S), cpu=1)
-    collector = _record(standin, db, [rate], "--max-overhead", "1")
+    collector = _record(db, [rate], "--max-overhead", "1")
     con = open_store(db)
     yield {"con": con, "rate": rate.pid, "log": collector.output()}
     con.close()
@@ -195,7 +183,7 @@ def test_probe_past_endbr64_reads_the_same_arguments(cet_standin: StandIn, tmp_p
     assert ENDBR64 in lib  # the build did emit endbr64
     db = tmp_path / "cet.duckdb"
     rate = Workload(cet_standin, "rate", "200", "driver")
-    _record(cet_standin, db, [rate], "--max-overhead", "off")
+    _record(db, [rate], "--max-overhead", "off")
     con = open_store(db)
     libraries = {Path(lib["path"]).name: lib for lib in json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]}
     sites = libraries["libcuda.so.1"]["probe_sites"]

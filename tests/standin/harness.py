@@ -163,6 +163,24 @@ class Collector:
             self.proc.wait()
 
 
+def record(db: Path, workloads: list[Workload], *extra: str, defaults: bool = False, timeout: float = 60) -> Collector:
+    """`ingero-mcp trace --pid` of each workload, all let go at once and run to their end; the collector
+    stops when they have exited. Returns it (its output says what it did)."""
+    collector = Collector(db, *[a for w in workloads for a in ("--pid", str(w.pid))], *extra, defaults=defaults)
+    try:
+        collector.wait_for("recording to", timeout=120)
+        for w in workloads:
+            w.go()
+        for w in workloads:
+            assert w.wait()[0] == 0
+        assert collector.wait(timeout=timeout) == 0, collector.output()
+    finally:
+        for w in workloads:
+            w.kill()
+        collector.kill()
+    return collector
+
+
 def mix_expected(n: int, children: int) -> tuple[Counter[str], Counter[str], dict[tuple[str, str | None], int]]:
     """What `workload mix n ... children` calls: (calls per op by the parent, per child, bytes per (op, kind))."""
     kinds = ["H2H", "H2D", "D2H", "D2D", "default"]
