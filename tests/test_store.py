@@ -45,6 +45,23 @@ def test_live_segments_visible_before_close_and_folded_after(tmp_path: Path) -> 
     assert con.execute("SELECT count(*), max(stopped_ns) FROM sessions").fetchone() == (1, 99)
 
 
+def test_a_flush_merges_dictionary_and_plain_batches_of_one_column(tmp_path: Path) -> None:
+    # The ring decoders write prev_state dictionary-encoded, the rows for threads still off-CPU at the stop
+    # write it plain: a flush holding both once failed at the stop and lost the session's last rows.
+    import pyarrow as pa
+
+    db = tmp_path / "mixed.duckdb"
+    w = TraceWriter(db, live=True)
+    interval = {"pid": [7], "tid": [7], "off_ns": [1], "off_cpu_ns": [5]}
+    states = pa.DictionaryArray.from_arrays(pa.array([0, 1], pa.int32()), pa.array(["preempted", "sleeping"]))
+    w.append("sched_intervals", pa.table({**{k: v * 2 for k, v in interval.items()}, "prev_state": states}))
+    w.append("sched_intervals", pa.table({**interval, "prev_state": pa.array(["sleeping"], pa.string())}))
+    w.close()
+    con = open_store(db)
+    assert con.execute("SELECT prev_state, count(*) FROM sched_intervals GROUP BY ALL ORDER BY 1").fetchall() == [
+        ("preempted", 1), ("sleeping", 2)]
+
+
 def test_killed_writer_leaves_a_readable_store_that_folds(tmp_path: Path) -> None:
     db = tmp_path / "killed.duckdb"
     w = TraceWriter(db, live=True)

@@ -164,7 +164,7 @@ class TraceWriter:
         for table, parts in list(self._pending.items()):
             if not parts:
                 continue
-            arrow = pa.concat_tables(parts, promote_options="permissive")
+            arrow = _concat(parts)
             self._seq += 1
             _write_atomic(self.segments / table / f"{self._seq:09d}.parquet", arrow)
             flushed += arrow.num_rows
@@ -195,6 +195,21 @@ class TraceWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _concat(parts: list[pa.Table]) -> pa.Table:
+    """One table from a flush's batches. A column may come dictionary-encoded from one producer (the ring
+    decoders) and plain from another (the rows written at stop); Arrow will not merge those, so such
+    columns are decoded to their value type first."""
+    if len({part.schema for part in parts}) > 1:
+        parts = [_decoded(part) for part in parts]
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _decoded(table: pa.Table) -> pa.Table:
+    """`table` with its dictionary columns as plain columns of their value type."""
+    columns = [col.cast(col.type.value_type) if pa.types.is_dictionary(col.type) else col for col in table.columns]
+    return pa.Table.from_arrays(columns, names=table.column_names)
 
 
 def _write_atomic(final: Path, arrow: pa.Table) -> None:
