@@ -30,7 +30,10 @@ WORKLOADS: list[tuple[str, int]] = [("idle", 5), ("launch", 200_000), ("train", 
 
 
 def cuda_libs() -> list[str]:
-    """The libcudart that torch loads and the driver's libcuda, as real files."""
+    """The libcudart that torch loads and the driver's libcuda, as real files (or $CUDA_LIBS, colon-separated:
+    a dry run against the stand-ins)."""
+    if os.environ.get("CUDA_LIBS"):
+        return os.environ["CUDA_LIBS"].split(":")
     import torch  # noqa: F401 - loads the libraries so their paths resolve
 
     found: list[str] = []
@@ -102,14 +105,20 @@ def recorded(db: Path) -> dict:
     """Rows and losses the collector stored, read from its segments (or the folded file)."""
     seg = Path(f"{db}.segments")
     out: dict = {}
-    if not seg.is_dir() and db.exists():  # folded: DuckDB is installed here
+    if not seg.is_dir() and db.exists():  # folded: DuckDB is installed here (a dry run off the GPU host)
         import duckdb
 
         con = duckdb.connect(str(db), read_only=True)
         ops = dict(con.execute("SELECT op, count(*) FROM cuda_calls GROUP BY op").fetchall())
         lost = con.execute("SELECT coalesce(sum(events_lost), 0) FROM collector_stats").fetchall()[0][0]
+        out = {"cuda_calls": sum(ops.values()), "ops": ops, "lost": int(lost)}
+        out["tracing_cost"] = con.execute("SELECT pid, start_ns, end_ns, entry_hits, entry_return_hits, added_ns, launch_duty "
+                                          "FROM tracing_cost").to_arrow_table().to_pylist()
+        out["probe_costs"] = con.execute("SELECT * FROM probe_costs").to_arrow_table().to_pylist()
+        gaps = con.execute("SELECT start_ns, end_ns FROM probe_gaps ORDER BY 1").fetchall()
+        out["probe_gaps"] = {"n": len(gaps), "s": sum(b - a for a, b in gaps) / 1e9, "gaps": [list(g) for g in gaps]}
         con.close()
-        return {"cuda_calls": sum(ops.values()), "ops": ops, "lost": int(lost)}
+        return out
     calls = seg / "cuda_calls"
     if calls.is_dir():
         table = ds.dataset(str(calls), format="parquet").to_table(columns=["op"])
@@ -192,17 +201,14 @@ def main() -> int:
 
 
 def estimated_in(entry: dict) -> float | None:
-    """The collector's stored estimate of added time (tracing_cost.added_ns) inside the workload's timed
-    window, each one-second row prorated by its overlap with it."""
-    rows, t0, t1 = entry.get("tracing_cost"), entry.get("t0_ns"), entry.get("t1_ns")
+    """The collector's stored estimate of added time (tracing_cost.added_ns) for the timed window: the
+    workload process's one-second rows that overlap it, whole. Not prorated: the hits of the second in
+    which the window opens all fall inside it (before it the process was idle or warming up, a few
+    hundred calls), so prorating by overlap would undercount them."""
+    rows, t0, t1, pid = entry.get("tracing_cost"), entry.get("t0_ns"), entry.get("t1_ns"), entry.get("pid")
     if not rows or t0 is None or t1 is None:
         return None
-    total = 0.0
-    for r in rows:
-        overlap = min(r["end_ns"], t1) - max(r["start_ns"], t0)
-        if overlap > 0:
-            total += r["added_ns"] * overlap / (r["end_ns"] - r["start_ns"])
-    return total / 1e9
+    return sum(r["added_ns"] for r in rows if r["end_ns"] > t0 and r["start_ns"] < t1 and pid in (None, r["pid"])) / 1e9
 
 
 def summarise(runs: list[dict]) -> list[dict]:

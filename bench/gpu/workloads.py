@@ -10,6 +10,7 @@ Run on the GPU host by run_overhead.py, traced and untraced, interleaved.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -52,47 +53,66 @@ def seed(n: int) -> dict[str, float]:
 
 def train(steps: int) -> dict[str, float]:
     """Forward, backward and optimizer step with a host->device copy and a loss read-back each step."""
+    return train_blocks()(steps)
+
+
+def train_blocks():
+    """The training loop's set-up (model, optimizer, pinned batches, 20 warm-up steps), then a function
+    that runs one timed block of steps."""
     model = _mlp()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     xs = torch.randn(16, 8192, 100).pin_memory()
     ys = torch.randint(0, 10, (16, 8192)).pin_memory()
     loss_fn = torch.nn.CrossEntropyLoss()
-    for i in range(20):  # warm-up: allocator, cuBLAS handles, kernels
-        loss = loss_fn(model(xs[i % 16].cuda(non_blocking=True)), ys[i % 16].cuda(non_blocking=True))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+
+    def steps_of(n: int) -> None:
+        for i in range(n):
+            loss = loss_fn(model(xs[i % 16].cuda(non_blocking=True)), ys[i % 16].cuda(non_blocking=True))
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            if i % 10 == 0:
+                loss.item()
+
+    steps_of(20)  # warm-up: allocator, cuBLAS handles, kernels
     torch.cuda.synchronize()
-    t0_ns = time.time_ns()
-    t = time.perf_counter()
-    for i in range(steps):
-        loss = loss_fn(model(xs[i % 16].cuda(non_blocking=True)), ys[i % 16].cuda(non_blocking=True))
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if i % 10 == 0:
-            loss.item()
-    torch.cuda.synchronize()
-    return {"total": time.perf_counter() - t, "steps": steps, "t0_ns": t0_ns, "t1_ns": time.time_ns()}
+
+    def block(steps: int) -> dict[str, float]:
+        t0_ns = time.time_ns()
+        t = time.perf_counter()
+        steps_of(steps)
+        torch.cuda.synchronize()
+        return {"total": time.perf_counter() - t, "steps": steps, "t0_ns": t0_ns, "t1_ns": time.time_ns()}
+
+    return block
 
 
-def launch(calls: int) -> dict[str, float]:
+def launch(calls: int, marks_every: int = 10_000) -> dict[str, float]:
     """Tiny elementwise kernels back to back: the host cost of each launch dominates."""
+    return launch_blocks()(calls, marks_every)
+
+
+def launch_blocks():
+    """The launch loop's set-up (a tensor, 1,000 warm-up launches), then a function that runs one timed block."""
     x = torch.zeros(16, device="cuda")
     for _ in range(1000):
         x.add_(1)
     torch.cuda.synchronize()
-    t0_ns = time.time_ns()
-    t = time.perf_counter()
-    marks = []  # wall clock every 10,000 launches: with probe_gaps, the same process's pace attached vs detached
-    for i in range(calls):
-        x.add_(1)
-        if i % 10_000 == 0:
-            marks.append(time.time_ns())
-    torch.cuda.synchronize()
-    total = time.perf_counter() - t
-    return {"total": total, "calls": calls, "per_call_ns": total / calls * 1e9, "t0_ns": t0_ns, "t1_ns": time.time_ns(),
-            "marks_every": 10_000, "marks": marks}
+
+    def block(calls: int, marks_every: int = 10_000) -> dict[str, float]:
+        t0_ns = time.time_ns()
+        t = time.perf_counter()
+        marks = []  # wall clock every `marks_every` launches: with probe_gaps, the pace attached vs detached
+        for i in range(calls):
+            x.add_(1)
+            if i % marks_every == 0:
+                marks.append(time.time_ns())
+        torch.cuda.synchronize()
+        total = time.perf_counter() - t
+        return {"total": total, "calls": calls, "per_call_ns": total / calls * 1e9, "t0_ns": t0_ns,
+                "t1_ns": time.time_ns(), "marks_every": marks_every, "marks": marks}
+
+    return block
 
 
 def idle(seconds: int) -> dict[str, float]:
@@ -102,7 +122,32 @@ def idle(seconds: int) -> dict[str, float]:
     return {"total": time.perf_counter() - t}
 
 
+def blocks(name: str, size: int) -> None:
+    """One process, many timed blocks: set up once, say `ready`, then run a block for every `go` line on
+    stdin (one JSON line each) until `stop`. bench/gpu/same_process.py starts and stops the collector
+    between blocks, so traced and untraced blocks of the same process are compared."""
+    if name == "launch":
+        run_launch = launch_blocks()
+
+        def block(n: int) -> dict[str, float]:
+            return run_launch(n, 2_000)  # finer marks (~15 ms each): the pace attached vs detached
+    elif name == "train":
+        block = train_blocks()
+    elif name == "seed":
+        block = seed
+    else:
+        raise SystemExit(f"no blocks for {name}")
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() == "stop":
+            break
+        print(json.dumps({"workload": name, "size": size, "pid": os.getpid(), **block(size)}), flush=True)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "blocks":
+        blocks(sys.argv[2], int(sys.argv[3]))
+        sys.exit(0)
     name, size = sys.argv[1], int(sys.argv[2])
     result = {"seed": seed, "train": train, "launch": launch, "idle": idle}[name](size)
-    print(json.dumps({"workload": name, "size": size, **result}), flush=True)
+    print(json.dumps({"workload": name, "size": size, "pid": os.getpid(), **result}), flush=True)

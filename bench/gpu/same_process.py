@@ -1,0 +1,144 @@
+"""Collector overhead inside one process: blocks of the same workload, traced and untraced, interleaved.
+
+Separate processes of the same workload differ from run to run by more than the probes cost (the
+untraced launch loop: 6.8-7.9 us per launch), so this keeps one workload process
+(`workloads.py blocks NAME SIZE`) and starts the collector before each traced block and stops it after.
+Pairs alternate their order (U,T then T,U) so drift favours neither side. Each traced block keeps what
+the collector stored (calls, losses, probe gaps, the tracing_cost estimate inside the block).
+
+    python3 bench/gpu/same_process.py OUTDIR --pairs 8 --workloads launch,train --size launch=500000
+
+Writes OUTDIR/same-process.json after every block (a call killed at its time limit keeps what finished)
+and prints, per workload, the median of the pairs' differences next to the stored estimate's median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from run_overhead import COLLECTOR_ARGS, WORKLOAD_CPUS, _pin, cuda_libs, estimated_in, recorded, start_collector, stop_collector
+
+HERE = Path(__file__).resolve().parent
+WORKLOADS_PY = os.environ.get("WORKLOADS_PY", str(HERE / "workloads.py"))  # another for a dry run without a GPU
+SIZES = {"launch": 500_000, "train": 1500, "seed": 1_000_000}
+SETTLE_S = 0.5  # before every block, traced or not: the collector's start-up CPU burst is over
+
+
+class Blocks:
+    """A `workloads.py blocks` process: one JSON result per `go`."""
+
+    def __init__(self, name: str, size: int) -> None:
+        cmd = [*_pin(WORKLOAD_CPUS), sys.executable, WORKLOADS_PY, "blocks", name, str(size)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"{name} blocks did not start: {line!r}")
+
+    def run(self) -> dict:
+        time.sleep(SETTLE_S)
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the workload exited (rc {self.proc.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.write("stop\n")
+            self.proc.stdin.flush()
+            self.proc.wait(timeout=60)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("--pairs", type=int, default=8)
+    parser.add_argument("--workloads", default="launch,train,seed", help="comma-separated subset of: " + ", ".join(SIZES))
+    parser.add_argument("--size", action="append", default=[], metavar="NAME=N", help="a block's size, e.g. train=1500")
+    args = parser.parse_args()
+    sizes = {**SIZES, **{k: int(v) for k, v in (item.split("=") for item in args.size)}}
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    work = Path("/tmp/ingero-same-process")
+    work.mkdir(exist_ok=True)
+    libs = cuda_libs()
+    print(f"CUDA libraries: {libs}; collector args: {COLLECTOR_ARGS or 'the defaults'}", flush=True)
+    runs: list[dict] = []
+    for name in args.workloads.split(","):
+        blocks = Blocks(name, sizes[name])
+        try:
+            for pair in range(args.pairs):
+                for mode in (("untraced", "traced") if pair % 2 == 0 else ("traced", "untraced")):
+                    entry: dict = {"rep": pair, "workload": name, "mode": mode, "process": "same"}
+                    if mode == "untraced":
+                        entry.update(blocks.run())
+                    else:
+                        db = work / f"{name}-{pair}.duckdb"
+                        collector = start_collector(db, libs, work / f"{name}-{pair}.log")
+                        try:
+                            entry.update(blocks.run())
+                        finally:
+                            entry["collector_cpu_s"] = stop_collector(collector)
+                        entry.update(recorded(db))
+                        entry["estimated_added_s"] = estimated_in(entry)
+                    runs.append(entry)
+                    (args.outdir / "same-process.json").write_text(json.dumps({"libs": libs, "runs": runs}, indent=1))
+                    print(json.dumps({k: v for k, v in entry.items()
+                                      if k not in ("ops", "sources", "tracing_cost", "marks", "probe_gaps", "probe_costs")}),
+                          flush=True)
+        finally:
+            blocks.close()
+    summary = summarise(runs)
+    (args.outdir / "same-process.json").write_text(json.dumps({"libs": libs, "runs": runs, "summary": summary}, indent=1))
+    print_summary(summary)
+    return 0
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """Per workload: each pair's traced - untraced, their median, and the stored estimate's median."""
+    out = []
+    for name in dict.fromkeys(r["workload"] for r in runs):
+        by_pair: dict[int, dict[str, dict]] = {}
+        for r in runs:
+            if r["workload"] == name:
+                by_pair.setdefault(r["rep"], {})[r["mode"]] = r
+        pairs = [p for p in by_pair.values() if len(p) == 2]
+        if not pairs:
+            continue
+        diffs = [p["traced"]["total"] - p["untraced"]["total"] for p in pairs]
+        untraced = [p["untraced"]["total"] for p in pairs]
+        traced = [p["traced"] for p in pairs]
+        calls = traced[0].get("calls")  # launches per block (launch loop only)
+        out.append({
+            "workload": name, "pairs": len(pairs), "untraced_median_s": statistics.median(untraced),
+            "untraced_spread_pct": (max(untraced) - min(untraced)) / statistics.median(untraced) * 100,
+            "traced_median_s": statistics.median(r["total"] for r in traced),
+            "pair_diffs_s": diffs, "measured_added_s": statistics.median(diffs),
+            "measured_added_pct": statistics.median(d / u * 100 for d, u in zip(diffs, untraced)),
+            "added_ns_per_launch": statistics.median(diffs) / calls * 1e9 if calls else None,
+            "estimated_added_s": statistics.median(r["estimated_added_s"] or 0.0 for r in traced),
+            "cuda_calls_recorded": statistics.median(r.get("cuda_calls", 0) for r in traced),
+            "probe_gaps": statistics.median((r.get("probe_gaps") or {}).get("n", 0) for r in traced),
+            "lost": sum(r.get("lost", 0) for r in traced),
+        })
+    return out
+
+
+def print_summary(summary: list[dict]) -> None:
+    print("\nworkload  pairs  untraced median s  spread  median(T-U) s  median(T-U)/U  ns/launch  estimate s  recorded  gaps  lost")
+    for s in summary:
+        per_launch = f"{s['added_ns_per_launch']:9.0f}" if s["added_ns_per_launch"] is not None else "        -"
+        print(f"{s['workload']:8s}  {s['pairs']:5d}  {s['untraced_median_s']:17.3f}  {s['untraced_spread_pct']:5.1f}%  "
+              f"{s['measured_added_s']:13.4f}  {s['measured_added_pct']:12.2f}%  {per_launch}  {s['estimated_added_s']:10.4f}  "
+              f"{s['cuda_calls_recorded']:8.0f}  {s['probe_gaps']:4.0f}  {s['lost']:4d}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
