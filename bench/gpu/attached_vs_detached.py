@@ -6,7 +6,7 @@ launch probes is also read inside each traced run: the workload stamps the wall 
 detached. Each segment between two marks gets its attached fraction f and the number of gap edges
 (detach or re-attach) inside it, k; a least-squares fit
 
-    ns per launch = base + c * f + d * k / marks_every
+    ns per unit = base + c * f + d * k / marks_every      (a unit: a launch, or a training step)
 
 gives c, the added ns per attached launch (to set beside the calibrated entry-only hit), and d, what
 one detach or re-attach costs the workload (ns). The in-process measure of added time is then
@@ -40,8 +40,8 @@ def fit(run: dict) -> dict | None:
     (base, per_attached, per_edge), *_ = np.linalg.lstsq(x, y, rcond=None)
     added_s = float((x[:, 1] * per_attached + x[:, 2] * per_edge).sum() * every / 1e9)
     cost = {c["probe"]: c["cost_ns"] for c in run.get("probe_costs") or []}
-    return {"rep": run["rep"], "segments": len(pace), "attached_fraction": float(x[:, 1].mean()),
-            "edges": int(round(x[:, 2].sum() * every)), "base_ns": float(base), "per_attached_launch_ns": float(per_attached),
+    return {"rep": run["rep"], "workload": run["workload"], "unit": run.get("marks_unit", "launch"), "segments": len(pace), "attached_fraction": float(x[:, 1].mean()),
+            "edges": int(round(x[:, 2].sum() * every)), "base_ns": float(base), "per_attached_unit_ns": float(per_attached),
             "per_edge_us": float(per_edge) / 1e3, "calibrated_entry_ns": cost.get("entry"),
             "fitted_added_s": added_s, "estimated_added_s": run.get("estimated_added_s"),
             "mean_vs_detached_ns": float(y.mean() - np.median(y[x[:, 1] < 0.02])) if (x[:, 1] < 0.02).any() else None}
@@ -54,8 +54,9 @@ def main(paths: list[str]) -> int:
             if run["mode"] != "traced" or (got := fit(run)) is None:
                 continue
             est = got["estimated_added_s"]
-            print(f"  rep {got['rep']}: {got['segments']} segments, {got['attached_fraction']:.0%} attached, {got['edges']} edges; "
-                  f"+{got['per_attached_launch_ns']:,.0f} ns per attached launch (calibrated {got['calibrated_entry_ns'] or 0:,.0f}), "
+            print(f"  {got['workload']} rep {got['rep']}: {got['segments']} segments, {got['attached_fraction']:.0%} attached, "
+                  f"{got['edges']} edges; +{got['per_attached_unit_ns']:,.0f} ns per attached {got['unit']} "
+                  f"(calibrated entry-only hit {got['calibrated_entry_ns'] or 0:,.0f}), "
                   f"{got['per_edge_us']:+,.0f} us per detach/attach; added {got['fitted_added_s']:.3f} s in-process vs "
                   f"estimate {est if est is None else round(est, 3)} s")
     return 0

@@ -127,17 +127,19 @@ def summarise(runs: list[dict]) -> list[dict]:
             "cuda_calls_recorded": statistics.median(r.get("cuda_calls", 0) for r in traced),
             "probe_gaps": statistics.median((r.get("probe_gaps") or {}).get("n", 0) for r in traced),
             "lost": sum(r.get("lost", 0) for r in traced),
+            "steal_ms_median": statistics.median(r.get("steal_ms", 0.0) for p in pairs for r in p.values()),
+            "steal_ms_max": max(r.get("steal_ms", 0.0) for p in pairs for r in p.values()),
         })
     return out
 
 
 def print_summary(summary: list[dict]) -> None:
-    print("\nworkload  pairs  untraced median s  spread  median(T-U) s  median(T-U)/U  ns/launch  estimate s  recorded  gaps  lost")
+    print("\nworkload  pairs  untraced median s  spread  median(T-U) s  median(T-U)/U  ns/launch  estimate s  recorded  gaps  lost  steal ms (median/max)")
     for s in summary:
         per_launch = f"{s['added_ns_per_launch']:9.0f}" if s["added_ns_per_launch"] is not None else "        -"
         print(f"{s['workload']:8s}  {s['pairs']:5d}  {s['untraced_median_s']:17.3f}  {s['untraced_spread_pct']:5.1f}%  "
               f"{s['measured_added_s']:13.4f}  {s['measured_added_pct']:12.2f}%  {per_launch}  {s['estimated_added_s']:10.4f}  "
-              f"{s['cuda_calls_recorded']:8.0f}  {s['probe_gaps']:4.0f}  {s['lost']:4d}")
+              f"{s['cuda_calls_recorded']:8.0f}  {s['probe_gaps']:4.0f}  {s['lost']:4d}  {s['steal_ms_median']:.0f}/{s['steal_ms_max']:.0f}")
 
 
 if __name__ == "__main__":

@@ -65,8 +65,10 @@ def train_blocks():
     ys = torch.randint(0, 10, (16, 8192)).pin_memory()
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    def steps_of(n: int) -> None:
+    def steps_of(n: int, marks: list[int] | None = None) -> None:
         for i in range(n):
+            if marks is not None and i % 10 == 0:
+                marks.append(time.time_ns())
             loss = loss_fn(model(xs[i % 16].cuda(non_blocking=True)), ys[i % 16].cuda(non_blocking=True))
             loss.backward()
             opt.step()
@@ -80,9 +82,11 @@ def train_blocks():
     def block(steps: int) -> dict[str, float]:
         t0_ns = time.time_ns()
         t = time.perf_counter()
-        steps_of(steps)
+        marks: list[int] = []  # wall clock every 10 steps: with probe_gaps, the pace attached vs detached
+        steps_of(steps, marks)
         torch.cuda.synchronize()
-        return {"total": time.perf_counter() - t, "steps": steps, "t0_ns": t0_ns, "t1_ns": time.time_ns()}
+        return {"total": time.perf_counter() - t, "steps": steps, "t0_ns": t0_ns, "t1_ns": time.time_ns(),
+                "marks_every": 10, "marks_unit": "step", "marks": marks}
 
     return block
 
@@ -141,7 +145,18 @@ def blocks(name: str, size: int) -> None:
     for line in sys.stdin:
         if line.strip() == "stop":
             break
-        print(json.dumps({"workload": name, "size": size, "pid": os.getpid(), **block(size)}), flush=True)
+        steal = _steal_ms()
+        result = block(size)
+        result["steal_ms"] = _steal_ms() - steal
+        print(json.dumps({"workload": name, "size": size, "pid": os.getpid(), **result}), flush=True)
+
+
+def _steal_ms() -> float:
+    """Time stolen by the hypervisor from this process's CPUs so far (/proc/stat): a shared host's noise."""
+    cpus = {f"cpu{c}" for c in os.sched_getaffinity(0)}
+    with open("/proc/stat") as stat:
+        ticks = sum(int(f[8]) for f in (line.split() for line in stat) if f[0] in cpus)
+    return ticks * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":
