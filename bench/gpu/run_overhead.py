@@ -101,10 +101,21 @@ def stop_collector(proc: subprocess.Popen) -> float:
     raise RuntimeError("collector did not stop within 120 s of SIGINT")
 
 
-def recorded(db: Path) -> dict:
-    """Rows and losses the collector stored, read from its segments (or the folded file)."""
+def recorded(db: Path, window: dict | None = None) -> dict:
+    """Rows and losses the collector stored, read from its segments (or the folded file). With `window`
+    (a workload's result: t0_ns, t1_ns, pid), also the probe hits inside it: that process's entry-only
+    and complete rows timed within the window (what tracing_cost counts, per second)."""
     seg = Path(f"{db}.segments")
     out: dict = {}
+    if window and seg.is_dir() and (seg / "cuda_calls").is_dir():
+        import pyarrow.compute as pc
+
+        calls = ds.dataset(str(seg / "cuda_calls"), format="parquet").to_table(columns=["ts_ns", "duration_ns", "pid"])
+        inside = pc.and_(pc.and_(pc.greater_equal(calls["ts_ns"], window["t0_ns"]), pc.less(calls["ts_ns"], window["t1_ns"])),
+                         pc.equal(calls["pid"], window.get("pid", -1)))
+        hit = calls.filter(inside)
+        out["window_entry_hits"] = hit["duration_ns"].null_count
+        out["window_entry_return_hits"] = hit.num_rows - hit["duration_ns"].null_count
     if not seg.is_dir() and db.exists():  # folded: DuckDB is installed here (a dry run off the GPU host)
         import duckdb
 
@@ -117,6 +128,10 @@ def recorded(db: Path) -> dict:
         out["probe_costs"] = con.execute("SELECT * FROM probe_costs").to_arrow_table().to_pylist()
         gaps = con.execute("SELECT start_ns, end_ns FROM probe_gaps ORDER BY 1").fetchall()
         out["probe_gaps"] = {"n": len(gaps), "s": sum(b - a for a, b in gaps) / 1e9, "gaps": [list(g) for g in gaps]}
+        if window:
+            out["window_entry_hits"], out["window_entry_return_hits"] = con.execute(
+                "SELECT count(*) FILTER (duration_ns IS NULL), count(*) FILTER (duration_ns IS NOT NULL) FROM cuda_calls "
+                "WHERE ts_ns >= ? AND ts_ns < ? AND pid = ?", [window["t0_ns"], window["t1_ns"], window.get("pid", -1)]).fetchone()
         con.close()
         return out
     calls = seg / "cuda_calls"
@@ -176,7 +191,7 @@ def main() -> int:
                         entry.update(run_workload(name, size))
                     finally:
                         entry["collector_cpu_s"] = stop_collector(collector)
-                    entry.update(recorded(db))
+                    entry.update(recorded(db, entry))
                     entry["estimated_added_s"] = estimated_in(entry)
                 runs.append(entry)
                 # written after every run: a call killed at its time limit still leaves what finished
@@ -201,10 +216,13 @@ def main() -> int:
 
 
 def estimated_in(entry: dict) -> float | None:
-    """The collector's stored estimate of added time (tracing_cost.added_ns) for the timed window: the
-    workload process's one-second rows that overlap it, whole. Not prorated: the hits of the second in
-    which the window opens all fall inside it (before it the process was idle or warming up, a few
-    hundred calls), so prorating by overlap would undercount them."""
+    """The stored estimate of added time (hits x calibrated cost, as tracing_cost computes it) for the
+    workload's timed window: its hits inside the window (recorded(window=...)) times probe_costs; without
+    those, the process's one-second tracing_cost rows that overlap the window, whole."""
+    costs = {c["probe"]: c["cost_ns"] for c in entry.get("probe_costs") or []}
+    if "window_entry_hits" in entry and costs:
+        return (entry["window_entry_hits"] * costs.get("entry", 0.0)
+                + entry["window_entry_return_hits"] * costs.get("entry_return", 0.0)) / 1e9
     rows, t0, t1, pid = entry.get("tracing_cost"), entry.get("t0_ns"), entry.get("t1_ns"), entry.get("pid")
     if not rows or t0 is None or t1 is None:
         return None

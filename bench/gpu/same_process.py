@@ -69,7 +69,10 @@ def main() -> int:
     work = Path("/tmp/ingero-same-process")
     work.mkdir(exist_ok=True)
     libs = cuda_libs()
-    print(f"CUDA libraries: {libs}; collector args: {COLLECTOR_ARGS or 'the defaults'}", flush=True)
+    import importlib.util
+
+    print(f"CUDA libraries: {libs}; collector args: {COLLECTOR_ARGS or 'the defaults'}; "
+          f"pynvml for the collector's GPU sampler: {importlib.util.find_spec('pynvml') is not None}", flush=True)
     runs: list[dict] = []
     for name in args.workloads.split(","):
         blocks = Blocks(name, sizes[name])
@@ -86,7 +89,7 @@ def main() -> int:
                             entry.update(blocks.run())
                         finally:
                             entry["collector_cpu_s"] = stop_collector(collector)
-                        entry.update(recorded(db))
+                        entry.update(recorded(db, entry))
                         entry["estimated_added_s"] = estimated_in(entry)
                     runs.append(entry)
                     (args.outdir / "same-process.json").write_text(json.dumps({"libs": libs, "runs": runs}, indent=1))
@@ -127,6 +130,8 @@ def summarise(runs: list[dict]) -> list[dict]:
             "cuda_calls_recorded": statistics.median(r.get("cuda_calls", 0) for r in traced),
             "probe_gaps": statistics.median((r.get("probe_gaps") or {}).get("n", 0) for r in traced),
             "lost": sum(r.get("lost", 0) for r in traced),
+            "sm_clock_mhz": {mode: sorted({c for p in pairs for c in p[mode].get("sm_clock_mhz") or [] if c})
+                             for mode in ("untraced", "traced")},
             "steal_ms_median": statistics.median(r.get("steal_ms", 0.0) for p in pairs for r in p.values()),
             "steal_ms_max": max(r.get("steal_ms", 0.0) for p in pairs for r in p.values()),
         })

@@ -79,14 +79,21 @@ def train_blocks():
     steps_of(20)  # warm-up: allocator, cuBLAS handles, kernels
     torch.cuda.synchronize()
 
-    def block(steps: int) -> dict[str, float]:
+    def block(steps: int, warmup_s: float = 0.0) -> dict[str, float]:
+        end = time.perf_counter() + warmup_s  # the same load just before every timed block (see blocks())
+        while time.perf_counter() < end:
+            steps_of(10)
+        clocks = [sm_clock_mhz()] if warmup_s else []
         t0_ns = time.time_ns()
         t = time.perf_counter()
         marks: list[int] = []  # wall clock every 10 steps: with probe_gaps, the pace attached vs detached
-        steps_of(steps, marks)
+        steps_of(steps // 2, marks)
+        if warmup_s:
+            clocks.append(sm_clock_mhz())
+        steps_of(steps - steps // 2, marks)
         torch.cuda.synchronize()
         return {"total": time.perf_counter() - t, "steps": steps, "t0_ns": t0_ns, "t1_ns": time.time_ns(),
-                "marks_every": 10, "marks_unit": "step", "marks": marks}
+                "marks_every": 10, "marks_unit": "step", "marks": marks, "sm_clock_mhz": clocks}
 
     return block
 
@@ -103,18 +110,25 @@ def launch_blocks():
         x.add_(1)
     torch.cuda.synchronize()
 
-    def block(calls: int, marks_every: int = 10_000) -> dict[str, float]:
+    def block(calls: int, marks_every: int = 10_000, warmup_s: float = 0.0) -> dict[str, float]:
+        end = time.perf_counter() + warmup_s  # the same load just before every timed block (see blocks())
+        while time.perf_counter() < end:
+            for _ in range(1000):
+                x.add_(1)
         t0_ns = time.time_ns()
         t = time.perf_counter()
         marks = []  # wall clock every `marks_every` launches: with probe_gaps, the pace attached vs detached
+        clocks = []
         for i in range(calls):
             x.add_(1)
             if i % marks_every == 0:
                 marks.append(time.time_ns())
+                if warmup_s and i % (calls // 4) == 0:
+                    clocks.append(sm_clock_mhz())
         torch.cuda.synchronize()
         total = time.perf_counter() - t
         return {"total": total, "calls": calls, "per_call_ns": total / calls * 1e9, "t0_ns": t0_ns,
-                "t1_ns": time.time_ns(), "marks_every": marks_every, "marks": marks}
+                "t1_ns": time.time_ns(), "marks_every": marks_every, "marks": marks, "sm_clock_mhz": clocks}
 
     return block
 
@@ -126,6 +140,35 @@ def idle(seconds: int) -> dict[str, float]:
     return {"total": time.perf_counter() - t}
 
 
+# Untimed load just before every timed block. A traced block follows the collector's start (the GPU idle
+# for ~10 s), an untraced one sometimes follows a block at once; the H200's launch pace and step time
+# were bimodal (7.2 vs ~10 us per launch, 1.0 vs ~1.5 ms per step), so the GPU's clock must not depend
+# on what came before.
+WARMUP_S = 1.0
+
+
+def sm_clock_mhz() -> int | None:
+    """The GPU's current SM clock (NVML through ctypes; None where NVML is missing)."""
+    global _NVML
+    try:
+        if _NVML is None:
+            import ctypes
+
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            lib.nvmlInit_v2()
+            handle = ctypes.c_void_p()
+            lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle))
+            _NVML = (lib, handle, ctypes)
+        lib, handle, ctypes = _NVML
+        mhz = ctypes.c_uint()
+        return mhz.value if lib.nvmlDeviceGetClockInfo(handle, 1, ctypes.byref(mhz)) == 0 else None  # 1: NVML_CLOCK_SM
+    except OSError:
+        return None
+
+
+_NVML = None
+
+
 def blocks(name: str, size: int) -> None:
     """One process, many timed blocks: set up once, say `ready`, then run a block for every `go` line on
     stdin (one JSON line each) until `stop`. bench/gpu/same_process.py starts and stops the collector
@@ -134,9 +177,12 @@ def blocks(name: str, size: int) -> None:
         run_launch = launch_blocks()
 
         def block(n: int) -> dict[str, float]:
-            return run_launch(n, 2_000)  # finer marks (~15 ms each): the pace attached vs detached
+            return run_launch(n, 2_000, WARMUP_S)  # finer marks (~15 ms each): the pace attached vs detached
     elif name == "train":
-        block = train_blocks()
+        run_train = train_blocks()
+
+        def block(n: int) -> dict[str, float]:
+            return run_train(n, WARMUP_S)
     elif name == "seed":
         block = seed
     else:
