@@ -113,6 +113,24 @@ def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, 
     assert "probe cost here" in plain["log"]
 
 
+def test_the_cost_report_names_what_the_estimate_leaves_out(plain: dict[str, Any]) -> None:
+    """The collector's own CPU time and each process's off-CPU intervals (the scheduler tracepoints' hits) are
+    reported beside the estimate, each recomputed by its SQL."""
+    from ingero_mcp.analysis.cost import cost_lines
+    from ingero_mcp.analysis.info import trace_info
+
+    con = plain["con"]
+    t = trace_info(con).tracing
+    assert t is not None and t.collector_cpu_s is not None and t.collector_cpu_s > 0
+    assert _q(con, t.sql["collector_cpu_s"])[0][0] == pytest.approx(t.collector_cpu_s, abs=1e-3)
+    for p in t.processes:
+        assert p.off_cpu_intervals == _q(con, "SELECT count(*) FROM sched_intervals WHERE pid = ?", [p.pid])[0][0]
+        assert _q(con, p.sql)[0][7] == p.off_cpu_intervals
+    assert any(p.off_cpu_intervals > 0 for p in t.processes)  # the mix workload sleeps in its syncs
+    lines = cost_lines(t)
+    assert f"the collector itself used {t.collector_cpu_s:.1f} s of CPU" in lines[0] and "not an upper bound" in lines[0]
+
+
 @pytest.fixture(scope="module")
 def governed(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """GOVERNED_S seconds of back-to-back driver launches under --max-overhead 1."""

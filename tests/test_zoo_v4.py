@@ -78,6 +78,8 @@ def test_the_tracing_cost_is_sql_over_the_store(v4_stores: Path) -> None:
             got = con.execute(p.sql).fetchone()
             assert got[1:6] == (p.pid, p.added_ns, p.wall_ns, p.share, p.entry_hits)
             assert p.added_ns == con.execute("SELECT sum(added_ns) FROM tracing_cost WHERE pid = ?", [p.pid]).fetchone()[0]
+            assert p.off_cpu_intervals == con.execute("SELECT count(*) FROM sched_intervals WHERE pid = ?", [p.pid]).fetchone()[0]
+        assert t.collector_cpu_s is None  # the zoo's notes were trimmed (not one JSON document): unknown, not 0
         lines = cost_lines(t)
         assert f"{added / 1e9:.3f} s added over {wall / 1e9:.1f} s" in lines[0]
         assert "900 ns per hit" in lines[0] and "entry-only" in lines[-1]

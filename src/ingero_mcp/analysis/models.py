@@ -266,6 +266,8 @@ class ProcessTracingCost(BaseModel):
     entry_hits: int = 0
     entry_return_hits: int = 0
     launch_coverage: float | None = Field(None, description="share of wall_ns not in probe_gaps (launches recorded)")
+    off_cpu_intervals: int = Field(0, description="sched_intervals rows of its threads: each switch paid the scheduler "
+                                   "tracepoints, which the estimate leaves out")
     sql: str = ""
 
 
@@ -279,6 +281,8 @@ class TracingCost(BaseModel):
     entry_only_launches: int = Field(0, description="launch rows without a duration (probed entry-only)")
     probe_costs: list[ProbeCost] = []
     processes: list[ProcessTracingCost] = []
+    collector_cpu_s: float | None = Field(None, description="the collector's own CPU time (sessions.notes), start-up "
+                                          "included: not in the estimate; None: not recorded")
     sql: dict[str, str] = Field({}, description="the queries that recompute the session's numbers")
 
 

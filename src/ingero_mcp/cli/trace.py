@@ -29,8 +29,9 @@ durations are the evidence). At start the collector measures what one hit costs 
 records it estimates each process's added time (hits x cost, table tracing_cost) and, above
 --max-overhead, attaches the launch probes for only part of each second: launches made meanwhile
 are not rows, the gaps are in table probe_gaps, and the analysis scales launch counts by the
-covered share. Scheduler/memory tracepoints are not in the estimate.
-A virtual environment keeps working under sudo: sudo $(which ingero-mcp) trace ...
+covered share. The estimate counts the CUDA probes only, not the scheduler/memory tracepoints nor
+the collector's own CPU (explain lists both beside it), and it is not an upper bound: measured
+slowdowns have been several times larger on a training-like loop (bench/README.md).
 A virtual environment keeps working under sudo: sudo $(which ingero-mcp) trace ...
 Run `ingero-mcp check` first to see what this machine lacks."""
 

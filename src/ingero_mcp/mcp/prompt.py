@@ -9,7 +9,8 @@ You are investigating why a GPU job was slow, using the ingero-mcp tools over on
 Steps:
 1. get_trace_info: what was recorded (host, GPU, CUDA, collector, duration), which tables are
    complete and which hold only a sample, and whether events were lost. Say so if it limits you.
-   It also says what tracing cost the job (an estimate) and how launches were recorded: kernel
+   It also says what tracing cost the job (an estimate of the CUDA probes' share, not an upper
+   bound: say so if you quote it) and how launches were recorded: kernel
    launches probed entry-only have no duration (their time counts as running outside CUDA calls),
    and where the launch probes were detached (probe_gaps) launch counts and rates are estimates.
 2. get_time_accounting{chain_args}: the verdict, and where the time of each thread that feeds
