@@ -209,3 +209,52 @@ def test_probe_past_endbr64_reads_the_same_arguments(cet_standin: StandIn, tmp_p
     assert _q(con, "SELECT count(*), list_sort(list(DISTINCT stream)) FROM cuda_calls WHERE op = 'cuLaunchKernel'")[0] == (200, [0, 1, 2, 3])
     assert "endbr64" in _q(con, "SELECT site FROM probe_costs WHERE probe = 'entry'")[0][0]
     con.close()
+
+
+def test_a_stop_while_traced_processes_run_keeps_the_session_whole(standin: StandIn, tmp_path: Path) -> None:
+    """Ctrl-C while the job goes on (the usual way to stop): one process hung in a sync (its thread is off-CPU
+    at the stop), another launching on a CPU it shares with a hog (preempted all the time, so scheduler rows
+    are pending at the stop). Everything up to the stop is stored: the session's stop, the estimate's last
+    periods, the governor's gaps, the open interval."""
+    import signal
+    import time
+
+    from harness import Hog
+
+    from ingero_mcp.store import open_store
+
+    db = tmp_path / "stop.duckdb"
+    hung = Workload(standin, "mix", "1", "0", str(30 * 10**9), "0", "0")
+    rate = Workload(standin, "rate", "0", "driver", "30", cpu=1)
+    hog = Hog(standin, 1)
+    collector = Collector(db, "--pid", str(hung.pid), "--pid", str(rate.pid), "--max-overhead", "1", defaults=True)
+    try:
+        collector.wait_for("recording to", timeout=120)
+        hung.go()
+        rate.go()
+        time.sleep(3.5)
+        sigint_ns = time.time_ns()
+        collector.proc.send_signal(signal.SIGINT)
+        assert collector.wait(timeout=90) == 0, collector.output()
+    finally:
+        hog.stop()
+        for w in (hung, rate):
+            w.kill()
+        collector.kill()
+    con = open_store(db)
+    try:
+        stopped = _q(con, "SELECT stopped_ns FROM sessions")[0][0]
+        assert stopped is not None and stopped > sigint_ns
+        last_call, = _q(con, "SELECT max(ts_ns) FROM cuda_calls WHERE pid = ?", [rate.pid])[0]
+        assert last_call > sigint_ns - 500_000_000, "launches until the stop are rows"
+        last = _q(con, "SELECT max(end_ns) FROM tracing_cost WHERE pid = ?", [rate.pid])[0][0]
+        assert last is not None and last >= last_call, "the estimate's last periods were lost"
+        # the recording ends where the probes stopped firing, not seconds later when the detaches returned
+        detach_s = json.loads(_q(con, "SELECT notes FROM sessions")[0][0]).get("detach_s")
+        assert stopped - last_call < 300_000_000, f"stop {(stopped - last_call) / 1e9:.2f} s after the last call; detach {detach_s} s"
+        assert _q(con, "SELECT count(*) FROM probe_gaps")[0][0] >= 1
+        assert _q(con, "SELECT count(*) FROM sched_intervals WHERE pid = ? AND on_ns IS NOT NULL", [rate.pid])[0][0] > 0
+        assert _q(con, "SELECT count(*) FROM sched_intervals WHERE tid = ? AND on_ns IS NULL", [hung.pid])[0][0] == 1
+        assert _q(con, "SELECT sum(events_lost) FROM collector_stats")[0][0] == 0
+    finally:
+        con.close()

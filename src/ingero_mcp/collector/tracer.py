@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -167,6 +168,7 @@ class Tracer:
         self.on_flush: Callable[[Tracer], None] | None = None
         self.started_ns = 0
         self.stopped_ns: int | None = None
+        self.last_record_ktime = 0  # the latest end of a CUDA call or off-CPU interval drained (kernel clock)
         self.snapshot: dict[str, Any] = {}
         self._procs_dirty = True
         self._drain_lock = threading.Lock()
@@ -536,6 +538,9 @@ class Tracer:
                     batch = batch[~mine]
                 if len(batch):
                     self.pending[name].append(batch)
+                    end = batch["ts"] + batch["dur"] if name == "cuda" else batch["on_ts"] if name == "sched" else None
+                    if end is not None:
+                        self.last_record_ktime = max(self.last_record_ktime, int(end.max()))
                     if name == "cuda" and self.governor is not None:
                         self.governor.count(batch["ts"], batch["pid"], (batch["flags"] & R.F_NORET) != 0)
 
@@ -813,16 +818,26 @@ class Tracer:
     # ---- stop -----------------------------------------------------------------------------
 
     def _detach(self) -> None:
-        for ev_name in list(self.bpf.uprobe_fds):
+        """Every probe and tracepoint at once. Each detach waits out an RCU grace period (~0.1-0.3 s), so one
+        after another took seconds while the job went on running, its CUDA calls no longer recorded but its
+        scheduler events still: the end of the trace looked like a thread running outside CUDA calls. In
+        parallel the waits overlap."""
+        def detach(probe: tuple[str, Any]) -> None:
+            kind, name = probe
             try:
-                self.bpf.detach_uprobe_event(ev_name)
+                if kind == "uprobe":
+                    self.bpf.detach_uprobe_event(name)
+                else:
+                    self.bpf.detach_tracepoint(name)
             except Exception:  # noqa: BLE001 - keep detaching the rest
                 pass
-        for tp in list(self.bpf.tracepoint_fds):
-            try:
-                self.bpf.detach_tracepoint(tp)
-            except Exception:  # noqa: BLE001
-                pass
+
+        with self._attach_lock:
+            probes = [("uprobe", ev) for ev in list(self.bpf.uprobe_fds)]
+            probes += [("tracepoint", tp) for tp in list(self.bpf.tracepoint_fds)]
+            if probes:
+                with ThreadPoolExecutor(max_workers=min(64, len(probes)), thread_name_prefix="detach") as pool:
+                    list(pool.map(detach, probes))
 
     def finish(self) -> None:
         """Detach, drain, write the final state, fold and close the store."""
@@ -833,12 +848,20 @@ class Tracer:
         self._governor_stop.set()
         if self._governor_thread is not None:
             self._governor_thread.join(timeout=10)
+        # Detach while the drain thread still reads the rings: a job launching at ~1M/s filled the CUDA
+        # ring within the detach when the reader had stopped before it (records lost).
+        # Every probe stops firing when its detach begins; the detaches then wait out grace periods that
+        # the kernel serialises (~4 s for all on the VM). The recording ends where the probes stopped, not
+        # where the waiting ended: a later stop would add seconds without rows (a thread seemingly
+        # running outside CUDA calls). A record already in flight can be a little later: then its end.
+        detach_ns, t_detach = time.time_ns(), time.monotonic()
+        self._detach()
+        self.detach_s = time.monotonic() - t_detach
         self._drain_stop.set()
         if self._drain_thread is not None:
             self._drain_thread.join()
-        self._detach()
         self._drain()
-        self.stopped_ns = time.time_ns()
+        self.stopped_ns = max(detach_ns, self.last_record_ktime + self.offset_ns)
         self._record_unfinished()
         self._flush_final()
         lost = self.lost()
@@ -1021,6 +1044,7 @@ class Tracer:
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
                  "wakeups_seen": int(c[R.C_WAKEUP_SEEN]), "wakeups_from_interrupts": int(c[R.C_WAKE_IRQ]),
                  "thread_states_left": getattr(self, "thread_states_left", None),
+                 "detach_s": round(getattr(self, "detach_s", 0.0), 3),
                  "snapshot_errors": self.sample_errors, "last_snapshot_error": self.last_sample_error,
                  **getattr(self, "unfinished", {})}
         self.writer.replace("sessions", {
