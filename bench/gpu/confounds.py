@@ -16,9 +16,8 @@ import sys
 import threading
 from pathlib import Path
 
-from same_process import Blocks
-
 from run_overhead import COLLECTOR_CPUS
+from same_process import Blocks
 
 
 class Busy:

@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -99,6 +100,20 @@ def stop_collector(proc: subprocess.Popen) -> float:
         time.sleep(0.1)
     proc.kill()
     raise RuntimeError("collector did not stop within 120 s of SIGINT")
+
+
+def traced(db: Path, libs: list[str], run: Callable[[], dict]) -> dict:
+    """`run` (a workload, or one block of it) under a collector started before it and stopped after it; its
+    result with what the collector stored and the estimate for its timed window. The log: db's name + .log."""
+    collector = start_collector(db, libs, db.with_suffix(".log"))
+    try:
+        entry = run()
+    finally:
+        cpu_s = stop_collector(collector)
+    entry["collector_cpu_s"] = cpu_s
+    entry.update(recorded(db, entry))
+    entry["estimated_added_s"] = estimated_in(entry)
+    return entry
 
 
 def recorded(db: Path, window: dict | None = None) -> dict:
@@ -185,14 +200,7 @@ def main() -> int:
                 if mode == "untraced":
                     entry.update(run_workload(name, size))
                 else:
-                    db = work / f"{name}-{rep}.duckdb"
-                    collector = start_collector(db, libs, work / f"{name}-{rep}.log")
-                    try:
-                        entry.update(run_workload(name, size))
-                    finally:
-                        entry["collector_cpu_s"] = stop_collector(collector)
-                    entry.update(recorded(db, entry))
-                    entry["estimated_added_s"] = estimated_in(entry)
+                    entry.update(traced(work / f"{name}-{rep}.duckdb", libs, lambda name=name, size=size: run_workload(name, size)))
                 runs.append(entry)
                 # written after every run: a call killed at its time limit still leaves what finished
                 (args.outdir / "overhead.json").write_text(json.dumps({"libs": libs, "runs": runs}, indent=1))

@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from run_overhead import COLLECTOR_ARGS, WORKLOAD_CPUS, _pin, cuda_libs, estimated_in, recorded, start_collector, stop_collector
+from run_overhead import COLLECTOR_ARGS, WORKLOAD_CPUS, _pin, cuda_libs, traced
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS_PY = os.environ.get("WORKLOADS_PY", str(HERE / "workloads.py"))  # another for a dry run without a GPU
@@ -83,14 +83,7 @@ def main() -> int:
                     if mode == "untraced":
                         entry.update(blocks.run())
                     else:
-                        db = work / f"{name}-{pair}.duckdb"
-                        collector = start_collector(db, libs, work / f"{name}-{pair}.log")
-                        try:
-                            entry.update(blocks.run())
-                        finally:
-                            entry["collector_cpu_s"] = stop_collector(collector)
-                        entry.update(recorded(db, entry))
-                        entry["estimated_added_s"] = estimated_in(entry)
+                        entry.update(traced(work / f"{name}-{pair}.duckdb", libs, blocks.run))
                     runs.append(entry)
                     (args.outdir / "same-process.json").write_text(json.dumps({"libs": libs, "runs": runs}, indent=1))
                     print(json.dumps({k: v for k, v in entry.items()
