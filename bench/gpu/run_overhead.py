@@ -107,13 +107,22 @@ def traced(db: Path, libs: list[str], run: Callable[[], dict]) -> dict:
     result with what the collector stored and the estimate for its timed window. The log: db's name + .log."""
     collector = start_collector(db, libs, db.with_suffix(".log"))
     try:
+        before = _cpu_s(collector.pid)
         entry = run()
+        entry["collector_cpu_during_s"] = _cpu_s(collector.pid) - before  # its own load while the job ran
     finally:
         cpu_s = stop_collector(collector)
     entry["collector_cpu_s"] = cpu_s
     entry.update(recorded(db, entry))
     entry["estimated_added_s"] = estimated_in(entry)
     return entry
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's CPU seconds so far, all its threads (user + system, /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def recorded(db: Path, window: dict | None = None) -> dict:
