@@ -45,8 +45,9 @@ def session_cost_sql() -> str:
 
 PROBE_COSTS_SQL = "SELECT probe, cost_ns, method FROM probe_costs ORDER BY probe, session_id"
 # notes that are not one JSON document (a tool appended to them) give NULL: unknown, not an error
-COLLECTOR_CPU_SQL = ("SELECT sum(TRY_CAST(json_extract_string(CASE WHEN json_valid(notes) THEN notes END, '$.collector_cpu_s') "
-                     "AS DOUBLE)) FROM sessions")
+COLLECTOR_CPU_SQL = ("SELECT sum(TRY_CAST(json_extract_string(j, '$.collector_cpu_s') AS DOUBLE)), "
+                     "sum(TRY_CAST(json_extract_string(j, '$.collector_cpu_recording_s') AS DOUBLE)) "
+                     "FROM (SELECT CASE WHEN json_valid(notes) THEN notes END AS j FROM sessions)")
 ENTRY_ONLY_SQL = "SELECT count(*) FROM cuda_calls WHERE duration_ns IS NULL AND contains(op, 'aunch')"
 
 
@@ -61,7 +62,7 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
     names = {int(p): c for p, c in rows(con, "SELECT pid, comm FROM processes WHERE comm IS NOT NULL")}
     added, wall, share = rows(con, session_cost_sql())[0]
     coverage = rows(con, launch_coverage_sql())[0][0] if has_gaps else 1.0
-    collector_cpu = rows(con, COLLECTOR_CPU_SQL)[0][0]
+    collector_cpu, collector_cpu_recording = rows(con, COLLECTOR_CPU_SQL)[0]
     return TracingCost(
         added_ns=None if added is None else int(added), wall_ns=None if wall is None else int(wall),
         share=None if share is None else float(share), launch_coverage=None if coverage is None else round(float(coverage), 4),
@@ -72,6 +73,7 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
                                       launch_coverage=None if lc is None else float(lc), sql=process_cost_sql(int(pid)))
                    for _sid, pid, a, w, s, e, er, oc, lc in per],
         collector_cpu_s=None if collector_cpu is None else round(float(collector_cpu), 3),
+        collector_cpu_recording_s=None if collector_cpu_recording is None else round(float(collector_cpu_recording), 3),
         sql={"session": session_cost_sql(), "launch_coverage": launch_coverage_sql(), "probe_costs": PROBE_COSTS_SQL,
              "entry_only_launches": ENTRY_ONLY_SQL, "collector_cpu_s": COLLECTOR_CPU_SQL},
     )
@@ -87,6 +89,9 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
     per_hit = "; ".join(f"{c.probe} {'not measured' if c.cost_ns is None else f'{c.cost_ns:,.0f} ns'} per hit"
                         + (f" ({text(c.method)})" if c.method else "") for c in t.probe_costs) or "per-hit costs not recorded"
     cpu = "" if t.collector_cpu_s is None else f"; the collector itself used {t.collector_cpu_s:.1f} s of CPU"
+    if t.collector_cpu_s is not None and t.collector_cpu_recording_s is not None:
+        cpu += (f" ({t.collector_cpu_recording_s:.1f} s of it after start-up"
+                + (f", {100 * t.collector_cpu_recording_s / (t.wall_ns / 1e9):.0f}% of one CPU" if t.wall_ns else "") + ")")
     out = [f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost. It leaves out the scheduler and "
            f"memory tracepoints and the collector's own CPU use, and it is not an upper bound: on a shared H200 host a "
            f"training-like loop ran a median 9% slower traced than untraced while this estimate said under 2%): "

@@ -283,6 +283,8 @@ class TracingCost(BaseModel):
     processes: list[ProcessTracingCost] = []
     collector_cpu_s: float | None = Field(None, description="the collector's own CPU time (sessions.notes), start-up "
                                           "included: not in the estimate; None: not recorded")
+    collector_cpu_recording_s: float | None = Field(None, description="the part of collector_cpu_s spent after start-up "
+                                                    "(recording and stopping), on the machine the job ran on; None: not recorded")
     sql: dict[str, str] = Field({}, description="the queries that recompute the session's numbers")
 
 

@@ -509,6 +509,7 @@ class Tracer:
             self.attach_library(lib, forced=True)
         self._discover()
         self.started_ns = time.time_ns()
+        self.cpu_at_start_s = _cpu_seconds()  # compile/load, attach and calibration: the start-up's share
         self.writer = TraceWriter(self.opts.db, live=True)
         self._write_latest()
         self.writer.flush()
@@ -1040,6 +1041,7 @@ class Tracer:
         notes = {"stop_reason": self._stop_reason, "unreturned_calls": int(c[R.C_CUDA_ORPHAN]),
                  "thread_state_map_full": int(c[R.C_TSTATE_FULL]), "nvml": self.nvml.error or "ok",
                  "collector_cpu_s": round(_cpu_seconds(), 3),
+                 "collector_cpu_recording_s": round(_cpu_seconds() - getattr(self, "cpu_at_start_s", 0.0), 3),
                  "bpf_program": getattr(self, "bpf_status", None),
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
                  "wakeups_seen": int(c[R.C_WAKEUP_SEEN]), "wakeups_from_interrupts": int(c[R.C_WAKE_IRQ]),
