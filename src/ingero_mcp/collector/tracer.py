@@ -819,10 +819,10 @@ class Tracer:
     # ---- stop -----------------------------------------------------------------------------
 
     def _detach(self) -> None:
-        """Every probe and tracepoint at once. Each detach waits out an RCU grace period (~0.1-0.3 s), so one
-        after another took seconds while the job went on running, its CUDA calls no longer recorded but its
-        scheduler events still: the end of the trace looked like a thread running outside CUDA calls. In
-        parallel the waits overlap."""
+        """Every probe and tracepoint at once. A probe stops firing when its detach begins, then the detach
+        waits out grace periods, which the kernel serialises (~4 s for all on the VM). One after another, the
+        CUDA probes went quiet seconds before the scheduler's, and the trace's end looked like a thread
+        running outside CUDA calls; begun together, they all stop at the same moment."""
         def detach(probe: tuple[str, Any]) -> None:
             kind, name = probe
             try:
