@@ -15,3 +15,13 @@ def ingero_dir() -> Path:
     """Ingero's published SQLite traces (read in place, never copied into the project)."""
     assert INGERO_DIR.is_dir(), f"reference traces missing: {INGERO_DIR}"
     return INGERO_DIR
+
+
+@pytest.fixture(scope="session")
+def ingero_dataloader(ingero_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Ingero's published DataLoader trace imported into a store, once per run (tests only read it)."""
+    from ingero_mcp.importers.ingero import import_ingero
+
+    out = tmp_path_factory.mktemp("ingero") / "dataloader.duckdb"
+    import_ingero(ingero_dir / "pytorch-dataloader-starvation.db", out)
+    return out

@@ -1,7 +1,7 @@
 """Aggregates that contradict the stored rows are not called exact (issue 8, item 7).
 
 Ingero's per-minute aggregates can count fewer calls than the rows stored for the same minute (seen on
-a published trace: 0 counted, 906 rows). The store is Ingero's published DataLoader trace, imported,
+a published trace: 0 counted, 906 rows). The store is Ingero's published DataLoader trace, ingero_dataloader,
 then a copy whose aggregates are made to count fewer than the rows of one minute: per bucket the count
 is never fewer than the rows, and what is a lower bound is labelled as one. A window (`--since 30s`)
 does not pull in the minute buckets that reach outside it.
@@ -18,25 +18,17 @@ import pytest
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
-from ingero_mcp.importers.ingero import import_ingero
 from ingero_mcp.store import open_store
 
 MINUTE = 1774015560000000000  # the first minute bucket of the DataLoader trace
 
 
 @pytest.fixture(scope="module")
-def imported(ingero_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ingero") / "dataloader.duckdb"
-    import_ingero(ingero_dir / "pytorch-dataloader-starvation.db", out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def contradicted(imported: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def contradicted(ingero_dataloader: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy whose aggregates count 0 cudaMemcpyAsync calls (14 rows stored) and 100 switches of pid 2233 (853 rows)
     in the first minute."""
     out = tmp_path_factory.mktemp("contradicted") / "c.duckdb"
-    shutil.copy(imported, out)
+    shutil.copy(ingero_dataloader, out)
     con = duckdb.connect(str(out))
     try:
         con.execute(f"UPDATE host_aggregates SET count = 0, sum_duration_ns = 218000, max_duration_ns = 218000 "
@@ -50,8 +42,8 @@ def contradicted(imported: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     return out
 
 
-def test_consistent_aggregates_stay_exact(imported: Path) -> None:
-    con = open_store(imported)
+def test_consistent_aggregates_stay_exact(ingero_dataloader: Path) -> None:
+    con = open_store(ingero_dataloader)
     try:
         memcpy = {s.op: s for s in trace_stats(con).ops}["cudaMemcpyAsync"]
         assert memcpy.total_count == 20 + 1 and not memcpy.lower_bound and memcpy.contradicted_buckets == 0
@@ -86,8 +78,8 @@ def test_a_bucket_never_counts_fewer_than_its_rows(contradicted: Path) -> None:
         con.close()
 
 
-def test_a_window_does_not_pull_in_minutes_outside_it(imported: Path) -> None:
-    con = open_store(imported)
+def test_a_window_does_not_pull_in_minutes_outside_it(ingero_dataloader: Path) -> None:
+    con = open_store(ingero_dataloader)
     try:
         end = con.sql("SELECT max(ts_ns) FROM cuda_calls").fetchall()[0][0]
         window = TimeWindow(start_ns=end - 30_000_000_000, end_ns=end)  # --since 30s: both minutes reach outside it

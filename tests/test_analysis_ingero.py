@@ -16,22 +16,14 @@ import pytest
 from ingero_mcp.analysis.models import Report
 from ingero_mcp.analysis.report import build_report
 from ingero_mcp.cli import main
-from ingero_mcp.importers.ingero import import_ingero
 from ingero_mcp.store import open_store
 
 SCHED_PER_TASK = {2254: 53_526, 2255: 45_281, 2256: 40_292, 2257: 29_956, 2258: 18_093, 2233: 3_713}
 
 
 @pytest.fixture(scope="module")
-def db(ingero_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("ingero") / "dataloader.duckdb"
-    import_ingero(ingero_dir / "pytorch-dataloader-starvation.db", out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def report(db: Path) -> Report:
-    con = open_store(db)
+def report(ingero_dataloader: Path) -> Report:
+    con = open_store(ingero_dataloader)
     try:
         return build_report(con)
     finally:
@@ -85,8 +77,8 @@ def test_stats_say_percentiles_come_from_the_stored_sample(report: Report) -> No
     assert any("stored sample" in n for n in report.notes)
 
 
-def test_explain_json_carries_the_same_numbers(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", "--db", str(db), "--json"]) == 0
+def test_explain_json_carries_the_same_numbers(ingero_dataloader: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--db", str(ingero_dataloader), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     procs = {p["pid"]: p for p in doc["processes"]}
     assert procs[2254]["context_switches"] == 53_526 and procs[2233]["page_allocs"] == 1_173_407
@@ -97,8 +89,8 @@ def test_explain_json_carries_the_same_numbers(db: Path, capsys: pytest.CaptureF
     assert {c["origin"] for c in doc["chains"]} == {"ingero"}
 
 
-def test_explain_text_report(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["explain", "--db", str(db)]) == 0
+def test_explain_text_report(ingero_dataloader: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--db", str(ingero_dataloader)]) == 0
     out = capsys.readouterr().out
     assert "No time accounting" in out and "stored sample" in out
     assert out.index("Verdict") < out.index("Chains stored by ingero (imported")
