@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
 
-from harness import STANDIN, Collector, StandIn, Workload, build_standin, mix_expected, record, require_ebpf  # noqa: E402
+from harness import STANDIN, Collector, Hog, StandIn, Workload, build_standin, mix_expected, record, require_ebpf  # noqa: E402
 
 pytestmark = pytest.mark.ebpf
 
@@ -220,8 +220,6 @@ def test_a_stop_while_traced_processes_run_keeps_the_session_whole(standin: Stan
     periods, the governor's gaps, the open interval."""
     import signal
     import time
-
-    from harness import Hog
 
     from ingero_mcp.store import open_store
 

@@ -233,17 +233,13 @@ def main() -> int:
 
 
 def estimated_in(entry: dict) -> float | None:
-    """The stored estimate of added time (hits x calibrated cost, as tracing_cost computes it) for the
-    workload's timed window: its hits inside the window (recorded(window=...)) times probe_costs; without
-    those, the process's one-second tracing_cost rows that overlap the window, whole."""
+    """The stored estimate of added time for the workload's timed window, as tracing_cost computes it per
+    second: its hits inside the window (recorded(db, window)) times probe_costs. None: nothing recorded."""
     costs = {c["probe"]: c["cost_ns"] for c in entry.get("probe_costs") or []}
-    if "window_entry_hits" in entry and costs:
-        return (entry["window_entry_hits"] * costs.get("entry", 0.0)
-                + entry["window_entry_return_hits"] * costs.get("entry_return", 0.0)) / 1e9
-    rows, t0, t1, pid = entry.get("tracing_cost"), entry.get("t0_ns"), entry.get("t1_ns"), entry.get("pid")
-    if not rows or t0 is None or t1 is None:
+    if "window_entry_hits" not in entry or not costs:
         return None
-    return sum(r["added_ns"] for r in rows if r["end_ns"] > t0 and r["start_ns"] < t1 and pid in (None, r["pid"])) / 1e9
+    return (entry["window_entry_hits"] * costs.get("entry", 0.0)
+            + entry["window_entry_return_hits"] * costs.get("entry_return", 0.0)) / 1e9
 
 
 def summarise(runs: list[dict]) -> list[dict]:

@@ -169,6 +169,8 @@ class Tracer:
         self.started_ns = 0
         self.stopped_ns: int | None = None
         self.last_record_ktime = 0  # the latest end of a CUDA call or off-CPU interval drained (kernel clock)
+        self.cpu_at_start_s = 0.0  # the collector's CPU seconds when recording began (start-up's share)
+        self.detach_s = 0.0  # how long the stop's detach took
         self.snapshot: dict[str, Any] = {}
         self._procs_dirty = True
         self._drain_lock = threading.Lock()
@@ -509,7 +511,7 @@ class Tracer:
             self.attach_library(lib, forced=True)
         self._discover()
         self.started_ns = time.time_ns()
-        self.cpu_at_start_s = _cpu_seconds()  # compile/load, attach and calibration: the start-up's share
+        self.cpu_at_start_s = _cpu_seconds()  # compile/load, attach and calibration
         self.writer = TraceWriter(self.opts.db, live=True)
         self._write_latest()
         self.writer.flush()
@@ -1041,12 +1043,12 @@ class Tracer:
         notes = {"stop_reason": self._stop_reason, "unreturned_calls": int(c[R.C_CUDA_ORPHAN]),
                  "thread_state_map_full": int(c[R.C_TSTATE_FULL]), "nvml": self.nvml.error or "ok",
                  "collector_cpu_s": round(_cpu_seconds(), 3),
-                 "collector_cpu_recording_s": round(_cpu_seconds() - getattr(self, "cpu_at_start_s", 0.0), 3),
+                 "collector_cpu_recording_s": round(_cpu_seconds() - self.cpu_at_start_s, 3),
                  "bpf_program": getattr(self, "bpf_status", None),
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
                  "wakeups_seen": int(c[R.C_WAKEUP_SEEN]), "wakeups_from_interrupts": int(c[R.C_WAKE_IRQ]),
                  "thread_states_left": getattr(self, "thread_states_left", None),
-                 "detach_s": round(getattr(self, "detach_s", 0.0), 3),
+                 "detach_s": round(self.detach_s, 3),
                  "snapshot_errors": self.sample_errors, "last_snapshot_error": self.last_sample_error,
                  **getattr(self, "unfinished", {})}
         self.writer.replace("sessions", {
