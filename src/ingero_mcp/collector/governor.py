@@ -30,8 +30,10 @@ class Governor:
     """One per recording. `toggle(on)` attaches (True) or detaches (False) every launch probe."""
 
     def __init__(self, costs: dict[str, ProbeCost], max_share: float | None, toggle: Callable[[bool], None],
-                 *, windowed: bool, offset_ns: int, say: Callable[[str], None]) -> None:
+                 *, windowed: bool, offset_ns: int, say: Callable[[str], None],
+                 refresh: Callable[[], object] | None = None) -> None:
         self.costs = costs
+        self.refresh = refresh  # drains the rings, so a decision counts every hit so far (the reader polls rarely)
         self.max_share = max_share  # None: estimate only, never detach
         self.toggle = toggle
         self.windowed = windowed and max_share is not None  # entry-only launches can be windowed
@@ -143,6 +145,8 @@ class Governor:
                     self._sleep_until(start + q * quarter, stop)
                     if stop.is_set():
                         break
+                    if self.refresh is not None:
+                        self.refresh()
                     self._choose(period, start, time.monotonic_ns())
                     if self.duty < 1.0:
                         self._set(False)
@@ -164,11 +168,13 @@ class Governor:
 
     def _decide(self, period: int) -> None:
         """Write the rows of the period before `period` and choose the duty from them."""
+        if self.refresh is not None:
+            self.refresh()
         self._settle_gaps(time.monotonic_ns())
         self._rows_through(period - 1)  # the period before: every record of it drained long ago
         if not self.windowed:
             return
-        # The period just ended: all but the last poll (~20 ms) of its records are counted, enough to decide on.
+        # The period just ended: drained just now, every record of it is counted.
         self._choose(period, self.t0 + period * PERIOD_NS, self.t0 + (period + 1) * PERIOD_NS)
 
     def _choose(self, period: int, start: int, end: int) -> None:

@@ -1,0 +1,40 @@
+"""The ring reader's sleep between reads (collector/tracer.py drain_wait) and the --poll-interval bounds: few
+wake-ups when little arrives, a read before any ring passes a quarter full when a lot does."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from ingero_mcp.cli.trace import _seconds
+from ingero_mcp.collector import records as R
+from ingero_mcp.collector.tracer import CUDA_RB_PAGES, DRAIN_FILL, MIN_POLL_S, drain_wait
+
+
+def test_an_idle_ring_waits_the_longest_allowed() -> None:
+    assert drain_wait(0.0, 0.25, 0.25) == 0.25
+    assert drain_wait(0.0, 0.01, 1.0) == 1.0
+
+
+def test_a_filling_ring_is_read_before_it_passes_a_quarter_full() -> None:
+    records = CUDA_RB_PAGES * 4096 / R.CUDA_DTYPE.itemsize  # call records the CUDA ring holds
+    per_read = 20_000  # 1M calls/s, read after 20 ms
+    wait = drain_wait(per_read / records, 0.02, 0.25)
+    assert wait < 0.25
+    assert wait * 1_000_000 == pytest.approx(DRAIN_FILL * records, rel=1e-6)  # a quarter of the ring by the next read
+
+
+def test_a_ring_filling_faster_than_the_floor_allows_is_read_every_min_poll() -> None:
+    assert drain_wait(0.5, 0.01, 0.25) == MIN_POLL_S  # half the ring in 10 ms
+
+
+@pytest.mark.parametrize("text,seconds", [("0.25", 0.25), ("250ms", 0.25), ("1", 1.0), ("10ms", 0.01)])
+def test_poll_interval_parses(text: str, seconds: float) -> None:
+    assert _seconds(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["5", "0", "5ms", "soon"])
+def test_poll_interval_out_of_range_is_refused(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        _seconds(text)
