@@ -104,9 +104,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "defaults (900 ns entry-only, 1400 ns entry + return), stored as such in probe_costs")
     parser.add_argument("--poll-interval", type=_seconds, default=0.25, metavar="S",
                         help="the longest the collector leaves its ring buffers unread (default 0.25); it reads "
-                        "sooner when they fill faster, so nothing is lost. Shorter means more wake-ups, and each "
-                        "one costs the job too: on the H200 a process waking every 20 ms slowed a training loop "
-                        "on another CPU by a median 18 %%")
+                        "sooner when they fill faster, so nothing is lost. Shorter means more wake-ups, which may "
+                        "cost the job too: on the H200 a training loop ran a median 19.5 %% slower traced with "
+                        "0.02 and 6.7 %% with the default, in one call (bench/README.md)")
     parser.add_argument("--quiet", action="store_true", help="no live view")
     parser.add_argument("--no-bpf-cache", dest="bpf_cache", action="store_false",
                         help="compile the eBPF program with clang, neither using nor writing the cache of compiled programs. "

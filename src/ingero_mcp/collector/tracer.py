@@ -66,9 +66,10 @@ AGG_ENTRIES = 131072
 BUCKET_NS = 1_000_000_000
 DRAIN_NICE = -10  # the ring reader's nice value (its thread only)
 # The reader sleeps so that, at the rate it last saw, the fullest ring is at most DRAIN_FILL full when it wakes
-# (never less than MIN_POLL_S, never more than --poll-interval). Each wake-up costs the job too, not only the
-# collector: on the H200 a process that woke every 20 ms for 1.3 ms, no eBPF, slowed the training loop on
-# another CPU by a median 18 % (13 pairs), where a CPU kept busy all the time did not slow it.
+# (never less than MIN_POLL_S, never more than --poll-interval). Few wake-ups, because they may cost the job
+# too: on the H200 the training loop's blocks ran +6.7 % with this reader and +19.5 % with a 20 ms one in the
+# same call (bench/README.md; one call, not conclusive), and a process waking every 20 ms, no eBPF, slowed
+# them by 18 % in one set and not at all in another.
 DRAIN_FILL = 0.25
 MIN_POLL_S = 0.01
 HIST_BINS = 256  # log2 durations, 4 bins per octave (live view only; the store keeps every value)
