@@ -50,7 +50,13 @@ def plain(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     db = tmp_path_factory.mktemp("plain") / "plain.duckdb"
     mix = Workload(standin, "mix", "20", "0", "0", "0", "0")
     rate = Workload(standin, "rate", str(LAUNCHES), "driver")
-    collector = _record(db, [mix, rate], "--max-overhead", "off")
+    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+    was = stats.read_text().strip()
+    stats.write_text("1")  # the kernel times every eBPF program run: the collector notes them (bpf_run_stats)
+    try:
+        collector = _record(db, [mix, rate], "--max-overhead", "off")
+    finally:
+        stats.write_text(was)
     con = open_store(db)
     yield {"con": con, "mix": mix.pid, "rate": rate.pid, "log": collector.output()}
     con.close()
@@ -131,6 +137,21 @@ def test_the_cost_report_names_what_the_estimate_leaves_out(plain: dict[str, Any
     lines = cost_lines(t)
     assert f"the collector itself used {t.collector_cpu_s:.1f} s of CPU ({t.collector_cpu_recording_s:.1f} s of it after " \
         "start-up" in lines[0] and "not an upper bound" in lines[0]
+
+
+def test_the_kernels_own_timing_of_each_program_is_noted(plain: dict[str, Any]) -> None:
+    """With kernel.bpf_stats_enabled=1 the session notes each program's runs and run time as the kernel
+    measured them: the launch probe ran once per recorded launch (and the calibration's calls), the scheduler
+    tracepoint at least once per recorded interval."""
+    con = plain["con"]
+    notes = json.loads(_q(con, "SELECT notes FROM sessions")[0][0])
+    stats = notes["bpf_run_stats"]
+    launches = _q(con, "SELECT count(*) FROM cuda_calls WHERE op = 'cuLaunchKernel' AND duration_ns IS NULL")[0][0]
+    assert launches >= LAUNCHES
+    assert stats["o_cuLaunchKernel"]["run_cnt"] >= launches
+    assert stats["o_cuLaunchKernel"]["run_time_ns"] > 0
+    assert stats["tracepoint__sched__sched_switch"]["run_cnt"] >= _q(con, "SELECT count(*) FROM sched_intervals")[0][0]
+    assert all(len(v["tag"]) == 16 and int(v["tag"], 16) >= 0 for v in stats.values())
 
 
 @pytest.fixture(scope="module")

@@ -1066,6 +1066,7 @@ class Tracer:
                  "collector_cpu_s": round(_cpu_seconds(), 3),
                  "collector_cpu_recording_s": round(_cpu_seconds() - self.cpu_at_start_s, 3),
                  "bpf_program": getattr(self, "bpf_status", None),
+                 "bpf_run_stats": bpf_run_stats(self.bpf.funcs),
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
                  "wakeups_seen": int(c[R.C_WAKEUP_SEEN]), "wakeups_from_interrupts": int(c[R.C_WAKE_IRQ]),
                  "thread_states_left": getattr(self, "thread_states_left", None),
@@ -1151,6 +1152,38 @@ def drain_wait(fill: float, elapsed_s: float, max_s: float) -> float:
     if per_s <= 0:
         return max_s
     return min(max_s, max(MIN_POLL_S, DRAIN_FILL / per_s))
+
+
+def bpf_prog_info(fdinfo: Path) -> dict | None:
+    """An eBPF program's id, tag, runs and run time (ns) from a /proc/PID/fdinfo/FD file; None if that fd is not
+    a program. Runs and time count only while kernel.bpf_stats_enabled=1 (off by default: the kernel then times
+    every run)."""
+    try:
+        lines = fdinfo.read_text().splitlines()
+    except OSError:
+        return None
+    info = {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    if "prog_tag" not in info:
+        return None
+    return {"id": info.get("prog_id"), "tag": info["prog_tag"], "run_cnt": int(info.get("run_cnt") or 0),
+            "run_time_ns": int(info.get("run_time_ns") or 0)}
+
+
+def bpf_run_stats(funcs: dict) -> dict[str, dict] | None:
+    """Each loaded eBPF program's tag, runs and run time as the kernel measured them, by name (the tag is what
+    bpftool and /proc/PID/fdinfo show); None unless kernel.bpf_stats_enabled=1. The programs' own kernel-side
+    CPU, not the uprobe traps around them."""
+    try:
+        if Path("/proc/sys/kernel/bpf_stats_enabled").read_text().strip() != "1":
+            return None
+    except OSError:
+        return None
+    out: dict[str, dict] = {}
+    for name, fn in funcs.items():
+        info = bpf_prog_info(Path(f"/proc/self/fdinfo/{fn.fd}"))
+        if info and info["run_cnt"]:
+            out[name.decode() if isinstance(name, bytes) else str(name)] = {k: info[k] for k in ("tag", "run_cnt", "run_time_ns")}
+    return out
 
 
 _AGG_SCHEMA = pa.schema([
