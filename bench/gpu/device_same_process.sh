@@ -3,6 +3,8 @@
 # blocks of the same workload process, traced and untraced, interleaved; the workload on WORKLOAD_CPUS,
 # the collector on COLLECTOR_CPUS. Carry DEVICE_DIR (default .device2: bcc-bundle.tar.xz, setup-bcc.sh).
 #   PAIRS=8 WORKLOADS=launch,train,seed bash bench/gpu/device_same_process.sh
+# VARIANTS="default far:cpus=12-15 decoy:decoy" runs those traced variants (same_process.py --variant);
+# BPF_STATS=1 has the kernel time every eBPF program run (kernel.bpf_stats_enabled) for the whole call.
 # Everything comes back in one file, $OUT/same-process-<tag>.tar.xz.
 set -u
 D=${DEVICE_DIR:-.device2}
@@ -12,12 +14,18 @@ export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 PYTHONWARNINGS=ign
 export WORKLOAD_CPUS=${WORKLOAD_CPUS:-4} COLLECTOR_CPUS=${COLLECTOR_CPUS:-0-1}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 echo "setup $(( $(date +%s) - T0 )) s"
+W=/tmp/same-process-${SAME_TAG:-run}; mkdir -p $W
+{ lscpu; echo; cat /proc/cmdline; grep -r . /sys/devices/system/cpu/vulnerabilities/ 2>/dev/null
+  for c in 0 1 4 12; do echo "cpu$c siblings $(cat /sys/devices/system/cpu/cpu$c/topology/thread_siblings_list 2>/dev/null)"; done
+  cat /proc/sys/kernel/perf_event_paranoid; ls /sys/bus/event_source/devices/; nvidia-smi topo -m; } > $W/host.txt 2>&1
+[ "${BPF_STATS:-0}" = 1 ] && sysctl -w kernel.bpf_stats_enabled=1
+variants=()
+for v in ${VARIANTS:-}; do variants+=(--variant "$v"); done
 sizes=()
 for s in ${SIZES:-launch=500000 train=1500 seed=1000000}; do sizes+=(--size "$s"); done
 TAG=${SAME_TAG:-run}
-W=/tmp/same-process-$TAG; mkdir -p $W
 timeout ${SAME_TIMEOUT:-500} python3 bench/gpu/same_process.py "$W" --pairs ${PAIRS:-8} \
-  --workloads ${WORKLOADS:-launch,train,seed} "${sizes[@]}" 2>&1 | tee "$W/same-process-run.log" | tail -40
+  --workloads ${WORKLOADS:-launch,train,seed} "${sizes[@]}" "${variants[@]}" 2>&1 | tee "$W/same-process-run.log" | tail -40
 cp /tmp/ingero-same-process/*.log "$W/" 2>/dev/null
 tar -C /tmp -cJf "$OUT/same-process-$TAG.tar.xz" "same-process-$TAG"
 echo "total $(( $(date +%s) - T0 )) s"

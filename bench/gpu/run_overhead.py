@@ -70,9 +70,11 @@ def run_workload(name: str, size: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def start_collector(db: Path, libs: list[str], log: Path) -> subprocess.Popen:
-    cmd = [*_pin(COLLECTOR_CPUS), sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--quiet",
-           *COLLECTOR_ARGS]
+def start_collector(db: Path, libs: list[str], log: Path, cpus: str | None = None,
+                    args: list[str] | None = None) -> subprocess.Popen:
+    """`ingero-mcp trace` on `cpus` with `args` (default: $COLLECTOR_CPUS, $COLLECTOR_ARGS), once it is recording."""
+    cmd = [*_pin(cpus or COLLECTOR_CPUS), sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--quiet",
+           *(COLLECTOR_ARGS if args is None else args)]
     for lib in libs:
         cmd += ["--cuda-lib", lib]
     fh = log.open("w")
@@ -102,20 +104,54 @@ def stop_collector(proc: subprocess.Popen) -> float:
     raise RuntimeError("collector did not stop within 120 s of SIGINT")
 
 
-def traced(db: Path, libs: list[str], run: Callable[[], dict]) -> dict:
+def traced(db: Path, libs: list[str], run: Callable[[], dict], cpus: str | None = None,
+           args: list[str] | None = None) -> dict:
     """`run` (a workload, or one block of it) under a collector started before it and stopped after it; its
     result with what the collector stored and the estimate for its timed window. The log: db's name + .log."""
-    collector = start_collector(db, libs, db.with_suffix(".log"))
+    collector = start_collector(db, libs, db.with_suffix(".log"), cpus, args)
     try:
-        before = _cpu_s(collector.pid)
+        before, programs, switches = _cpu_s(collector.pid), _bpf_programs(collector.pid), _switches(collector.pid)
         entry = run()
         entry["collector_cpu_during_s"] = _cpu_s(collector.pid) - before  # its own load while the job ran
+        entry["collector_switches_during"] = _switches(collector.pid) - switches  # its wake-ups, about
+        after = _bpf_programs(collector.pid)
+        entry["bpf_runs_during"] = {tag: [after[tag][0] - cnt, after[tag][1] - ns] for tag, (cnt, ns) in programs.items()
+                                    if tag in after and after[tag][0] > cnt}
     finally:
         cpu_s = stop_collector(collector)
     entry["collector_cpu_s"] = cpu_s
     entry.update(recorded(db, entry))
     entry["estimated_added_s"] = estimated_in(entry)
     return entry
+
+
+def _bpf_programs(pid: int) -> dict[str, tuple[int, int]]:
+    """The runs and run time (ns) of each eBPF program a process holds, by tag (/proc/PID/fdinfo; the times
+    only with kernel.bpf_stats_enabled=1). The collector's notes name each tag (bpf_run_stats)."""
+    from ingero_mcp.collector.tracer import bpf_prog_info
+
+    programs = {}  # by id: one program may be held by more than one fd, counted once
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        info = bpf_prog_info(Path(f"/proc/{pid}/fdinfo/{fd}"))
+        if info:
+            programs[info["id"] or fd] = info
+    out: dict[str, tuple[int, int]] = {}
+    for info in programs.values():
+        cnt, ns = out.get(info["tag"], (0, 0))
+        out[info["tag"]] = (cnt + info["run_cnt"], ns + info["run_time_ns"])
+    return out
+
+
+def _switches(pid: int) -> int:
+    """Context switches of all a process's threads so far (voluntary ones are its wake-ups from sleep)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            text = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except OSError:
+            continue
+        total += sum(int(line.split()[1]) for line in text.splitlines() if "ctxt_switches:" in line)
+    return total
 
 
 def _cpu_s(pid: int) -> float:
@@ -150,6 +186,9 @@ def recorded(db: Path, window: dict | None = None) -> dict:
         out["tracing_cost"] = con.execute("SELECT pid, start_ns, end_ns, entry_hits, entry_return_hits, added_ns, launch_duty "
                                           "FROM tracing_cost").to_arrow_table().to_pylist()
         out["probe_costs"] = con.execute("SELECT * FROM probe_costs").to_arrow_table().to_pylist()
+        for (notes,) in con.execute("SELECT notes FROM sessions").fetchall():
+            stats = (json.loads(notes or "{}") or {}).get("bpf_run_stats") or {}
+            out["bpf_names"] = {v["tag"]: k for k, v in stats.items()}
         gaps = con.execute("SELECT start_ns, end_ns FROM probe_gaps ORDER BY 1").fetchall()
         out["probe_gaps"] = {"n": len(gaps), "s": sum(b - a for a, b in gaps) / 1e9, "gaps": [list(g) for g in gaps]}
         if window:
@@ -175,6 +214,11 @@ def recorded(db: Path, window: dict | None = None) -> dict:
             rows = ds.dataset(str(seg / name), format="parquet").to_table().to_pylist()
             out[name] = rows if name == "probe_costs" else {"n": len(rows), "s": sum(r["end_ns"] - r["start_ns"] for r in rows) / 1e9,
                                                             "gaps": [[r["start_ns"], r["end_ns"]] for r in rows]}
+    sessions = seg / "sessions"
+    if sessions.is_dir():  # the collector's notes: each eBPF program's tag and name (with bpf_stats_enabled)
+        for notes in ds.dataset(str(sessions), format="parquet").to_table(columns=["notes"]).column("notes").to_pylist():
+            stats = (json.loads(notes or "{}") or {}).get("bpf_run_stats") or {}
+            out["bpf_names"] = {v["tag"]: k for k, v in stats.items()}
     stats = seg / "collector_stats"
     if stats.is_dir():
         rows = ds.dataset(str(stats), format="parquet").to_table().to_pylist()

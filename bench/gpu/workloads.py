@@ -15,6 +15,7 @@ import sys
 import time
 
 import torch
+from perfcount import Counters
 from torch.utils.data import DataLoader
 
 
@@ -84,6 +85,7 @@ def train_blocks():
         while time.perf_counter() < end:
             steps_of(10)
         clocks = [sm_clock_mhz()] if warmup_s else []
+        counters = Counters()
         t0_ns = time.time_ns()
         t = time.perf_counter()
         marks: list[int] = []  # wall clock every 10 steps: with probe_gaps, the pace attached vs detached
@@ -92,7 +94,8 @@ def train_blocks():
             clocks.append(sm_clock_mhz())
         steps_of(steps - steps // 2, marks)
         torch.cuda.synchronize()
-        return {"total": time.perf_counter() - t, "steps": steps, "t0_ns": t0_ns, "t1_ns": time.time_ns(),
+        total = time.perf_counter() - t
+        return {"total": total, "steps": steps, "t0_ns": t0_ns, "t1_ns": time.time_ns(), "counters": counters.read(),
                 "marks_every": 10, "marks_unit": "step", "marks": marks, "sm_clock_mhz": clocks}
 
     return block
@@ -115,6 +118,7 @@ def launch_blocks():
         while time.perf_counter() < end:
             for _ in range(1000):
                 x.add_(1)
+        counters = Counters()
         t0_ns = time.time_ns()
         t = time.perf_counter()
         marks = []  # wall clock every `marks_every` launches: with probe_gaps, the pace attached vs detached
@@ -128,7 +132,7 @@ def launch_blocks():
         torch.cuda.synchronize()
         total = time.perf_counter() - t
         return {"total": total, "calls": calls, "per_call_ns": total / calls * 1e9, "t0_ns": t0_ns,
-                "t1_ns": time.time_ns(), "marks_every": marks_every, "marks": marks, "sm_clock_mhz": clocks}
+                "t1_ns": time.time_ns(), "counters": counters.read(), "marks_every": marks_every, "marks": marks, "sm_clock_mhz": clocks}
 
     return block
 

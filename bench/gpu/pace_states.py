@@ -1,0 +1,87 @@
+"""The training loop's blocks by variant, separating the host's slow state from the collector's own cost.
+
+On the H200 host the loop's pace (ms per step, from the marks every 10 steps) switches between a fast state
+(~0.92-1.05 ms) and a slow one (~1.3-1.6 ms) with or without tracing, independently of the governor's windows.
+Block totals mix the two, so besides each variant's pairs against the untraced block of the same round this
+prints how many blocks spent most of their time in the slow state, and the median pace of the fast segments
+alone (the collector's cost where the host's state is the same).
+
+    python3 bench/gpu/pace_states.py bench/gpu/h200-same-process/7-train-wakeups.json [...]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+FAST_MS = 1.2  # a 10-step segment faster than this per step is in the fast state
+MOSTLY_SLOW = 0.6  # a block with less than this share of fast segments is "mostly slow"
+
+
+def paces(run: dict) -> list[float]:
+    """ms per step of each 10-step segment."""
+    marks, every = run["marks"], run.get("marks_every", 10)
+    return [(b - a) / every / 1e6 for a, b in zip(marks, marks[1:])]
+
+
+def summary(runs: list[dict]) -> list[dict]:
+    """Per variant (None: untraced): blocks, pairs against the same round's untraced block, slow-state blocks,
+    fast-state pace, the stored estimate and the collector's CPU and context switches during the block."""
+    by_variant: dict[str, list[dict]] = {}
+    for r in runs:
+        if r.get("workload") == "train" and "marks" in r and "rep" in r:  # same_process.py blocks
+            name = r.get("variant") or ("untraced" if r["mode"] == "untraced" else "traced")
+            by_variant.setdefault(name, []).append(r)
+    untraced = {r["rep"]: r["total"] for r in by_variant.get("untraced", [])}
+    out = []
+    for name, rs in by_variant.items():
+        diffs = [(r["total"] - untraced[r["rep"]]) / untraced[r["rep"]] * 100 for r in rs
+                 if name != "untraced" and r["rep"] in untraced]
+        fast_paces, slow_blocks = [], 0
+        for r in rs:
+            p = paces(r)
+            fast = [x for x in p if x < FAST_MS]
+            if fast:
+                fast_paces.append(statistics.median(fast))
+            slow_blocks += len(fast) < MOSTLY_SLOW * len(p)
+
+        def med(key: str) -> float | None:
+            values = [r[key] for r in rs if r.get(key) is not None]
+            return statistics.median(values) if values else None
+
+        estimate = [r["estimated_added_s"] / r["total"] * 100 for r in rs if r.get("estimated_added_s")]
+        out.append({
+            "variant": name, "blocks": len(rs), "median_s": statistics.median(r["total"] for r in rs),
+            "pair_median_pct": statistics.median(diffs) if diffs else None,
+            "pairs_slower": sum(d > 0 for d in diffs), "pairs": len(diffs), "mostly_slow_blocks": slow_blocks,
+            "fast_state_ms_per_step": statistics.median(fast_paces) if fast_paces else None,
+            "estimate_pct": statistics.median(estimate) if estimate else None,
+            "collector_cpu_s": med("collector_cpu_during_s"), "collector_switches": med("collector_switches_during"),
+            "lost": sum(r.get("lost") or 0 for r in rs),
+        })
+    return out
+
+
+def main() -> int:
+    for path in sys.argv[1:]:
+        rows = summary(json.load(open(path))["runs"])
+        base = next((r["fast_state_ms_per_step"] for r in rows if r["variant"] == "untraced"), None)
+        print(path)
+        print("  variant     blocks  median s  pairs: median, slower  mostly slow  fast-state ms/step (vs untraced)  "
+              "estimate  collector CPU s  switches  lost")
+        for r in rows:
+            pair = (f"{r['pair_median_pct']:+6.1f} %, {r['pairs_slower']:2d}/{r['pairs']:<2d}"
+                    if r["pair_median_pct"] is not None else " " * 17)
+            fast = r["fast_state_ms_per_step"]
+            rel = f" ({(fast / base - 1) * 100:+.1f} %)" if fast and base and r["variant"] != "untraced" else ""
+            est = f"{r['estimate_pct']:.1f} %" if r["estimate_pct"] is not None else "-"
+            cpu = f"{r['collector_cpu_s']:.2f}" if r["collector_cpu_s"] is not None else "-"
+            sw = f"{r['collector_switches']:.0f}" if r["collector_switches"] is not None else "-"
+            print(f"  {r['variant']:10s}  {r['blocks']:6d}  {r['median_s']:8.3f}  {pair:>21s}  {r['mostly_slow_blocks']:11d}  "
+                  f"{fast:.3f}{rel:>12s}{'':17s}  {est:>8s}  {cpu:>15s}  {sw:>8s}  {r['lost']:4d}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
