@@ -94,7 +94,8 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
                 + (f", {100 * t.collector_cpu_recording_s / (t.wall_ns / 1e9):.0f}% of one CPU" if t.wall_ns else "") + ")")
     out = [f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost. It leaves out the scheduler and "
            f"memory tracepoints and the collector's own CPU use, and it is not an upper bound: on a shared H200 host a "
-           f"training-like loop ran a median 9% slower traced than untraced while this estimate said under 2%): "
+           f"training-like loop ran 5-22% slower traced than untraced (median of paired blocks, 9 sets; 1-9% "
+           f"comparing only the stretches where the host ran fast) while this estimate said under 2%): "
            f"{(t.added_ns or 0) / 1e9:.3f} s added over "
            f"{(t.wall_ns or 0) / 1e9:.1f} s of session ({pct(t.share)}, all traced processes together); {per_hit}{cpu}"]
     for p in t.processes[:8]:
