@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,18 @@ def _record(db: Path, workloads: list[Workload], *extra: str) -> Collector:
     return record(db, workloads, *extra, defaults=True, timeout=90)
 
 
+@contextmanager
+def _bpf_stats(value: str) -> Iterator[None]:
+    """kernel.bpf_stats_enabled set to `value` for the block, then put back."""
+    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
+    was = stats.read_text().strip()
+    stats.write_text(value)
+    try:
+        yield
+    finally:
+        stats.write_text(was)
+
+
 @pytest.fixture(scope="module")
 def plain(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The defaults without the governor's windows: every call of a `mix` and LAUNCHES driver launches."""
@@ -50,13 +63,8 @@ def plain(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     db = tmp_path_factory.mktemp("plain") / "plain.duckdb"
     mix = Workload(standin, "mix", "20", "0", "0", "0", "0")
     rate = Workload(standin, "rate", str(LAUNCHES), "driver")
-    stats = Path("/proc/sys/kernel/bpf_stats_enabled")
-    was = stats.read_text().strip()
-    stats.write_text("1")  # the kernel times every eBPF program run: the collector notes them (bpf_run_stats)
-    try:
+    with _bpf_stats("1"):  # the kernel times every eBPF program run: the collector notes them (bpf_run_stats)
         collector = _record(db, [mix, rate], "--max-overhead", "off")
-    finally:
-        stats.write_text(was)
     con = open_store(db)
     yield {"con": con, "mix": mix.pid, "rate": rate.pid, "log": collector.output()}
     con.close()
@@ -154,6 +162,24 @@ def test_the_kernels_own_timing_of_each_program_is_noted(plain: dict[str, Any]) 
     assert all(len(v["tag"]) == 16 and int(v["tag"], 16) >= 0 for v in stats.values())
 
 
+def test_explain_gives_the_programs_kernel_time_when_measured(plain: dict[str, Any], governed: dict[str, Any]) -> None:
+    """The cost report adds the programs' kernel-measured time (recomputed by its SQL) where the session measured
+    it, and says nothing of it where it did not (unknown, not zero)."""
+    from ingero_mcp.analysis.cost import cost_lines
+    from ingero_mcp.analysis.info import trace_info
+
+    t = trace_info(plain["con"]).tracing
+    assert t is not None and t.bpf_programs
+    assert [(p.program, p.runs, p.run_time_ns) for p in t.bpf_programs] == _q(plain["con"], t.sql["bpf_programs"])
+    notes = json.loads(_q(plain["con"], "SELECT notes FROM sessions")[0][0])["bpf_run_stats"]
+    assert sum(p.run_time_ns for p in t.bpf_programs) == sum(v["run_time_ns"] for v in notes.values())
+    total = sum(p.run_time_ns for p in t.bpf_programs) / 1e9
+    assert f"its eBPF programs ran {total:.3f} s in the kernel" in cost_lines(t)[0]
+    g = trace_info(governed["con"]).tracing
+    assert g is not None and g.bpf_programs is None
+    assert "eBPF programs ran" not in cost_lines(g)[0]
+
+
 @pytest.fixture(scope="module")
 def governed(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """GOVERNED_S seconds of back-to-back driver launches under --max-overhead 1."""
@@ -161,7 +187,8 @@ def governed(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
     db = tmp_path_factory.mktemp("gov") / "gov.duckdb"
     rate = Workload(standin, "rate", "0", "driver", str(GOVERNED_S), cpu=1)
-    collector = _record(db, [rate], "--max-overhead", "1")
+    with _bpf_stats("0"):  # the default: nothing measured, nothing noted
+        collector = _record(db, [rate], "--max-overhead", "1")
     con = open_store(db)
     yield {"con": con, "rate": rate.pid, "log": collector.output()}
     con.close()

@@ -13,7 +13,7 @@ import duckdb
 
 from ingero_mcp.analysis._sql import rows, tidy
 from ingero_mcp.analysis.accounting import has_launch_gaps, launch_coverage_sql
-from ingero_mcp.analysis.models import ProbeCost, ProcessTracingCost, TracingCost
+from ingero_mcp.analysis.models import BpfProgramTime, ProbeCost, ProcessTracingCost, TracingCost
 
 
 def process_cost_sql(pid: int | None = None) -> str:
@@ -48,6 +48,13 @@ PROBE_COSTS_SQL = "SELECT probe, cost_ns, method FROM probe_costs ORDER BY probe
 COLLECTOR_CPU_SQL = ("SELECT sum(TRY_CAST(json_extract_string(j, '$.collector_cpu_s') AS DOUBLE)), "
                      "sum(TRY_CAST(json_extract_string(j, '$.collector_cpu_recording_s') AS DOUBLE)) "
                      "FROM (SELECT CASE WHEN json_valid(notes) THEN notes END AS j FROM sessions)")
+# each eBPF program's runs and kernel-measured run time, all sessions (notes.bpf_run_stats: written only while
+# kernel.bpf_stats_enabled=1; no rows when never measured)
+BPF_PROGRAMS_SQL = tidy("""
+    SELECT e.key AS program, sum(TRY_CAST(json_extract_string(e.value, '$.run_cnt') AS BIGINT)) AS runs,
+           sum(TRY_CAST(json_extract_string(e.value, '$.run_time_ns') AS BIGINT)) AS run_time_ns
+    FROM (SELECT CASE WHEN json_valid(notes) THEN notes END AS j FROM sessions) s, json_each(s.j, '$.bpf_run_stats') e
+    WHERE e.key IS NOT NULL GROUP BY e.key ORDER BY run_time_ns DESC, program""")
 ENTRY_ONLY_SQL = "SELECT count(*) FROM cuda_calls WHERE duration_ns IS NULL AND contains(op, 'aunch')"
 
 
@@ -63,6 +70,7 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
     added, wall, share = rows(con, session_cost_sql())[0]
     coverage = rows(con, launch_coverage_sql())[0][0] if has_gaps else 1.0
     collector_cpu, collector_cpu_recording = rows(con, COLLECTOR_CPU_SQL)[0]
+    programs = [BpfProgramTime(program=str(p), runs=int(n or 0), run_time_ns=int(t or 0)) for p, n, t in rows(con, BPF_PROGRAMS_SQL)]
     return TracingCost(
         added_ns=None if added is None else int(added), wall_ns=None if wall is None else int(wall),
         share=None if share is None else float(share), launch_coverage=None if coverage is None else round(float(coverage), 4),
@@ -74,8 +82,9 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
                    for _sid, pid, a, w, s, e, er, oc, lc in per],
         collector_cpu_s=None if collector_cpu is None else round(float(collector_cpu), 3),
         collector_cpu_recording_s=None if collector_cpu_recording is None else round(float(collector_cpu_recording), 3),
+        bpf_programs=programs or None,
         sql={"session": session_cost_sql(), "launch_coverage": launch_coverage_sql(), "probe_costs": PROBE_COSTS_SQL,
-             "entry_only_launches": ENTRY_ONLY_SQL, "collector_cpu_s": COLLECTOR_CPU_SQL},
+             "entry_only_launches": ENTRY_ONLY_SQL, "collector_cpu_s": COLLECTOR_CPU_SQL, "bpf_programs": BPF_PROGRAMS_SQL},
     )
 
 
@@ -92,6 +101,10 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
     if t.collector_cpu_s is not None and t.collector_cpu_recording_s is not None:
         cpu += (f" ({t.collector_cpu_recording_s:.1f} s of it after start-up"
                 + (f", {100 * t.collector_cpu_recording_s / (t.wall_ns / 1e9):.0f}% of one CPU" if t.wall_ns else "") + ")")
+    if t.bpf_programs:
+        top = ", ".join(f"{p.program} {p.run_time_ns / 1e9:.3f} s" for p in t.bpf_programs[:3])  # our own names
+        cpu += (f"; its eBPF programs ran {sum(p.run_time_ns for p in t.bpf_programs) / 1e9:.3f} s in the kernel, "
+                f"{sum(p.runs for p in t.bpf_programs):,} runs on all CPUs (measured by the kernel; most: {top})")
     out = [f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost. It leaves out the scheduler and "
            f"memory tracepoints and the collector's own CPU use, and it is not an upper bound: on a shared H200 host a "
            f"training-like loop ran 5-22% slower traced than untraced (median of paired blocks, 9 sets; 1-9% "

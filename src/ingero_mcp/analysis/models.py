@@ -271,6 +271,14 @@ class ProcessTracingCost(BaseModel):
     sql: str = ""
 
 
+class BpfProgramTime(BaseModel):
+    """One eBPF program's runs and run time as the kernel measured them (kernel.bpf_stats_enabled=1 while recording)."""
+
+    program: str
+    runs: int
+    run_time_ns: int
+
+
 class TracingCost(BaseModel):
     """What tracing cost (schema v4 stores; None before): estimated added time, per process and for the session."""
 
@@ -285,6 +293,10 @@ class TracingCost(BaseModel):
                                           "included: not in the estimate; None: not recorded")
     collector_cpu_recording_s: float | None = Field(None, description="the part of collector_cpu_s spent after start-up "
                                                     "(recording and stopping), on the machine the job ran on; None: not recorded")
+    bpf_programs: list[BpfProgramTime] | None = Field(None, description="each eBPF program's runs and kernel run time, "
+                                                      "all CPUs, measured by the kernel (the scheduler and memory "
+                                                      "tracepoints included, the uprobe traps around the programs not); "
+                                                      "None: not measured (kernel.bpf_stats_enabled was 0)")
     sql: dict[str, str] = Field({}, description="the queries that recompute the session's numbers")
 
 

@@ -31,7 +31,9 @@ records it estimates each process's added time (hits x cost, table tracing_cost)
 are not rows, the gaps are in table probe_gaps, and the analysis scales launch counts by the
 covered share. The estimate counts the CUDA probes only, not the scheduler/memory tracepoints nor
 the collector's own CPU (explain lists both beside it), and it is not an upper bound: measured
-slowdowns have been several times larger on a training-like loop (bench/README.md).
+slowdowns have been several times larger on a training-like loop (bench/README.md). With
+`sysctl kernel.bpf_stats_enabled=1` while recording, the kernel also times every eBPF program
+(some tens of ns per run), and explain adds their run time.
 A virtual environment keeps working under sudo: sudo $(which ingero-mcp) trace ...
 Run `ingero-mcp check` first to see what this machine lacks."""
 
