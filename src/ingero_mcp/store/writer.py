@@ -214,13 +214,14 @@ def _decoded(table: pa.Table) -> pa.Table:
 
 def _write_atomic(final: Path, arrow: pa.Table) -> None:
     """Write under a temporary name, flush it to disk, then rename: after a crash (or power loss) the
-    final name holds a whole file or nothing, never a partial one."""
+    final name holds a whole file or nothing, never a partial one. The directory is not synced: a rename
+    lost in a crash leaves the temporary name, which readers ignore (the last second is lost, nothing is
+    corrupt), and the collector writes several segments each second, each fsync a wait of its own."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp")
     pq.write_table(arrow, tmp, compression="zstd")
     _fsync(tmp)
     os.replace(tmp, final)
-    _fsync(final.parent)  # the rename itself
 
 
 def _fsync(path: Path) -> None:
