@@ -9,7 +9,12 @@ import pytest
 
 from ingero_mcp.cli.trace import _seconds
 from ingero_mcp.collector import records as R
-from ingero_mcp.collector.tracer import CUDA_RB_PAGES, DRAIN_FILL, MIN_POLL_S, drain_wait
+from ingero_mcp.collector.tracer import (
+    CUDA_RB_PAGES,
+    DRAIN_FILL,
+    MIN_POLL_S,
+    drain_wait,
+)
 
 
 def test_an_idle_ring_waits_the_longest_allowed() -> None:

@@ -95,7 +95,8 @@ def main(argv: list[str]) -> int:
     if "--pooled" in argv:
         argv = [a for a in argv if a != "--pooled"]
         for path in argv:
-            runs = [r for r in json.load(open(path))["runs"] if r["mode"] == "traced" and r.get("probe_gaps")]
+            with open(path) as fh:
+                runs = [r for r in json.load(fh)["runs"] if r["mode"] == "traced" and r.get("probe_gaps")]
             for variant in dict.fromkeys(r.get("variant") or "traced" for r in runs):
                 got = pooled([r for r in runs if (r.get("variant") or "traced") == variant], fast_below_ns)
                 if got:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from itertools import pairwise
 
 FAST_MS = 1.2  # a 10-step segment faster than this per step is in the fast state
 MOSTLY_SLOW = 0.6  # a block with less than this share of fast segments is "mostly slow"
@@ -22,7 +23,7 @@ MOSTLY_SLOW = 0.6  # a block with less than this share of fast segments is "most
 def paces(run: dict) -> list[float]:
     """ms per step of each 10-step segment."""
     marks, every = run["marks"], run.get("marks_every", 10)
-    return [(b - a) / every / 1e6 for a, b in zip(marks, marks[1:])]
+    return [(b - a) / every / 1e6 for a, b in pairwise(marks)]
 
 
 def summary(runs: list[dict]) -> list[dict]:
@@ -46,7 +47,7 @@ def summary(runs: list[dict]) -> list[dict]:
                 fast_paces.append(statistics.median(fast))
             slow_blocks += len(fast) < MOSTLY_SLOW * len(p)
 
-        def med(key: str) -> float | None:
+        def med(key: str, rs: list[dict] = rs) -> float | None:
             values = [r[key] for r in rs if r.get(key) is not None]
             return statistics.median(values) if values else None
 
@@ -65,7 +66,8 @@ def summary(runs: list[dict]) -> list[dict]:
 
 def main() -> int:
     for path in sys.argv[1:]:
-        rows = summary(json.load(open(path))["runs"])
+        with open(path) as fh:
+            rows = summary(json.load(fh)["runs"])
         base = next((r["fast_state_ms_per_step"] for r in rows if r["variant"] == "untraced"), None)
         print(path)
         print("  variant     blocks  median s  pairs: median, slower  mostly slow  fast-state ms/step (vs untraced)  "

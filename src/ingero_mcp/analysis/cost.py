@@ -13,7 +13,12 @@ import duckdb
 
 from ingero_mcp.analysis._sql import rows, tidy
 from ingero_mcp.analysis.accounting import has_launch_gaps, launch_coverage_sql
-from ingero_mcp.analysis.models import BpfProgramTime, ProbeCost, ProcessTracingCost, TracingCost
+from ingero_mcp.analysis.models import (
+    BpfProgramTime,
+    ProbeCost,
+    ProcessTracingCost,
+    TracingCost,
+)
 
 
 def process_cost_sql(pid: int | None = None) -> str:
