@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from ingero_mcp.cli.trace import _seconds
+from ingero_mcp.cli.trace import _poll_interval
 from ingero_mcp.collector import records as R
 from ingero_mcp.collector.tracer import (
     CUDA_RB_PAGES,
@@ -36,10 +36,10 @@ def test_a_ring_filling_faster_than_the_floor_allows_is_read_every_min_poll() ->
 
 @pytest.mark.parametrize("text,seconds", [("0.25", 0.25), ("250ms", 0.25), ("1", 1.0), ("10ms", 0.01)])
 def test_poll_interval_parses(text: str, seconds: float) -> None:
-    assert _seconds(text) == pytest.approx(seconds)
+    assert _poll_interval(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["5", "0", "5ms", "soon"])
 def test_poll_interval_out_of_range_is_refused(text: str) -> None:
     with pytest.raises(argparse.ArgumentTypeError):
-        _seconds(text)
+        _poll_interval(text)
