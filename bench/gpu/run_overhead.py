@@ -70,10 +70,18 @@ def run_workload(name: str, size: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# The collector with library discovery turned off: it probes only its --cuda-lib files (a bench's decoy copies)
+# while --pid still gives the workload's threads their scheduler records.
+_NO_DISCOVERY = ("import sys; from ingero_mcp.collector.tracer import Tracer; Tracer._discover = lambda self: None; "
+                 "from ingero_mcp.cli import main; sys.exit(main())")
+
+
 def start_collector(db: Path, libs: list[str], log: Path, cpus: str | None = None,
-                    args: list[str] | None = None) -> subprocess.Popen:
-    """`ingero-mcp trace` on `cpus` with `args` (default: $COLLECTOR_CPUS, $COLLECTOR_ARGS), once it is recording."""
-    cmd = [*_pin(cpus or COLLECTOR_CPUS), sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--quiet",
+                    args: list[str] | None = None, *, discover: bool = True) -> subprocess.Popen:
+    """`ingero-mcp trace` on `cpus` with `args` (default: $COLLECTOR_CPUS, $COLLECTOR_ARGS), once it is recording;
+    discover=False probes only `libs`, not the libraries the traced processes map."""
+    entry = ["-m", "ingero_mcp.cli"] if discover else ["-c", _NO_DISCOVERY]
+    cmd = [*_pin(cpus or COLLECTOR_CPUS), sys.executable, *entry, "trace", "--db", str(db), "--quiet",
            *(COLLECTOR_ARGS if args is None else args)]
     for lib in libs:
         cmd += ["--cuda-lib", lib]
@@ -105,10 +113,10 @@ def stop_collector(proc: subprocess.Popen) -> float:
 
 
 def traced(db: Path, libs: list[str], run: Callable[[], dict], cpus: str | None = None,
-           args: list[str] | None = None) -> dict:
+           args: list[str] | None = None, *, discover: bool = True) -> dict:
     """`run` (a workload, or one block of it) under a collector started before it and stopped after it; its
     result with what the collector stored and the estimate for its timed window. The log: db's name + .log."""
-    collector = start_collector(db, libs, db.with_suffix(".log"), cpus, args)
+    collector = start_collector(db, libs, db.with_suffix(".log"), cpus, args, discover=discover)
     try:
         before, programs, switches = _cpu_s(collector.pid), _bpf_programs(collector.pid), _switches(collector.pid)
         entry = run()

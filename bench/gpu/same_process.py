@@ -8,12 +8,13 @@ the collector stored (calls, losses, probe gaps, the tracing_cost estimate insid
 
     python3 bench/gpu/same_process.py OUTDIR --pairs 8 --workloads launch,train --size launch=500000
 
-Variants (--variant NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:burn=PERIOD_MS/BUSY_MS], repeatable) are traced blocks that differ in where the
+Variants (--variant NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=PERIOD_MS/BUSY_MS], repeatable) are traced blocks that differ in where the
 collector runs, its flags, or (decoy) a collector that probes copies of the CUDA libraries, which the workload never
 maps, and traces only a sleeping process (`--pid`: no discovery of the real libraries): the collector, its NVML
 sampler and its host-wide tracepoints, without a single trap or per-thread record in the workload; or (sleeper)
 the real libraries but `--pid` of a sleeping process: the workload traps on every probe, whose programs drop the
-call (not a traced process), with no per-thread record either; or (burn) no
+call (not a traced process), with no per-thread record either; or (records) the copies of the libraries and
+`--pid` of the workload: every per-thread scheduler record of a traced process, without a single trap; or (burn) no
 collector at all but a process on `cpus` that wakes every PERIOD_MS and spins BUSY_MS, the collector's CPU pattern
 without eBPF (BUSY_MS = PERIOD_MS: always busy). Each round runs the untraced block and every
 variant once, in an order that rotates from round to round.
@@ -69,9 +70,11 @@ class Blocks:
 
 
 def parse_variant(text: str) -> dict:
-    """NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:burn=P/B] -> {name, cpus, args, decoy, sleeper, burn}."""
+    """NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=P/B] -> {name, cpus, args, decoy, sleeper,
+    records, burn}."""
     name, *opts = text.split(":")
-    variant: dict = {"name": name, "cpus": None, "args": None, "decoy": False, "sleeper": False, "burn": None}
+    variant: dict = {"name": name, "cpus": None, "args": None, "decoy": False, "sleeper": False, "records": False,
+                     "burn": None}
     for opt in opts:
         key, _, value = opt.partition("=")
         if key == "cpus":
@@ -82,6 +85,8 @@ def parse_variant(text: str) -> dict:
             variant["decoy"] = variant["sleeper"] = True
         elif key == "sleeper":
             variant["sleeper"] = True
+        elif key == "records":
+            variant["decoy"] = variant["records"] = True
         elif key == "burn":
             period, busy = value.split("/")
             variant["burn"] = (float(period) / 1e3, float(busy) / 1e3)
@@ -146,7 +151,8 @@ def main() -> int:
     parser.add_argument("--workloads", default="launch,train,seed", help="comma-separated subset of: " + ", ".join(SIZES))
     parser.add_argument("--size", action="append", default=[], metavar="NAME=N", help="a block's size, e.g. train=1500")
     parser.add_argument("--variant", action="append", default=[], metavar="SPEC",
-                        help="a traced variant, NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:burn=P/B] (default: one, 'traced')")
+                        help="a traced variant, NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=P/B] "
+                             "(default: one, 'traced')")
     args = parser.parse_args()
     variants = [parse_variant(v) for v in args.variant] or [parse_variant("traced")]
     sizes = {**SIZES, **{k: int(v) for k, v in (item.split("=") for item in args.size)}}
@@ -179,10 +185,11 @@ def main() -> int:
                     else:
                         db = work / f"{name}-{pair}-{variant['name']}.duckdb"
                         vargs = variant["args"]
-                        if variant["sleeper"]:
-                            vargs = [*(COLLECTOR_ARGS if vargs is None else vargs), "--pid", str(sleeper_pid())]
+                        if variant["sleeper"] or variant["records"]:
+                            pid = blocks.proc.pid if variant["records"] else sleeper_pid()
+                            vargs = [*(COLLECTOR_ARGS if vargs is None else vargs), "--pid", str(pid)]
                         entry.update(traced(db, decoys(libs, work) if variant["decoy"] else libs, blocks.run,
-                                            variant["cpus"], vargs))
+                                            variant["cpus"], vargs, discover=not variant["records"]))
                     runs.append(entry)
                     (args.outdir / "same-process.json").write_text(json.dumps({"libs": libs, "runs": runs}, indent=1))
                     print(json.dumps({k: v for k, v in entry.items()
