@@ -14,6 +14,10 @@ export PYTHONPATH=$PWD/src:${PYTHONPATH:-} PYTHONUNBUFFERED=1 PYTHONWARNINGS=ign
 export WORKLOAD_CPUS=${WORKLOAD_CPUS:-4} COLLECTOR_CPUS=${COLLECTOR_CPUS:-0-1}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 echo "setup $(( $(date +%s) - T0 )) s"
+# A warm machine keeps what an earlier call left: a collector or workload outliving its timeout, and segment
+# folders the collector refuses to record over. Start clean.
+pkill -INT -f 'ingero_mcp.cli|_discover = lambda' 2>/dev/null; pkill -f 'workloads.py blocks' 2>/dev/null; sleep 2
+pkill -KILL -f 'ingero_mcp.cli|_discover = lambda' 2>/dev/null; rm -rf /tmp/ingero-same-process
 W=/tmp/same-process-${SAME_TAG:-run}; mkdir -p $W
 { lscpu; echo; cat /proc/cmdline; grep -r . /sys/devices/system/cpu/vulnerabilities/ 2>/dev/null
   for c in 0 1 4 12; do echo "cpu$c siblings $(cat /sys/devices/system/cpu/cpu$c/topology/thread_siblings_list 2>/dev/null)"; done
@@ -26,6 +30,7 @@ for s in ${SIZES:-launch=500000 train=1500 seed=1000000}; do sizes+=(--size "$s"
 TAG=${SAME_TAG:-run}
 timeout ${SAME_TIMEOUT:-500} python3 bench/gpu/same_process.py "$W" --pairs ${PAIRS:-8} \
   --workloads ${WORKLOADS:-launch,train,seed} "${sizes[@]}" "${variants[@]}" 2>&1 | tee "$W/same-process-run.log" | tail -40
+pkill -INT -f 'ingero_mcp.cli|_discover = lambda' 2>/dev/null  # a collector that outlived the timeout
 cp /tmp/ingero-same-process/*.log "$W/" 2>/dev/null
 tar -C /tmp -cJf "$OUT/same-process-$TAG.tar.xz" "same-process-$TAG"
 echo "total $(( $(date +%s) - T0 )) s"
