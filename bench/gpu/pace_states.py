@@ -7,23 +7,50 @@ prints how many blocks spent most of their time in the slow state, and the media
 alone (the collector's cost where the host's state is the same).
 
     python3 bench/gpu/pace_states.py bench/gpu/h200-same-process/7-train-wakeups.json [...]
+    python3 bench/gpu/pace_states.py --pool 9-train-default-24pairs.json 10-train-default-24pairs.json
+
+Each number comes with a 90 % bootstrap interval (blocks resampled): on this host a set's interval is often
+wider than the effect it measures.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import statistics
 import sys
 from itertools import pairwise
 
 FAST_MS = 1.2  # a 10-step segment faster than this per step is in the fast state
 MOSTLY_SLOW = 0.6  # a block with less than this share of fast segments is "mostly slow"
+RESAMPLES = 2000  # bootstrap draws for the 90 % intervals (seeded: the same file prints the same interval)
+
+
+def interval(values: list[float], stat, others: list[float] | None = None) -> tuple[float, float] | None:
+    """90 % bootstrap interval of stat(values) (or stat(values, others), each list resampled on its own): how far
+    a set's few blocks on a noisy host pin the number down."""
+    if len(values) < 3 or (others is not None and len(others) < 3):
+        return None
+    rng = random.Random(0)
+    draws = sorted(stat(rng.choices(values, k=len(values))) if others is None else
+                   stat(rng.choices(values, k=len(values)), rng.choices(others, k=len(others)))
+                   for _ in range(RESAMPLES))
+    return draws[int(0.05 * RESAMPLES)], draws[int(0.95 * RESAMPLES) - 1]
+
+
+def _ratio_pct(traced: list[float], untraced: list[float]) -> float:
+    return (statistics.median(traced) / statistics.median(untraced) - 1) * 100
 
 
 def paces(run: dict) -> list[float]:
     """ms per step of each 10-step segment."""
     marks, every = run["marks"], run.get("marks_every", 10)
     return [(b - a) / every / 1e6 for a, b in pairwise(marks)]
+
+
+def fast_segments(run: dict) -> list[float]:
+    """The paces of a block's segments in the host's fast state."""
+    return [x for x in paces(run) if x < FAST_MS]
 
 
 def summary(runs: list[dict]) -> list[dict]:
@@ -35,14 +62,14 @@ def summary(runs: list[dict]) -> list[dict]:
             name = r.get("variant") or ("untraced" if r["mode"] == "untraced" else "traced")
             by_variant.setdefault(name, []).append(r)
     untraced = {r["rep"]: r["total"] for r in by_variant.get("untraced", [])}
+    untraced_fast = [statistics.median(f) for f in (fast_segments(r) for r in by_variant.get("untraced", [])) if f]
     out = []
     for name, rs in by_variant.items():
         diffs = [(r["total"] - untraced[r["rep"]]) / untraced[r["rep"]] * 100 for r in rs
                  if name != "untraced" and r["rep"] in untraced]
         fast_paces, slow_blocks = [], 0
         for r in rs:
-            p = paces(r)
-            fast = [x for x in p if x < FAST_MS]
+            p, fast = paces(r), fast_segments(r)
             if fast:
                 fast_paces.append(statistics.median(fast))
             slow_blocks += len(fast) < MOSTLY_SLOW * len(p)
@@ -55,6 +82,8 @@ def summary(runs: list[dict]) -> list[dict]:
         out.append({
             "variant": name, "blocks": len(rs), "median_s": statistics.median(r["total"] for r in rs),
             "pair_median_pct": statistics.median(diffs) if diffs else None,
+            "pair_median_interval": interval(diffs, statistics.median),
+            "fast_state_interval": None if name == "untraced" else interval(fast_paces, _ratio_pct, untraced_fast),
             "pairs_slower": sum(d > 0 for d in diffs), "pairs": len(diffs), "mostly_slow_blocks": slow_blocks,
             "fast_state_ms_per_step": statistics.median(fast_paces) if fast_paces else None,
             "estimate_pct": statistics.median(estimate) if estimate else None,
@@ -64,24 +93,43 @@ def summary(runs: list[dict]) -> list[dict]:
     return out
 
 
+def _span(bounds: tuple[float, float] | None) -> str:
+    return f"{bounds[0]:+.1f} to {bounds[1]:+.1f} %" if bounds else "-"
+
+
+def _load(path: str, offset: int = 0) -> list[dict]:
+    """A same_process.py file's blocks; rounds renumbered from `offset`, so pooled files never pair across files."""
+    with open(path) as fh:
+        return [{**r, "rep": r["rep"] + offset} if "rep" in r else r for r in json.load(fh)["runs"]]
+
+
+def print_table(title: str, rows: list[dict]) -> None:
+    base = next((r["fast_state_ms_per_step"] for r in rows if r["variant"] == "untraced"), None)
+    print(title)
+    print("  variant     blocks  median s  pairs: median, slower  mostly slow  fast-state ms/step (vs untraced)  "
+          "estimate  collector CPU s  switches  lost  90 % intervals: pairs' median; fast state")
+    for r in rows:
+        pair = (f"{r['pair_median_pct']:+6.1f} %, {r['pairs_slower']:2d}/{r['pairs']:<2d}"
+                if r["pair_median_pct"] is not None else " " * 17)
+        fast = r["fast_state_ms_per_step"]
+        rel = f" ({(fast / base - 1) * 100:+.1f} %)" if fast and base and r["variant"] != "untraced" else ""
+        est = f"{r['estimate_pct']:.1f} %" if r["estimate_pct"] is not None else "-"
+        cpu = f"{r['collector_cpu_s']:.2f}" if r["collector_cpu_s"] is not None else "-"
+        sw = f"{r['collector_switches']:.0f}" if r["collector_switches"] is not None else "-"
+        print(f"  {r['variant']:10s}  {r['blocks']:6d}  {r['median_s']:8.3f}  {pair:>21s}  {r['mostly_slow_blocks']:11d}  "
+              f"{fast:.3f}{rel:>12s}{'':17s}  {est:>8s}  {cpu:>15s}  {sw:>8s}  {r['lost']:4d}  "
+              f"{_span(r['pair_median_interval'])}; {_span(r['fast_state_interval'])}")
+
+
 def main() -> int:
-    for path in sys.argv[1:]:
-        with open(path) as fh:
-            rows = summary(json.load(fh)["runs"])
-        base = next((r["fast_state_ms_per_step"] for r in rows if r["variant"] == "untraced"), None)
-        print(path)
-        print("  variant     blocks  median s  pairs: median, slower  mostly slow  fast-state ms/step (vs untraced)  "
-              "estimate  collector CPU s  switches  lost")
-        for r in rows:
-            pair = (f"{r['pair_median_pct']:+6.1f} %, {r['pairs_slower']:2d}/{r['pairs']:<2d}"
-                    if r["pair_median_pct"] is not None else " " * 17)
-            fast = r["fast_state_ms_per_step"]
-            rel = f" ({(fast / base - 1) * 100:+.1f} %)" if fast and base and r["variant"] != "untraced" else ""
-            est = f"{r['estimate_pct']:.1f} %" if r["estimate_pct"] is not None else "-"
-            cpu = f"{r['collector_cpu_s']:.2f}" if r["collector_cpu_s"] is not None else "-"
-            sw = f"{r['collector_switches']:.0f}" if r["collector_switches"] is not None else "-"
-            print(f"  {r['variant']:10s}  {r['blocks']:6d}  {r['median_s']:8.3f}  {pair:>21s}  {r['mostly_slow_blocks']:11d}  "
-                  f"{fast:.3f}{rel:>12s}{'':17s}  {est:>8s}  {cpu:>15s}  {sw:>8s}  {r['lost']:4d}")
+    args = sys.argv[1:]
+    if args and args[0] == "--pool":  # the files' blocks as one set (same code, same host: more pairs)
+        files = args[1:]
+        print_table("pooled: " + ", ".join(files),
+                    summary([r for i, path in enumerate(files) for r in _load(path, 1000 * i)]))
+        return 0
+    for path in args:
+        print_table(path, summary(_load(path)))
     return 0
 
 
