@@ -112,8 +112,9 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
                 f"{sum(p.runs for p in t.bpf_programs):,} runs on all CPUs (measured by the kernel; most: {top})")
     out = [f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost. It leaves out the scheduler and "
            f"memory tracepoints and the collector's own CPU use, and it is not an upper bound: on a shared H200 host a "
-           f"training-like loop ran 5-22% slower traced than untraced (median of paired blocks, 9 sets; 1-9% "
-           f"comparing only the stretches where the host ran fast) while this estimate said under 2%): "
+           f"training-like loop ran -1% to +22% slower traced than untraced (median of paired blocks per set, 12 "
+           f"sets; +1.9% over the 48 pairs of the latest two, 90% interval -1.5% to +10.4%) while this estimate said "
+           f"under 2%): "
            f"{(t.added_ns or 0) / 1e9:.3f} s added over "
            f"{(t.wall_ns or 0) / 1e9:.1f} s of session ({pct(t.share)}, all traced processes together); {per_hit}{cpu}"]
     for p in t.processes[:8]:
