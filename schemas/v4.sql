@@ -25,7 +25,8 @@ CREATE TABLE IF NOT EXISTS probe_gaps (
 -- process calls the probed symbol with and without the probe (interleaved, medians).
 CREATE TABLE IF NOT EXISTS probe_costs (
     session_id  INTEGER NOT NULL,
-    probe       VARCHAR NOT NULL,  -- 'entry' (uprobe only) or 'entry_return' (uprobe + uretprobe)
+    probe       VARCHAR NOT NULL,  -- 'entry' (uprobe only), 'entry_return' (uprobe + uretprobe), or
+                                   -- 'sched_interval' (per off-CPU interval of a traced thread)
     cost_ns     DOUBLE,            -- added wall time per hit (NULL: could not be measured)
     method      VARCHAR,           -- e.g. 'calibrated: cuLaunchKernel in libcuda.so.1, 3 x 50000 calls'
     site        VARCHAR            -- the probe site's first instruction, e.g. 'push %rbp (55)'

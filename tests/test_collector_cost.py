@@ -102,12 +102,13 @@ def test_launches_are_entry_only_rows_with_their_arguments(plain: dict[str, Any]
 
 
 def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, Any]) -> None:
-    """probe_costs: both kinds calibrated here; tracing_cost: hits equal the rows of each period, added_ns
-    equals hits x cost; the calibration process left no rows."""
+    """probe_costs: both probe kinds and the scheduler records calibrated here; tracing_cost: hits equal the rows
+    of each period, added_ns equals hits x cost; the calibration process left no rows."""
     con = plain["con"]
     costs = dict(_q(con, "SELECT probe, cost_ns FROM probe_costs"))
     methods = [m for (m,) in _q(con, "SELECT method FROM probe_costs")]
-    assert set(costs) == {"entry", "entry_return"} and all(m.startswith("calibrated") for m in methods), methods
+    assert set(costs) == {"entry", "entry_return", "sched_interval"}, costs
+    assert all(m.startswith("calibrated") for m in methods), methods
     assert all(c > 0 for c in costs.values())
     mismatched = _q(con, """
         SELECT t.pid, t.start_ns, t.entry_hits, t.entry_return_hits,
@@ -125,6 +126,9 @@ def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, 
     pids = {p for (p,) in _q(con, "SELECT DISTINCT pid FROM cuda_calls")}
     assert pids == {plain["mix"], plain["rate"]}, "the calibration process's calls must not be rows"
     assert "probe cost here" in plain["log"]
+    assert f"scheduler records cost here: {costs['sched_interval']:.0f} ns per off-CPU interval" in plain["log"]
+    assert _q(con, "SELECT count(*) FROM sched_intervals WHERE pid NOT IN (?, ?)", [plain["mix"], plain["rate"]]) == [(0,)], \
+        "the ping-pong's intervals must not be rows"
 
 
 def test_the_cost_report_names_what_the_estimate_leaves_out(plain: dict[str, Any]) -> None:
@@ -145,6 +149,34 @@ def test_the_cost_report_names_what_the_estimate_leaves_out(plain: dict[str, Any
     lines = cost_lines(t)
     assert f"the collector itself used {t.collector_cpu_s:.1f} s of CPU ({t.collector_cpu_recording_s:.1f} s of it after " \
         "start-up" in lines[0] and "not an upper bound" in lines[0]
+    # the scheduler records' estimate: every traced interval x the cost the collector measured at start
+    cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'sched_interval'")[0][0]
+    intervals = _q(con, "SELECT count(*) FROM sched_intervals")[0][0]
+    assert t.sched_added_ns == round(intervals * cost) and t.sched_added_ns > 0
+    assert _q(con, t.sql["sched"])[0] == (intervals, t.sched_added_ns, t.total_share)
+    assert f"{t.sched_added_ns / 1e9:.3f} s by the scheduler records ({intervals:,} off-CPU intervals" in lines[0]
+
+
+def test_without_calibration_the_scheduler_records_share_is_unknown(standin: StandIn, tmp_path: Path) -> None:
+    """--no-calibrate: the probes' defaults stand in, stored as such, but the scheduler records' cost is NULL and the
+    report says their share is unknown (never 0)."""
+    from ingero_mcp.analysis.cost import cost_lines
+    from ingero_mcp.analysis.info import trace_info
+    from ingero_mcp.store import open_store
+
+    db = tmp_path / "nocal.duckdb"
+    log = _record(db, [Workload(standin, "mix", "20", "0", "0", "0", "0")], "--no-calibrate").output()
+    assert "cost here" not in log
+    con = open_store(db)
+    try:
+        rows = _q(con, "SELECT probe, cost_ns, method FROM probe_costs ORDER BY probe")
+        assert [(p, c) for p, c, _ in rows] == [("entry", 900.0), ("entry_return", 1400.0), ("sched_interval", None)]
+        assert rows[2][2] == "not measured (--no-calibrate)"
+        t = trace_info(con).tracing
+        assert t is not None and t.off_cpu_intervals > 0 and (t.sched_added_ns, t.total_share) == (None, None)
+        assert f"the scheduler records' share unknown ({t.off_cpu_intervals:,} off-CPU intervals" in cost_lines(t)[0]
+    finally:
+        con.close()
 
 
 def test_the_kernels_own_timing_of_each_program_is_noted(plain: dict[str, Any]) -> None:

@@ -80,8 +80,14 @@ def test_the_tracing_cost_is_sql_over_the_store(v4_stores: Path) -> None:
             assert p.added_ns == con.execute("SELECT sum(added_ns) FROM tracing_cost WHERE pid = ?", [p.pid]).fetchone()[0]
             assert p.off_cpu_intervals == con.execute("SELECT count(*) FROM sched_intervals WHERE pid = ?", [p.pid]).fetchone()[0]
         assert t.collector_cpu_s is None  # the zoo's notes were trimmed (not one JSON document): unknown, not 0
+        # these stores predate the scheduler records' calibration: their cost is unknown, not zero
+        intervals, = con.execute("SELECT count(*) FROM sched_intervals").fetchone()
+        assert intervals > 0 and (t.off_cpu_intervals, t.sched_added_ns, t.total_share) == (intervals, None, None)
+        assert con.execute(t.sql["sched"]).fetchone() == (intervals, None, None)
+        assert all(p.sched_added_ns is None for p in t.processes)
         lines = cost_lines(t)
-        assert f"{added / 1e9:.3f} s added over {wall / 1e9:.1f} s" in lines[0]
+        assert f"{added / 1e9:.3f} s added by the CUDA probes" in lines[0] and f"over {wall / 1e9:.1f} s of session" in lines[0]
+        assert f"the scheduler records' share unknown ({intervals:,} off-CPU intervals" in lines[0]
         assert "900 ns per hit" in lines[0] and "entry-only" in lines[-1]
     finally:
         con.close()
@@ -91,6 +97,43 @@ def test_the_tracing_cost_is_sql_over_the_store(v4_stores: Path) -> None:
         assert t is not None and t.launch_coverage == 1.0 and not any("estimates" in line for line in cost_lines(t))
     finally:
         old.close()
+
+
+def test_the_scheduler_records_cost_is_sql_over_the_store(v4_stores: Path, tmp_path: Path) -> None:
+    """With a measured cost per off-CPU interval, the scheduler records' estimate is every traced thread's
+    intervals x that cost, per process and for the session, each recomputed by its SQL, and the whole estimate's
+    share adds it to the CUDA probes'."""
+    import duckdb
+
+    from ingero_mcp.analysis.cost import cost_lines
+    from ingero_mcp.analysis.info import trace_info
+
+    db = tmp_path / "cpu_hog.sched.duckdb"
+    shutil.copy(v4_stores / "cpu_hog.gaps.duckdb", db)
+    with duckdb.connect(str(db)) as rw:
+        rw.execute("INSERT INTO probe_costs SELECT session_id, 'sched_interval', 412.0, 'test: measured', NULL FROM sessions")
+    con = open_store(db)
+    try:
+        t = trace_info(con).tracing
+        assert t is not None and t.processes
+        intervals, = con.execute("SELECT count(*) FROM sched_intervals").fetchone()
+        added, = con.execute("SELECT sum(added_ns) FROM tracing_cost").fetchone()
+        wall, = con.execute("SELECT sum(stopped_ns - started_ns) FROM sessions").fetchone()
+        assert t.off_cpu_intervals == intervals and t.sched_added_ns == round(intervals * 412.0)
+        assert t.total_share == pytest.approx((added + t.sched_added_ns) / wall, abs=1e-6)
+        assert con.execute(t.sql["sched"]).fetchone() == (t.off_cpu_intervals, t.sched_added_ns, t.total_share)
+        for p in t.processes:
+            assert p.sched_added_ns == round(p.off_cpu_intervals * 412.0)
+            assert con.execute(p.sql).fetchone()[9] == p.sched_added_ns
+        lines = cost_lines(t)
+        assert (f" and {t.sched_added_ns / 1e9:.3f} s by the scheduler records ({intervals:,} off-CPU intervals of "
+                f"traced threads), {100 * t.total_share:.2f}% together") in lines[0]
+        assert "sched_interval 412 ns per off-CPU interval (test: measured)" in lines[0]
+        top = t.processes[0]
+        assert f"{top.off_cpu_intervals:,} off-CPU intervals (+{top.sched_added_ns / 1e9:.3f} s by the scheduler records)" \
+            in lines[1]
+    finally:
+        con.close()
 
 
 def test_a_store_before_v4_says_nothing_of_tracing_cost(tmp_path: Path) -> None:

@@ -21,22 +21,32 @@ from ingero_mcp.analysis.models import (
 )
 
 
+SCHED_PROBE = "sched_interval"  # probe_costs.probe: the scheduler tracepoints' added time per traced off-CPU interval
+
+
 def process_cost_sql(pid: int | None = None) -> str:
     """Per traced process: the estimated added time, the span its periods cover, hits, and the launch coverage over
-    that span (1 - its overlap with probe_gaps / the span)."""
+    that span (1 - its overlap with probe_gaps / the span); then its off-CPU intervals x the scheduler tracepoints'
+    cost per interval (NULL where that cost was not measured)."""
     only = f"WHERE pid = {int(pid)}" if pid is not None else ""
     return tidy(f"""
         WITH t AS (SELECT session_id, pid, sum(added_ns)::BIGINT AS added_ns, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
                           sum(entry_hits)::BIGINT AS entry_hits, sum(entry_return_hits)::BIGINT AS entry_return_hits
-                   FROM tracing_cost {only} GROUP BY session_id, pid)
+                   FROM tracing_cost {only} GROUP BY session_id, pid),
+             o AS (SELECT t.session_id, t.pid, (SELECT count(*) FROM sched_intervals s
+                                                 WHERE s.session_id = t.session_id AND s.pid = t.pid) AS off_cpu_intervals
+                   FROM t)
         SELECT t.session_id, t.pid, t.added_ns, t.end_ns - t.start_ns AS wall_ns,
                round(t.added_ns / nullif(t.end_ns - t.start_ns, 0), 6) AS share, t.entry_hits, t.entry_return_hits,
-               (SELECT count(*) FROM sched_intervals s WHERE s.session_id = t.session_id AND s.pid = t.pid) AS off_cpu_intervals,
+               o.off_cpu_intervals,
                round(1 - coalesce((SELECT sum(least(g.end_ns, t.end_ns) - greatest(g.start_ns, t.start_ns)) FROM probe_gaps g
                                    WHERE g.session_id = t.session_id AND g.probes = 'launch'
                                      AND g.start_ns < t.end_ns AND g.end_ns > t.start_ns), 0)
-                       / nullif(t.end_ns - t.start_ns, 0), 4) AS launch_coverage
-        FROM t ORDER BY t.added_ns DESC, t.pid""")
+                       / nullif(t.end_ns - t.start_ns, 0), 4) AS launch_coverage,
+               round(o.off_cpu_intervals * (SELECT max(p.cost_ns) FROM probe_costs p
+                                            WHERE p.session_id = t.session_id AND p.probe = '{SCHED_PROBE}'))::BIGINT
+                   AS sched_added_ns
+        FROM t JOIN o USING (session_id, pid) ORDER BY t.added_ns DESC, t.pid""")
 
 
 def session_cost_sql() -> str:
@@ -46,6 +56,26 @@ def session_cost_sql() -> str:
                (SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns)::BIGINT AS wall_ns,
                round((SELECT sum(added_ns) FROM tracing_cost)
                      / nullif((SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns), 0), 6) AS share""")
+
+
+def sched_cost_sql() -> str:
+    """For the sessions: every traced thread's off-CPU intervals, the scheduler tracepoints' estimated added time
+    (intervals x the session's cost per interval; NULL if a session with intervals has no measured cost: unknown, not
+    zero), and with the CUDA probes' estimate, the whole estimate's share of the sessions' wall time."""
+    return tidy(f"""
+        WITH per AS (SELECT s.session_id, count(i.session_id) AS intervals,
+                            (SELECT max(p.cost_ns) FROM probe_costs p
+                             WHERE p.session_id = s.session_id AND p.probe = '{SCHED_PROBE}') AS cost_ns
+                     FROM sessions s LEFT JOIN sched_intervals i USING (session_id) GROUP BY s.session_id),
+             est AS (SELECT sum(intervals)::BIGINT AS intervals,
+                            CASE WHEN count(*) FILTER (WHERE intervals > 0 AND cost_ns IS NULL) = 0
+                                 THEN coalesce(round(sum(intervals * cost_ns)), 0)::BIGINT END AS sched_added_ns
+                     FROM per)
+        SELECT est.intervals, est.sched_added_ns,
+               round((coalesce((SELECT sum(added_ns) FROM tracing_cost), 0) + est.sched_added_ns)
+                     / nullif((SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns), 0), 6)
+                   AS total_share
+        FROM est""")
 
 
 PROBE_COSTS_SQL = "SELECT probe, cost_ns, method FROM probe_costs ORDER BY probe, session_id"
@@ -73,6 +103,7 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
         return None
     names = {int(p): c for p, c in rows(con, "SELECT pid, comm FROM processes WHERE comm IS NOT NULL")}
     added, wall, share = rows(con, session_cost_sql())[0]
+    intervals, sched_added, total_share = rows(con, sched_cost_sql())[0]
     coverage = rows(con, launch_coverage_sql())[0][0] if has_gaps else 1.0
     collector_cpu, collector_cpu_recording = rows(con, COLLECTOR_CPU_SQL)[0]
     programs = [BpfProgramTime(program=str(p), runs=int(n or 0), run_time_ns=int(t or 0)) for p, n, t in rows(con, BPF_PROGRAMS_SQL)]
@@ -83,12 +114,15 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
         processes=[ProcessTracingCost(pid=int(pid), comm=names.get(int(pid)), added_ns=int(a or 0), wall_ns=int(w or 0),
                                       share=None if s is None else float(s), entry_hits=int(e or 0),
                                       entry_return_hits=int(er or 0), off_cpu_intervals=int(oc or 0),
-                                      launch_coverage=None if lc is None else float(lc), sql=process_cost_sql(int(pid)))
-                   for _sid, pid, a, w, s, e, er, oc, lc in per],
+                                      launch_coverage=None if lc is None else float(lc),
+                                      sched_added_ns=None if sa is None else int(sa), sql=process_cost_sql(int(pid)))
+                   for _sid, pid, a, w, s, e, er, oc, lc, sa in per],
+        off_cpu_intervals=int(intervals or 0), sched_added_ns=None if sched_added is None else int(sched_added),
+        total_share=None if total_share is None else float(total_share),
         collector_cpu_s=None if collector_cpu is None else round(float(collector_cpu), 3),
         collector_cpu_recording_s=None if collector_cpu_recording is None else round(float(collector_cpu_recording), 3),
         bpf_programs=programs or None,
-        sql={"session": session_cost_sql(), "launch_coverage": launch_coverage_sql(), "probe_costs": PROBE_COSTS_SQL,
+        sql={"session": session_cost_sql(), "sched": sched_cost_sql(), "launch_coverage": launch_coverage_sql(), "probe_costs": PROBE_COSTS_SQL,
              "entry_only_launches": ENTRY_ONLY_SQL, "collector_cpu_s": COLLECTOR_CPU_SQL, "bpf_programs": BPF_PROGRAMS_SQL},
     )
 
@@ -100,7 +134,8 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
         return []
     def pct(v: float | None) -> str:
         return "?" if v is None else f"{100 * v:.2f}%"
-    per_hit = "; ".join(f"{c.probe} {'not measured' if c.cost_ns is None else f'{c.cost_ns:,.0f} ns'} per hit"
+    per_hit = "; ".join(f"{c.probe} {'not measured' if c.cost_ns is None else f'{c.cost_ns:,.0f} ns'} "
+                        f"{'per off-CPU interval' if c.probe == SCHED_PROBE else 'per hit'}"
                         + (f" ({text(c.method)})" if c.method else "") for c in t.probe_costs) or "per-hit costs not recorded"
     cpu = "" if t.collector_cpu_s is None else f"; the collector itself used {t.collector_cpu_s:.1f} s of CPU"
     if t.collector_cpu_s is not None and t.collector_cpu_recording_s is not None:
@@ -110,17 +145,27 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
         top = ", ".join(f"{p.program} {p.run_time_ns / 1e9:.3f} s" for p in t.bpf_programs[:3])  # our own names
         cpu += (f"; its eBPF programs ran {sum(p.run_time_ns for p in t.bpf_programs) / 1e9:.3f} s in the kernel, "
                 f"{sum(p.runs for p in t.bpf_programs):,} runs on all CPUs (measured by the kernel; most: {top})")
-    out = [f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost. It leaves out the scheduler and "
-           f"memory tracepoints and the collector's own CPU use, and it is not an upper bound: on a shared H200 host a "
-           f"training-like loop ran -1% to +22% slower traced than untraced (median of paired blocks per set, 12 "
-           f"sets; +1.9% over the 48 pairs of the latest two, 90% interval -1.5% to +10.4%) while this estimate said "
-           f"under 2%): "
-           f"{(t.added_ns or 0) / 1e9:.3f} s added over "
-           f"{(t.wall_ns or 0) / 1e9:.1f} s of session ({pct(t.share)}, all traced processes together); {per_hit}{cpu}"]
+    if t.sched_added_ns is None:
+        sched = (f"; the scheduler records' share unknown ({t.off_cpu_intervals:,} off-CPU intervals, their cost "
+                 "not measured)")
+    else:
+        sched = (f" and {t.sched_added_ns / 1e9:.3f} s by the scheduler records ({t.off_cpu_intervals:,} off-CPU "
+                 f"intervals of traced threads), {pct(t.total_share)} together")
+    head = (f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost, and the traced threads' off-CPU "
+            f"intervals x what the scheduler tracepoints add to each, both measured at start. It leaves out those "
+            f"tracepoints' work at every other context switch of the machine, the memory tracepoints and the collector's "
+            f"own CPU use, and it is not an upper bound: on a shared H200 host a training-like loop ran -1% to +22% "
+            f"slower traced than untraced (median of paired blocks per set, 12 sets; +1.9% over the 48 pairs of the "
+            f"latest two, 90% interval -1.5% to +10.4%) while the CUDA probes' estimate said under 2%): "
+            f"{(t.added_ns or 0) / 1e9:.3f} s added by the CUDA probes ({pct(t.share)}){sched}, over "
+            f"{(t.wall_ns or 0) / 1e9:.1f} s of session, all traced processes together; {per_hit}{cpu}")
+    out = [head]
     for p in t.processes[:8]:
+        sched_p = ("their cost not measured" if p.sched_added_ns is None
+                   else f"+{p.sched_added_ns / 1e9:.3f} s by the scheduler records")
         out.append(f"  {text(p.comm)}[{p.pid}]: {p.added_ns / 1e9:.3f} s added over {p.wall_ns / 1e9:.1f} s ({pct(p.share)}), "
                    f"{p.entry_hits:,} entry-only hits, {p.entry_return_hits:,} entry+return hits, "
-                   f"{p.off_cpu_intervals:,} off-CPU intervals (each paid the scheduler tracepoints)"
+                   f"{p.off_cpu_intervals:,} off-CPU intervals ({sched_p})"
                    + (f", launches recorded {pct(p.launch_coverage)} of the time" if p.launch_coverage is not None
                       and p.launch_coverage < 1 else ""))
     how = []

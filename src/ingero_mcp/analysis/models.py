@@ -250,7 +250,8 @@ class TableCoverage(BaseModel):
 class ProbeCost(BaseModel):
     """The added wall time per probe hit, measured when the collector started (probe_costs)."""
 
-    probe: str = Field(description="'entry' (uprobe only) or 'entry_return' (uprobe + uretprobe)")
+    probe: str = Field(description="'entry' (uprobe only), 'entry_return' (uprobe + uretprobe), or 'sched_interval' "
+                       "(what the scheduler tracepoints add to one off-CPU interval of a traced thread)")
     cost_ns: float | None = None
     method: str | None = None
 
@@ -267,7 +268,9 @@ class ProcessTracingCost(BaseModel):
     entry_return_hits: int = 0
     launch_coverage: float | None = Field(None, description="share of wall_ns not in probe_gaps (launches recorded)")
     off_cpu_intervals: int = Field(0, description="sched_intervals rows of its threads: each switch paid the scheduler "
-                                   "tracepoints, which the estimate leaves out")
+                                   "tracepoints")
+    sched_added_ns: int | None = Field(None, description="off_cpu_intervals x the measured cost per interval "
+                                       "(probe_costs 'sched_interval'); None: that cost was not measured")
     sql: str = ""
 
 
@@ -282,9 +285,15 @@ class BpfProgramTime(BaseModel):
 class TracingCost(BaseModel):
     """What tracing cost (schema v4 stores; None before): estimated added time, per process and for the session."""
 
-    added_ns: int | None = None
+    added_ns: int | None = Field(None, description="the CUDA probes' estimated added time (tracing_cost), every traced "
+                                 "process together")
     wall_ns: int | None = Field(None, description="the sessions' wall time (stop - start)")
     share: float | None = Field(None, description="added_ns / wall_ns (every traced process's added time together)")
+    off_cpu_intervals: int = Field(0, description="every traced thread's off-CPU intervals (sched_intervals rows)")
+    sched_added_ns: int | None = Field(None, description="off_cpu_intervals x the measured cost per interval; None: "
+                                       "not measured in a session that had intervals (unknown, not zero)")
+    total_share: float | None = Field(None, description="(added_ns + sched_added_ns) / wall_ns; None when "
+                                      "sched_added_ns is")
     launch_coverage: float | None = Field(None, description="share of the sessions' time not in probe_gaps")
     entry_only_launches: int = Field(0, description="launch rows without a duration (probed entry-only)")
     probe_costs: list[ProbeCost] = []

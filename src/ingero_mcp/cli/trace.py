@@ -29,9 +29,11 @@ durations are the evidence). At start the collector measures what one hit costs 
 records it estimates each process's added time (hits x cost, table tracing_cost) and, above
 --max-overhead, attaches the launch probes for only part of each second: launches made meanwhile
 are not rows, the gaps are in table probe_gaps, and the analysis scales launch counts by the
-covered share. The estimate counts the CUDA probes only, not the scheduler/memory tracepoints nor
-the collector's own CPU (explain lists both beside it), and it is not an upper bound: measured
-slowdowns have been several times larger on a training-like loop (bench/README.md). With
+covered share. It also measures what tracing a thread adds at each of its context switches (the
+scheduler records, probe_costs 'sched_interval'), and explain adds off-CPU intervals x that cost to
+the estimate. The estimate leaves out the tracepoints' work for every other thread, the memory
+tracepoints and the collector's own CPU (explain lists it beside), and it is not an upper bound:
+measured slowdowns have been larger on a training-like loop (bench/README.md). With
 `sysctl kernel.bpf_stats_enabled=1` while recording, the kernel also times every eBPF program
 (some tens of ns per run), and explain adds their run time.
 A virtual environment keeps working under sudo: sudo $(which ingero-mcp) trace ...
@@ -102,8 +104,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "(default 2). Above it, the launch probes are attached for only part of each second; "
                         "'off' never detaches (the estimate is still stored)")
     parser.add_argument("--no-calibrate", action="store_true",
-                        help="do not measure the per-hit probe costs at start (~0.5 s); the estimate then uses "
-                        "defaults (900 ns entry-only, 1400 ns entry + return), stored as such in probe_costs")
+                        help="do not measure the per-hit probe costs (~0.5 s) nor the scheduler records' cost per "
+                        "off-CPU interval (~0.2 s) at start; the estimate then uses defaults for the probes (900 ns "
+                        "entry-only, 1400 ns entry + return) and says the scheduler records' share is unknown, each "
+                        "stored as such in probe_costs")
     parser.add_argument("--poll-interval", type=_poll_interval, default=0.25, metavar="S",
                         help="the longest the collector leaves its ring buffers unread (default 0.25); it reads "
                         "sooner when they fill faster, so nothing is lost. Shorter means more wake-ups, which may "

@@ -5,6 +5,12 @@ context: the call returns at once), timed with the probe attached to that proces
 it, interleaved; the median difference per call is the added time of one hit, kernel trap and
 eBPF program included (the calibration process is traced like a job, its records are dropped).
 Launch symbols are measured entry-only, a synchronise symbol with entry + return probes.
+
+The scheduler tracepoints stay attached for the whole session and run on every context switch of the
+host; what tracing a thread adds to them (its state, one record per off-CPU interval) is measured the
+same way: two threads of the calibration process, pinned to one CPU, pass a byte back and forth through
+pipes, timed with the process traced and untraced; the added time over the switches it made is the
+cost of one off-CPU interval of a traced thread.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from typing import Any
 DEFAULT_COST_NS = {"entry": 900.0, "entry_return": 1400.0}
 CALLS = 50_000
 ROUNDS = 3
+ROUND_TRIPS = 2_000  # ping-pong round trips per timed run: two off-CPU intervals each, ~10 us in Python
+SCHED_ROUNDS = 5  # the added time is a few % of a round trip: more, shorter pairs than for the probes
+SCHED_PROBE = "sched_interval"  # probe_costs.probe of the scheduler tracepoints' cost per traced off-CPU interval
 
 # (symbol, probe kind, how many NULL/zero arguments it takes): both return at once without a context.
 CALIBRATION_CALLS: tuple[tuple[str, str, int], ...] = (
@@ -29,15 +38,39 @@ CALIBRATION_CALLS: tuple[tuple[str, str, int], ...] = (
 )
 
 _CHILD = r"""
-import ctypes, sys, time
-lib = ctypes.CDLL(sys.argv[1])
+import ctypes, os, sys, threading, time
+lib = ctypes.CDLL(sys.argv[1]) if len(sys.argv) > 1 else None
+os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})  # one CPU: every pipe wake-up is a context switch
+ping_r, ping_w = os.pipe()
+pong_r, pong_w = os.pipe()
+
+def echo():
+    while os.read(ping_r, 1) == b"x":
+        os.write(pong_w, b"x")
+
+def switches():
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/status") as status:
+            total += sum(int(line.split()[1]) for line in status if "ctxt_switches:" in line)
+    return total
+
+threading.Thread(target=echo, daemon=True).start()
 print("ready", flush=True)
 for line in sys.stdin:
     name, nargs, n = line.split()
+    rng = range(int(n))
+    if name == "pingpong":
+        before = switches()
+        t0 = time.perf_counter_ns()
+        for _ in rng:
+            os.write(ping_w, b"x")
+            os.read(pong_r, 1)
+        print(time.perf_counter_ns() - t0, switches() - before, flush=True)
+        continue
     fn = getattr(lib, name)
     fn.restype = ctypes.c_int
     args = (None,) * int(nargs)
-    rng = range(int(n))
     t0 = time.perf_counter_ns()
     for _ in rng:
         fn(*args)
@@ -49,8 +82,8 @@ for line in sys.stdin:
 class ProbeCost:
     """The added time of one hit of one probe kind, and how it was found."""
 
-    probe: str  # 'entry' or 'entry_return'
-    cost_ns: float
+    probe: str  # 'entry', 'entry_return' or 'sched_interval'
+    cost_ns: float | None  # None: not measured (unknown, not zero)
     method: str
     site: str | None = None
 
@@ -63,6 +96,17 @@ def calibrated(probe: str, cost_ns: float, symbol: str, library: str, site: str 
     """A cost measured by Calibrator.measure with its defaults, saying how."""
     return ProbeCost(probe, cost_ns, f"calibrated: {symbol} in {library}, {ROUNDS} x {CALLS} calls with and without "
                      "the probe, median", site)
+
+
+def sched_calibrated(cost_ns: float) -> ProbeCost:
+    """The scheduler tracepoints' cost per traced off-CPU interval, measured by Calibrator.measure_sched."""
+    return ProbeCost(SCHED_PROBE, cost_ns, f"calibrated: two threads passing a byte through pipes on one CPU, {SCHED_ROUNDS} x "
+                     f"{ROUND_TRIPS} round trips traced and untraced, median added time per context switch")
+
+
+def sched_unmeasured(why: str) -> ProbeCost:
+    """No number for the scheduler tracepoints' cost: the estimate says unknown, never zero."""
+    return ProbeCost(SCHED_PROBE, None, f"not measured ({why})")
 
 
 def defaults(why: str) -> dict[str, ProbeCost]:
@@ -84,18 +128,20 @@ def describe_site(head: bytes) -> str:
 
 
 class Calibrator:
-    """Runs the calibration process against one library; `attach`/`detach` are the tracer's, for that pid."""
+    """Runs the calibration process (against one library, or none for the scheduler's cost); `attach`/`detach`
+    are the tracer's, for that pid."""
 
-    def __init__(self, lib_path: str) -> None:
+    def __init__(self, lib_path: str | None = None) -> None:
         self.lib_path = lib_path
-        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, lib_path], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen([sys.executable, "-c", _CHILD, *([lib_path] if lib_path else [])],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("ready"):
             err = self.proc.stderr.read() if self.proc.stderr else ""
             self.close()
-            raise RuntimeError(f"calibration process could not load {lib_path}: {err.strip()[-300:] or line!r}")
+            raise RuntimeError(f"calibration process could not {f'load {lib_path}' if lib_path else 'start'}: "
+                               f"{err.strip()[-300:] or line!r}")
 
     @property
     def pid(self) -> int:
@@ -123,6 +169,32 @@ class Calibrator:
                 detach()
             diffs.append((probed - bare) / calls)
         return max(0.0, statistics.median(diffs))
+
+    def pingpong(self, round_trips: int) -> tuple[int, int]:
+        """Wall ns of `round_trips` ping-pong round trips, and the context switches its threads made meanwhile."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"pingpong 0 {round_trips}\n")
+        self.proc.stdin.flush()
+        ns, switches = self.proc.stdout.readline().split()
+        return int(ns), int(switches)
+
+    def measure_sched(self, trace: Any, untrace: Any, *, round_trips: int = ROUND_TRIPS,
+                      rounds: int = SCHED_ROUNDS) -> float:
+        """Median added ns per context switch with the process traced (`trace`/`untrace` put it in and out of the
+        traced set), over `rounds` interleaved pairs of ping-pong runs."""
+        self.pingpong(round_trips // 10)  # warm
+        per_switch = []
+        for _ in range(rounds):
+            bare, _ = self.pingpong(round_trips)
+            trace()
+            try:
+                traced, switches = self.pingpong(round_trips)
+            finally:
+                untrace()
+            if switches <= 0:
+                raise RuntimeError("the ping-pong made no context switch")
+            per_switch.append((traced - bare) / switches)
+        return max(0.0, statistics.median(per_switch))
 
     def close(self) -> None:
         """End the calibration process."""

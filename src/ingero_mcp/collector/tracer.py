@@ -38,6 +38,8 @@ from ingero_mcp.collector.calibrate import (
     calibrated,
     defaults,
     describe_site,
+    sched_calibrated,
+    sched_unmeasured,
 )
 from ingero_mcp.collector.discovery import (
     CudaLibrary,
@@ -195,6 +197,7 @@ class Tracer:
         # the always-on cost (issue 10): probe costs, the launch probe sites the governor attaches and detaches
         self.costs: dict[str, ProbeCost] = defaults("not measured yet")
         self.costs_final = False
+        self.sched_cost: ProbeCost = sched_unmeasured("not measured yet")
         self._costs_written = False
         self.calibration_pids: set[int] = set()
         self.calibration_rows = {"cuda": 0, "sched": 0, "proc": 0}
@@ -463,6 +466,36 @@ class Tracer:
         self._say(f"probe cost here: entry-only {costs['entry'].cost_ns:.0f} ns, entry + return "
                   f"{costs['entry_return'].cost_ns:.0f} ns per call ({costs['entry'].method.split(':')[0]})")
 
+    def _calibrate_sched(self) -> None:
+        """Measure what the scheduler tracepoints add to one off-CPU interval of a traced thread (calibrate.py):
+        tracing a thread costs it at every switch, beside its CUDA probes' hits."""
+        if not self.opts.calibrate:
+            self.sched_cost = sched_unmeasured("--no-calibrate")
+            return
+        try:
+            cal = Calibrator()
+        except Exception as exc:  # noqa: BLE001 - the estimate then says unknown
+            self.sched_cost = sched_unmeasured(f"calibration could not start: {exc}")
+            return
+        self.calibration_pids.add(cal.pid)
+        key = self.traced_map.Key(cal.pid)
+
+        def trace() -> None:
+            self.traced_map[key] = self.traced_map.Leaf(1)
+
+        def untrace() -> None:
+            del self.traced_map[key]
+
+        try:
+            self.sched_cost = sched_calibrated(cal.measure_sched(trace, untrace))
+        except Exception as exc:  # noqa: BLE001
+            self.sched_cost = sched_unmeasured(f"calibration failed: {type(exc).__name__}: {exc}")
+        finally:
+            cal.close()
+        cost = self.sched_cost.cost_ns
+        self._say(f"scheduler records cost here: {'not measured' if cost is None else f'{cost:.0f} ns'} per off-CPU "
+                  f"interval of a traced thread ({self.sched_cost.method.split(':')[0].split(' (')[0]})")
+
     def _discover(self) -> None:
         """Attach libraries mapped by the processes we trace (all processes without --pid)."""
         if self.trace_all:
@@ -508,6 +541,7 @@ class Tracer:
         share = None if self.opts.max_overhead_pct is None else self.opts.max_overhead_pct / 100
         self.governor = Governor(self.costs, share, self._toggle_launch, windowed=self.opts.launch_probes == "entry",
                                  offset_ns=self.offset_ns, say=self._say, refresh=self._drain)
+        self._calibrate_sched()
         for pid in self.opts.pids:
             if not alive(pid):
                 raise ProcessLookupError(f"no process {pid}")
@@ -765,7 +799,7 @@ class Tracer:
         """probe_costs once known, the governor's gaps and tracing_cost rows as they are made."""
         if (self.costs_final or final) and not self._costs_written:
             costs = self.costs if self.costs_final else defaults("not measured: no libcuda was attached")
-            rows = [c.row() for c in costs.values()]
+            rows = [c.row() for c in [*costs.values(), self.sched_cost]]
             self.writer.append("probe_costs", {k: [r[k] for r in rows] for k in rows[0]})
             self._costs_written = True
         if self.governor is None:
