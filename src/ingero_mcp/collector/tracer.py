@@ -185,6 +185,7 @@ class Tracer:
         self._procs_dirty = True
         self._drain_lock = threading.Lock()
         self._drain_stop = threading.Event()
+        self._filled = FillSinceRead()  # what the rings received between two of the reader's reads
         self._wake = threading.Event()  # request_stop wakes the main loop
         self._drain_thread: threading.Thread | None = None
         self._sample_thread: threading.Thread | None = None
@@ -581,7 +582,9 @@ class Tracer:
         with self._drain_lock:
             for name, ring in self.rings.items():
                 batch = ring.read()
-                fill = max(fill, len(batch) * ring.record / ring.size)
+                share = len(batch) * ring.record / ring.size
+                fill = max(fill, share)
+                self._filled.add(name, share)
                 if len(batch) and self.calibration_pids:
                     mine = np.isin(batch["pid"], list(self.calibration_pids))
                     self.calibration_rows[name] += int(mine.sum())  # seen by the kernel, not the job's
@@ -607,7 +610,9 @@ class Tracer:
             pass
         wait, last = MIN_POLL_S, time.monotonic()
         while not self._drain_stop.wait(wait):
-            fill = self._drain()
+            self._drain()
+            with self._drain_lock:
+                fill = self._filled.take()  # the governor's reads meanwhile included: the rings' rate, not this read's
             now = time.monotonic()
             wait, last = drain_wait(fill, now - last, self.opts.poll_interval_s), now
 
@@ -1177,6 +1182,25 @@ def probe_site(path: bytes, offset: int) -> tuple[int, str]:
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+class FillSinceRead:
+    """How full each ring got since the ring reader's last read, counting what other threads drained meanwhile (the
+    governor reads the rings before each decision): the reader paces itself on the rings' rate, which its own reads
+    alone would understate."""
+
+    def __init__(self) -> None:
+        self._share: dict[str, float] = {}
+
+    def add(self, ring: str, share: float) -> None:
+        """A read that emptied `share` of `ring` (records x record size / ring size)."""
+        self._share[ring] = self._share.get(ring, 0.0) + share
+
+    def take(self) -> float:
+        """The fullest ring's share since the last take, then start over."""
+        fill = max(self._share.values(), default=0.0)
+        self._share = {}
+        return fill
 
 
 def drain_wait(fill: float, elapsed_s: float, max_s: float) -> float:
