@@ -289,6 +289,36 @@ static __always_inline void agg_add(u32 pid, u32 tid, u16 cpu, u64 now, u16 kind
 
 // ---- CUDA calls ---------------------------------------------------------------------------
 
+// One call record into the CUDA ring (entry-only launches at entry, every other call at its return):
+// the counters are what happened to the thread during the call (0 for an entry-only record).
+static __always_inline void emit_call(u64 ts, u64 dur, u64 bytes, u64 stream, u64 handle, u64 hptr,
+                                      u64 wait_ns, u64 sleep_ns, u64 pg_bytes, u32 pid, u32 tid,
+                                      u32 switches, u32 pages, s32 ret, u16 op, u8 kind, u8 flags) {
+    struct cuda_ev *ev = cuda_events.ringbuf_reserve(sizeof(struct cuda_ev));
+    if (!ev) {
+        count(C_CUDA_DROP);
+        return;
+    }
+    ev->ts = ts;
+    ev->dur = dur;
+    ev->bytes = bytes;
+    ev->stream = stream;
+    ev->handle = handle;
+    ev->host_ptr = hptr;
+    ev->wait_ns = wait_ns;
+    ev->sleep_ns = sleep_ns;
+    ev->pg_bytes = pg_bytes;
+    ev->pid = pid;
+    ev->tid = tid;
+    ev->switches = switches;
+    ev->pages = pages;
+    ev->ret = ret;
+    ev->op = op;
+    ev->kind = kind;
+    ev->flags = flags;
+    cuda_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+}
+
 static __always_inline int enter_h(struct pt_regs *ctx, u16 op, u64 bytes, u64 stream, u64 aux,
                                    u8 kind, u8 flags, u64 handle, u64 hptr) {
     u64 pt = bpf_get_current_pid_tgid();
@@ -312,30 +342,9 @@ static __always_inline int enter_h(struct pt_regs *ctx, u16 op, u64 bytes, u64 s
     }
     if (op & OP_ENTRY_ONLY) {
         // one record now: no frame, no return probe (a constant after inlining: no branch at run time)
-        struct cuda_ev *ev = cuda_events.ringbuf_reserve(sizeof(struct cuda_ev));
-        if (!ev) {
-            count(C_CUDA_DROP);
-            return 0;
-        }
+        emit_call(bpf_ktime_get_ns(), 0, bytes, stream, handle, hptr, 0, 0, 0, tgid, tid, 0, 0, 0,
+                  op & ~OP_ENTRY_ONLY, kind, (flags & (F_BYTES | F_STREAM | F_HANDLE | F_HOSTPTR)) | F_NORET);
         count(C_CUDA_SEEN);
-        ev->ts = bpf_ktime_get_ns();
-        ev->dur = 0;
-        ev->bytes = bytes;
-        ev->stream = stream;
-        ev->handle = handle;
-        ev->host_ptr = hptr;
-        ev->wait_ns = 0;
-        ev->sleep_ns = 0;
-        ev->pg_bytes = 0;
-        ev->pid = tgid;
-        ev->tid = tid;
-        ev->switches = 0;
-        ev->pages = 0;
-        ev->ret = 0;
-        ev->op = op & ~OP_ENTRY_ONLY;
-        ev->kind = kind;
-        ev->flags = (flags & (F_BYTES | F_STREAM | F_HANDLE | F_HOSTPTR)) | F_NORET;
-        cuda_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
         return 0;
     }
     u32 d = st->depth;
@@ -407,29 +416,9 @@ int on_return(struct pt_regs *ctx) {
             bpf_probe_read_user(&hptr, sizeof(hptr), (void *)f->aux);
             flags |= F_HOSTPTR;
         }
-        struct cuda_ev *ev = cuda_events.ringbuf_reserve(sizeof(struct cuda_ev));
-        if (!ev) {
-            count(C_CUDA_DROP);
-            return 0;
-        }
-        ev->ts = f->ts;
-        ev->dur = now - f->ts;
-        ev->bytes = f->bytes;
-        ev->stream = f->stream;
-        ev->handle = f->handle;
-        ev->host_ptr = hptr;
-        ev->wait_ns = st->wait_ns - f->wait0;
-        ev->sleep_ns = st->sleep_ns - f->sleep0;
-        ev->pg_bytes = st->pg_bytes - f->pgb0;
-        ev->pid = pt >> 32;
-        ev->tid = tid;
-        ev->switches = st->switches - f->sw0;
-        ev->pages = st->pages - f->pg0;
-        ev->ret = ret;
-        ev->op = f->op;
-        ev->kind = f->kind;
-        ev->flags = flags & (F_BYTES | F_STREAM | F_HANDLE | F_HOSTPTR);
-        cuda_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+        emit_call(f->ts, now - f->ts, f->bytes, f->stream, f->handle, hptr, st->wait_ns - f->wait0,
+                  st->sleep_ns - f->sleep0, st->pg_bytes - f->pgb0, pt >> 32, tid, st->switches - f->sw0,
+                  st->pages - f->pg0, ret, f->op, f->kind, flags & (F_BYTES | F_STREAM | F_HANDLE | F_HOSTPTR));
         return 0;
     }
     return 0;
