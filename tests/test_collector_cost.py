@@ -179,6 +179,32 @@ def test_without_calibration_the_scheduler_records_share_is_unknown(standin: Sta
         con.close()
 
 
+def test_the_live_view_adds_the_scheduler_records_to_the_estimate(standin: StandIn, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --quiet the live view's cost line gives the CUDA probes' estimate and the scheduler records' (intervals
+    stored so far x the cost measured at start), as explain does."""
+    import re
+
+    from ingero_mcp.store import open_store
+
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per row of the view, as on a wide terminal
+    db = tmp_path / "live.duckdb"
+    log = record(db, [Workload(standin, "mix", "50", "0", "0", "0", "0")], defaults=True, timeout=90, quiet=False).output()
+    got = re.findall(r"tracing cost \(estimated\): [\d.]+ s added by the CUDA probes so far, \+([\d.]+) s by the scheduler "
+                     r"records \(([\d,]+) off-CPU intervals x (\d+) ns\)", log)
+    assert got, log[-2000:]
+    added_s, intervals, per_interval = got[-1]
+    con = open_store(db)
+    try:
+        cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'sched_interval'")[0][0]
+        stored = _q(con, "SELECT count(*) FROM sched_intervals")[0][0]
+    finally:
+        con.close()
+    assert int(per_interval) == round(cost)
+    assert 0 < int(intervals.replace(",", "")) <= stored  # the view lags the last flush at most
+    assert float(added_s) == pytest.approx(int(intervals.replace(",", "")) * cost / 1e9, abs=0.006)
+
+
 def test_the_kernels_own_timing_of_each_program_is_noted(plain: dict[str, Any]) -> None:
     """With kernel.bpf_stats_enabled=1 the session notes each program's runs and run time as the kernel
     measured them: the launch probe ran once per recorded launch (and the calibration's calls), the scheduler

@@ -112,10 +112,12 @@ class Collector:
     # before the always-on defaults check (a runtime call and its nested driver call, launch durations).
     LEGACY = ("--api", "both", "--launch-probes", "full", "--max-overhead", "off")
 
-    def __init__(self, db: Path, *extra: str, defaults: bool = False) -> None:
-        """`defaults`: the collector's own defaults (one layer, entry-only launches, the governor)."""
+    def __init__(self, db: Path, *extra: str, defaults: bool = False, quiet: bool = True) -> None:
+        """`defaults`: the collector's own defaults (one layer, entry-only launches, the governor); `quiet`: no
+        live view (without it, the live view's last frame is printed to stderr at the stop)."""
         mode = () if defaults else self.LEGACY
-        cmd = [sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), "--quiet", *mode, *extra]
+        cmd = [sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), *(["--quiet"] if quiet else []),
+               *mode, *extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
         self.lines: list[str] = []
         self._q: queue.Queue[str | None] = queue.Queue()
@@ -163,10 +165,12 @@ class Collector:
             self.proc.wait()
 
 
-def record(db: Path, workloads: list[Workload], *extra: str, defaults: bool = False, timeout: float = 60) -> Collector:
+def record(db: Path, workloads: list[Workload], *extra: str, defaults: bool = False, timeout: float = 60,
+           quiet: bool = True) -> Collector:
     """`ingero-mcp trace --pid` of each workload, all let go at once and run to their end; the collector
     stops when they have exited. Returns it (its output says what it did)."""
-    collector = Collector(db, *[a for w in workloads for a in ("--pid", str(w.pid))], *extra, defaults=defaults)
+    collector = Collector(db, *[a for w in workloads for a in ("--pid", str(w.pid))], *extra, defaults=defaults,
+                          quiet=quiet)
     try:
         collector.wait_for("recording to", timeout=120)
         for w in workloads:

@@ -72,14 +72,20 @@ class LiveView:
 
 
 def cost_line(tracer: Tracer) -> str:
-    """The tracing cost so far, as the governor estimates it (hits x the per-hit costs measured at start)."""
+    """The tracing cost so far, as the governor estimates it (hits x the per-hit costs measured at start), and the
+    scheduler records' (off-CPU intervals stored x their cost measured at start), as explain adds them."""
     gov = tracer.governor
     if gov is None:
         return ""
     worst = max(gov.last_share.items(), key=lambda kv: kv[1], default=None)
     e, r = tracer.costs["entry"].cost_ns, tracer.costs["entry_return"].cost_ns
-    text = (f"tracing cost (estimated): {gov.total_added_ns / 1e9:.2f} s added so far; per hit {e:.0f} ns entry-only, "
-            f"{r:.0f} ns entry + return; launch probes attached {gov.duty:.0%} of the time")
+    intervals, per_interval = tracer.stored["sched_intervals"], tracer.sched_cost.cost_ns
+    sched = ("the scheduler records' share unknown (not measured)" if per_interval is None else
+             f"+{intervals * per_interval / 1e9:.2f} s by the scheduler records ({intervals:,} off-CPU intervals x "
+             f"{per_interval:.0f} ns)")
+    text = (f"tracing cost (estimated): {gov.total_added_ns / 1e9:.2f} s added by the CUDA probes so far, {sched}; "
+            f"per hit {e:.0f} ns entry-only, {r:.0f} ns entry + return; launch probes attached {gov.duty:.0%} of the "
+            f"time")
     if worst is not None:
         text += f"; highest now pid {worst[0]} at {100 * worst[1]:.1f} % at full coverage"
     return text
