@@ -23,6 +23,13 @@ W=/tmp/same-process-${SAME_TAG:-run}; mkdir -p $W
   for c in 0 1 4 12; do echo "cpu$c siblings $(cat /sys/devices/system/cpu/cpu$c/topology/thread_siblings_list 2>/dev/null)"; done
   cat /proc/sys/kernel/perf_event_paranoid; ls /sys/bus/event_source/devices/; nvidia-smi topo -m; } > $W/host.txt 2>&1
 [ "${BPF_STATS:-0}" = 1 ] && sysctl -w kernel.bpf_stats_enabled=1
+# Huge pages behind the workload's code and heap, every 3 s (a uprobe rewrites a page of the library's text: does the
+# process lose a huge-page mapping of it when traced?).
+grep -r . /sys/kernel/mm/transparent_hugepage/ > $W/thp-settings.txt 2>&1
+( while sleep 3; do p=$(pgrep -f 'workloads.py blocks' | head -1)
+    [ -n "$p" ] && echo "$(date +%s.%N) $(grep -E 'Rss|PmdMapped|HugePages' /proc/$p/smaps_rollup | tr -s ' ' | tr '\n' ' ')"
+  done >> $W/smaps.log 2>/dev/null ) </dev/null >/dev/null 2>&1 &
+SAMPLER=$!
 variants=()
 for v in ${VARIANTS:-}; do variants+=(--variant "$v"); done
 sizes=()
@@ -31,6 +38,7 @@ TAG=${SAME_TAG:-run}
 timeout ${SAME_TIMEOUT:-500} python3 bench/gpu/same_process.py "$W" --pairs ${PAIRS:-8} \
   --workloads ${WORKLOADS:-launch,train,seed} "${sizes[@]}" "${variants[@]}" 2>&1 | tee "$W/same-process-run.log" | tail -40
 pkill -INT -f 'ingero_mcp.cli|_discover = lambda' 2>/dev/null  # a collector that outlived the timeout
+kill $SAMPLER 2>/dev/null
 cp /tmp/ingero-same-process/*.log "$W/" 2>/dev/null
 tar -C /tmp -cJf "$OUT/same-process-$TAG.tar.xz" "same-process-$TAG"
 echo "total $(( $(date +%s) - T0 )) s"

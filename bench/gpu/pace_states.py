@@ -4,7 +4,8 @@ On the H200 host the loop's pace (ms per step, from the marks every 10 steps) sw
 (~0.92-1.05 ms) and a slow one (~1.3-1.6 ms) with or without tracing, independently of the governor's windows.
 Block totals mix the two, so besides each variant's pairs against the untraced block of the same round this
 prints how many blocks spent most of their time in the slow state, and the median pace of the fast segments
-alone (the collector's cost where the host's state is the same).
+alone (the collector's cost where the host's state is the same). Where the blocks timed the loop's loss.item()
+(sets 13-14), it also prints how long the host waited for the GPU in fast and slow segments.
 
     python3 bench/gpu/pace_states.py bench/gpu/h200-same-process/7-train-wakeups.json [...]
     python3 bench/gpu/pace_states.py --pool 9-train-default-24pairs.json 10-train-default-24pairs.json
@@ -53,13 +54,24 @@ def fast_segments(run: dict) -> list[float]:
     return [x for x in paces(run) if x < FAST_MS]
 
 
+def gpu_waits(runs: list[dict]) -> tuple[float, float] | None:
+    """Median µs per step the host waited in loss.item() (workloads.py's item_wait_ns, one per 10-step segment),
+    in fast and in slow segments: near zero in both means the loop is host-bound and the slow state is the host's."""
+    fast, slow = [], []
+    for r in runs:
+        for pace, wait_ns in zip(paces(r), r.get("item_wait_ns") or []):
+            (fast if pace < FAST_MS else slow).append(wait_ns / r.get("marks_every", 10) / 1e3)
+    return (statistics.median(fast), statistics.median(slow)) if fast and slow else None
+
+
 def summary(runs: list[dict]) -> list[dict]:
     """Per variant (None: untraced): blocks, pairs against the same round's untraced block, slow-state blocks,
     fast-state pace, the stored estimate and the collector's CPU and context switches during the block."""
     by_variant: dict[str, list[dict]] = {}
     for r in runs:
         if r.get("workload") == "train" and "marks" in r and "rep" in r:  # same_process.py blocks
-            name = r.get("variant") or ("untraced" if r["mode"] == "untraced" else "traced")
+            name = r.get("variant") or ("untraced" if r["mode"] == "untraced" else "default")
+            name = "default" if name == "traced" else name  # without VARIANTS: the same collector, its defaults
             by_variant.setdefault(name, []).append(r)
     untraced = {r["rep"]: r["total"] for r in by_variant.get("untraced", [])}
     untraced_fast = [statistics.median(f) for f in (fast_segments(r) for r in by_variant.get("untraced", [])) if f]
@@ -88,7 +100,7 @@ def summary(runs: list[dict]) -> list[dict]:
             "fast_state_ms_per_step": statistics.median(fast_paces) if fast_paces else None,
             "estimate_pct": statistics.median(estimate) if estimate else None,
             "collector_cpu_s": med("collector_cpu_during_s"), "collector_switches": med("collector_switches_during"),
-            "lost": sum(r.get("lost") or 0 for r in rs),
+            "lost": sum(r.get("lost") or 0 for r in rs), "gpu_wait_us": gpu_waits(rs),
         })
     return out
 
@@ -119,6 +131,10 @@ def print_table(title: str, rows: list[dict]) -> None:
         print(f"  {r['variant']:10s}  {r['blocks']:6d}  {r['median_s']:8.3f}  {pair:>21s}  {r['mostly_slow_blocks']:11d}  "
               f"{fast:.3f}{rel:>12s}{'':17s}  {est:>8s}  {cpu:>15s}  {sw:>8s}  {r['lost']:4d}  "
               f"{_span(r['pair_median_interval'])}; {_span(r['fast_state_interval'])}")
+    for r in rows:
+        if r["gpu_wait_us"]:
+            print(f"  {r['variant']}: waiting for the GPU {r['gpu_wait_us'][0]:.1f} us per step in fast segments, "
+                  f"{r['gpu_wait_us'][1]:.1f} in slow ones (median)")
 
 
 def main() -> int:

@@ -66,7 +66,7 @@ def train_blocks():
     ys = torch.randint(0, 10, (16, 8192)).pin_memory()
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    def steps_of(n: int, marks: list[int] | None = None) -> None:
+    def steps_of(n: int, marks: list[int] | None = None, waits: list[int] | None = None) -> None:
         for i in range(n):
             if marks is not None and i % 10 == 0:
                 marks.append(time.time_ns())
@@ -75,7 +75,10 @@ def train_blocks():
             opt.step()
             opt.zero_grad(set_to_none=True)
             if i % 10 == 0:
-                loss.item()
+                t = time.perf_counter_ns()
+                loss.item()  # waits for the GPU: how long says whether a slow stretch is the host or the GPU
+                if waits is not None:
+                    waits.append(time.perf_counter_ns() - t)
 
     steps_of(20)  # warm-up: allocator, cuBLAS handles, kernels
     torch.cuda.synchronize()
@@ -89,14 +92,15 @@ def train_blocks():
         t0_ns = time.time_ns()
         t = time.perf_counter()
         marks: list[int] = []  # wall clock every 10 steps: with probe_gaps, the pace attached vs detached
-        steps_of(steps // 2, marks)
+        waits: list[int] = []  # ns in each 10-step segment's loss.item(), the host waiting for the GPU
+        steps_of(steps // 2, marks, waits)
         if warmup_s:
             clocks.append(sm_clock_mhz())
-        steps_of(steps - steps // 2, marks)
+        steps_of(steps - steps // 2, marks, waits)
         torch.cuda.synchronize()
         total = time.perf_counter() - t
         return {"total": total, "steps": steps, "t0_ns": t0_ns, "t1_ns": time.time_ns(), "counters": counters.read(),
-                "marks_every": 10, "marks_unit": "step", "marks": marks, "sm_clock_mhz": clocks}
+                "marks_every": 10, "marks_unit": "step", "marks": marks, "item_wait_ns": waits, "sm_clock_mhz": clocks}
 
     return block
 
