@@ -154,9 +154,10 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
     head = (f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost, and the traced threads' off-CPU "
             f"intervals x what the scheduler tracepoints add to each, both measured at start. It leaves out those "
             f"tracepoints' work at every other context switch of the machine, the memory tracepoints and the collector's "
-            f"own CPU use, and it is not an upper bound: on a shared H200 host a training-like loop ran -1% to +22% "
-            f"slower traced than untraced (median of paired blocks per set, 12 sets; +1.9% over the 48 pairs of the "
-            f"latest two, 90% interval -1.5% to +10.4%) while the CUDA probes' estimate said under 2%): "
+            f"own CPU use, and it is not an upper bound: on a shared H200 host a training-like loop ran -1% to +31% "
+            f"slower traced than untraced (median of paired blocks per set, 16 sets; +4.9% over the latest 79 pairs, "
+            f"90% interval +0.7% to +6.9%; +3.0%, +2.0% to +5.0%, where the host ran fast) while the estimate there said "
+            f"1.3%: on launch-heavy jobs expect more than it says): "
             f"{(t.added_ns or 0) / 1e9:.3f} s added by the CUDA probes ({pct(t.share)}){sched}, over "
             f"{(t.wall_ns or 0) / 1e9:.1f} s of session, all traced processes together; {per_hit}{cpu}")
     out = [head]
