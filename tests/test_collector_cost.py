@@ -101,6 +101,26 @@ def test_launches_are_entry_only_rows_with_their_arguments(plain: dict[str, Any]
     assert _q(con, "SELECT count(*) FROM cuda_calls WHERE contains(op, 'aunch') AND duration_ns IS NOT NULL")[0][0] == 0
 
 
+def test_a_paced_feeder_is_recorded_whole_at_its_pace(standin: StandIn, tmp_path: Path) -> None:
+    """`workload pace` (the GPU bench's stand-in for a job's record load, bench/gpu/same_process.py's feeder)
+    launches 20,000 a second in millisecond bursts: every launch is a row, about 20 in each millisecond."""
+    from ingero_mcp.store import open_store
+
+    feeder = Workload(standin, "pace", "20000", "0.3")
+    _record(tmp_path / "pace.duckdb", [feeder], "--max-overhead", "off")
+    calls = int(feeder.out.split()[1])
+    assert 5000 <= calls <= 6500, feeder.out
+    con = open_store(tmp_path / "pace.duckdb")
+    try:
+        rows, milliseconds = _q(con, "SELECT count(*), count(DISTINCT (ts_ns - first_ns) // 1000000) FROM cuda_calls, "
+                                     "(SELECT min(ts_ns) AS first_ns FROM cuda_calls WHERE pid = $1) "
+                                     "WHERE pid = $1 AND op = 'cuLaunchKernel'", [feeder.pid])[0]
+    finally:
+        con.close()
+    assert rows == calls
+    assert 250 <= milliseconds <= 330, milliseconds  # bursts a millisecond apart, not one back-to-back run
+
+
 def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, Any]) -> None:
     """probe_costs: both probe kinds and the scheduler records calibrated here; tracing_cost: hits equal the rows
     of each period, added_ns equals hits x cost; the calibration process left no rows."""

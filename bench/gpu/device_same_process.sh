@@ -5,6 +5,9 @@
 #   PAIRS=8 WORKLOADS=launch,train,seed bash bench/gpu/device_same_process.sh
 # VARIANTS="default far:cpus=12-15 decoy:decoy" runs those traced variants (same_process.py --variant);
 # BPF_STATS=1 has the kernel time every eBPF program run (kernel.bpf_stats_enabled) for the whole call.
+# A feeder variant ("feed:feeder=20000:args=--max-overhead+off": the collector traces only a stand-in process launching
+# 20,000 a second on FEEDER_CPUS, the job's record load without its traps) needs the stand-in built here first:
+#   sh tests/standin/build.sh .device2/standin
 # Everything comes back in one file, $OUT/same-process-<tag>.tar.xz.
 set -u
 D=${DEVICE_DIR:-.device2}

@@ -8,7 +8,7 @@ the collector stored (calls, losses, probe gaps, the tracing_cost estimate insid
 
     python3 bench/gpu/same_process.py OUTDIR --pairs 8 --workloads launch,train --size launch=500000
 
-Variants (--variant NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=PERIOD_MS/BUSY_MS], repeatable) are traced blocks that differ in where the
+Variants (--variant NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=PERIOD_MS/BUSY_MS][:feeder=PER_S], repeatable) are traced blocks that differ in where the
 collector runs, its flags, or (decoy) a collector that probes copies of the CUDA libraries, which the workload never
 maps, and traces only a sleeping process (`--pid`: no discovery of the real libraries): the collector, its NVML
 sampler and its host-wide tracepoints, without a single trap or per-thread record in the workload; or (sleeper)
@@ -16,7 +16,10 @@ the real libraries but `--pid` of a sleeping process: the workload traps on ever
 call (not a traced process), with no per-thread record either; or (records) the copies of the libraries and
 `--pid` of the workload: every per-thread scheduler record of a traced process, without a single trap; or (burn) no
 collector at all but a process on `cpus` that wakes every PERIOD_MS and spins BUSY_MS, the collector's CPU pattern
-without eBPF (BUSY_MS = PERIOD_MS: always busy). Each round runs the untraced block and every
+without eBPF (BUSY_MS = PERIOD_MS: always busy); or (feeder) a collector that traces only another process, the stand-in
+workload (`tests/standin/build.sh $STANDIN`, default .device2/standin) launching PER_S a second on $FEEDER_CPUS
+(default 8): the collector reads and writes as many records as for the job, while the job takes no trap and has no
+record. Each round runs the untraced block and every
 variant once, in an order that rotates from round to round.
 
 Writes OUTDIR/same-process.json after every block (a call killed at its time limit keeps what finished)
@@ -70,11 +73,11 @@ class Blocks:
 
 
 def parse_variant(text: str) -> dict:
-    """NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=P/B] -> {name, cpus, args, decoy, sleeper,
-    records, burn}."""
+    """NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=P/B][:feeder=PER_S] -> {name, cpus, args, decoy,
+    sleeper, records, burn, feeder}."""
     name, *opts = text.split(":")
     variant: dict = {"name": name, "cpus": None, "args": None, "decoy": False, "sleeper": False, "records": False,
-                     "burn": None}
+                     "burn": None, "feeder": None}
     for opt in opts:
         key, _, value = opt.partition("=")
         if key == "cpus":
@@ -87,6 +90,8 @@ def parse_variant(text: str) -> dict:
             variant["sleeper"] = True
         elif key == "records":
             variant["decoy"] = variant["records"] = True
+        elif key == "feeder":
+            variant["feeder"] = int(value)
         elif key == "burn":
             period, busy = value.split("/")
             variant["burn"] = (float(period) / 1e3, float(busy) / 1e3)
@@ -131,6 +136,24 @@ def burning(run, cpus: str | None, period_s: float, busy_s: float) -> dict:
         burner.wait()
 
 
+STANDIN = Path(os.environ.get("STANDIN", ".device2/standin"))
+FEEDER_CPUS = os.environ.get("FEEDER_CPUS", "8")
+
+
+def feeding(db: Path, variant: dict, run) -> dict:
+    """`run` while a collector traces only a stand-in process launching variant['feeder'] times a second: the
+    collector's record load without a trap or record in the job."""
+    lib_dir = STANDIN / "site-packages" / "nvidia" / "cu13" / "lib"
+    feeder = subprocess.Popen([*_pin(FEEDER_CPUS), str(STANDIN / "workload"), "pace", str(variant["feeder"]), "100000"],
+                              env={**os.environ, "LD_LIBRARY_PATH": str(lib_dir)}, stdout=subprocess.DEVNULL)
+    try:
+        args = [*(COLLECTOR_ARGS if variant["args"] is None else variant["args"]), "--pid", str(feeder.pid)]
+        return traced(db, [str(lib_dir / "libcudart.so.13"), str(lib_dir / "libcuda.so.1")], run, variant["cpus"], args)
+    finally:
+        feeder.kill()
+        feeder.wait()
+
+
 def decoys(libs: list[str], work: Path) -> list[str]:
     """Copies of the CUDA libraries under their own names: uprobes are per file, so probes on a copy never
     trap in a workload that maps the original."""
@@ -151,7 +174,8 @@ def main() -> int:
     parser.add_argument("--workloads", default="launch,train,seed", help="comma-separated subset of: " + ", ".join(SIZES))
     parser.add_argument("--size", action="append", default=[], metavar="NAME=N", help="a block's size, e.g. train=1500")
     parser.add_argument("--variant", action="append", default=[], metavar="SPEC",
-                        help="a traced variant, NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=P/B] "
+                        help="a traced variant, NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=P/B]"
+                             "[:feeder=PER_S] "
                              "(default: one, 'traced')")
     args = parser.parse_args()
     variants = [parse_variant(v) for v in args.variant] or [parse_variant("traced")]
@@ -182,6 +206,8 @@ def main() -> int:
                         entry.update(blocks.run())
                     elif variant["burn"]:
                         entry.update(burning(blocks.run, variant["cpus"], *variant["burn"]))
+                    elif variant["feeder"]:
+                        entry.update(feeding(work / f"{name}-{pair}-{variant['name']}.duckdb", variant, blocks.run))
                     else:
                         db = work / f"{name}-{pair}-{variant['name']}.duckdb"
                         vargs = variant["args"]
@@ -193,7 +219,7 @@ def main() -> int:
                     runs.append(entry)
                     (args.outdir / "same-process.json").write_text(json.dumps({"libs": libs, "runs": runs}, indent=1))
                     print(json.dumps({k: v for k, v in entry.items()
-                                      if k not in ("ops", "sources", "tracing_cost", "marks", "probe_gaps", "probe_costs",
+                                      if k not in ("ops", "sources", "tracing_cost", "marks", "item_wait_ns", "probe_gaps", "probe_costs",
                                                    "bpf_runs_during", "bpf_names")}),
                           flush=True)
         finally:

@@ -73,6 +73,7 @@ class Workload:
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         assert line.startswith("ready"), f"workload did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}"
         self.pid = self.proc.pid
+        self.out = ""
 
     def go(self) -> None:
         """Let it run."""
@@ -83,6 +84,7 @@ class Workload:
     def wait(self, timeout: float = 120) -> tuple[int, str]:
         """Exit status and stdout."""
         out, _err = self.proc.communicate(timeout=timeout)
+        self.out = out  # what it printed, kept for the test after record() has waited
         return self.proc.returncode, out
 
     def kill(self) -> None:

@@ -5,6 +5,8 @@
  *                                                         cudaLaunchKernel from a second thread
  *   workload rate N [driver [SECONDS]]                    N back-to-back cudaLaunchKernel calls (driver:
  *                                                         cuLaunchKernel; SECONDS: for that long instead)
+ *   workload pace PER_SECOND SECONDS                      cuLaunchKernel at a job's pace: PER_SECOND / 1000
+ *                                                         back to back every millisecond, for SECONDS
  *   workload hog                                          spin forever (comm "standin-hog")
  *   workload v2 SLEEPER_CPU SPIN_CPU                      what schema v2 records (see v2() below); prints
  *                                                         "tid NAME TID", "func NAME ADDR" and "pinned ..."
@@ -313,9 +315,26 @@ static int rate(long n, int driver, double seconds) {
     return 0;
 }
 
+/* cuLaunchKernel at PER_SECOND a second, in a burst every millisecond (a job's pace: the collector records as many
+ * calls as from a real loop, without the calls' process being the one timed), for SECONDS. Prints "calls N ns WALL". */
+static int pace(long per_second, double seconds) {
+    standin_drv_config(0, 0);
+    long per_ms = per_second / 1000 > 0 ? per_second / 1000 : 1, done = 0;
+    long t0 = now_ns(), end = t0 + (long)(seconds * 1e9), next = t0;
+    while (now_ns() < end) {
+        for (long k = 0; k < per_ms; k++, done++)
+            cuLaunchKernel((void *)pace, 1, 1, 1, 32, 1, 1, 0, S(done & 3), NULL, NULL);
+        next += 1000000;
+        struct timespec ts = {next / 1000000000L, next % 1000000000L};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+    }
+    printf("calls %ld ns %ld\n", done, now_ns() - t0);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: workload mix|rate|hog ...\n");
+        fprintf(stderr, "usage: workload mix|rate|pace|hog ...\n");
         return 2;
     }
     if (strcmp(argv[1], "hog") == 0) {
@@ -331,6 +350,8 @@ int main(int argc, char **argv) {
         return v2(atoi(argv[2]), atoi(argv[3]));
     if (strcmp(argv[1], "rate") == 0 && argc >= 3)
         return rate(atol(argv[2]), argc >= 4 && strcmp(argv[3], "driver") == 0, argc >= 5 ? atof(argv[4]) : 0);
+    if (strcmp(argv[1], "pace") == 0 && argc >= 4)
+        return pace(atol(argv[2]), atof(argv[3]));
     fprintf(stderr, "bad arguments\n");
     return 2;
 }
