@@ -25,7 +25,10 @@ from typing import Any
 # measured (entry-only 620-810 ns, entry + return 800-1,250 ns) rounded up, so the governor errs towards
 # detaching. probe_costs.method says when a default stood in.
 DEFAULT_COST_NS = {"entry": 900.0, "entry_return": 1400.0}
-CALLS = 50_000
+CALLS = 50_000  # calls per timed run at most
+PROBED_RUN_NS = 40_000_000  # fewer calls where a hit is slow: a probed run takes about this long (start-up stays short)
+MIN_CALLS = 2_000
+SIZING_CALLS = 1_000  # one short probed run first, to size the timed runs
 ROUNDS = 3
 ROUND_TRIPS = 2_000  # ping-pong round trips per timed run: two off-CPU intervals each, ~10 us in Python
 SCHED_ROUNDS = 5  # the added time is a few % of a round trip: more, shorter pairs than for the probes
@@ -92,9 +95,9 @@ class ProbeCost:
         return {"probe": self.probe, "cost_ns": self.cost_ns, "method": self.method, "site": self.site}
 
 
-def calibrated(probe: str, cost_ns: float, symbol: str, library: str, site: str | None) -> ProbeCost:
-    """A cost measured by Calibrator.measure with its defaults, saying how."""
-    return ProbeCost(probe, cost_ns, f"calibrated: {symbol} in {library}, {ROUNDS} x {CALLS} calls with and without "
+def calibrated(probe: str, cost_ns: float, calls: int, symbol: str, library: str, site: str | None) -> ProbeCost:
+    """A cost measured by Calibrator.measure (`calls` per timed run), saying how."""
+    return ProbeCost(probe, cost_ns, f"calibrated: {symbol} in {library}, {ROUNDS} x {calls:,} calls with and without "
                      "the probe, median", site)
 
 
@@ -156,9 +159,17 @@ class Calibrator:
         return int(self.proc.stdout.readline())
 
     def measure(self, symbol: str, nargs: int, attach: Any, detach: Any, *, calls: int = CALLS,
-                rounds: int = ROUNDS) -> float:
-        """Median added ns per call: `rounds` interleaved pairs of runs without and with the probe."""
+                rounds: int = ROUNDS) -> tuple[float, int]:
+        """Median added ns per call over `rounds` interleaved pairs of runs without and with the probe, and the calls
+        per run: at most `calls`, fewer where a probed call is slow (a uretprobe took 15 us on one VM), so that a
+        probed run lasts about PROBED_RUN_NS."""
         self.run(symbol, nargs, calls // 10)  # warm: page in the library's path, the loop's code
+        attach()
+        try:
+            sized = self.run(symbol, nargs, SIZING_CALLS)
+        finally:
+            detach()
+        calls = max(MIN_CALLS, min(calls, PROBED_RUN_NS * SIZING_CALLS // max(sized, 1)))
         diffs = []
         for _ in range(rounds):
             bare = self.run(symbol, nargs, calls)
@@ -168,7 +179,7 @@ class Calibrator:
             finally:
                 detach()
             diffs.append((probed - bare) / calls)
-        return max(0.0, statistics.median(diffs))
+        return max(0.0, statistics.median(diffs)), calls
 
     def pingpong(self, round_trips: int) -> tuple[int, int]:
         """Wall ns of `round_trips` ping-pong round trips, and the context switches its threads made meanwhile."""

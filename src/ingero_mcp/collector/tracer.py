@@ -450,8 +450,8 @@ class Tracer:
                     while evs:
                         self.bpf.detach_uprobe_event(evs.pop())
 
-                cost = cal.measure(symbol, nargs, attach, detach)
-                costs[probe] = calibrated(probe, cost, symbol, os.path.basename(lib.path), site)
+                cost, calls = cal.measure(symbol, nargs, attach, detach)
+                costs[probe] = calibrated(probe, cost, calls, symbol, os.path.basename(lib.path), site)
         except Exception as exc:  # noqa: BLE001
             self._say(f"probe cost calibration failed ({type(exc).__name__}: {exc}); the estimate uses defaults")
             costs = defaults(f"calibration failed: {exc}")
