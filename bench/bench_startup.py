@@ -7,7 +7,9 @@ launches entry-only; each entry program loaded through the verifier; no probe-co
 where the time went, exclusive of nested steps: reading the cache file, creating the maps (on a
 hit; a compile creates them inside libbcc), loading programs (the kernel verifier), attaching
 (symbol lookup, perf events, tracefs), the rest (clang + BCC's rewriter + map creation on a
-compile; fd patching, library discovery and Python on a hit). Medians of --runs.
+compile; fd patching, library discovery and Python on a hit). Then the stop's detach of every probe and
+tracepoint (Tracer._detach), the uprobes as uprobe_multi links where the kernel has them ('hit') or as
+perf events ('hit-perf', INGERO_UPROBE_LINKS=0, the path for kernels before 6.6). Medians of --runs.
 
     sudo .venv/bin/python bench/bench_startup.py --runs 3
 """
@@ -33,7 +35,7 @@ PHASES = ("read cache", "create maps", "load programs", "attach", "other")
 
 def child(mode: str, cache: str, libs: list[str]) -> dict[str, Any]:
     """One start in this process; the numbers as a dict."""
-    from ingero_mcp.collector import bpfcache
+    from ingero_mcp.collector import bpfcache, uprobelink
     from ingero_mcp.collector.bccload import import_bcc
     from ingero_mcp.collector.discovery import resolve_library
     from ingero_mcp.collector.tracer import TraceOptions, Tracer
@@ -67,6 +69,9 @@ def child(mode: str, cache: str, libs: list[str]) -> dict[str, Any]:
         setattr(bcc.BPF, name, timed("attach", getattr(bcc.BPF, name)))
     bcc.BPF._check_path_symbol = staticmethod(timed("attach", bcc.BPF._check_path_symbol))  # symbol lookup
     lib.bpf_attach_uprobe = timed("attach", lib.bpf_attach_uprobe)  # the tracer's own _uprobe calls it directly
+    uprobelink.link_uprobe = timed("attach", uprobelink.link_uprobe)
+    if mode == "hit-perf":
+        os.environ["INGERO_UPROBE_LINKS"] = "0"
 
     os.environ["XDG_CACHE_HOME"] = cache
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,19 +86,22 @@ def child(mode: str, cache: str, libs: list[str]) -> dict[str, Any]:
             assert lib is not None, path
             tracer.attach_library(lib, forced=True)
         c2, w2 = time.process_time(), time.perf_counter()
-        probes = len(tracer.bpf.uprobe_fds)
+        probes, links = len(tracer.uprobe_links) + len(tracer.bpf.uprobe_fds), len(tracer.uprobe_links)
         status = tracer.bpf_status
+        tracer._detach()
+        w3 = time.perf_counter()
         tracer.bpf.cleanup()
     spent["other"] = (w2 - w0) - sum(spent.values())
-    return {"mode": mode, "status": status, "probes": probes, "compile_cpu_s": c1 - c0, "compile_wall_s": w1 - w0,
-            "cpu_s": c2 - c0, "wall_s": w2 - w0, **{f"{k} s": v for k, v in spent.items()}}
+    return {"mode": mode, "status": status, "probes": probes, "links": links, "compile_cpu_s": c1 - c0,
+            "compile_wall_s": w1 - w0, "cpu_s": c2 - c0, "wall_s": w2 - w0, **{f"{k} s": v for k, v in spent.items()},
+            "detach_wall_s": w3 - w2}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--child", choices=("compile", "hit", "fill"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("compile", "hit", "hit-perf", "fill"), help=argparse.SUPPRESS)
     ap.add_argument("--cache", default="", help=argparse.SUPPRESS)
     ap.add_argument("--lib", action="append", default=[], help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -115,15 +123,15 @@ def main() -> None:
 
         fill = run("fill")
         assert fill["status"].endswith("cached"), fill
-        results: dict[str, list[dict[str, Any]]] = {"compile": [], "hit": []}
+        results: dict[str, list[dict[str, Any]]] = {"compile": [], "hit": [], "hit-perf": []}
         for _ in range(args.runs):  # interleaved: the shared machine's load hits both alike
             for mode in results:
                 results[mode].append(run(mode))
                 assert results[mode][-1]["status"] == ("compiled" if mode == "compile" else "cache hit"), results[mode]
     load = os.getloadavg()
     print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; medians of {args.runs} runs, seconds; "
-          f"{results['hit'][0]['probes']} uprobes attached")
-    keys = ["compile_cpu_s", "compile_wall_s", "cpu_s", "wall_s", *(f"{k} s" for k in PHASES)]
+          f"{results['hit'][0]['probes']} uprobes attached ({results['hit'][0]['links']} as links on a hit)")
+    keys = ["compile_cpu_s", "compile_wall_s", "cpu_s", "wall_s", *(f"{k} s" for k in PHASES), "detach_wall_s"]
     print(f"{'':10}" + "".join(f"{k:>16}" for k in keys))
     for mode, rows in results.items():
         print(f"{mode:10}" + "".join(f"{statistics.median(r[k] for r in rows):16.3f}" for k in keys))

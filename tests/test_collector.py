@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -356,6 +357,9 @@ def test_check_reports_libraries_in_use(standin: StandIn) -> None:
     status = {c["name"]: c for c in report["checks"]}
     for name in ("kernel", "privileges", "bpf", "tracefs", "kernel_headers", "bcc"):
         assert status[name]["status"] == "PASS", status[name]
+    major, minor = (int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups())
+    if (major, minor) >= (6, 6):
+        assert status["uprobe_links"]["status"] == "PASS", status["uprobe_links"]  # 6.6+: uprobe_multi links
     libs = {Path(lib["path"]).name: lib["pids"] for lib in status["cuda_libraries"]["data"]["libraries"]}
     assert w.pid in libs["libcudart.so.13"] and w.pid in libs["libcuda.so.1"]
 

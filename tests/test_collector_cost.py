@@ -9,6 +9,7 @@ both layers, entry + return everywhere, no governor).
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -99,6 +100,36 @@ def test_launches_are_entry_only_rows_with_their_arguments(plain: dict[str, Any]
     incomplete = _q(con, "SELECT count(*) FROM cuda_calls WHERE NOT contains(op, 'aunch') AND duration_ns IS NULL")[0][0]
     assert incomplete == 0
     assert _q(con, "SELECT count(*) FROM cuda_calls WHERE contains(op, 'aunch') AND duration_ns IS NOT NULL")[0][0] == 0
+
+
+@pytest.mark.parametrize("defaults", [True, False], ids=["defaults-links", "legacy-perf-events"])
+def test_uprobes_are_links_or_perf_events_as_the_harness_asks(standin: StandIn, tmp_path: Path, defaults: bool) -> None:
+    """Kernels with uprobe_multi (6.6+) get uprobes as BPF links, not perf events (each perf event's detach waits
+    its turn, ~0.1 s); INGERO_UPROBE_LINKS=0, as for the legacy tests, keeps perf events, the older kernels' path.
+    Either way the probes fire and the session says which (kernel_features)."""
+    from ingero_mcp.store import open_store
+
+    work = Workload(standin, "rate", "100", "driver")
+    collector = Collector(tmp_path / "t.duckdb", "--pid", str(work.pid), defaults=defaults)
+    try:
+        collector.wait_for("recording to", timeout=120)
+        fds = Path(f"/proc/{collector.proc.pid}/fd")
+        links = sum(1 for fd in fds.iterdir() if os.readlink(fd) == "anon_inode:bpf_link")
+        work.go()
+        assert work.wait()[0] == 0
+        assert collector.wait(timeout=60) == 0, collector.output()
+    finally:
+        work.kill()
+        collector.kill()
+    assert (links >= 2) if defaults else (links == 0), links  # the launch probes at least, or none
+    con = open_store(tmp_path / "t.duckdb")
+    try:
+        features = json.loads(_q(con, "SELECT collector_flags FROM sessions")[0][0])["kernel_features"]
+        launches = _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ? AND contains(op, 'aunch')", [work.pid])[0][0]
+    finally:
+        con.close()
+    assert ("UPROBE_LINKS" in features) == defaults, features
+    assert launches == 100
 
 
 def test_a_paced_feeder_is_recorded_whole_at_its_pace(standin: StandIn, tmp_path: Path) -> None:

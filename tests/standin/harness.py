@@ -120,7 +120,11 @@ class Collector:
         mode = () if defaults else self.LEGACY
         cmd = [sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(db), *(["--quiet"] if quiet else []),
                *mode, *extra]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        # The legacy mode's tests attach uprobes as perf events (the path for kernels before 6.6), the defaults'
+        # as uprobe_multi links (collector/uprobelink.py): both paths run for real.
+        env = {**os.environ, "INGERO_UPROBE_LINKS": "1" if defaults else "0"}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                     env=env)
         self.lines: list[str] = []
         self._q: queue.Queue[str | None] = queue.Queue()
         self._t = threading.Thread(target=self._read, daemon=True)

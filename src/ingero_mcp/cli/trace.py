@@ -36,6 +36,8 @@ tracepoints and the collector's own CPU (explain lists it beside), and it is not
 measured slowdowns have been larger on a training-like loop (bench/README.md). With
 `sysctl kernel.bpf_stats_enabled=1` while recording, the kernel also times every eBPF program
 (some tens of ns per run), and explain adds their run time.
+On kernels >= 6.6 uprobes attach as BPF links (uprobe_multi), quicker to detach than perf events;
+INGERO_UPROBE_LINKS=0 forces perf events (the path for older kernels).
 A virtual environment keeps working under sudo: sudo $(which ingero-mcp) trace ...
 Run `ingero-mcp check` first to see what this machine lacks."""
 

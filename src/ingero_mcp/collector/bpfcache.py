@@ -33,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ingero_mcp.collector import uprobelink
+
 FORMAT = 1
 KEEP_FILES = 16  # older cache files (other sources, kernels, BCC versions) are pruned beyond this many
 _DEFAULT: Any = object()
@@ -282,6 +284,11 @@ def _cached_class(bcc: Any) -> type:
             if func_name not in self._insns:
                 raise Exception(f"Unknown program {func_name.decode()}")
             _type, code = self._insns[func_name]
+            if attach_type == uprobelink.BPF_TRACE_UPROBE_MULTI:  # bcc_prog_load cannot pass an attach type
+                fd = uprobelink.prog_load(func_name, code, self._entry["license"].encode())
+                fn = bcc.BPF.Function(self, func_name, fd)
+                self.funcs[func_name] = fn
+                return fn
             buf = ct.create_string_buffer(code, len(code))
             fd = lib.bcc_prog_load(prog_type, func_name, buf, len(code), self._entry["license"].encode(),
                                    self._entry["kern_version"], 0, None, 0)

@@ -173,11 +173,24 @@ def check_cuda_libraries() -> Check:
                  data={"libraries": [{"path": lib.path, "pids": sorted(lib.pids)} for lib in found]})
 
 
+def check_uprobe_links() -> Check:
+    """uprobe_multi BPF links (kernel >= 6.6): quicker detaches than perf events, tried for real (root only)."""
+    if os.geteuid() != 0:
+        return Check("uprobe_links", "INFO", "not tried (needs root)", required=False)
+    from ingero_mcp.collector.uprobelink import supported
+
+    ok, why = supported()
+    return Check("uprobe_links", "PASS" if ok else "INFO", "uprobes attach as BPF links (uprobe_multi)" if ok else why,
+                 "" if ok else "uprobes will be perf events: each detach ~0.1 s, one after another (kernel < 6.6)",
+                 required=False)
+
+
 def run_checks(*, include_optional: bool = True) -> list[Check]:
     """All checks, in the order a user fixes them."""
     checks = [check_kernel(), check_root(), check_bpf_permission(), check_tracefs(), check_headers(),
               check_bcc(), check_btf()]
     if include_optional:
+        checks.append(check_uprobe_links())
         checks += [check_nvidia(), check_cuda_libraries()]
     return checks
 
