@@ -26,7 +26,8 @@ CREATE TABLE IF NOT EXISTS probe_gaps (
 CREATE TABLE IF NOT EXISTS probe_costs (
     session_id  INTEGER NOT NULL,
     probe       VARCHAR NOT NULL,  -- 'entry' (uprobe only), 'entry_return' (uprobe + uretprobe), or
-                                   -- 'sched_interval' (per off-CPU interval of a traced thread)
+                                   -- 'sched_interval' (per off-CPU interval of a traced thread), or
+                                   -- 'page_alloc' (per page a traced thread allocates)
     cost_ns     DOUBLE,            -- added wall time per hit (NULL: could not be measured)
     method      VARCHAR,           -- e.g. 'calibrated: cuLaunchKernel in libcuda.so.1, 3 x 50000 calls'
     site        VARCHAR            -- the probe site's first instruction, e.g. 'push %rbp (55)'

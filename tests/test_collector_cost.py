@@ -158,7 +158,7 @@ def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, 
     con = plain["con"]
     costs = dict(_q(con, "SELECT probe, cost_ns FROM probe_costs"))
     methods = [m for (m,) in _q(con, "SELECT method FROM probe_costs")]
-    assert set(costs) == {"entry", "entry_return", "sched_interval"}, costs
+    assert set(costs) == {"entry", "entry_return", "sched_interval", "page_alloc"}, costs
     assert all(m.startswith("calibrated") for m in methods), methods
     assert all(c > 0 for c in costs.values())
     mismatched = _q(con, """
@@ -178,6 +178,11 @@ def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, 
     assert pids == {plain["mix"], plain["rate"]}, "the calibration process's calls must not be rows"
     assert "probe cost here" in plain["log"]
     assert f"scheduler records cost here: {costs['sched_interval']:.0f} ns per off-CPU interval" in plain["log"]
+    assert f"page allocations cost here: {costs['page_alloc']:.0f} ns per page allocated" in plain["log"]
+    traced = {p for (p,) in _q(con, "SELECT pid FROM processes WHERE traced")}
+    assert traced <= {plain["mix"], plain["rate"]} | {p for (p,) in _q(con, "SELECT pid FROM processes WHERE ppid = ?",
+                                                                        [plain["mix"]])}, \
+        "the calibration processes are not traced processes: their pages are not the job's"
     assert _q(con, "SELECT count(*) FROM sched_intervals WHERE pid NOT IN (?, ?)", [plain["mix"], plain["rate"]]) == [(0,)], \
         "the ping-pong's intervals must not be rows"
 
@@ -204,8 +209,14 @@ def test_the_cost_report_names_what_the_estimate_leaves_out(plain: dict[str, Any
     cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'sched_interval'")[0][0]
     intervals = _q(con, "SELECT count(*) FROM sched_intervals")[0][0]
     assert t.sched_added_ns == round(intervals * cost) and t.sched_added_ns > 0
-    assert _q(con, t.sql["sched"])[0] == (intervals, t.sched_added_ns, t.total_share)
+    # the page allocations' estimate: every page of a traced process x the cost measured at start
+    page_cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'page_alloc'")[0][0]
+    pages = _q(con, "SELECT sum(count) FROM host_aggregates WHERE op = 'mm_page_alloc' AND pid IN "
+                    "(SELECT pid FROM processes WHERE traced)")[0][0]
+    assert pages > 0 and t.page_allocs == pages and t.page_added_ns == round(pages * page_cost)
+    assert _q(con, t.sql["tracepoints"])[0] == (intervals, t.sched_added_ns, pages, t.page_added_ns, t.total_share)
     assert f"{t.sched_added_ns / 1e9:.3f} s by the scheduler records ({intervals:,} off-CPU intervals" in lines[0]
+    assert f"{t.page_added_ns / 1e9:.3f} s by the page-allocation tracepoint ({pages:,} pages" in lines[0]
 
 
 def test_without_calibration_the_scheduler_records_share_is_unknown(standin: StandIn, tmp_path: Path) -> None:
@@ -221,7 +232,8 @@ def test_without_calibration_the_scheduler_records_share_is_unknown(standin: Sta
     con = open_store(db)
     try:
         rows = _q(con, "SELECT probe, cost_ns, method FROM probe_costs ORDER BY probe")
-        assert [(p, c) for p, c, _ in rows] == [("entry", 900.0), ("entry_return", 1400.0), ("sched_interval", None)]
+        assert [(p, c) for p, c, _ in rows] == [("entry", 900.0), ("entry_return", 1400.0), ("page_alloc", None),
+                                                ("sched_interval", None)]
         assert rows[2][2] == "not measured (--no-calibrate)"
         t = trace_info(con).tracing
         assert t is not None and t.off_cpu_intervals > 0 and (t.sched_added_ns, t.total_share) == (None, None)

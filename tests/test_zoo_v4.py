@@ -83,11 +83,16 @@ def test_the_tracing_cost_is_sql_over_the_store(v4_stores: Path) -> None:
         # these stores predate the scheduler records' calibration: their cost is unknown, not zero
         intervals, = con.execute("SELECT count(*) FROM sched_intervals").fetchone()
         assert intervals > 0 and (t.off_cpu_intervals, t.sched_added_ns, t.total_share) == (intervals, None, None)
-        assert con.execute(t.sql["sched"]).fetchone() == (intervals, None, None)
-        assert all(p.sched_added_ns is None for p in t.processes)
+        pages, = con.execute("SELECT sum(count) FROM host_aggregates WHERE op = 'mm_page_alloc' AND pid IN "
+                             "(SELECT pid FROM processes WHERE traced)").fetchone()
+        assert pages > 0 and (t.page_allocs, t.page_added_ns) == (pages, None)  # and the page allocations' cost
+        assert con.execute(t.sql["tracepoints"]).fetchone() == (intervals, None, pages, None, None)
+        assert all(p.sched_added_ns is None and p.page_added_ns is None for p in t.processes)
         lines = cost_lines(t)
         assert f"{added / 1e9:.3f} s added by the CUDA probes" in lines[0] and f"over {wall / 1e9:.1f} s of session" in lines[0]
         assert f"the scheduler records' share unknown ({intervals:,} off-CPU intervals" in lines[0]
+        assert f"the page allocations' share unknown ({pages:,} pages allocated by traced processes" in lines[0]
+        assert "% together" not in lines[0]  # the whole share is unknown too
         assert "900 ns per hit" in lines[0] and "entry-only" in lines[-1]
     finally:
         con.close()
@@ -99,10 +104,10 @@ def test_the_tracing_cost_is_sql_over_the_store(v4_stores: Path) -> None:
         old.close()
 
 
-def test_the_scheduler_records_cost_is_sql_over_the_store(v4_stores: Path, tmp_path: Path) -> None:
-    """With a measured cost per off-CPU interval, the scheduler records' estimate is every traced thread's
-    intervals x that cost, per process and for the session, each recomputed by its SQL, and the whole estimate's
-    share adds it to the CUDA probes'."""
+def test_the_scheduler_records_and_page_allocations_cost_is_sql_over_the_store(v4_stores: Path, tmp_path: Path) -> None:
+    """With a measured cost per off-CPU interval and per page, the tracepoints' estimate is every traced thread's
+    intervals x that cost and the traced processes' page allocations x the other, per process and for the session,
+    each recomputed by its SQL, and the whole estimate's share adds both to the CUDA probes'."""
     import duckdb
 
     from ingero_mcp.analysis.cost import cost_lines
@@ -112,6 +117,7 @@ def test_the_scheduler_records_cost_is_sql_over_the_store(v4_stores: Path, tmp_p
     shutil.copy(v4_stores / "cpu_hog.gaps.duckdb", db)
     with duckdb.connect(str(db)) as rw:
         rw.execute("INSERT INTO probe_costs SELECT session_id, 'sched_interval', 412.0, 'test: measured', NULL FROM sessions")
+        rw.execute("INSERT INTO probe_costs SELECT session_id, 'page_alloc', 250.0, 'test: measured', NULL FROM sessions")
     con = open_store(db)
     try:
         t = trace_info(con).tracing
@@ -119,19 +125,29 @@ def test_the_scheduler_records_cost_is_sql_over_the_store(v4_stores: Path, tmp_p
         intervals, = con.execute("SELECT count(*) FROM sched_intervals").fetchone()
         added, = con.execute("SELECT sum(added_ns) FROM tracing_cost").fetchone()
         wall, = con.execute("SELECT sum(stopped_ns - started_ns) FROM sessions").fetchone()
+        pages, = con.execute("SELECT sum(count) FROM host_aggregates WHERE op = 'mm_page_alloc' AND pid IN "
+                             "(SELECT pid FROM processes WHERE traced)").fetchone()
         assert t.off_cpu_intervals == intervals and t.sched_added_ns == round(intervals * 412.0)
-        assert t.total_share == pytest.approx((added + t.sched_added_ns) / wall, abs=1e-6)
-        assert con.execute(t.sql["sched"]).fetchone() == (t.off_cpu_intervals, t.sched_added_ns, t.total_share)
+        assert t.page_allocs == pages > 0 and t.page_added_ns == round(pages * 250.0)
+        assert t.total_share == pytest.approx((added + t.sched_added_ns + t.page_added_ns) / wall, abs=1e-6)
+        assert con.execute(t.sql["tracepoints"]).fetchone() == (t.off_cpu_intervals, t.sched_added_ns, t.page_allocs,
+                                                                t.page_added_ns, t.total_share)
         for p in t.processes:
             assert p.sched_added_ns == round(p.off_cpu_intervals * 412.0)
-            assert con.execute(p.sql).fetchone()[9] == p.sched_added_ns
+            assert p.page_allocs == con.execute("SELECT coalesce(sum(count), 0) FROM host_aggregates WHERE pid = ? "
+                                                "AND op = 'mm_page_alloc'", [p.pid]).fetchone()[0]
+            assert p.page_added_ns == round(p.page_allocs * 250.0)
+            assert con.execute(p.sql).fetchone()[9:12] == (p.sched_added_ns, p.page_allocs, p.page_added_ns)
         lines = cost_lines(t)
         assert (f" and {t.sched_added_ns / 1e9:.3f} s by the scheduler records ({intervals:,} off-CPU intervals of "
-                f"traced threads), {100 * t.total_share:.2f}% together") in lines[0]
+                f"traced threads) and {t.page_added_ns / 1e9:.3f} s by the page-allocation tracepoint ({pages:,} pages "
+                f"allocated by traced processes), {100 * t.total_share:.2f}% together") in lines[0]
         assert "sched_interval 412 ns per off-CPU interval (test: measured)" in lines[0]
+        assert "page_alloc 250 ns per page allocated (test: measured)" in lines[0]
         top = t.processes[0]
-        assert f"{top.off_cpu_intervals:,} off-CPU intervals (+{top.sched_added_ns / 1e9:.3f} s by the scheduler records)" \
-            in lines[1]
+        assert (f"{top.off_cpu_intervals:,} off-CPU intervals (+{top.sched_added_ns / 1e9:.3f} s by the scheduler records), "
+                f"{top.page_allocs:,} pages allocated (+{top.page_added_ns / 1e9:.3f} s by the page-allocation "
+                "tracepoint)") in lines[1]
     finally:
         con.close()
 

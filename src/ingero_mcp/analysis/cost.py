@@ -22,19 +22,25 @@ from ingero_mcp.analysis.models import (
 
 
 SCHED_PROBE = "sched_interval"  # probe_costs.probe: the scheduler tracepoints' added time per traced off-CPU interval
+PAGE_PROBE = "page_alloc"  # probe_costs.probe: the page-allocation tracepoint's added time per page a traced thread allocates
+UNITS = {SCHED_PROBE: "per off-CPU interval", PAGE_PROBE: "per page allocated"}  # what each probe_costs row is per
 
 
 def process_cost_sql(pid: int | None = None) -> str:
     """Per traced process: the estimated added time, the span its periods cover, hits, and the launch coverage over
     that span (1 - its overlap with probe_gaps / the span); then its off-CPU intervals x the scheduler tracepoints'
-    cost per interval (NULL where that cost was not measured)."""
+    cost per interval, and its page allocations (host_aggregates) x the page-allocation tracepoint's cost per page
+    (each NULL where that cost was not measured)."""
     only = f"WHERE pid = {int(pid)}" if pid is not None else ""
     return tidy(f"""
         WITH t AS (SELECT session_id, pid, sum(added_ns)::BIGINT AS added_ns, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
                           sum(entry_hits)::BIGINT AS entry_hits, sum(entry_return_hits)::BIGINT AS entry_return_hits
                    FROM tracing_cost {only} GROUP BY session_id, pid),
              o AS (SELECT t.session_id, t.pid, (SELECT count(*) FROM sched_intervals s
-                                                 WHERE s.session_id = t.session_id AND s.pid = t.pid) AS off_cpu_intervals
+                                                 WHERE s.session_id = t.session_id AND s.pid = t.pid) AS off_cpu_intervals,
+                          (SELECT coalesce(sum(h.count), 0) FROM host_aggregates h
+                           WHERE h.session_id = t.session_id AND h.pid = t.pid AND h.op = 'mm_page_alloc')::BIGINT
+                              AS page_allocs
                    FROM t)
         SELECT t.session_id, t.pid, t.added_ns, t.end_ns - t.start_ns AS wall_ns,
                round(t.added_ns / nullif(t.end_ns - t.start_ns, 0), 6) AS share, t.entry_hits, t.entry_return_hits,
@@ -45,7 +51,10 @@ def process_cost_sql(pid: int | None = None) -> str:
                        / nullif(t.end_ns - t.start_ns, 0), 4) AS launch_coverage,
                round(o.off_cpu_intervals * (SELECT max(p.cost_ns) FROM probe_costs p
                                             WHERE p.session_id = t.session_id AND p.probe = '{SCHED_PROBE}'))::BIGINT
-                   AS sched_added_ns
+                   AS sched_added_ns,
+               o.page_allocs,
+               round(o.page_allocs * (SELECT max(p.cost_ns) FROM probe_costs p
+                                      WHERE p.session_id = t.session_id AND p.probe = '{PAGE_PROBE}'))::BIGINT AS page_added_ns
         FROM t JOIN o USING (session_id, pid) ORDER BY t.added_ns DESC, t.pid""")
 
 
@@ -58,21 +67,33 @@ def session_cost_sql() -> str:
                      / nullif((SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns), 0), 6) AS share""")
 
 
-def sched_cost_sql() -> str:
-    """For the sessions: every traced thread's off-CPU intervals, the scheduler tracepoints' estimated added time
-    (intervals x the session's cost per interval; NULL if a session with intervals has no measured cost: unknown, not
-    zero), and with the CUDA probes' estimate, the whole estimate's share of the sessions' wall time."""
+def tracepoint_cost_sql() -> str:
+    """For the sessions: every traced thread's off-CPU intervals and the scheduler tracepoints' estimated added time
+    (intervals x the session's cost per interval), the traced processes' page allocations and the page-allocation
+    tracepoint's (allocations x cost per page), each NULL if a session with such events has no measured cost (unknown,
+    not zero); and with the CUDA probes' estimate, the whole estimate's share of the sessions' wall time (NULL when a
+    part is unknown)."""
     return tidy(f"""
-        WITH per AS (SELECT s.session_id, count(i.session_id) AS intervals,
+        WITH per AS (SELECT s.session_id,
+                            (SELECT count(*) FROM sched_intervals i WHERE i.session_id = s.session_id) AS intervals,
                             (SELECT max(p.cost_ns) FROM probe_costs p
-                             WHERE p.session_id = s.session_id AND p.probe = '{SCHED_PROBE}') AS cost_ns
-                     FROM sessions s LEFT JOIN sched_intervals i USING (session_id) GROUP BY s.session_id),
+                             WHERE p.session_id = s.session_id AND p.probe = '{SCHED_PROBE}') AS cost_ns,
+                            (SELECT coalesce(sum(h.count), 0) FROM host_aggregates h
+                             WHERE h.session_id = s.session_id AND h.op = 'mm_page_alloc'
+                               AND h.pid IN (SELECT r.pid FROM processes r WHERE r.session_id = s.session_id AND r.traced))
+                                AS pages,
+                            (SELECT max(p.cost_ns) FROM probe_costs p
+                             WHERE p.session_id = s.session_id AND p.probe = '{PAGE_PROBE}') AS page_cost_ns
+                     FROM sessions s),
              est AS (SELECT sum(intervals)::BIGINT AS intervals,
                             CASE WHEN count(*) FILTER (WHERE intervals > 0 AND cost_ns IS NULL) = 0
-                                 THEN coalesce(round(sum(intervals * cost_ns)), 0)::BIGINT END AS sched_added_ns
+                                 THEN coalesce(round(sum(intervals * cost_ns)), 0)::BIGINT END AS sched_added_ns,
+                            sum(pages)::BIGINT AS page_allocs,
+                            CASE WHEN count(*) FILTER (WHERE pages > 0 AND page_cost_ns IS NULL) = 0
+                                 THEN coalesce(round(sum(pages * page_cost_ns)), 0)::BIGINT END AS page_added_ns
                      FROM per)
-        SELECT est.intervals, est.sched_added_ns,
-               round((coalesce((SELECT sum(added_ns) FROM tracing_cost), 0) + est.sched_added_ns)
+        SELECT est.intervals, est.sched_added_ns, est.page_allocs, est.page_added_ns,
+               round((coalesce((SELECT sum(added_ns) FROM tracing_cost), 0) + est.sched_added_ns + est.page_added_ns)
                      / nullif((SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns), 0), 6)
                    AS total_share
         FROM est""")
@@ -103,7 +124,7 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
         return None
     names = {int(p): c for p, c in rows(con, "SELECT pid, comm FROM processes WHERE comm IS NOT NULL")}
     added, wall, share = rows(con, session_cost_sql())[0]
-    intervals, sched_added, total_share = rows(con, sched_cost_sql())[0]
+    intervals, sched_added, pages, page_added, total_share = rows(con, tracepoint_cost_sql())[0]
     coverage = rows(con, launch_coverage_sql())[0][0] if has_gaps else 1.0
     collector_cpu, collector_cpu_recording = rows(con, COLLECTOR_CPU_SQL)[0]
     programs = [BpfProgramTime(program=str(p), runs=int(n or 0), run_time_ns=int(t or 0)) for p, n, t in rows(con, BPF_PROGRAMS_SQL)]
@@ -115,14 +136,16 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
                                       share=None if s is None else float(s), entry_hits=int(e or 0),
                                       entry_return_hits=int(er or 0), off_cpu_intervals=int(oc or 0),
                                       launch_coverage=None if lc is None else float(lc),
-                                      sched_added_ns=None if sa is None else int(sa), sql=process_cost_sql(int(pid)))
-                   for _sid, pid, a, w, s, e, er, oc, lc, sa in per],
+                                      sched_added_ns=None if sa is None else int(sa), page_allocs=int(pa or 0),
+                                      page_added_ns=None if pga is None else int(pga), sql=process_cost_sql(int(pid)))
+                   for _sid, pid, a, w, s, e, er, oc, lc, sa, pa, pga in per],
         off_cpu_intervals=int(intervals or 0), sched_added_ns=None if sched_added is None else int(sched_added),
+        page_allocs=int(pages or 0), page_added_ns=None if page_added is None else int(page_added),
         total_share=None if total_share is None else float(total_share),
         collector_cpu_s=None if collector_cpu is None else round(float(collector_cpu), 3),
         collector_cpu_recording_s=None if collector_cpu_recording is None else round(float(collector_cpu_recording), 3),
         bpf_programs=programs or None,
-        sql={"session": session_cost_sql(), "sched": sched_cost_sql(), "launch_coverage": launch_coverage_sql(), "probe_costs": PROBE_COSTS_SQL,
+        sql={"session": session_cost_sql(), "tracepoints": tracepoint_cost_sql(), "launch_coverage": launch_coverage_sql(), "probe_costs": PROBE_COSTS_SQL,
              "entry_only_launches": ENTRY_ONLY_SQL, "collector_cpu_s": COLLECTOR_CPU_SQL, "bpf_programs": BPF_PROGRAMS_SQL},
     )
 
@@ -135,7 +158,7 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
     def pct(v: float | None) -> str:
         return "?" if v is None else f"{100 * v:.2f}%"
     per_hit = "; ".join(f"{c.probe} {'not measured' if c.cost_ns is None else f'{c.cost_ns:,.0f} ns'} "
-                        f"{'per off-CPU interval' if c.probe == SCHED_PROBE else 'per hit'}"
+                        f"{UNITS.get(c.probe, 'per hit')}"
                         + (f" ({text(c.method)})" if c.method else "") for c in t.probe_costs) or "per-hit costs not recorded"
     cpu = "" if t.collector_cpu_s is None else f"; the collector itself used {t.collector_cpu_s:.1f} s of CPU"
     if t.collector_cpu_s is not None and t.collector_cpu_recording_s is not None:
@@ -150,11 +173,19 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
                  "not measured)")
     else:
         sched = (f" and {t.sched_added_ns / 1e9:.3f} s by the scheduler records ({t.off_cpu_intervals:,} off-CPU "
-                 f"intervals of traced threads), {pct(t.total_share)} together")
-    head = (f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost, and the traced threads' off-CPU "
-            f"intervals x what the scheduler tracepoints add to each, both measured at start. It leaves out those "
-            f"tracepoints' work at every other context switch of the machine, the memory tracepoints and the collector's "
-            f"own CPU use, and it is not an upper bound: on a shared H200 host a training-like loop ran -1% to +31% "
+                 f"intervals of traced threads)")
+    if t.page_added_ns is None:
+        sched += (f"; the page allocations' share unknown ({t.page_allocs:,} pages allocated by traced processes, their "
+                  "cost not measured)")
+    else:
+        sched += (f" and {t.page_added_ns / 1e9:.3f} s by the page-allocation tracepoint ({t.page_allocs:,} pages "
+                  f"allocated by traced processes)")
+    if t.total_share is not None:
+        sched += f", {pct(t.total_share)} together"
+    head = (f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost, the traced threads' off-CPU "
+            f"intervals x what the scheduler tracepoints add to each, and their page allocations x what the "
+            f"page-allocation tracepoint adds to each, all measured at start. It leaves out those tracepoints' work "
+            f"for every other process of the machine and the collector's own CPU use, and it is not an upper bound: on a shared H200 host a training-like loop ran -1% to +31% "
             f"slower traced than untraced (median of paired blocks per set, 16 sets; +4.9% over the latest 79 pairs, "
             f"90% interval +0.7% to +6.9%; +3.0%, +2.0% to +5.0%, where the host ran fast) while the estimate there said "
             f"1.3%: on launch-heavy jobs expect more than it says): "
@@ -164,9 +195,12 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
     for p in t.processes[:8]:
         sched_p = ("their cost not measured" if p.sched_added_ns is None
                    else f"+{p.sched_added_ns / 1e9:.3f} s by the scheduler records")
+        page_p = ("their cost not measured" if p.page_added_ns is None
+                  else f"+{p.page_added_ns / 1e9:.3f} s by the page-allocation tracepoint")
         out.append(f"  {text(p.comm)}[{p.pid}]: {p.added_ns / 1e9:.3f} s added over {p.wall_ns / 1e9:.1f} s ({pct(p.share)}), "
                    f"{p.entry_hits:,} entry-only hits, {p.entry_return_hits:,} entry+return hits, "
-                   f"{p.off_cpu_intervals:,} off-CPU intervals ({sched_p})"
+                   f"{p.off_cpu_intervals:,} off-CPU intervals ({sched_p}), {p.page_allocs:,} pages allocated "
+                   f"({page_p})"
                    + (f", launches recorded {pct(p.launch_coverage)} of the time" if p.launch_coverage is not None
                       and p.launch_coverage < 1 else ""))
     how = []

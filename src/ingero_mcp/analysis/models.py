@@ -271,6 +271,10 @@ class ProcessTracingCost(BaseModel):
                                    "tracepoints")
     sched_added_ns: int | None = Field(None, description="off_cpu_intervals x the measured cost per interval "
                                        "(probe_costs 'sched_interval'); None: that cost was not measured")
+    page_allocs: int = Field(0, description="its page allocations (host_aggregates 'mm_page_alloc'): each paid the "
+                             "page-allocation tracepoint")
+    page_added_ns: int | None = Field(None, description="page_allocs x the measured cost per page (probe_costs "
+                                      "'page_alloc'); None: that cost was not measured")
     sql: str = ""
 
 
@@ -292,8 +296,11 @@ class TracingCost(BaseModel):
     off_cpu_intervals: int = Field(0, description="every traced thread's off-CPU intervals (sched_intervals rows)")
     sched_added_ns: int | None = Field(None, description="off_cpu_intervals x the measured cost per interval; None: "
                                        "not measured in a session that had intervals (unknown, not zero)")
-    total_share: float | None = Field(None, description="(added_ns + sched_added_ns) / wall_ns; None when "
-                                      "sched_added_ns is")
+    page_allocs: int = Field(0, description="the traced processes' page allocations (host_aggregates 'mm_page_alloc')")
+    page_added_ns: int | None = Field(None, description="page_allocs x the measured cost per page; None: not measured "
+                                      "in a session that had page allocations (unknown, not zero)")
+    total_share: float | None = Field(None, description="(added_ns + sched_added_ns + page_added_ns) / wall_ns; None "
+                                      "when either of the last two is")
     launch_coverage: float | None = Field(None, description="share of the sessions' time not in probe_gaps")
     entry_only_launches: int = Field(0, description="launch rows without a duration (probed entry-only)")
     probe_costs: list[ProbeCost] = []

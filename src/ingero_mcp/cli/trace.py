@@ -30,9 +30,10 @@ records it estimates each process's added time (hits x cost, table tracing_cost)
 --max-overhead, attaches the launch probes for only part of each second: launches made meanwhile
 are not rows, the gaps are in table probe_gaps, and the analysis scales launch counts by the
 covered share. It also measures what tracing a thread adds at each of its context switches (the
-scheduler records, probe_costs 'sched_interval'), and explain adds off-CPU intervals x that cost to
-the estimate. The estimate leaves out the tracepoints' work for every other thread, the memory
-tracepoints and the collector's own CPU (explain lists it beside), and it is not an upper bound:
+scheduler records, probe_costs 'sched_interval') and at each page it allocates (probe_costs
+'page_alloc'), and explain adds off-CPU intervals and page allocations x those costs to the
+estimate. The estimate leaves out the tracepoints' work for every other process and the collector's
+own CPU (explain lists it beside), and it is not an upper bound:
 measured slowdowns have been larger on a training-like loop (bench/README.md). With
 `sysctl kernel.bpf_stats_enabled=1` while recording, the kernel also times every eBPF program
 (some tens of ns per run), and explain adds their run time.

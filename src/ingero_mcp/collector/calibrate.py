@@ -11,6 +11,9 @@ host; what tracing a thread adds to them (its state, one record per off-CPU inte
 same way: two threads of the calibration process, pinned to one CPU, pass a byte back and forth through
 pipes, timed with the process traced and untraced; the added time over the switches it made is the
 cost of one off-CPU interval of a traced thread.
+
+The page-allocation tracepoint runs at every page any process allocates; what it costs a traced thread per page
+is measured with it taken off and put back around the same helper faulting in fresh pages.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ ROUNDS = 3
 ROUND_TRIPS = 2_000  # ping-pong round trips per timed run: two off-CPU intervals each, ~10 us in Python
 SCHED_ROUNDS = 5  # the added time is a few % of a round trip: more, shorter pairs than for the probes
 SCHED_PROBE = "sched_interval"  # probe_costs.probe of the scheduler tracepoints' cost per traced off-CPU interval
+PAGE_PROBE = "page_alloc"  # probe_costs.probe of the mm_page_alloc tracepoint's cost per page a traced thread allocates
+PAGES = 4096  # pages faulted in per timed run (16 MiB)
+PAGE_ROUNDS = 3
 
 # (symbol, probe kind, how many NULL/zero arguments it takes): both return at once without a context.
 CALIBRATION_CALLS: tuple[tuple[str, str, int], ...] = (
@@ -41,7 +47,7 @@ CALIBRATION_CALLS: tuple[tuple[str, str, int], ...] = (
 )
 
 _CHILD = r"""
-import ctypes, os, sys, threading, time
+import ctypes, mmap, os, sys, threading, time
 lib = ctypes.CDLL(sys.argv[1]) if len(sys.argv) > 1 else None
 os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})  # one CPU: every pipe wake-up is a context switch
 ping_r, ping_w = os.pipe()
@@ -63,6 +69,17 @@ print("ready", flush=True)
 for line in sys.stdin:
     name, nargs, n = line.split()
     rng = range(int(n))
+    if name == "pages":  # fault in fresh anonymous pages, one allocation each (no huge pages)
+        size = int(n) * mmap.PAGESIZE
+        m = mmap.mmap(-1, size)
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):
+            m.madvise(mmap.MADV_NOHUGEPAGE)
+        t0 = time.perf_counter_ns()
+        for off in range(0, size, mmap.PAGESIZE):
+            m[off] = 1
+        print(time.perf_counter_ns() - t0, flush=True)
+        m.close()
+        continue
     if name == "pingpong":
         before = switches()
         t0 = time.perf_counter_ns()
@@ -105,6 +122,17 @@ def sched_calibrated(cost_ns: float) -> ProbeCost:
     """The scheduler tracepoints' cost per traced off-CPU interval, measured by Calibrator.measure_sched."""
     return ProbeCost(SCHED_PROBE, cost_ns, f"calibrated: two threads passing a byte through pipes on one CPU, {SCHED_ROUNDS} x "
                      f"{ROUND_TRIPS} round trips traced and untraced, median added time per context switch")
+
+
+def page_calibrated(cost_ns: float) -> ProbeCost:
+    """The mm_page_alloc tracepoint's cost per page allocated by a traced thread, measured by Calibrator.measure_pages."""
+    return ProbeCost(PAGE_PROBE, cost_ns, f"calibrated: a process faulting in {PAGES:,} fresh pages, {PAGE_ROUNDS} x with "
+                     "the page-allocation tracepoint detached and attached, median added time per page")
+
+
+def page_unmeasured(why: str) -> ProbeCost:
+    """No number for the page-allocation tracepoint's cost: the estimate says unknown, never zero."""
+    return ProbeCost(PAGE_PROBE, None, f"not measured ({why})")
 
 
 def sched_unmeasured(why: str) -> ProbeCost:
@@ -206,6 +234,28 @@ class Calibrator:
                 raise RuntimeError("the ping-pong made no context switch")
             per_switch.append((traced - bare) / switches)
         return max(0.0, statistics.median(per_switch))
+
+    def pages(self, pages: int) -> int:
+        """Wall ns of faulting in `pages` fresh anonymous pages."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"pages 0 {pages}\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def measure_pages(self, detach: Any, attach: Any, *, pages: int = PAGES, rounds: int = PAGE_ROUNDS) -> float:
+        """Median added ns per page allocated with the page-allocation tracepoint attached (`detach`/`attach` take it
+        off and put it back), over `rounds` interleaved pairs of runs; it is attached again at the end."""
+        self.pages(pages // 4)  # warm
+        per_page = []
+        for _ in range(rounds):
+            detach()
+            try:
+                bare = self.pages(pages)
+            finally:
+                attach()
+            probed = self.pages(pages)
+            per_page.append((probed - bare) / pages)
+        return max(0.0, statistics.median(per_page))
 
     def close(self) -> None:
         """End the calibration process."""

@@ -39,6 +39,8 @@ from ingero_mcp.collector.calibrate import (
     calibrated,
     defaults,
     describe_site,
+    page_calibrated,
+    page_unmeasured,
     sched_calibrated,
     sched_unmeasured,
 )
@@ -67,6 +69,7 @@ PROC_RB_PAGES = 256  # 1 MiB
 # ~24k switch keys a second, ~72k live; drops are counted (collector_stats 'sched_switch' lost).
 AGG_ENTRIES = 131072
 BUCKET_NS = 1_000_000_000
+PAGE_TRACEPOINT = b"kmem:mm_page_alloc"  # taken off and put back once at start, to measure its cost per page
 DRAIN_NICE = -10  # the ring reader's nice value (its thread only)
 # The reader sleeps so that, at the rate it last saw, the fullest ring is at most DRAIN_FILL full when it wakes
 # (never less than MIN_POLL_S, never more than --poll-interval). Few wake-ups, because they may cost the job
@@ -200,6 +203,7 @@ class Tracer:
         self.costs: dict[str, ProbeCost] = defaults("not measured yet")
         self.costs_final = False
         self.sched_cost: ProbeCost = sched_unmeasured("not measured yet")
+        self.page_cost: ProbeCost = page_unmeasured("not measured yet")
         self._costs_written = False
         self.calibration_pids: set[int] = set()
         self.calibration_rows = {"cuda": 0, "sched": 0, "proc": 0}
@@ -496,15 +500,17 @@ class Tracer:
                   f"{costs['entry_return'].cost_ns:.0f} ns per call ({costs['entry'].method.split(':')[0]})")
 
     def _calibrate_sched(self) -> None:
-        """Measure what the scheduler tracepoints add to one off-CPU interval of a traced thread (calibrate.py):
-        tracing a thread costs it at every switch, beside its CUDA probes' hits."""
+        """Measure what the scheduler tracepoints add to one off-CPU interval of a traced thread, and what the
+        page-allocation tracepoint adds to each page it allocates (calibrate.py): tracing a thread costs it at every
+        switch and page, beside its CUDA probes' hits."""
         if not self.opts.calibrate:
-            self.sched_cost = sched_unmeasured("--no-calibrate")
+            self.sched_cost, self.page_cost = sched_unmeasured("--no-calibrate"), page_unmeasured("--no-calibrate")
             return
         try:
             cal = Calibrator()
         except Exception as exc:  # noqa: BLE001 - the estimate then says unknown
-            self.sched_cost = sched_unmeasured(f"calibration could not start: {exc}")
+            why = f"calibration could not start: {exc}"
+            self.sched_cost, self.page_cost = sched_unmeasured(why), page_unmeasured(why)
             return
         self.calibration_pids.add(cal.pid)
         key = self.traced_map.Key(cal.pid)
@@ -519,11 +525,26 @@ class Tracer:
             self.sched_cost = sched_calibrated(cal.measure_sched(trace, untrace))
         except Exception as exc:  # noqa: BLE001
             self.sched_cost = sched_unmeasured(f"calibration failed: {type(exc).__name__}: {exc}")
+        try:
+            trace()
+            self.page_cost = page_calibrated(cal.measure_pages(self._page_tracepoint_off, self._page_tracepoint_on))
+        except Exception as exc:  # noqa: BLE001
+            self.page_cost = page_unmeasured(f"calibration failed: {type(exc).__name__}: {exc}")
         finally:
             cal.close()
-        cost = self.sched_cost.cost_ns
-        self._say(f"scheduler records cost here: {'not measured' if cost is None else f'{cost:.0f} ns'} per off-CPU "
-                  f"interval of a traced thread ({self.sched_cost.method.split(':')[0].split(' (')[0]})")
+            self.traced_map.pop(key, None)
+        if PAGE_TRACEPOINT not in self.bpf.tracepoint_fds:  # never record without it
+            self._page_tracepoint_on()
+        for what, c in (("scheduler records", self.sched_cost), ("page allocations", self.page_cost)):
+            per = "off-CPU interval" if c is self.sched_cost else "page allocated"
+            self._say(f"{what} cost here: {'not measured' if c.cost_ns is None else f'{c.cost_ns:.0f} ns'} per {per} "
+                      f"by a traced thread ({c.method.split(':')[0].split(' (')[0]})")
+
+    def _page_tracepoint_off(self) -> None:
+        self.bpf.detach_tracepoint(PAGE_TRACEPOINT)
+
+    def _page_tracepoint_on(self) -> None:
+        self.bpf.attach_tracepoint(tp=PAGE_TRACEPOINT, fn_name=b"tracepoint__kmem__mm_page_alloc")
 
     def _discover(self) -> None:
         """Attach libraries mapped by the processes we trace (all processes without --pid)."""
@@ -832,7 +853,7 @@ class Tracer:
         """probe_costs once known, the governor's gaps and tracing_cost rows as they are made."""
         if (self.costs_final or final) and not self._costs_written:
             costs = self.costs if self.costs_final else defaults("not measured: no libcuda was attached")
-            rows = [c.row() for c in [*costs.values(), self.sched_cost]]
+            rows = [c.row() for c in [*costs.values(), self.sched_cost, self.page_cost]]
             self.writer.append("probe_costs", {k: [r[k] for r in rows] for k in rows[0]})
             self._costs_written = True
         if self.governor is None:
