@@ -184,6 +184,15 @@ def recorded(db: Path, window: dict | None = None) -> dict:
         hit = calls.filter(inside)
         out["window_entry_hits"] = hit["duration_ns"].null_count
         out["window_entry_return_hits"] = hit.num_rows - hit["duration_ns"].null_count
+        if (seg / "host_aggregates").is_dir():  # the process's page allocations (it idles outside its blocks)
+            agg = ds.dataset(str(seg / "host_aggregates"), format="parquet").to_table(columns=["pid", "op", "count"])
+            mine = agg.filter(pc.and_(pc.equal(agg["pid"], window.get("pid", -1)), pc.equal(agg["op"], "mm_page_alloc")))
+            out["window_page_allocs"] = int(pc.sum(mine["count"]).as_py() or 0)
+        if (seg / "sched_intervals").is_dir():
+            off = ds.dataset(str(seg / "sched_intervals"), format="parquet").to_table(columns=["pid", "off_ns"])
+            out["window_off_cpu_intervals"] = off.filter(pc.and_(pc.and_(
+                pc.greater_equal(off["off_ns"], window["t0_ns"]), pc.less(off["off_ns"], window["t1_ns"])),
+                pc.equal(off["pid"], window.get("pid", -1)))).num_rows
     if not seg.is_dir() and db.exists():  # folded: DuckDB is installed here (a dry run off the GPU host)
         import duckdb
 
@@ -203,6 +212,12 @@ def recorded(db: Path, window: dict | None = None) -> dict:
             out["window_entry_hits"], out["window_entry_return_hits"] = con.execute(
                 "SELECT count(*) FILTER (duration_ns IS NULL), count(*) FILTER (duration_ns IS NOT NULL) FROM cuda_calls "
                 "WHERE ts_ns >= ? AND ts_ns < ? AND pid = ?", [window["t0_ns"], window["t1_ns"], window.get("pid", -1)]).fetchone()
+            out["window_page_allocs"] = con.execute(
+                "SELECT coalesce(sum(count), 0) FROM host_aggregates WHERE pid = ? AND op = 'mm_page_alloc'",
+                [window.get("pid", -1)]).fetchone()[0]
+            out["window_off_cpu_intervals"] = con.execute(
+                "SELECT count(*) FROM sched_intervals WHERE off_ns >= ? AND off_ns < ? AND pid = ?",
+                [window["t0_ns"], window["t1_ns"], window.get("pid", -1)]).fetchone()[0]
         con.close()
         return out
     calls = seg / "cuda_calls"
@@ -285,13 +300,16 @@ def main() -> int:
 
 
 def estimated_in(entry: dict) -> float | None:
-    """The stored estimate of added time for the workload's timed window, as tracing_cost computes it per
-    second: its hits inside the window (recorded(db, window)) times probe_costs. None: nothing recorded."""
+    """The stored estimate of added time for the workload's timed window: its hits inside the window
+    (recorded(db, window)) times probe_costs, as tracing_cost computes it per second, plus its off-CPU intervals and
+    page allocations times theirs, as explain adds them. None: nothing recorded."""
     costs = {c["probe"]: c["cost_ns"] for c in entry.get("probe_costs") or []}
     if "window_entry_hits" not in entry or not costs:
         return None
     return (entry["window_entry_hits"] * costs.get("entry", 0.0)
-            + entry["window_entry_return_hits"] * costs.get("entry_return", 0.0)) / 1e9
+            + entry["window_entry_return_hits"] * costs.get("entry_return", 0.0)
+            + entry.get("window_page_allocs", 0) * (costs.get("page_alloc") or 0.0)
+            + entry.get("window_off_cpu_intervals", 0) * (costs.get("sched_interval") or 0.0)) / 1e9
 
 
 def summarise(runs: list[dict]) -> list[dict]:
