@@ -242,30 +242,40 @@ def test_without_calibration_the_scheduler_records_share_is_unknown(standin: Sta
         con.close()
 
 
-def test_the_live_view_adds_the_scheduler_records_to_the_estimate(standin: StandIn, tmp_path: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without --quiet the live view's cost line gives the CUDA probes' estimate and the scheduler records' (intervals
-    stored so far x the cost measured at start), as explain does."""
+def test_the_live_view_adds_the_scheduler_records_and_pages_to_the_estimate(standin: StandIn, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --quiet the live view's cost line gives the CUDA probes' estimate, the scheduler records' (intervals
+    stored so far x the cost measured at start) and the page allocations' (traced processes' pages so far x theirs),
+    as explain does."""
     import re
 
     from ingero_mcp.store import open_store
 
     monkeypatch.setenv("COLUMNS", "1000")  # one line per row of the view, as on a wide terminal
     db = tmp_path / "live.duckdb"
-    log = record(db, [Workload(standin, "mix", "50", "0", "0", "0", "0")], defaults=True, timeout=90, quiet=False).output()
+    # seconds of sleeping syncs and two children allocating 16 MiB each: pages harvested while the view still draws
+    log = record(db, [Workload(standin, "mix", "30", "0", "20000000", "2", "16")], defaults=True, timeout=90,
+                 quiet=False).output()
     got = re.findall(r"tracing cost \(estimated\): [\d.]+ s added by the CUDA probes so far, \+([\d.]+) s by the scheduler "
-                     r"records \(([\d,]+) off-CPU intervals x (\d+) ns\)", log)
+                     r"records \(([\d,]+) off-CPU intervals x (\d+) ns\), \+([\d.]+) s by the page-allocation tracepoint "
+                     r"\(([\d,]+) pages x (\d+) ns\)", log)
     assert got, log[-2000:]
-    added_s, intervals, per_interval = got[-1]
+    added_s, intervals, per_interval, page_s, pages, per_page = got[-1]
     con = open_store(db)
     try:
         cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'sched_interval'")[0][0]
         stored = _q(con, "SELECT count(*) FROM sched_intervals")[0][0]
+        page_cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'page_alloc'")[0][0]
+        stored_pages = _q(con, "SELECT sum(count) FROM host_aggregates WHERE op = 'mm_page_alloc' AND pid IN "
+                               "(SELECT pid FROM processes WHERE traced)")[0][0]
     finally:
         con.close()
     assert int(per_interval) == round(cost)
     assert 0 < int(intervals.replace(",", "")) <= stored  # the view lags the last flush at most
     assert float(added_s) == pytest.approx(int(intervals.replace(",", "")) * cost / 1e9, abs=0.006)
+    assert int(per_page) == round(page_cost)
+    assert 0 < int(pages.replace(",", "")) <= stored_pages
+    assert float(page_s) == pytest.approx(int(pages.replace(",", "")) * page_cost / 1e9, abs=0.006)
 
 
 def test_the_kernels_own_timing_of_each_program_is_noted(plain: dict[str, Any]) -> None:

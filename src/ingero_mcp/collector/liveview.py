@@ -73,7 +73,8 @@ class LiveView:
 
 def cost_line(tracer: Tracer) -> str:
     """The tracing cost so far, as the governor estimates it (hits x the per-hit costs measured at start), and the
-    scheduler records' (off-CPU intervals stored x their cost measured at start), as explain adds them."""
+    scheduler records' and page allocations' (off-CPU intervals stored and traced processes' pages harvested x their
+    costs measured at start), as explain adds them."""
     gov = tracer.governor
     if gov is None:
         return ""
@@ -83,6 +84,9 @@ def cost_line(tracer: Tracer) -> str:
     sched = ("the scheduler records' share unknown (not measured)" if per_interval is None else
              f"+{intervals * per_interval / 1e9:.2f} s by the scheduler records ({intervals:,} off-CPU intervals x "
              f"{per_interval:.0f} ns)")
+    pages, per_page = tracer.traced_pages, tracer.page_cost.cost_ns
+    sched += (", the page allocations' share unknown (not measured)" if per_page is None else
+              f", +{pages * per_page / 1e9:.2f} s by the page-allocation tracepoint ({pages:,} pages x {per_page:.0f} ns)")
     text = (f"tracing cost (estimated): {gov.total_added_ns / 1e9:.2f} s added by the CUDA probes so far, {sched}; "
             f"per hit {e:.0f} ns entry-only, {r:.0f} ns entry + return; launch probes attached {gov.duty:.0%} of the "
             f"time")

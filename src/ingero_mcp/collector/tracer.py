@@ -204,6 +204,7 @@ class Tracer:
         self.costs_final = False
         self.sched_cost: ProbeCost = sched_unmeasured("not measured yet")
         self.page_cost: ProbeCost = page_unmeasured("not measured yet")
+        self.traced_pages = 0  # page allocations of traced processes harvested so far
         self._costs_written = False
         self.calibration_pids: set[int] = set()
         self.calibration_rows = {"cuda": 0, "sched": 0, "proc": 0}
@@ -730,6 +731,8 @@ class Tracer:
             rows["sum_bytes"].append(val.sum if key.kind == 2 else None)
             rows["sum_duration_ns"].append(val.sum if key.kind == 1 else None)  # on-CPU time of ended slices
             self.aggregated[key.kind] = self.aggregated.get(key.kind, 0) + val.count
+            if key.kind == 2 and self.procs.get(key.pid, {}).get("traced"):
+                self.traced_pages += val.count  # the live view's page-allocation estimate (explain: host_aggregates)
         if not done:
             return
         keys = (self.agg.Key * len(done))(*done)
