@@ -286,12 +286,10 @@ def _cached_class(bcc: Any) -> type:
             _type, code = self._insns[func_name]
             if attach_type == uprobelink.BPF_TRACE_UPROBE_MULTI:  # bcc_prog_load cannot pass an attach type
                 fd = uprobelink.prog_load(func_name, code, self._entry["license"].encode())
-                fn = bcc.BPF.Function(self, func_name, fd)
-                self.funcs[func_name] = fn
-                return fn
-            buf = ct.create_string_buffer(code, len(code))
-            fd = lib.bcc_prog_load(prog_type, func_name, buf, len(code), self._entry["license"].encode(),
-                                   self._entry["kern_version"], 0, None, 0)
+            else:
+                buf = ct.create_string_buffer(code, len(code))
+                fd = lib.bcc_prog_load(prog_type, func_name, buf, len(code), self._entry["license"].encode(),
+                                       self._entry["kern_version"], 0, None, 0)
             if fd < 0:
                 err = ct.get_errno()
                 if err == 1:  # EPERM

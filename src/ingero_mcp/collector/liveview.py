@@ -81,13 +81,13 @@ def cost_line(tracer: Tracer) -> str:
     worst = max(gov.last_share.items(), key=lambda kv: kv[1], default=None)
     e, r = tracer.costs["entry"].cost_ns, tracer.costs["entry_return"].cost_ns
     intervals, per_interval = tracer.stored["sched_intervals"], tracer.sched_cost.cost_ns
-    sched = ("the scheduler records' share unknown (not measured)" if per_interval is None else
-             f"+{intervals * per_interval / 1e9:.2f} s by the scheduler records ({intervals:,} off-CPU intervals x "
-             f"{per_interval:.0f} ns)")
+    tracepoints = ("the scheduler records' share unknown (not measured)" if per_interval is None else
+                   f"+{intervals * per_interval / 1e9:.2f} s by the scheduler records ({intervals:,} off-CPU intervals x "
+                   f"{per_interval:.0f} ns)")
     pages, per_page = tracer.traced_pages, tracer.page_cost.cost_ns
-    sched += (", the page allocations' share unknown (not measured)" if per_page is None else
-              f", +{pages * per_page / 1e9:.2f} s by the page-allocation tracepoint ({pages:,} pages x {per_page:.0f} ns)")
-    text = (f"tracing cost (estimated): {gov.total_added_ns / 1e9:.2f} s added by the CUDA probes so far, {sched}; "
+    tracepoints += (", the page allocations' share unknown (not measured)" if per_page is None else
+                    f", +{pages * per_page / 1e9:.2f} s by the page-allocation tracepoint ({pages:,} pages x {per_page:.0f} ns)")
+    text = (f"tracing cost (estimated): {gov.total_added_ns / 1e9:.2f} s added by the CUDA probes so far, {tracepoints}; "
             f"per hit {e:.0f} ns entry-only, {r:.0f} ns entry + return; launch probes attached {gov.duty:.0%} of the "
             f"time")
     if worst is not None:

@@ -410,18 +410,18 @@ class Tracer:
         import bcc  # type: ignore[import-not-found]  # loaded by _compile
 
         ev = self.bpf._get_uprobe_evname(b"r" if ret else b"p", path, addr, pid)
+        what = f"cannot attach {'uretprobe' if ret else 'uprobe'} {fn_name} at {path.decode()}+{addr:#x}"
         if self.link_uprobes:
             fn = self.bpf.load_func(fn_name.encode(), bcc.BPF.KPROBE, attach_type=uprobelink.BPF_TRACE_UPROBE_MULTI)
             try:
                 self.uprobe_links[ev] = uprobelink.link_uprobe(fn.fd, path, addr, ret=ret, pid=pid)
             except OSError as exc:
-                raise OSError(f"cannot attach {'uretprobe' if ret else 'uprobe'} {fn_name} at {path.decode()}+{addr:#x}: "
-                              f"{exc.strerror}") from exc
+                raise OSError(f"{what}: {exc.strerror}") from exc
             return ev
         fn = self.bpf.load_func(fn_name.encode(), bcc.BPF.KPROBE)
         fd = bcc.lib.bpf_attach_uprobe(fn.fd, 1 if ret else 0, ev, path, addr, pid)
         if fd < 0:
-            raise OSError(f"cannot attach {'uretprobe' if ret else 'uprobe'} {fn_name} at {path.decode()}+{addr:#x}")
+            raise OSError(what)
         self.bpf._add_uprobe_fd(ev, fd)
         return ev
 
@@ -536,8 +536,8 @@ class Tracer:
             self.traced_map.pop(key, None)
         if PAGE_TRACEPOINT not in self.bpf.tracepoint_fds:  # never record without it
             self._page_tracepoint_on()
-        for what, c in (("scheduler records", self.sched_cost), ("page allocations", self.page_cost)):
-            per = "off-CPU interval" if c is self.sched_cost else "page allocated"
+        for what, per, c in (("scheduler records", "off-CPU interval", self.sched_cost),
+                             ("page allocations", "page allocated", self.page_cost)):
             self._say(f"{what} cost here: {'not measured' if c.cost_ns is None else f'{c.cost_ns:.0f} ns'} per {per} "
                       f"by a traced thread ({c.method.split(':')[0].split(' (')[0]})")
 

@@ -14,7 +14,7 @@ import errno
 import os
 import tempfile
 
-SYS_BPF = 321  # x86-64
+SYS_BPF = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine)  # elsewhere: not tried, perf events
 BPF_PROG_LOAD = 5
 BPF_LINK_CREATE = 28
 BPF_PROG_TYPE_KPROBE = 2
@@ -27,6 +27,8 @@ _libc.syscall.restype = ct.c_long
 
 
 def _bpf(cmd: int, attr: ct.Array) -> int:
+    if SYS_BPF is None:
+        raise OSError(errno.ENOSYS, f"bpf(2) number unknown on {os.uname().machine}")
     fd = _libc.syscall(SYS_BPF, cmd, attr, ATTR_SIZE)
     if fd < 0:
         err = ct.get_errno()
