@@ -219,12 +219,15 @@ def test_preempted_under_contention_and_not_without(recorded: dict[str, Any], co
     # leaves the CPU runnable, which is counted as preempted.
     # Each sleeps SYNC_SLEEP_NS, then waits for a CPU as long as the loaded CPUs make it (cpu_wait_ns,
     # not sleep: v1 stores reported a share of the call, which depended on that load).
-    n, n_blocked, mean_sleep, min_switches = _q(con, "SELECT count(*), count(*) FILTER (sleep_ns > 0), "
-                                                     "avg(sleep_ns), min(context_switches) "
-                                                     "FROM cuda_calls WHERE pid = ? AND op = 'cuCtxSynchronize'",
-                                                [recorded["pids"]["mix"]])[0]
-    assert n_blocked >= 0.9 * n and mean_sleep > 0.8 * SYNC_SLEEP_NS and min_switches >= 1, \
-        (n, n_blocked, mean_sleep, min_switches)
+    # A call can also not switch out at all: when the vCPU itself is held up past the timer, the thread
+    # finds its sleep over before it reaches schedule() (seen once on CI, 1 call in 300).
+    n, n_blocked, mean_sleep, n_switched, blocked_unswitched = _q(
+        con, "SELECT count(*), count(*) FILTER (sleep_ns > 0), avg(sleep_ns), count(*) FILTER (context_switches >= 1), "
+             "count(*) FILTER (sleep_ns > 0 AND context_switches < 1) "
+             "FROM cuda_calls WHERE pid = ? AND op = 'cuCtxSynchronize'", [recorded["pids"]["mix"]])[0]
+    assert n_blocked >= 0.9 * n and mean_sleep > 0.8 * SYNC_SLEEP_NS and n_switched >= 0.9 * n, \
+        (n, n_blocked, mean_sleep, n_switched)
+    assert blocked_unswitched == 0, blocked_unswitched  # a sleep is an interval off the CPU: a switch-out
     # sleeping intervals carry the wakeup: asleep from off_ns to wakeup_ns, waiting for a CPU until on_ns
     bad, with_wakeup, sleeping_n = _q(con, "SELECT count(*) FILTER (wakeup_ns < off_ns OR wakeup_ns > on_ns), "
                                            "count(wakeup_ns), count(*) FROM sched_intervals "

@@ -223,11 +223,16 @@ static void *waker(void *arg) {
 }
 
 /* Two of these, created SCHED_RR on one CPU: each preempts the other when its time slice ends
- * (100 ms), and no ordinary task of the machine can take the CPU from them in between. */
+ * (100 ms), and no ordinary task of the machine can take the CPU from them in between. They start
+ * spinning together: without the barrier the first could hold the CPU its creator was on, and the
+ * second start only when the kernel let ordinary tasks run there again (up to ~1 s on 6.12+). */
+static pthread_barrier_t spinners_ready;
+
 static void *spinner(void *arg) {
     const char *name = arg;
     prctl(PR_SET_NAME, name);
     say("tid", name, tid());
+    pthread_barrier_wait(&spinners_ready);
     spin_for(1000000000L);
     return NULL;
 }
@@ -287,6 +292,7 @@ static int v2(int s_cpu, int p_cpu) {
     pthread_join(t2, NULL);
     pthread_join(t1, NULL);
     /* two threads on one CPU */
+    pthread_barrier_init(&spinners_ready, NULL, 2);
     start_spinner(&t3, "v2-spin1");
     start_spinner(&t4, "v2-spin2");
     pthread_join(t3, NULL);
