@@ -421,6 +421,22 @@ def test_without_bpf_permission_says_what_to_do(tmp_path: Path) -> None:
     assert not (tmp_path / "x.duckdb").exists()
 
 
+def test_a_bad_pid_or_library_is_refused_before_loading(tmp_path: Path) -> None:
+    """A pid that does not exist or a --cuda-lib that is not a CUDA library: one line, exit 2, before the seconds
+    of loading the programs and calibrating (the start would have said so), and no store."""
+    import subprocess
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # a pid that existed and is gone
+    for args, said in ((["--pid", str(dead.pid)], f"no process {dead.pid}"),
+                       (["--cuda-lib", "/etc/hostname"], "--cuda-lib /etc/hostname: not a readable")):
+        out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(tmp_path / "x.duckdb"), *args],
+                             capture_output=True, text=True, timeout=120, check=False)
+        assert out.returncode == 2 and said in out.stderr, out.stderr
+        assert "eBPF program" not in out.stderr and "calibrated" not in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr and not list(tmp_path.iterdir())
+
+
 def test_missing_bcc_message_names_the_system_package() -> None:
     import subprocess
 

@@ -276,3 +276,20 @@ def test_hostile_names_are_cleaned(tmp_path: Path) -> None:
     out = tmp_path / "h.json"
     export(db, out, "--format", "json")
     assert not bad_chars(json.loads(out.read_text()).__repr__())
+
+
+@pytest.mark.parametrize("command, name", [("export", "run.pftrace"), ("export", "run.json"), ("report", "run.html")])
+def test_output_path_errors_are_one_line(command: str, name: str, demo_db: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """A file that cannot be written where asked: one line naming the path and why, exit 2, before any work,
+    and nothing left behind; a later good path still works and leaves no temporary file."""
+    missing_dir = tmp_path / "no" / "such" / name
+    for out, why in ((missing_dir, f"directory {missing_dir.parent} does not exist"), (tmp_path, "is a directory")):
+        assert main([command, "--db", str(demo_db), "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"ingero-mcp {command}: ") and why in err, err
+        assert "Traceback" not in err
+    good = tmp_path / name
+    assert main([command, "--db", str(demo_db), "-o", str(good)]) == 0
+    assert good.stat().st_size > 1000
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no temporary file, no stray folder

@@ -579,6 +579,13 @@ class Tracer:
         db = self.opts.db
         if not db.parent.is_dir():
             raise FileNotFoundError(f"--db {db}: directory {db.parent} does not exist")
+        # What the user named is checked before the seconds of loading and calibrating (and again after them)
+        for pid in self.opts.pids:
+            if not alive(pid):
+                raise ProcessLookupError(f"no process {pid}")
+        for path in self.opts.cuda_libs:
+            if resolve_library(path) is None:
+                raise FileNotFoundError(f"--cuda-lib {path}: not a readable libcudart.so*/libcuda.so* file")
         if segment_dir(db).is_dir() and any(segment_dir(db).iterdir()):
             raise FileExistsError(
                 f"{segment_dir(db)} exists: another collector is recording to {db}, or one was killed. If none is "
@@ -595,7 +602,7 @@ class Tracer:
         self._calibrate_sched()
         for pid in self.opts.pids:
             if not alive(pid):
-                raise ProcessLookupError(f"no process {pid}")
+                raise ProcessLookupError(f"no process {pid} (it exited while the collector started)")
         for pid in sorted(descendants(self.opts.pids)) if self.opts.pids else []:
             self._trace_pid(pid, target=True)
         for path in self.opts.cuda_libs:

@@ -19,6 +19,7 @@ import duckdb
 
 from ingero_mcp.analysis.cost import cost_lines
 from ingero_mcp.analysis.models import Report, ThreadAccount, TimeWindow
+from ingero_mcp.export.output import check_output, write_whole
 from ingero_mcp.sanitize import clean
 
 NS = 1_000_000_000
@@ -218,6 +219,7 @@ def write_report(db: str | os.PathLike[str], out: str | os.PathLike[str], pids: 
     from ingero_mcp.analysis.window import resolve_window
     from ingero_mcp.store import open_store
 
+    check_output(out)
     con = open_store(db)
     try:
         if window is None and (since or start or end):
@@ -226,7 +228,6 @@ def write_report(db: str | os.PathLike[str], out: str | os.PathLike[str], pids: 
         page = build_html(con, report, Path(db).name)
     finally:
         con.close()
-    tmp = Path(str(out) + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out)
-    return len(page.encode("utf-8"))
+    data = page.encode("utf-8")
+    write_whole(out, lambda f: f.write(data))
+    return len(data)

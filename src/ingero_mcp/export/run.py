@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.export import events as ev
+from ingero_mcp.export.output import check_output, write_whole
 
 
 def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str = "perfetto",
@@ -17,6 +17,7 @@ def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt
     from ingero_mcp.analysis.window import resolve_window
     from ingero_mcp.store import open_store
 
+    check_output(out)
     con = open_store(db)
     try:
         if window is None and (since or start or end):
@@ -24,18 +25,14 @@ def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt
         chains = build_report(con, window=window, pids=pids).chains
         scope = ev.Scope(window=window, pids=pids)
         timeline = ev.gather(con, scope, chains)
-        tmp = Path(str(out) + ".tmp")
         if fmt == "json":
             from ingero_mcp.export.chrome_json import write_chrome_json
 
-            with open(tmp, "w", encoding="ascii") as f:
-                counts = write_chrome_json(con, timeline, scope, f)
+            counts = write_whole(out, lambda f: write_chrome_json(con, timeline, scope, f), "w", "ascii")
         else:
             from ingero_mcp.export.perfetto import write_perfetto
 
-            with open(tmp, "wb") as f:
-                counts = write_perfetto(con, timeline, scope, f)
-        os.replace(tmp, out)
+            counts = write_whole(out, lambda f: write_perfetto(con, timeline, scope, f))
         return counts
     finally:
         con.close()
