@@ -6,6 +6,11 @@ and the explain report (build_report: the time accounting and the causal chains 
 
     .venv/bin/python bench/bench_store.py              # 1M and 10M
     .venv/bin/python bench/bench_store.py --sizes 1m   # quick
+    .venv/bin/python bench/bench_store.py --skip-ingest --skip-explain --segments 20000,60000
+
+`--segments`: what writing one second of live segments costs the collector (CPU, process time) and the
+disk, at that many CUDA calls a second (plus a third as many scheduler intervals and 600 aggregate rows),
+with the writer's per-column encodings against Arrow's defaults.
 
 Numbers go to stdout as a table (and --json FILE). Timings are wall clock; the machine's load
 average is printed with them because the development machine is shared.
@@ -184,6 +189,31 @@ def _parse_size(s: str) -> int:
     return int(float(s.rstrip("km")) * mult)
 
 
+def bench_segments(calls: int, tmp: Path, repeats: int = 9) -> dict[str, float]:
+    """CPU seconds and bytes of one second's live segments at `calls` CUDA calls/s: the writer's encodings
+    (store/writer.py `_encodings`) against Arrow's defaults (a dictionary tried on every column)."""
+    import pyarrow.parquet as pq
+
+    from ingero_mcp.store.writer import _encodings
+
+    rng = np.random.default_rng(2)
+    second = [_cuda_batch(calls, rng, 0), _sched_batch(max(1, calls // 3), rng), _agg_batch(600, rng)]
+    out: dict[str, float] = {"calls": calls}
+    for label, options in (("encodings", _encodings), ("arrow_defaults", lambda schema: {})):
+        cpu, size = [], 0
+        for _ in range(repeats):
+            size = 0
+            t0 = time.process_time()
+            for i, batch in enumerate(second):
+                path = tmp / f"seg-{i}.parquet"
+                pq.write_table(batch, path, compression="zstd", **options(batch.schema))
+                size += path.stat().st_size
+            cpu.append(time.process_time() - t0)
+        out[f"{label}_cpu_ms"] = statistics.median(cpu) * 1e3
+        out[f"{label}_kb"] = size / 1e3
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmarks and print the table."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -192,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tmp", type=Path, default=None, help="scratch directory (default: a temp dir)")
     ap.add_argument("--skip-explain", action="store_true")
     ap.add_argument("--skip-ingest", action="store_true")
+    ap.add_argument("--segments", default="", help="comma-separated CUDA calls/s for the live-segment benchmark")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     sizes = [_parse_size(s) for s in args.sizes.split(",") if s]
@@ -221,6 +252,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {r['events']:,} events, first chain: {r['top_chain']}; of the time: thread_seconds "
                       f"{r['thread_seconds_s']:.2f} s, accounting in all {r['accounting_s']:.2f} s, chains {r['chains_s']:.2f} s")
             results["explain"] = explain
+        if args.segments:
+            print(f"\n{'one second of live segments':<30}{'encodings CPU ms':>17}{'kB':>8}{'Arrow defaults CPU ms':>23}{'kB':>8}")
+            segments = []
+            for calls in (_parse_size(x) for x in args.segments.split(",") if x):
+                r = bench_segments(calls, tmp)
+                segments.append(r)
+                print(f"{f'{calls:,} calls/s':<30}{r['encodings_cpu_ms']:>17.1f}{r['encodings_kb']:>8.0f}"
+                      f"{r['arrow_defaults_cpu_ms']:>23.1f}{r['arrow_defaults_kb']:>8.0f}", flush=True)
+            results["segments"] = segments
     results["load_after"] = os.getloadavg()
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
     if args.json:

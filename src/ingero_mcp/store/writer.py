@@ -219,9 +219,21 @@ def _write_atomic(final: Path, arrow: pa.Table) -> None:
     corrupt), and the collector writes several segments each second, each fsync a wait of its own."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp")
-    pq.write_table(arrow, tmp, compression="zstd")
+    pq.write_table(arrow, tmp, compression="zstd", **_encodings(arrow.schema))
     _fsync(tmp)
     os.replace(tmp, final)
+
+
+def _encodings(schema: pa.Schema) -> dict[str, Any]:
+    """Parquet encodings by column type: dictionaries only where values repeat (names, ops, ids, flags), and the
+    64-bit nanosecond columns as deltas. Arrow's default tries a dictionary on every column, and gives up on
+    timestamps and durations only after building one: one second of segments at 60,000 calls/s took 19 ms of
+    CPU and 0.84 MB against 12 ms and 0.47 MB (`bench/bench_store.py --segments`)."""
+    repeat = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+              or pa.types.is_dictionary(f.type) or pa.types.is_boolean(f.type)
+              or (pa.types.is_integer(f.type) and f.type.bit_width <= 32)]
+    deltas = {f.name: "DELTA_BINARY_PACKED" for f in schema if f.name.endswith("_ns") and pa.types.is_int64(f.type)}
+    return {"use_dictionary": repeat, "column_encoding": deltas}
 
 
 def _fsync(path: Path) -> None:
