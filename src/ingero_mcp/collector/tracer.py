@@ -583,9 +583,12 @@ class Tracer:
         for pid in self.opts.pids:
             if not alive(pid):
                 raise ProcessLookupError(f"no process {pid}")
+        forced_libs = []  # --cuda-lib files, attached once the traced set is seeded
         for path in self.opts.cuda_libs:
-            if resolve_library(path) is None:
+            lib = resolve_library(path)
+            if lib is None:
                 raise FileNotFoundError(f"--cuda-lib {path}: not a readable libcudart.so*/libcuda.so* file")
+            forced_libs.append(lib)
         if segment_dir(db).is_dir() and any(segment_dir(db).iterdir()):
             raise FileExistsError(
                 f"{segment_dir(db)} exists: another collector is recording to {db}, or one was killed. If none is "
@@ -605,10 +608,7 @@ class Tracer:
                 raise ProcessLookupError(f"no process {pid} (it exited while the collector started)")
         for pid in sorted(descendants(self.opts.pids)) if self.opts.pids else []:
             self._trace_pid(pid, target=True)
-        for path in self.opts.cuda_libs:
-            lib = resolve_library(path)
-            if lib is None:
-                raise FileNotFoundError(f"--cuda-lib {path}: not a readable libcudart.so*/libcuda.so* file")
+        for lib in forced_libs:
             self.attach_library(lib, forced=True)
         self._discover()
         self.started_ns = time.time_ns()

@@ -27,8 +27,9 @@ def check_output(out: str | os.PathLike[str]) -> Path:
 def write_whole(out: str | os.PathLike[str], write: Callable[[IO[Any]], T], mode: str = "wb",
                 encoding: str | None = None) -> T:
     """Run `write` on a temporary file beside `out`, then rename it to `out`: a reader never sees half a file,
-    and a failed write leaves neither. Raises OutputError naming the path and the reason."""
-    final = check_output(out)
+    and a failed write leaves neither. Raises OutputError naming the path and the reason (callers run
+    check_output first, before their work)."""
+    final = Path(out)
     tmp = final.parent / f".{final.name}.tmp"
     try:
         with open(tmp, mode, encoding=encoding) as f:
