@@ -62,6 +62,41 @@ def test_a_flush_merges_dictionary_and_plain_batches_of_one_column(tmp_path: Pat
         ("preempted", 1), ("sleeping", 2)]
 
 
+def test_a_reader_never_misses_the_session_while_the_writer_replaces_it(tmp_path: Path) -> None:
+    """The collector rewrites latest-*.parquet every second; a reader opening the store meanwhile must see one
+    version of it, whole (DuckDB opens a file more than once: a replace in between read as corrupt, and the session
+    row was skipped, ~1 read in 10 with the writer replacing it in a loop)."""
+    import threading
+
+    from ingero_mcp.store.segments import skipped_segments
+
+    db = tmp_path / "live.duckdb"
+    w = TraceWriter(db, live=True)
+    done = threading.Event()
+
+    def rewrite() -> None:
+        i = 0
+        while not done.is_set():  # sizes vary, as the notes and counters do
+            i += 1
+            w.replace("sessions", {"source": ["collector"], "started_ns": [1], "notes": ["x" * (i * 37 % 4000)]})
+            w.flush()
+
+    rewrite_thread = threading.Thread(target=rewrite)
+    w.replace("sessions", {"source": ["collector"], "started_ns": [1]})
+    w.flush()
+    rewrite_thread.start()
+    try:
+        for _ in range(40):
+            con = open_store(db)
+            assert con.execute("SELECT count(*), min(source) FROM sessions").fetchall() == [(1, "collector")]
+            assert skipped_segments(db) == []
+            con.close()
+    finally:
+        done.set()
+        rewrite_thread.join()
+    w.close()
+
+
 def test_killed_writer_leaves_a_readable_store_that_folds(tmp_path: Path) -> None:
     db = tmp_path / "killed.duckdb"
     w = TraceWriter(db, live=True)

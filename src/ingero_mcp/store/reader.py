@@ -257,18 +257,24 @@ def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
         # A segment no reader can use (partial, empty, garbage, another schema, a folder) is skipped and
         # reported, not allowed to make the whole store unreadable (store/segments.py).
         by_table, bad = list_segments(segments)
-        for table in TABLES:
-            files = by_table.get(table, [])
-            if table in REPLACE_TABLES:
-                for file in [f for f in files if f.name.startswith("latest-")]:
-                    try:
-                        build.execute(
-                            f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM read_parquet(?))", [str(file)]
-                        ).fetchall()
-                    except duckdb.Error as exc:
+        with tempfile.TemporaryDirectory(prefix="ingero-latest-") as copies:
+            for table in TABLES:
+                files = by_table.get(table, [])
+                if table in REPLACE_TABLES:
+                    for file in [f for f in files if f.name.startswith("latest-")]:
                         files.remove(file)
-                        bad.append((file, str(exc).strip().splitlines()[0][:300]))
-            bad += insert_segments(build, table, files)
+                        try:
+                            # The collector replaces this file every second, and DuckDB opens a file more than once
+                            # to read it: a replace in between reads as a corrupt file (~1 read in 10 under a
+                            # writer replacing it in a loop). One open here pins one version; DuckDB reads that copy.
+                            copy = _pinned_copy(file, Path(copies) / table)
+                            build.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM read_parquet(?))",
+                                          [str(copy)]).fetchall()
+                        except (duckdb.Error, OSError) as exc:
+                            bad.append((file, str(exc).strip().splitlines()[0][:300]))
+                            continue
+                        bad += [(file, why) for _, why in insert_segments(build, table, [copy])]
+                bad += insert_segments(build, table, files)
         remember_skipped(path, bad)
         build.close()
         con = duckdb.connect(str(tmp), read_only=True)
@@ -277,6 +283,15 @@ def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
         for leftover in (tmp, Path(f"{tmp}.wal")):
             leftover.unlink(missing_ok=True)
     return con
+
+
+def _pinned_copy(file: Path, folder: Path) -> Path:
+    """A private copy of one version of `file` (read through one open, which a rename over the name does not change)."""
+    folder.mkdir(exist_ok=True)
+    copy = folder / file.name
+    with open(file, "rb") as src, open(copy, "wb") as dst:
+        dst.write(src.read())
+    return copy
 
 
 def _sql_quote(text: str) -> str:
