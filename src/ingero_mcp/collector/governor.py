@@ -129,8 +129,11 @@ class Governor:
     def run(self, stop: threading.Event) -> None:
         """Attach the launch probes for the first `duty` of every period, detach them for the rest, until
         `stop`; decide the duty every period."""
-        period = (time.monotonic_ns() - self.t0) // PERIOD_NS + 1
-        self._sleep_until(self.t0 + period * PERIOD_NS, stop)
+        # From the period under way, not the next one: its quarters still to come are looked at, so a job
+        # launching flat out from the start is cut within a quarter second, not after up to a second unwatched
+        # (2-core CI: 1.3M launches/s for 1.6 s filled the ring, 271k records lost).
+        began = time.monotonic_ns()  # the first period's rate counts from here, where recording has just begun
+        period = (began - self.t0) // PERIOD_NS
         quarter = PERIOD_NS // 4
         while not stop.is_set():
             start = self.t0 + period * PERIOD_NS
@@ -147,7 +150,7 @@ class Governor:
                         break
                     if self.refresh is not None:
                         self.refresh()
-                    self._choose(period, start, time.monotonic_ns())
+                    self._choose(period, max(start, began), time.monotonic_ns())
                     if self.duty < 1.0:
                         self._set(False)
                         break
