@@ -32,6 +32,14 @@
 #define PAGE_BYTES 4096ULL
 #define CLONE_THREAD_FLAG 0x00010000ULL
 #define WAKE_RACE_NS 1000000ULL
+// Kernel stacks at switch-out: the innermost KSTACK_DEPTH frames say what a thread waited in (a
+// pipe, a socket, a disk, a futex, a timer, its cgroup's quota), deduplicated in a stack map.
+#ifndef KSTACK_DEPTH
+#define KSTACK_DEPTH 24
+#endif
+#ifndef KSTACK_ENTRIES
+#define KSTACK_ENTRIES 8192
+#endif
 
 // counters (per-CPU array indices); mirrored in collector/records.py
 #define C_CUDA_SEEN 0
@@ -49,6 +57,7 @@
 #define C_WAKEUP_SEEN 12
 #define C_AGG_DROP_PAGE 13
 #define C_WAKE_IRQ 14
+#define C_KSTACK_LOST 15   // a switch-out whose kernel stack could not be taken (a hash collision, a fault)
 #define N_COUNTERS 16
 
 // event flags
@@ -128,6 +137,7 @@ struct tstate {
     u32 waker_tid;
     char waker_comm[COMM_LEN];
     s32 syscall;       // syscall number at switch-out, -1: not in a syscall / unknown
+    s32 kstack;        // kstacks id of the kernel stack at switch-out, < 0: not taken
     u8 off_state;      // S_*
     u8 depth;
     u8 waker_ctx;      // W_*, 0: no wakeup seen
@@ -177,6 +187,8 @@ struct sched_ev {
     u8 waker_ctx;
     u8 flags;
     u8 pad;
+    s32 kstack;         // kstacks id of the kernel stack at switch-out, < 0: not taken
+    u32 pad2;
 };
 
 struct proc_ev {
@@ -224,6 +236,10 @@ struct agg_val {
     char comm[COMM_LEN];
 };
 
+struct kstack_t {
+    u64 ip[KSTACK_DEPTH];
+};
+
 BPF_HASH(traced, u32, u8, 65536);
 BPF_HASH(tstate, u32, struct tstate, 16384);
 BPF_PERCPU_ARRAY(zero_state, struct tstate, 1);
@@ -236,6 +252,7 @@ BPF_PERCPU_ARRAY(irq_depth, struct irq_depth_t, 1);
 BPF_PERCPU_ARRAY(pending_holder, struct pending_t, 1);
 BPF_ARRAY(config, u64, 4);   // [0]: trace every process that calls CUDA (no --pid); [1]: irq depth armed
 
+BPF_TABLE("stacktrace", int, struct kstack_t, kstacks, KSTACK_ENTRIES);
 BPF_RINGBUF_OUTPUT(cuda_events, CUDA_RB_PAGES);
 BPF_RINGBUF_OUTPUT(sched_events, SCHED_RB_PAGES);
 BPF_RINGBUF_OUTPUT(proc_events, PROC_RB_PAGES);
@@ -255,6 +272,7 @@ static __always_inline struct tstate *get_state(u32 tid, u32 tgid) {
     if (!init)
         return 0;
     init->tgid = tgid;
+    init->kstack = -1;
     if (tstate.insert(&tid, init) != 0) {
         st = tstate.lookup(&tid);   // raced with another CPU, or full
         if (!st)
@@ -652,6 +670,11 @@ TRACEPOINT_PROBE(sched, sched_switch) {
             bpf_probe_read_kernel(&st->preemptor_comm, COMM_LEN, args->next_comm);
             st->cpu = cpu;
             st->syscall = current_syscall();
+            // No BPF_F_REUSE_STACKID: an id, once given, always names the same stack (userspace reads
+            // each id once); a different stack hashing to a taken slot is counted, not stored.
+            st->kstack = kstacks.get_stackid(args, 0);
+            if (st->kstack < 0)
+                count(C_KSTACK_LOST);
             if (pend && next_tid != 0) {
                 pend->waiter = prev_tid;
                 pend->holder = next_tid;
@@ -707,6 +730,8 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     ev->waker_ctx = (state != S_PREEMPTED && woke) ? wctx : 0;
     ev->flags = nt->sflags;
     ev->pad = 0;
+    ev->kstack = nt->kstack;
+    ev->pad2 = 0;
     sched_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
     return 0;
 }
@@ -742,6 +767,7 @@ TRACEPOINT_PROBE(sched, sched_wakeup_new) {
     st->preemptor_comm[0] = 0;
     st->cpu = args->target_cpu;
     st->syscall = -1;
+    st->kstack = -1;
     note_waker(st, now);
     return 0;
 }

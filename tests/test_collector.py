@@ -764,3 +764,77 @@ def test_v2_off_cpu_split_adds_up(v2rec: dict[str, Any], con: Any) -> None:
                               count(*) FILTER (WHERE sleep_ns IS NULL), count(*)
                        FROM sched_intervals WHERE on_ns IS NOT NULL""")[0]
         assert bad[:5] == (0, 0, 0, 0, 0) and bad[5] <= 0.05 * bad[6], bad
+
+
+# ---- schema v5: the kernel stack at each switch-out, and the traced processes' cgroup CPU quota ----
+
+
+def test_v5_kernel_stacks_say_what_a_thread_waited_in(v2rec: dict[str, Any]) -> None:
+    """The waker sleeps in nanosleep (a timer), the sleeper in a futex: their intervals' kernel stacks say so, every
+    stack an interval names is stored, and a stack's id is the same wherever it appears."""
+    con, t = v2rec["con"], v2rec["tid"]
+    per_thread = dict(_q(con, """
+        SELECT i.tid, list(DISTINCT f ORDER BY f) FROM sched_intervals i JOIN stacks s ON s.stack_id = i.kstack_id,
+               unnest(s.frames) AS u(f)
+        WHERE i.prev_state = 'sleeping' AND i.tid IN (?, ?) GROUP BY i.tid""", [t["waker"], t["sleeper"]]))
+    assert "do_nanosleep" in per_thread.get(t["waker"], []), per_thread.get(t["waker"])
+    assert any("futex" in f for f in per_thread.get(t["sleeper"], [])), per_thread.get(t["sleeper"])
+    assert all(f == "__schedule" or "schedule" in f for f in
+               [s[0] for s, in _q(con, "SELECT frames FROM stacks")]), "innermost frame: the scheduler"
+    missing, with_stack, closed = _q(con, """
+        SELECT count(*) FILTER (WHERE kstack_id IS NOT NULL AND kstack_id NOT IN (SELECT stack_id FROM stacks)),
+               count(kstack_id) FILTER (WHERE prev_state <> 'new'), count(*) FILTER (WHERE prev_state <> 'new')
+        FROM sched_intervals WHERE on_ns IS NOT NULL""")[0]
+    assert missing == 0 and with_stack >= 0.95 * closed, (missing, with_stack, closed)
+    assert _q(con, "SELECT count(*) - count(DISTINCT (session_id, stack_id)) FROM stacks")[0][0] == 0
+    notes = json.loads(_q(con, "SELECT notes FROM sessions")[0][0])
+    assert notes["kernel_stacks"]["distinct"] == _q(con, "SELECT count(*) FROM stacks")[0][0], notes["kernel_stacks"]
+
+
+def _cpu_cgroup_root() -> tuple[Path, bool]:
+    """Where to make a cgroup with a CPU quota: the v1 cpu hierarchy where mounted, else cgroup v2."""
+    from ingero_mcp.collector.cgroups import find_cpu_controller
+
+    ctl = find_cpu_controller()
+    assert ctl is not None, "no cgroup hierarchy with the cpu controller is mounted"
+    return ctl.root, ctl.v2
+
+
+def test_v5_a_cgroup_quota_and_its_throttling_are_sampled(standin: StandIn, tmp_path: Path) -> None:
+    """A traced spinner in a cgroup with a 20 % CPU quota: cgroup_samples name its cgroup, the quota, and the
+    throttled time growing by most of each second (counters are cumulative)."""
+    root, v2 = _cpu_cgroup_root()
+    group = root / f"ingero-test-{os.getpid()}"
+    group.mkdir()
+    db = tmp_path / "quota.duckdb"
+    hog = None
+    try:
+        if v2:
+            (group / "cpu.max").write_text("20000 100000")
+        else:
+            (group / "cpu.cfs_period_us").write_text("100000")
+            (group / "cpu.cfs_quota_us").write_text("20000")
+        hog = Hog(standin, 0)
+        (group / "cgroup.procs").write_text(str(hog.pid))
+        collector = Collector(db, "--pid", str(hog.pid), "--duration", "3", defaults=True)
+        assert collector.wait(timeout=120) == 0, collector.output()
+    finally:
+        if hog is not None:
+            hog.stop()
+        time.sleep(0.2)
+        group.rmdir()
+    from ingero_mcp.store import open_store
+
+    con = open_store(db)
+    try:
+        rows = _q(con, """SELECT cgroup, own, quota_us, period_us, max(nr_throttled) - min(nr_throttled),
+                                 (max(throttled_usec) - min(throttled_usec)) / ((max(ts_ns) - min(ts_ns)) / 1000),
+                                 count(*)
+                          FROM cgroup_samples WHERE pid = ? GROUP BY ALL""", [hog.pid])
+    finally:
+        con.close()
+    assert len(rows) == 1, rows
+    cgroup, own, quota, period, throttles, throttled_share, n = rows[0]
+    assert cgroup == "/" + group.name and own and (quota, period) == (20000, 100000) and n >= 2, rows
+    # a spinner under a 20 % quota is throttled ~80 % of the time (less on a loaded machine where it also waits)
+    assert throttles >= 5 and throttled_share >= 0.3, rows

@@ -15,6 +15,7 @@ from analysis_fixtures import contention_store
 from mcp import Client
 
 from ingero_mcp.mcp.server import build_server
+from ingero_mcp.store import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = REPO / "investigations" / "h200-seed-benchmark.duckdb"
@@ -23,7 +24,7 @@ EXPLAIN = [sys.executable, "-m", "ingero_mcp.cli", "explain", "--db"]
 DAMAGE: dict[str, tuple[str, str]] = {
     "missing table": ("DROP TABLE snapshots", "table snapshots is missing"),
     "missing column": ("ALTER TABLE cuda_calls DROP COLUMN duration_ns", "table cuda_calls has no column duration_ns"),
-    "wrong type": ("ALTER TABLE processes ALTER pid TYPE VARCHAR", "processes.pid is VARCHAR, schema v4 says INTEGER"),
+    "wrong type": ("ALTER TABLE processes ALTER pid TYPE VARCHAR", f"processes.pid is VARCHAR, schema v{SCHEMA_VERSION} says INTEGER"),
     "ts_ns near INT64 max": ("UPDATE cuda_calls SET ts_ns = 9223372036854775000 WHERE duration_ns > 20000000",
                              "cuda_calls.ts_ns holds 9,223,372,036,854,775,000"),
 }

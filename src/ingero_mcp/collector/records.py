@@ -31,7 +31,7 @@ SCHED_DTYPE = np.dtype(
         ("cpu", "<u4"), ("on_cpu", "<u4"), ("holder_pid", "<u4"), ("holder_tid", "<u4"),
         ("waker_pid", "<u4"), ("waker_tid", "<u4"), ("syscall", "<i4"),
         ("preemptor_comm", "S16"), ("holder_comm", "S16"), ("waker_comm", "S16"),
-        ("state", "u1"), ("waker_ctx", "u1"), ("flags", "u1"), ("_pad", "V1"),
+        ("state", "u1"), ("waker_ctx", "u1"), ("flags", "u1"), ("_pad", "V1"), ("kstack", "<i4"), ("_pad2", "V4"),
     ]
 )
 PROC_DTYPE = np.dtype(
@@ -41,13 +41,13 @@ PROC_DTYPE = np.dtype(
         ("exit_code", "<i4"), ("flags", "<u4"), ("comm", "S16"), ("filename", "S128"),
     ]
 )
-assert CUDA_DTYPE.itemsize == 104 and SCHED_DTYPE.itemsize == 128 and PROC_DTYPE.itemsize == 184
+assert CUDA_DTYPE.itemsize == 104 and SCHED_DTYPE.itemsize == 136 and PROC_DTYPE.itemsize == 184
 
 # counters[] indices (C_* in ingero.bpf.c)
 C_CUDA_SEEN, C_CUDA_DROP, C_CUDA_DEPTH, C_CUDA_ORPHAN = 0, 1, 2, 3
 C_SCHED_SEEN, C_SCHED_DROP, C_PROC_SEEN, C_PROC_DROP = 4, 5, 6, 7
 C_AGG_DROP_SWITCH, C_SWITCH_TOTAL, C_PAGE_TOTAL, C_TSTATE_FULL = 8, 9, 10, 11
-C_WAKEUP_SEEN, C_AGG_DROP_PAGE, C_WAKE_IRQ = 12, 13, 14
+C_WAKEUP_SEEN, C_AGG_DROP_PAGE, C_WAKE_IRQ, C_KSTACK_LOST = 12, 13, 14, 15
 N_COUNTERS = 16
 
 F_BYTES, F_STREAM, F_HANDLE, F_HOSTPTR, F_NORET = 1, 2, 8, 16, 64
@@ -156,8 +156,9 @@ def syscall_names(nr: np.ndarray) -> pa.Array:
     return names.take(pa.array(inv.reshape(-1).astype(np.int32)))
 
 
-def sched_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
-    """sched_intervals rows from switch-out/switch-in records of traced threads."""
+def sched_table(ev: np.ndarray, offset_ns: int, kstack_id: pa.Array | None = None) -> pa.Table:
+    """sched_intervals rows from switch-out/switch-in records of traced threads (kstack_id: the stacks' stable
+    ids, collector/kstacks.py; NULL without)."""
     off = ev["off_ts"].astype(np.int64)
     on = ev["on_ts"].astype(np.int64)
     wake = ev["wake_ts"].astype(np.int64)
@@ -191,6 +192,7 @@ def sched_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
             "waker_comm": pc.if_else(pa.array(has_waker), comm_array(ev["waker_comm"]), pa.scalar(None, pa.string())),
             "waker_context": _names(ev["waker_ctx"], _WAKER_CONTEXTS),
             "syscall": syscall_names(ev["syscall"]),
+            "kstack_id": kstack_id if kstack_id is not None else pa.nulls(len(ev), pa.int64()),
         }
     )
 

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from ingero_mcp.collector import records as R
 from ingero_mcp.collector import uprobelink
+from ingero_mcp.collector.cgroups import CgroupSampler
 from ingero_mcp.collector.calibrate import (
     CALIBRATION_CALLS,
     Calibrator,
@@ -55,6 +56,7 @@ from ingero_mcp.collector.discovery import (
     scan_cuda_libraries,
 )
 from ingero_mcp.collector.governor import Governor
+from ingero_mcp.collector.kstacks import KernelStacks, bcc_symbolizer
 from ingero_mcp.collector.ops import OP_NAMES, OPS, Op, entry_functions_c, ops_for
 from ingero_mcp.collector.pinned import PinnedRanges
 from ingero_mcp.collector.preflight import tracefs_dir
@@ -196,6 +198,7 @@ class Tracer:
         self._sample_stop = threading.Event()
         self._snapshots: list[dict[str, Any]] = []
         self._gpu_rows: list[dict[str, list[Any]]] = []
+        self._cgroup_rows: list[dict[str, list[Any]]] = []
         self.sample_errors = 0
         self.last_sample_error: str | None = None
         self._finished = False
@@ -273,6 +276,7 @@ class Tracer:
         # every tracepoint is attached now: interrupt entries may count (their exits are there)
         self.bpf["config"][self.bpf["config"].Key(1)] = self.bpf["config"].Leaf(1)
         self.traced_map = self.bpf["traced"]
+        self.kstacks = KernelStacks(self.bpf["kstacks"], bcc_symbolizer())
         self.agg = self.bpf["agg"]
         self.counters = self.bpf["counters"]
         self.rings = {
@@ -597,6 +601,7 @@ class Tracer:
         self.offset_ns = clock_offset_ns()
         self.nvml = Nvml()
         self.sampler = SystemSampler(self.nvml)
+        self.cgroups = CgroupSampler()
         self.host = host_info(self.nvml)
         self._compile()
         share = None if self.opts.max_overhead_pct is None else self.opts.max_overhead_pct / 100
@@ -676,10 +681,14 @@ class Tracer:
     def _take_sample(self) -> None:
         snap = self.sampler.sample()
         gpu = self.nvml.processes(snap["ts_ns"])
+        traced = [pid for pid, rec in list(self.procs.items()) if rec["traced"] and rec["exit_ns"] is None]
+        cgroups = self.cgroups.sample(snap["ts_ns"], traced)
         with self._drain_lock:
             self._snapshots.append(snap)
             if gpu["pid"]:
                 self._gpu_rows.append(gpu)
+            if cgroups["pid"]:
+                self._cgroup_rows.append(cgroups)
 
     def _sample_loop(self) -> None:
         # Its own thread: an NVML call on a wedged GPU can block for seconds; flushes must not wait.
@@ -695,6 +704,10 @@ class Tracer:
         with self._drain_lock:
             snaps, self._snapshots = self._snapshots, []
             gpu, self._gpu_rows = self._gpu_rows, []
+            cgroups, self._cgroup_rows = self._cgroup_rows, []
+        for rows in cgroups:
+            self.writer.append("cgroup_samples", pa.table(rows, schema=_CGROUP_SCHEMA))
+            self.stored["cgroup_samples"] = self.stored.get("cgroup_samples", 0) + len(rows["pid"])
         for rows in gpu:
             self.writer.append("gpu_processes", pa.table(rows, schema=_GPU_PROC_SCHEMA))
             self.stored["gpu_processes"] = self.stored.get("gpu_processes", 0) + len(rows["pid"])
@@ -830,11 +843,19 @@ class Tracer:
             if name == "cuda":
                 self._process_cuda(ev)
             elif name == "sched":
-                self.writer.append("sched_intervals", R.sched_table(ev, self.offset_ns))
+                self.writer.append("sched_intervals", R.sched_table(ev, self.offset_ns, self.kstacks.column(ev["kstack"])))
                 self.stored["sched_intervals"] += len(ev)
+                self._store_stacks()
                 self._threads_from_intervals(ev)
             else:
                 self._process_proc(ev)
+
+    def _store_stacks(self) -> None:
+        """The kernel stacks first seen in the intervals just stored."""
+        rows = self.kstacks.take_rows()
+        if rows is not None:
+            self.writer.append("stacks", rows)
+            self.stored["stacks"] = self.stored.get("stacks", 0) + rows.num_rows
 
     def _threads_from_intervals(self, ev: np.ndarray) -> None:
         """Every traced thread that ran is a threads row, seen from its first switch-out to its last switch-in."""
@@ -1032,6 +1053,7 @@ class Tracer:
                     "waker_comm": bytes(st.waker_comm).rstrip(b"\0").decode("utf-8", "replace") if (woke or new) else None,
                     "waker_context": R.WAKER_CONTEXTS[st.waker_ctx] if (woke or new) and st.waker_ctx < 4 else None,
                     "syscall": R.syscall_names(np.array([st.syscall]))[0].as_py(),
+                    "kstack_id": None if new else self.kstacks.one(st.kstack),
                 }
                 for k, v in row.items():
                     intervals[k].append(v)
@@ -1057,6 +1079,7 @@ class Tracer:
         if intervals["pid"]:
             self.writer.append("sched_intervals", pa.table(intervals, schema=_OPEN_INTERVAL_SCHEMA))
             self.stored["sched_intervals"] += len(intervals["pid"])
+            self._store_stacks()
 
     def _flush_final(self) -> None:
         self._store_pending()
@@ -1115,7 +1138,9 @@ class Tracer:
              "the governor had detached the launch probes are not rows (probe_gaps)"),
             ("sched_intervals", lost["sched_intervals"] == 0,
              f"every switch-out/switch-in of threads of traced processes; lost {lost['sched_intervals']}; "
-             "on_ns NULL: still off-CPU when the recording stopped (off_cpu_ns up to the stop)"),
+             "on_ns NULL: still off-CPU when the recording stopped (off_cpu_ns up to the stop); kstack_id NULL: the "
+             "kernel stack at switch-out was not taken (sessions.notes kernel_stacks.not_taken)"),
+            ("stacks", True, "every distinct kernel stack that a kstack_id of sched_intervals names"),
             ("host_aggregates", lost["sched_switch"] + lost["mm_page_alloc"] == 0,
              "exact counts for every task on the host: sched_switch per (pid, tid, cpu, 1 s bucket), sum_duration_ns "
              "the on-CPU time of the slices that ended in the bucket (pid 0: that CPU's idle); mm_page_alloc per "
@@ -1125,6 +1150,9 @@ class Tracer:
             ("process_events", lost["process_events"] == 0, "every fork/exec/exit/oom_kill on the host; 'thread' (new "
              "thread) and 'rename' (comm changed, old_comm the old name) for threads of traced processes"),
             ("snapshots", True, "one system snapshot per second"),
+            ("cgroup_samples", self.cgroups.ctl is not None, "each traced process's cgroup (cpu controller) and its "
+             "ancestors with a quota, once a second: cpu.max / cfs quota and cpu.stat's throttling counters; empty where "
+             "no cgroup hierarchy has the cpu controller"),
             ("gpu_processes", True, "every compute process NVML lists on each GPU, once a second (also processes not "
              "traced); empty without NVML or a GPU"),
             ("processes", True, "every traced process (targets, their children, CUDA users); other processes appear in host_aggregates and process_events"),
@@ -1168,6 +1196,10 @@ class Tracer:
                  "bpf_run_stats": bpf_run_stats(self.bpf.funcs),
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),
                  "wakeups_seen": int(c[R.C_WAKEUP_SEEN]), "wakeups_from_interrupts": int(c[R.C_WAKE_IRQ]),
+                 # switch-outs whose kernel stack was not taken (its slot in the stack map held another stack):
+                 # their kstack_id is NULL; the interval itself is stored
+                 "kernel_stacks": {"distinct": self.stored.get("stacks", 0),
+                                   "not_taken": int(c[R.C_KSTACK_LOST]) + self.kstacks.unreadable},
                  "thread_states_left": getattr(self, "thread_states_left", None),
                  "detach_s": round(self.detach_s, 3),
                  "snapshot_errors": self.sample_errors, "last_snapshot_error": self.last_sample_error,
@@ -1316,7 +1348,12 @@ _OPEN_INTERVAL_SCHEMA = pa.schema([
     ("prev_state", pa.string()), ("preemptor_pid", pa.int32()), ("preemptor_tid", pa.int32()),
     ("preemptor_comm", pa.string()), ("cpu", pa.int32()), ("wakeup_ns", pa.int64()), ("sleep_ns", pa.int64()),
     ("cpu_wait_ns", pa.int64()), ("waker_pid", pa.int32()), ("waker_tid", pa.int32()), ("waker_comm", pa.string()),
-    ("waker_context", pa.string()), ("syscall", pa.string()),
+    ("waker_context", pa.string()), ("syscall", pa.string()), ("kstack_id", pa.int64()),
+])
+_CGROUP_SCHEMA = pa.schema([
+    ("ts_ns", pa.int64()), ("pid", pa.int32()), ("cgroup", pa.string()), ("own", pa.bool_()), ("quota_us", pa.int64()),
+    ("period_us", pa.int64()), ("usage_usec", pa.int64()), ("nr_periods", pa.int64()), ("nr_throttled", pa.int64()),
+    ("throttled_usec", pa.int64()),
 ])
 _GPU_PROC_SCHEMA = pa.schema([
     ("ts_ns", pa.int64()), ("gpu_id", pa.int32()), ("pid", pa.int32()), ("used_memory_bytes", pa.int64()),
