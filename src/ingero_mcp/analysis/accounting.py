@@ -23,7 +23,8 @@ from collections import defaultdict
 import duckdb
 
 from ingero_mcp.analysis._sql import rows, table_complete
-from ingero_mcp.analysis.models import Account, Accounting, Phase, SecondAccount, ThreadAccount, TimeWindow
+from ingero_mcp.analysis.models import Account, Accounting, Phase, Progress, SecondAccount, ThreadAccount, TimeWindow
+from ingero_mcp.analysis.progress import find_marker, iterations_per_second, per_bin_sql
 from ingero_mcp.analysis.views import SECONDS_TABLE, materialize_seconds
 
 SECOND_NS = 1_000_000_000
@@ -128,6 +129,12 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
     names, procs = _names(con)
     chosen = [(k, "feeder") for k in feeders] + [(k, "waited-on") for k in waited if k not in feeders]
     per_second = _seconds(con, [k for k, _ in chosen], in_window)
+    markers = {pid: m for pid in dict.fromkeys(k[0] for k in feeders) if (m := find_marker(con, pid)) is not None}
+    iterations = {pid: iterations_per_second(con, m, t0) for pid, m in markers.items()}
+    for (pid, _tid), seconds in per_second.items():
+        if pid in iterations:
+            for s in seconds:
+                s.iterations = iterations[pid][s.k][0] if s.k in iterations[pid] else None  # outside the marks
     threads = []
     for key, role in chosen:
         total = totals[key]
@@ -141,9 +148,16 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
             idle = sum(s.idle_ns for s in seconds)
         threads.append(ThreadAccount(pid=key[0], tid=key[1], comm=names.get(key[1]), process_comm=procs.get(key[0]),
                                      role=role, total=total, seconds=seconds, idle_ns=idle))
-    phases = [ph for pid in dict.fromkeys(k[0] for k in feeders) for ph in _phases(con, pid, in_window, t0)]
+    phases: list[Phase] = []
+    steady_from: dict[int, int] = {}
+    for pid in dict.fromkeys(k[0] for k in feeders):
+        got, steady = _phases(con, pid, in_window, t0, markers.get(pid), iterations.get(pid))
+        phases += got
+        if steady is not None:
+            steady_from[pid] = steady
     entry_only, coverage = launch_recording(con)
-    return Accounting(threads=threads, phases=phases, entry_only_launches=entry_only, launch_coverage=coverage)
+    return Accounting(threads=threads, phases=phases, entry_only_launches=entry_only, launch_coverage=coverage,
+                      progress=list(markers.values()), steady_from_ns=steady_from)
 
 
 def recording_notes(acc: Accounting) -> list[str]:
@@ -306,17 +320,31 @@ def work_rate_sql(pid: int, in_window: str, table: str = "thread_seconds") -> st
         GROUP BY s.k ORDER BY s.k"""
 
 
-def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -> list[Phase]:
-    """Baseline and slow stretches of a process's work rate (see the module's docstring)."""
+def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int, marker: Progress | None = None,
+            iterations: dict[int, tuple[float, int]] | None = None) -> tuple[list[Phase], int | None]:
+    """Baseline and slow stretches of a process's progress: iterations per second where a marker counts them
+    (progress.py), else launches and copies per second (see the module's docstring); and when the process reached its
+    steady rate (the end of its start-up: its first healthy second, from its first mark in that second)."""
     every = rows(con, work_rate_sql(pid, in_window, SECONDS_TABLE))
-    got = [(int(k), int(start), int(n)) for k, start, n, wall in every
-           if wall >= FULL_SECOND * SECOND_NS and n is not None]  # n None: launches not recorded (probe gap), skipped
+    unit = "launches+copies/s"
+    first_mark = None
+    if marker is not None and iterations is not None:
+        if iterations:
+            k0 = min(iterations)
+            first_mark = t0 + (k0 + 1) * SECOND_NS - iterations[k0][1]
+        # a second's rate is its iterations per ns between the first and the last mark; one with under half a second
+        # of that (the trace's edges) is unknown
+        unit = "iterations/s"
+        every = [(k, start, it * SECOND_NS / seen if seen >= 0.5 * SECOND_NS else None, wall)
+                 for k, start, _n, wall in every for it, seen in [iterations.get(int(k), (0.0, 0))]]
+    got = [(int(k), int(start), n) for k, start, n, wall in every
+           if wall >= FULL_SECOND * SECOND_NS and n is not None]  # n None: unknown (a probe gap; outside the marks)
     if len(got) < 2 * MIN_PHASE_S:
-        return []
+        return [], None
     rates = sorted(n for _, _, n in got)
     reference = rates[min(len(rates) - 1, int(0.8 * len(rates)))]
     if reference <= 0:
-        return []
+        return [], None
     healthy = {k for k, _, n in got if n >= HEALTHY_FRACTION * reference}
     slow = {k for k, _, n in got if n * SLOW_FACTOR <= reference}
     rate = {k: n for k, _, n in got}
@@ -330,47 +358,58 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int) -
             mean = sum(rate.get(k, 0) for k in seconds) / len(seconds)
             window = TimeWindow(start_ns=t0 + run[0] * SECOND_NS, end_ns=t0 + (run[-1] + 1) * SECOND_NS)
             slowdown = (base_rate / mean if mean else float("inf")) if kind == "slow" else None
-            phases.append(Phase(pid=pid, kind=kind, window=window, work_rate=mean,
+            phases.append(Phase(pid=pid, kind=kind, window=window, work_rate=round(mean, 3), unit=unit,
                                 slowdown=None if slowdown in (None, float("inf")) else round(slowdown, 2)))
-    if sum(1 for k in healthy) < MIN_PHASE_S:
-        return [p for p in phases if p.kind == "baseline"]
-    # the job ran at its healthy rate from/until these seconds (a part second counts at its rate per wall time)
+    # the job ran at its healthy rate from/until these seconds (a part second counts at its rate per wall time; an
+    # iteration rate is per second already)
     seen_healthy = [int(k) for k, _s, n, wall in every if wall >= 0.5 * SECOND_NS
-                    and (n or 0) * SECOND_NS / wall >= HEALTHY_FRACTION * reference]
-    recurrent = _recurrent(con, pid, t0, got, reference, base_rate, phases, seen_healthy)
+                    and (n or 0) * (1 if first_mark is not None else SECOND_NS / wall) >= HEALTHY_FRACTION * reference]
+    steady = None
+    if seen_healthy:
+        steady = t0 + min(seen_healthy) * SECOND_NS
+        steady = max(steady, first_mark) if first_mark is not None else steady
+    if sum(1 for k in healthy) < MIN_PHASE_S:
+        return [p for p in phases if p.kind == "baseline"], steady
+    recurrent = _recurrent(con, pid, t0, got, reference, base_rate, phases, seen_healthy, marker)
     if recurrent:
         phases.append(recurrent)
     if not any(p.kind in ("slow", "recurrent") for p in phases):
-        return [p for p in phases if p.kind == "baseline"]
-    return sorted(phases, key=lambda p: p.window.start_ns)
+        return [p for p in phases if p.kind == "baseline"], steady
+    return sorted(phases, key=lambda p: p.window.start_ns), steady
 
 
-def stall_bins_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float) -> str:
-    """A process's work calls per bin over the seconds ks (bins without calls included, bins the launch probes were
-    detached in left out: their count is unknown): 'low' under SCAN_FRACTION of the healthy rate per bin (base_bin),
-    'deep' under HEALTHY_FRACTION of it."""
+def stall_bins_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float, marker: Progress | None = None) -> str:
+    """A process's progress per bin over the seconds ks (bins without progress included): iterations where a marker
+    counts them (progress.py), else work calls (bins the launch probes were detached in left out: their count is
+    unknown); 'low' under SCAN_FRACTION of the healthy rate per bin (base_bin), 'deep' under HEALTHY_FRACTION of it."""
     per = SECOND_NS // bin_ns
     lo, hi = t0 + min(ks) * SECOND_NS, t0 + (max(ks) + 1) * SECOND_NS
+    if marker is not None:
+        counted = f"SELECT bin, iterations AS n FROM ({per_bin_sql(marker, t0, lo, hi, bin_ns)})"
+        gaps = "TRUE"
+    else:
+        counted = (f"SELECT (ts_ns - {t0}) // {bin_ns} AS bin, count(*) AS n FROM cuda_calls "
+                   f"WHERE pid = {int(pid)} AND ts_ns >= {lo} AND ts_ns < {hi} AND {WORK_OPS} GROUP BY ALL")
+        gaps = (f"NOT EXISTS (SELECT 1 FROM probe_gaps g WHERE g.probes = 'launch' "
+                f"AND g.start_ns < {t0} + (bin + 1) * {bin_ns} AND g.end_ns > {t0} + bin * {bin_ns})")
     return " ".join(f"""
         WITH bins AS (SELECT unnest(range(k * {per}, (k + 1) * {per})) AS bin FROM (SELECT unnest([{', '.join(map(str, ks))}]) AS k)),
-        n AS (SELECT (ts_ns - {t0}) // {bin_ns} AS bin, count(*) AS n FROM cuda_calls
-              WHERE pid = {int(pid)} AND ts_ns >= {lo} AND ts_ns < {hi} AND {WORK_OPS} GROUP BY ALL)
+        n AS ({counted})
         SELECT bin, coalesce(n.n, 0) AS n, coalesce(n.n, 0) < {SCAN_FRACTION} * {base_bin} AS low,
                coalesce(n.n, 0) < {HEALTHY_FRACTION} * {base_bin} AS deep
         FROM bins LEFT JOIN n USING (bin)
-        WHERE NOT EXISTS (SELECT 1 FROM probe_gaps g WHERE g.probes = 'launch'
-                          AND g.start_ns < {t0} + (bin + 1) * {bin_ns} AND g.end_ns > {t0} + bin * {bin_ns})
+        WHERE {gaps}
         ORDER BY bin""".split())
 
 
-def episodes_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float) -> str:
+def episodes_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float, marker: Progress | None = None) -> str:
     """The short slow episodes: runs of low bins (stall_bins_sql; one bin between two low ones is bridged) holding a
     deep one, under HEALTHY_FRACTION of the healthy rate over their length and costing at least MIN_EPISODE_LOSS_S
     (jitter is neither), with their start (seconds since the trace start), length and
     loss: the length less the work done in it at the healthy rate."""
     bin_s = bin_ns / SECOND_NS
     return " ".join(f"""
-        WITH b AS ({stall_bins_sql(pid, ks, t0, bin_ns, base_bin)}),
+        WITH b AS ({stall_bins_sql(pid, ks, t0, bin_ns, base_bin, marker)}),
         l AS (SELECT bin, deep, bin - lag(bin) OVER (ORDER BY bin) AS step FROM b WHERE low),
         g AS (SELECT bin, deep, sum(CASE WHEN step IS NULL OR step > 2 THEN 1 ELSE 0 END) OVER (ORDER BY bin) AS g FROM l),
         e AS (SELECT g, min(bin) AS first, max(bin) AS last FROM g GROUP BY g HAVING bool_or(deep))
@@ -381,8 +420,8 @@ def episodes_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float)
         ORDER BY start_s""".split())
 
 
-def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tuple[int, int, int]], reference: float,
-               base_rate: float, phases: list[Phase], healthy: list[int]) -> Phase | None:
+def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tuple[int, int, float]], reference: float,
+               base_rate: float, phases: list[Phase], healthy: list[int], marker: Progress | None = None) -> Phase | None:
     """Short slow episodes outside the phases: recurrent (MIN_EPISODES or more) or one big (BIG_EPISODE_S lost).
 
     Only the seconds whose rate fell under SCAN_FRACTION of the reference, between the first and the last healthy second (a
@@ -397,9 +436,11 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
           and not any(w.start_ns <= start < w.end_ns for w in taken)]
     if not ks:
         return None
-    bin_ns = next((b for b in BINS_NS if base_rate * b / SECOND_NS >= MIN_BIN_CALLS), SECOND_NS)
+    # iterations are spread evenly over their time: a bin holds its share of one however short it is
+    min_per_bin = 1.0 if marker is not None else MIN_BIN_CALLS
+    bin_ns = next((b for b in BINS_NS if base_rate * b / SECOND_NS >= min_per_bin), SECOND_NS)
     base_bin = round(base_rate * bin_ns / SECOND_NS, 3)
-    sql = episodes_sql(pid, ks, t0, bin_ns, base_bin)
+    sql = episodes_sql(pid, ks, t0, bin_ns, base_bin, marker)
     eps = [(float(a), float(d), float(lost)) for a, d, lost in rows(con, sql)]
     if not eps or (len(eps) < MIN_EPISODES and max(e[2] for e in eps) < BIG_EPISODE_S):
         return None
@@ -408,7 +449,8 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
     lost = sum(lost for _, _, lost in eps)
     rate = base_rate * (length - lost) / length if length else 0.0
     return Phase(pid=pid, kind="recurrent", window=TimeWindow(start_ns=windows[0].start_ns, end_ns=windows[-1].end_ns),
-                 work_rate=rate, slowdown=round(base_rate / rate, 2) if rate > 0 else None, episodes=windows,
+                 work_rate=round(rate, 3), unit="iterations/s" if marker is not None else "launches+copies/s",
+                 slowdown=round(base_rate / rate, 2) if rate > 0 else None, episodes=windows,
                  bin_ns=bin_ns, lost_s=round(lost, 3), sql=sql,
                  period_s=round((eps[-1][0] - eps[0][0]) / (len(eps) - 1), 2) if len(eps) > 1 else None)
 
@@ -425,10 +467,14 @@ def second_runs(ks: list[int], allow_gap: int = 1) -> list[list[int]]:
 
 
 def sum_seconds(seconds: list[SecondAccount], window: TimeWindow | None = None) -> Account:
-    """The total of a thread's seconds whose start lies in the window (all when None)."""
+    """The total of a thread's seconds whose start lies in the window (all when None); iterations summed over the
+    seconds that know them (None when none does)."""
     total = {c: 0 for c in _COLUMNS}
+    iterations: float | None = None
     for s in seconds:
         if window is None or window.start_ns <= s.start_ns < window.end_ns:
             for c in _COLUMNS:
                 total[c] += getattr(s, c)
-    return Account(**total)
+            if s.iterations is not None:
+                iterations = (iterations or 0.0) + s.iterations
+    return Account(**total, iterations=iterations)

@@ -111,6 +111,8 @@ class Finding:
     startup: bool = False  # a slow phase before the first healthy second: the process starting, not slowing
     phase: Phase | None = None  # a recurrent phase: the short slow episodes this finding sums
     kset: tuple[int, ...] = ()  # recurrent: the seconds holding its episodes (the contrast's seconds)
+    rates: tuple[float, float] | None = None  # contrast: the process's progress rate in the baseline and in the phase
+    unit: str = "launches+copies/s"  # what the rates count (Phase.unit)
     worst: tuple[int, int] | None = None  # recurrent: the seconds of the episode where the part grew most (explained)
 
 
@@ -198,6 +200,12 @@ def _context(con: duckdb.DuckDBPyConnection, window: TimeWindow, names: dict[int
 # ---- finding the parts that lost time --------------------------------------------------------
 
 
+def work_done(a: Account) -> float:
+    """The progress an account holds: its process's iterations where a marker counts them (progress.py), else the
+    launches and copies it started (the last resort)."""
+    return a.iterations if a.iterations is not None else float(a.work_calls)
+
+
 def _shares(a: Account) -> dict[str, float]:
     return {p: (part_ns(a, p) / a.wall_ns if a.wall_ns else 0.0) for p in PARTS}
 
@@ -206,7 +214,15 @@ def _k_range(ctx: Ctx, w: TimeWindow) -> tuple[int, int]:
     return (w.start_ns - ctx.t0) // SECOND_NS, (w.end_ns - 1 - ctx.t0) // SECOND_NS
 
 
-def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> list[Finding]:
+def in_startup(w: TimeWindow, steady_from: int | None) -> bool:
+    """Whether a window lies mostly in the process's start-up: before it first reached its steady rate (accounting's
+    steady_from_ns). A window after that is never start-up, however late the first baseline phase began."""
+    if steady_from is None:
+        return False
+    return min(w.end_ns, steady_from) - w.start_ns >= 0.5 * w.duration_ns
+
+
+def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase], steady_from: int | None = None) -> list[Finding]:
     """In each slow phase, the parts whose time per unit of CUDA work grew against the baseline.
 
     If every launch or copy had cost what it cost in the baseline, the phase would have lasted
@@ -217,25 +233,28 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> l
     if not baseline:
         return []
     base = _sum_windows(thread.seconds, baseline)
-    if base.wall_ns <= 0 or base.work_calls <= 0:
+    if base.wall_ns <= 0 or work_done(base) <= 0:
         return []
     base_share = _shares(base)
     # the cost per unit of work is read from the busy time: idle waits for input (accounting.idle_sql) are no cost
     base_busy = _minus_idle(base, sum(_idle(thread.seconds, w) for w in baseline))
     found = []
-    first_base = min(w.start_ns for w in baseline)
+    base_phases = [p for p in phases if p.kind == "baseline"]
+    base_rate = sum(p.work_rate * p.window.duration_ns for p in base_phases) / max(
+        1, sum(p.window.duration_ns for p in base_phases))
     for phase in (p for p in phases if p.kind in ("slow", "recurrent")):
         if phase.kind == "recurrent":
-            found += _recurrent_findings(ctx, thread, phase, base_busy)
+            found += [replace(f, rates=(base_rate, phase.work_rate), unit=phase.unit)
+                      for f in _recurrent_findings(ctx, thread, phase, base_busy)]
             continue
         acc = sum_seconds(thread.seconds, phase.window)
         if acc.wall_ns <= 0:
             continue
-        startup = phase.window.end_ns <= first_base
+        startup = in_startup(phase.window, steady_from)
         busy = _minus_idle(acc, _idle(thread.seconds, phase.window))
-        expected = {p: acc.work_calls * part_ns(base_busy, p) / base.work_calls for p in PARTS}
+        expected = {p: work_done(acc) * part_ns(base_busy, p) / work_done(base) for p in PARTS}
         excess = {p: part_ns(busy, p) - expected[p] for p in PARTS}
-        lost_ns = busy.wall_ns - acc.work_calls * base_busy.wall_ns / base.work_calls
+        lost_ns = busy.wall_ns - work_done(acc) * base_busy.wall_ns / work_done(base)
         # a part counts when its cost per unit of work grew enough to explain a share of the loss; its share of
         # wall time need not grow (a copy-bound loop stays copy-bound when its copies get slower)
         grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns
@@ -250,7 +269,7 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> l
             found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost_ns * e / total / 1e9, mode="contrast",
                                  share=_shares(sub)[p], base_share=base_share[p], slowdown=phase.slowdown,
                                  stopped=phase.slowdown is None, gpu_util=_util(thread.seconds, w), ks=ks,
-                                 startup=startup))
+                                 startup=startup, rates=(base_rate, phase.work_rate), unit=phase.unit))
     return found
 
 
@@ -280,8 +299,8 @@ def _recurrent_findings(ctx: Ctx, thread: ThreadAccount, phase: Phase, base: Acc
     if acc.wall_ns <= 0:
         return []
     busy = _minus_idle(acc, sum(s.idle_ns for s in inside))
-    excess = {p: part_ns(busy, p) - acc.work_calls * part_ns(base, p) / base.work_calls for p in PARTS}
-    lost_ns = busy.wall_ns - acc.work_calls * base.wall_ns / base.work_calls
+    excess = {p: part_ns(busy, p) - work_done(acc) * part_ns(base, p) / work_done(base) for p in PARTS}
+    lost_ns = busy.wall_ns - work_done(acc) * base.wall_ns / work_done(base)
     grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns and e >= MIN_GROWTH * acc.wall_ns}
     if lost_ns <= 0 or not grown:
         return []
@@ -292,7 +311,7 @@ def _recurrent_findings(ctx: Ctx, thread: ThreadAccount, phase: Phase, base: Acc
         def grew(span: tuple[int, int], part: str = p) -> float:
             got = [by_k[k] for k in range(span[0], span[1] + 1) if k in by_k]
             a = _minus_idle(sum_seconds(got), sum(s.idle_ns for s in got))
-            return part_ns(a, part) - a.work_calls * part_ns(base, part) / base.work_calls
+            return part_ns(a, part) - work_done(a) * part_ns(base, part) / work_done(base)
         worst = max(spans, key=grew)
         found.append(Finding(thread=thread, part=p, window=phase.window, seconds_lost=lost_ns * e / total / 1e9,
                              mode="contrast", share=_shares(acc)[p], base_share=_shares(base)[p], slowdown=phase.slowdown,
@@ -305,7 +324,10 @@ def _sum_windows(seconds: list[SecondAccount], windows: list[TimeWindow]) -> Acc
     total = Account()
     for w in windows:
         part = sum_seconds(seconds, w)
-        total = Account(**{f: getattr(total, f) + getattr(part, f) for f in Account.model_fields})
+        iterations = None if total.iterations is None and part.iterations is None else \
+            (total.iterations or 0.0) + (part.iterations or 0.0)
+        total = Account(**{f: getattr(total, f) + getattr(part, f) for f in Account.model_fields if f != "iterations"},
+                        iterations=iterations)
     return total
 
 
@@ -331,7 +353,7 @@ def _busy_part(s: SecondAccount, part: str) -> int:
     return part_ns(s, part) - (s.idle_ns if part == "sleep_outside" else 0)
 
 
-def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> list[Finding]:
+def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase], steady_from: int | None = None) -> list[Finding]:
     """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""
     # a recurrent phase's seconds stay in: short episodes must not cut a steady stretch into pieces
     slow = [p.window for p in phases if p.kind == "slow"]
@@ -340,8 +362,6 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> lis
         return []
     util_known = any(s.gpu_util_percent is not None for s in seconds)
     wall = sum(s.wall_ns - s.idle_ns for s in seconds)
-    healthy = [p.window.start_ns for p in phases if p.kind == "baseline"]
-    first_healthy = min(healthy) if healthy else None
     by_k = {s.k: s for s in seconds}
     found = []
     for p in PARTS:
@@ -366,7 +386,7 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase]) -> lis
             found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost / 1e9, mode="steady",
                                  share=part_ns(acc, p) / acc.wall_ns if acc.wall_ns else 0.0,
                                  gpu_util=_util(seconds, w), util_known=util_known, ks=ks,
-                                 startup=first_healthy is not None and w.end_ns <= first_healthy))
+                                 startup=in_startup(w, steady_from)))
     return found
 
 
@@ -723,11 +743,12 @@ def _sleep_without_waker(ctx: Ctx, f: Finding, io: bool, sql: str) -> Explained:
 
 def _thread_account(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> Account | None:
     k0, k1 = _k_range(ctx, w)
-    cols = ", ".join(f"sum({c})::BIGINT" for c in Account.model_fields)
+    fields = [f for f in Account.model_fields if f != "iterations"]  # the process's progress: not a thread column
+    cols = ", ".join(f"sum({c})::BIGINT" for c in fields)
     got = rows(ctx.con, f"SELECT {cols} FROM {SECONDS_TABLE} WHERE pid = {pid} AND tid = {tid} AND k BETWEEN {k0} AND {k1}")
     if not got or got[0][0] is None:
         return None
-    return Account(**{c: int(v or 0) for c, v in zip(Account.model_fields, got[0], strict=True)})
+    return Account(**{c: int(v or 0) for c, v in zip(fields, got[0], strict=True)})
 
 
 def _doing(a: Account | None) -> str:
@@ -941,13 +962,13 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         mean = sum(w.duration_ns for w in ph.episodes) / n / 1e9
         every = f", every {ph.period_s:.1f} s" if ph.period_s else ""
         worst = f"+{f.worst[0]:,.1f} s to +{f.worst[1] + 1:,.1f} s"
-        drop = f"throughput fell {f.slowdown:.1f}x in them" if f.slowdown else "its CUDA work stopped in them"
+        drop = f"{_fell(f)} in them" if f.slowdown else "its CUDA work stopped in them"
         summary = (f"{who} stalled {n} time{'s' if n != 1 else ''} from {ctx.span(f.window)} ({mean:.2f} s each{every}; "
                    f"{drop}): in those seconds it was {label} {pct:.0f}% of the time (vs {100 * (f.base_share or 0):.0f}% "
                    f"in the healthy baseline), {ex.reason} (read in the worst episode, {worst})")
     elif f.mode == "contrast":
         before = f" (vs {100 * (f.base_share or 0):.0f}% in the healthy baseline)"
-        drop = ("its CUDA work stopped" if f.stopped else f"throughput fell {f.slowdown:.1f}x") if f.slowdown or f.stopped else ""
+        drop = ("its CUDA work stopped" if f.stopped else _fell(f)) if f.slowdown or f.stopped else ""
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{before}, {ex.reason}; {drop}"
     else:
         gpu = f", GPU {f.gpu_util:.0f}% busy" if f.gpu_util is not None else ", GPU utilisation not recorded"
@@ -995,6 +1016,15 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         summary=summary, root_cause=ex.cause, explanation=_explanation(f, ex),
         seconds_lost=round(f.seconds_lost, 3), window=f.window, culprits=ex.culprits, pids=[t.pid],
         evidence=ev, recommendations=rc.recommend(ex.cause, numbers))
+
+
+def _fell(f: Finding) -> str:
+    """'iterations/s fell 4.7x (83 -> 18)': the drop, in its unit, with the two rates."""
+    if f.rates is None:
+        return f"throughput fell {f.slowdown:.1f}x"
+    base, now = f.rates
+    digits = 0 if base >= 10 else 1 if base >= 1 else 2
+    return f"{f.unit} fell {f.slowdown:.1f}x ({base:,.{digits}f} -> {now:,.{digits}f})"
 
 
 def _explanation(f: Finding, ex: Explained) -> str:
@@ -1046,7 +1076,8 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
         phases = [p for p in acc.phases if p.pid == t.pid]
         baseline = [p.window for p in phases if p.kind == "baseline"]
         wall_s = t.busy_ns / 1e9  # the feeding time: an idle wait for input is not (accounting.idle_sql)
-        for i, f in enumerate(contrast_findings(ctx, t, phases) + steady_findings(ctx, t, phases)):
+        steady_from = acc.steady_from_ns.get(t.pid)
+        for i, f in enumerate(contrast_findings(ctx, t, phases, steady_from) + steady_findings(ctx, t, phases, steady_from)):
             ex = _explain(ctx, _worst(ctx, f), baseline)
             chain = _chain(ctx, f, ex, wall_s, i)
             if rank > 0 and chain.severity == "HIGH":

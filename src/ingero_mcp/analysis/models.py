@@ -342,6 +342,8 @@ class Account(BaseModel):
     off_cpu_unknown_ns: int = Field(0, description="off-CPU, split not recorded")
     in_call_ns: int = 0
     work_calls: int = Field(0, description="launches, copies and memsets started")
+    iterations: float | None = Field(None, description="the process's iterations in the span (progress.py: the gaps "
+                                     "between its marker calls, spread over their time); None: no marker found")
 
     @property
     def cpu_wait_ns(self) -> int:
@@ -383,15 +385,30 @@ class ThreadAccount(BaseModel):
         return self.total.wall_ns - self.idle_ns
 
 
+class Progress(BaseModel):
+    """How a process's iterations are counted: the call that recurs once per iteration (progress.py)."""
+
+    pid: int
+    op: str
+    signature: str = Field(description="'k<handle>' a kernel launched, 'b<bytes>/<kind>' a copy's size, '' the op alone")
+    label: str = Field(description="the marker as said to a person")
+    marks: int = Field(description="how many times it was called (iterations + 1)")
+    median_gap_ns: int = Field(description="the median time between two marks: a typical iteration")
+    cover: float = Field(description="share of its span its gaps cover (each capped at 5 x the median gap)")
+    sql: str = Field(description="the marks' timestamps")
+
+
 class Phase(BaseModel):
-    """A stretch of seconds in which a process's CUDA work rate stayed healthy (baseline) or fell (slow), or a group
+    """A stretch of seconds in which a process's progress rate stayed healthy (baseline) or fell (slow), or a group
     of short slow episodes (recurrent): stalls under MIN_PHASE_S seconds each, found in sub-second bins."""
 
     pid: int
     kind: Literal["baseline", "slow", "recurrent"]
     window: TimeWindow = Field(description="the phase; for 'recurrent', from the first episode's start to the last's end")
-    work_rate: float = Field(description="launches, copies and memsets per second of the process (in the episodes)")
-    slowdown: float | None = Field(None, description="baseline work rate / this phase's (slow and recurrent phases)")
+    work_rate: float = Field(description="the process's progress per second, in `unit` (in the episodes)")
+    unit: str = Field("launches+copies/s", description="'iterations/s' (a marker call counts them, Accounting.progress) "
+                      "or 'launches+copies/s' (launches, copies and memsets: the last resort, no marker found)")
+    slowdown: float | None = Field(None, description="baseline rate / this phase's (slow and recurrent phases)")
     episodes: list[TimeWindow] = Field([], description="recurrent: each short slow episode (runs of slow bins)")
     bin_ns: int | None = Field(None, description="recurrent: the bin the episodes were read in")
     period_s: float | None = Field(None, description="recurrent: mean time from one episode's start to the next's")
@@ -406,6 +423,10 @@ class Accounting(BaseModel):
     note: str | None = None
     threads: list[ThreadAccount] = []
     phases: list[Phase] = []
+    progress: list[Progress] = Field([], description="per feeding process, the call that marks its iterations (none: "
+                                     "phases are read in launches+copies per second)")
+    steady_from_ns: dict[int, int] = Field({}, description="per feeding process, when it reached its steady rate: the end "
+                                           "of its start-up (its first healthy second, from its first mark in it)")
     entry_only_launches: bool = Field(False, description="kernel launches were probed entry-only (v4 default): their time "
                                       "is in run_outside_ns (the thread ran on to its next call), not in CUDA calls")
     launch_coverage: float | None = Field(None, description="share of the traced time the launch probes were attached "
