@@ -37,6 +37,7 @@ from ingero_mcp.analysis.accounting import (
     sum_seconds,
     wakers_sql,
 )
+from ingero_mcp.analysis.waits import KIND_LABEL, WaitPath, doing_text, follow, sleep_kinds_sql
 from ingero_mcp.analysis.models import (
     Account,
     Accounting,
@@ -153,6 +154,13 @@ class Ctx:
 
         # alive for most of the window: a worker forked in its last seconds did not share the work
         return [p for p in self.family(pid) - {pid} if overlap(p) >= 0.5 * w.duration_ns]
+
+    def traced_threads(self) -> list[tuple[int, int]]:
+        """Every (pid, tid) with scheduler rows: the threads whose time is recorded."""
+        key = ("traced_threads",)
+        if key not in self.cache:
+            self.cache[key] = rows(self.con, "SELECT DISTINCT pid, tid FROM sched_intervals")
+        return self.cache[key]
 
     def is_collector(self, pid: int | None) -> bool:
         """Whether a pid is this project's collector (it is labelled, never blamed)."""
@@ -554,7 +562,6 @@ def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
 
 
 TIMED_SLEEPS = frozenset({"nanosleep", "clock_nanosleep"})
-MAX_CHAIN = 3  # wait-chain hops followed from the sleeping thread
 
 
 def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> tuple[str, list[tuple]]:
@@ -565,34 +572,6 @@ def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> tuple[str, list[tupl
 def _is_timed(syscall: str | None, wctx: str | None, rel: str) -> bool:
     """A sleep the thread chose (time.sleep): a timer syscall ended by the kernel, not by another task of the job."""
     return (syscall or "") in TIMED_SLEEPS and (wctx in ("irq", "softirq") or rel in ("kernel", "unknown"))
-
-
-def _follow(ctx: Ctx, job: int, start: tuple[int, int], w: TimeWindow) -> list[tuple[int, int, str | None, Account | None]]:
-    """The wait chain from a waker: while the waker (a thread of the job) itself mostly slept, and those sleeps were
-    ended by another thread of the job (not a timer or the kernel), follow that thread's own waker."""
-    chain = []
-    seen = set()
-    cur = start
-    for _ in range(MAX_CHAIN):
-        pid, tid = cur
-        seen.add(cur)
-        acc = _thread_account(ctx, pid, tid, w)
-        chain.append((pid, tid, ctx.names.get(tid), acc))
-        if acc is None or not acc.wall_ns or (acc.sleep_outside_ns + acc.sleep_inside_ns) < 0.5 * acc.wall_ns:
-            break
-        _sql, got = _wakers(ctx, pid, tid, w)
-        nxt = None
-        for wpid, wtid, wcomm, wctx, _n, _ns, _io, sc in got:
-            if wpid is None or wtid is None or (int(wpid), int(wtid)) in seen or wctx in ("irq", "softirq"):
-                continue
-            rel = ctx.relation(job, int(wpid), int(wtid), wcomm)
-            if rel in ("same process", "child process") and not _is_timed(sc, wctx, rel):
-                nxt = (int(wpid), int(wtid))
-            break
-        if nxt is None:
-            break
-        cur = nxt
-    return chain
 
 
 def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
@@ -622,15 +601,39 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
                 f"{100 * run_ns / wall_ns:.0f}% of that time: {who} holds the GIL (or the lock)"))
 
 
+def _own_kind(ctx: Ctx, f: Finding) -> tuple[str, str | None, float, str]:
+    """What the thread's own sleeps outside CUDA calls waited in (waits.WAIT_KINDS), its system call, the kind's share
+    of the sleep, and the SQL."""
+    t = f.thread
+    sql = sleep_kinds_sql(t.pid, t.tid, f.window)
+    got = rows(ctx.con, sql)
+    total = sum(int(r[3] or 0) for r in got) or 1
+    if not got:
+        return "other", None, 0.0, sql
+    return str(got[0][0]), got[0][1], int(got[0][3] or 0) / total, sql
+
+
+def _path_evidence(ctx: Ctx, path: WaitPath, label: str) -> list[Evidence]:
+    ev = []
+    for h in path.hops:
+        if not h.sql:
+            continue
+        ev.append(Evidence(name=f"what {ctx.who(h.pid, h.tid)} did while {label} (share of that time)",
+                           value=doing_text(ctx.con, h), sql=h.summary_sql))
+    return ev
+
+
 def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
-    """Sleeping outside CUDA calls: whoever woke the thread, followed along the wait chain to the thread whose own
-    time explains the wait (the GIL holder, the busy worker), or the kernel (IO, a timer)."""
+    """Sleeping outside CUDA calls: what the thread waited in (its sleeps' kernel stacks or system calls) and who ended
+    the sleeps, followed along the wait-for graph (waits.py) to where the wait began: a thread that ran (the work
+    waited for), one starved of CPU, a timer, a disk, the network, a process outside the job."""
     t = f.thread
     sql, got = _wakers(ctx, t.pid, t.tid, f.window)
     total = sum(int(r[5] or 0) for r in got) or 1
     known = [r for r in got if r[0] is not None]
     if not known:
         return _sleep_without_waker(ctx, f, io, sql)
+    kind, own_syscall, kind_share, kind_sql = _own_kind(ctx, f)
     tasks = [r for r in known if r[3] not in ("irq", "softirq")]
     if known[0][3] in ("irq", "softirq") and known[0][7] in ("futex", "futex_waitv"):
         holder = _timed_lock_holder(ctx, f, sql, known, total)
@@ -646,74 +649,120 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
     rel = "interrupt" if wctx in ("irq", "softirq") else ctx.relation(t.pid, wpid, wtid, wcomm)
     culprits = []
     for r in known[:5]:
-        rctx = r[3]
-        if rctx in ("irq", "softirq"):
+        if r[3] in ("irq", "softirq"):
             continue  # the task an interrupt landed on did not wake anyone
-        c = Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2],
-                    relation=ctx.relation(t.pid, int(r[0]), int(r[1]), r[2]), ns=int(r[5] or 0))
-        culprits.append(c)
+        culprits.append(Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2],
+                                relation=ctx.relation(t.pid, int(r[0]), int(r[1]), r[2]), ns=int(r[5] or 0)))
     share = int(wns or 0) / total
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
         f"{'an interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
-        f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:5]), sql=sql)]
-    sc = f", in {syscall}()" if syscall else ""
-    if _is_timed(syscall, wctx, rel):
+        f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:5]), sql=sql),
+        Evidence(name="what the sleeps waited in (kernel stack at switch-out, or the system call)",
+                 value=f"{kind}: {KIND_LABEL.get(kind, kind)} {100 * kind_share:.0f}%", sql=kind_sql)]
+    in_what = f" {KIND_LABEL.get(kind, kind)}" + (f" ({own_syscall}())" if own_syscall else "")
+    if _is_timed(syscall, wctx, rel) or (kind == "timer" and rel in ("interrupt", "kernel")):
         return Explained(cause=rc.TIMED_SLEEP, evidence=ev, confident=False,
-                         reason=f"asleep in {syscall}() until its timer fired ({100 * share:.0f}% of the sleep): "
+                         reason=f"asleep{in_what} until its timer fired ({100 * share:.0f}% of the sleep): "
                                 "the program sleeps on purpose (time.sleep, a rate limit, polling)")
     if rel in ("interrupt", "kernel") or (io_ns or 0) >= 0.5 * int(wns or 1):
-        cause = rc.IO_WAIT if (io_ns or 0) > 0 or io else rc.SLEEP_KERNEL
         by = "an interrupt" if rel == "interrupt" else f"the kernel ({wcomm})"
-        reason = (f"woken by {by}{sc}"
+        named = ([Culprit(comm=f"{wctx} (landed on {wcomm})", relation="interrupt", ns=int(wns or 0))] if rel == "interrupt"
+                 else [Culprit(pid=wpid, tids=[wtid], comm=wcomm, relation="kernel", ns=int(wns or 0))])
+        if kind == "socket":
+            peer = f"; the packets' interrupts landed on {wcomm}[{wpid}]" if rel == "interrupt" else ""
+            return Explained(cause=rc.NETWORK_WAIT, culprits=named, evidence=ev, numbers={"syscall": own_syscall or "?"},
+                             confident=f.mode == "contrast",
+                             reason=f"asleep{in_what}, woken by {by} ({100 * share:.0f}% of the sleep){peer}: "
+                                    "it waited on the network")
+        cause = rc.IO_WAIT if (io_ns or 0) > 0 or io or kind in ("disk", "fsync", "reclaim") else rc.SLEEP_KERNEL
+        reason = (f"asleep{in_what}, woken by {by}"
                   + (f": {100 * (io_ns or 0) / max(int(wns or 1), 1):.0f}% uninterruptible (IO)" if io_ns else ""))
         # Outside a slowdown, a sleep the kernel ends (a packet, a device) is the job waiting for its input: the pace
         # of what feeds it, not lost time, unless it is IO (D state) or it grew in a slow phase.
-        named = ([Culprit(comm=f"{wctx} (landed on {wcomm})", relation="interrupt", ns=int(wns or 0))] if rel == "interrupt"
-                 else [Culprit(pid=wpid, tids=[wtid], comm=wcomm, relation="kernel", ns=int(wns or 0))])
-        return Explained(cause=cause, reason=reason, culprits=named, evidence=ev, numbers={"syscall": syscall or "?"},
+        return Explained(cause=cause, reason=reason, culprits=named, evidence=ev, numbers={"syscall": own_syscall or "?"},
                          confident=cause == rc.IO_WAIT or f.mode == "contrast")
-    hops = _follow(ctx, t.pid, (wpid, wtid), f.window)
-    end_pid, end_tid, _end_name, end_acc = hops[-1]
-    doing = _doing(end_acc)
-    who = ctx.who(wpid, wtid, wcomm)
-    end_who = ctx.who(end_pid, end_tid)
-    path = " <- ".join(ctx.who(p, tt) for p, tt, _n, _a in hops)
-    if (end_pid, end_tid) != (wpid, wtid):
-        end_rel = ctx.relation(t.pid, end_pid, end_tid, ctx.names.get(end_tid))
-        culprits.insert(0, Culprit(pid=end_pid, tids=[end_tid], comm=ctx.names.get(end_tid), relation=end_rel,
-                                   ns=int(wns or 0)))
-        ev.append(Evidence(name="wait chain (who woke whom)", value=path))
-    else:
-        end_rel = rel
-    if end_acc and end_acc.wall_ns and end_acc.cpu_wait_ns >= 0.3 * end_acc.wall_ns \
-            and end_acc.cpu_wait_ns >= end_acc.run_outside_ns + end_acc.run_inside_ns:
-        starved = explain_cpu_wait(ctx, Finding(thread=ThreadAccount(pid=end_pid, tid=end_tid, role="waited-on",
-                                                                     total=end_acc), part="cpu_wait", window=f.window,
+    traced = {(int(p), int(x)) for p, x in ctx.traced_threads()}
+    path = follow(ctx.con, (t.pid, t.tid), (wpid, wtid), f.window, traced)
+    ev += _path_evidence(ctx, path, f"{ctx.who(t.pid, t.tid)} slept")
+    return _explain_path(ctx, f, path, ev, culprits, share, kind, in_what)
+
+
+def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culprits: list[Culprit], share: float,
+                  kind: str, in_what: str) -> Explained:
+    """The cause where the wait-for path stopped (waits.follow), named from what its last thread did."""
+    t = f.thread
+    first, end = path.hops[0], path.end
+    who, end_who = ctx.who(first.pid, first.tid), ctx.who(end.pid, end.tid)
+    end_rel = ctx.relation(t.pid, end.pid, end.tid, ctx.names.get(end.tid))
+    via = "" if end is first else f", itself waiting on {end_who}"
+    if end is not first:
+        ev.append(Evidence(name="wait chain (who woke whom)", value=" <- ".join(ctx.who(h.pid, h.tid) for h in path.hops)))
+        culprits.insert(0, Culprit(pid=end.pid, tids=[end.tid], comm=ctx.names.get(end.tid), relation=end_rel,
+                                   ns=end.total_ns))
+    woke = f"woken by {who} ({100 * share:.0f}% of the sleep{';' if not via else ''}{in_what if not via else ''})"
+    doing = doing_text(ctx.con, end)
+    numbers = {"waker": end_who, "doing": doing}
+    if path.stop == "cpu_wait":
+        starved = explain_cpu_wait(ctx, Finding(thread=ThreadAccount(pid=end.pid, tid=end.tid, role="waited-on",
+                                                                     total=Account()), part="cpu_wait", window=f.window,
                                                 seconds_lost=0.0, mode=f.mode, share=0.0, ks=f.ks), job=t.pid)
-        kind = "worker processes" if end_rel == "child process" else "thread"
+        what = "worker processes" if end_rel == "child process" else "thread"
         return Explained(cause=starved.cause, culprits=starved.culprits, evidence=ev + starved.evidence,
                          numbers={**starved.numbers, "waker": end_who, "doing": doing},
-                         reason=(f"waiting on its {kind} {end_who} ({100 * share:.0f}% of the sleep{sc}), which were {doing}: "
-                                 f"they waited for a CPU {starved.reason}"))
-    if end_rel == "same process":
-        cause = rc.LOCK_OR_GIL
-        reason = (f"woken by {who} ({100 * share:.0f}% of the sleep{sc})"
-                  + (f", itself waiting on {end_who}" if end_who != who else "")
-                  + f"; {end_who} was {doing}: the thread waited on the GIL or a lock {end_who} held")
-    elif end_rel == "child process":
-        kids = [c for c in culprits if c.relation == "child process"]
-        names = f"{kids[0].comm}[{_id_range(sorted({c.pid for c in kids if c.pid}))}]" if kids else end_who
-        cause = rc.INPUT_WAIT
-        reason = f"waiting on its worker processes {names} ({100 * share:.0f}% of the sleep{sc}), which were {doing}"
-    else:
-        cause = rc.WAITING_ON_PROCESS
-        reason = f"woken by {who} ({rel}, {100 * share:.0f}% of the sleep{sc}), which was {doing}"
-    if end_acc:
-        ev.append(Evidence(name=f"share of the window {end_who} was running", unit="%",
-                           value=round(100 * (end_acc.run_outside_ns + end_acc.run_inside_ns) / max(end_acc.wall_ns, 1), 1),
-                           sql=_seconds_sql(end_pid, end_tid, f.ks, "100.0 * sum(run_outside_ns + run_inside_ns) / sum(wall_ns)")))
-    return Explained(cause=cause, reason=reason, culprits=culprits, evidence=ev,
-                     numbers={"waker": end_who, "doing": doing})
+                         reason=(f"waiting on its {what} {end_who} ({100 * share:.0f}% of the sleep,{in_what}), which were "
+                                 f"{doing}: they waited for a CPU {starved.reason}"))
+    if path.stop == "running":
+        if end_rel == "child process":
+            kids = [c for c in culprits if c.relation == "child process"]
+            names = f"{kids[0].comm}[{_id_range(sorted({c.pid for c in kids if c.pid}))}]" if kids else end_who
+            return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
+                             reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the sleep,{in_what}"
+                                    f"{via}), which were {doing}: they do not keep up")
+        if end_rel == "same process":
+            return Explained(cause=rc.WAITING_ON_THREAD, culprits=culprits, evidence=ev, numbers=numbers,
+                             reason=f"{woke}{via}; {end_who} was {doing} while it waited: the thread waited on "
+                                    f"{end_who}'s work")
+        return Explained(cause=rc.WAITING_ON_PROCESS, culprits=culprits, evidence=ev, numbers=numbers,
+                         reason=f"{woke}{via}; {end_who} ({end_rel}) was {doing}: that process sets the pace")
+    if path.stop == "timer":
+        if kind == "pipe":
+            return Explained(cause=rc.SLOW_CONSUMER, culprits=culprits, evidence=ev, numbers=numbers,
+                             reason=f"blocked on a pipe ({100 * share:.0f}% of the sleep) until {who} took its data"
+                                    f"{via}; {end_who} was {doing}: the other end sleeps on its own timer and keeps the "
+                                    "thread waiting")
+        if kind == "futex":
+            return Explained(cause=rc.LOCK_OR_GIL, culprits=culprits, evidence=ev, numbers=numbers,
+                             reason=f"{woke}{via}; {end_who} was {doing} while the thread waited: {end_who} held the "
+                                    "lock (or the queue) the thread needed while it slept")
+        return Explained(cause=rc.WAITING_ON_PROCESS if end_rel != "same process" else rc.WAITING_ON_THREAD,
+                         culprits=culprits, evidence=ev, numbers=numbers,
+                         reason=f"{woke}{via}; {end_who} was {doing}: it paces the thread with its own sleeps")
+    if path.stop in ("disk", "fsync", "reclaim"):
+        return Explained(cause=rc.IO_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
+                         reason=f"{woke}{via}; {end_who} was {doing}: the wait began in its IO")
+    if path.stop == "socket":
+        peer = ""
+        if path.peer and path.peer[1] is not None:
+            peer = f"; its packets' interrupts landed on {ctx.who(path.peer[0], path.peer[1], path.peer[2])}"
+            ppid = path.peer[0]
+            if ppid is not None and ppid not in ctx.family(t.pid) or ppid is not None:
+                culprits.insert(0, Culprit(pid=ppid, tids=[], comm=ctx.procs.get(ppid, (None, path.peer[2], None))[1]
+                                           or path.peer[2], relation=ctx.relation(t.pid, ppid, None, path.peer[2]),
+                                           ns=end.total_ns))
+        return Explained(cause=rc.NETWORK_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
+                         reason=f"{woke}{via}; {end_who} was {doing}: the wait began on the network{peer}")
+    if path.stop == "gpu":
+        return Explained(cause=rc.GPU_SLOWER, culprits=culprits, evidence=ev, numbers=numbers, confident=False,
+                         reason=f"{woke}{via}; {end_who} was {doing}: the wait began in the GPU driver")
+    if path.stop == "untraced":
+        return Explained(cause=rc.WAITING_ON_PROCESS, culprits=culprits, evidence=ev, numbers=numbers, confident=False,
+                         reason=f"{woke}{via}; {end_who} is not traced, so what it did is not recorded")
+    # 'sleeper' (they take turns), 'interrupt', 'mixed', 'depth': the last thread's own share is the answer
+    cause = rc.INPUT_WAIT if end_rel == "child process" else rc.WAITING_ON_THREAD if end_rel == "same process" \
+        else rc.WAITING_ON_PROCESS
+    turns = f"; it waits on {ctx.who(t.pid, t.tid)} in turn" if path.stop == "sleeper" else ""
+    return Explained(cause=cause, culprits=culprits, evidence=ev, numbers=numbers, confident=path.stop != "mixed",
+                     reason=f"{woke}{via}; {end_who} was {doing}{turns}")
 
 
 def _sleep_without_waker(ctx: Ctx, f: Finding, io: bool, sql: str) -> Explained:

@@ -26,6 +26,13 @@ LAUNCH_OVERHEAD = "launch-overhead"
 PAGE_FAULTS = "page-faults"
 TIMED_SLEEP = "timed-sleep"
 DRIVER_LOCK = "driver-lock"
+# Causes named by the wait-for graph, the progress per iteration and the cgroup samples.
+WAITING_ON_THREAD = "waiting-on-thread"
+SLOW_CONSUMER = "slow-consumer"
+NETWORK_WAIT = "network-wait"
+CPU_THROTTLED = "cpu-throttled"
+LAUNCH_BOUND = "launch-bound"
+EXCESS_SYNC = "excess-sync"
 
 CATALOGUE: dict[str, list[str]] = {
     OWN_WORKERS_CPU: [
@@ -109,6 +116,37 @@ CATALOGUE: dict[str, list[str]] = {
     GPU_SHARED: [
         "{who} waited longer for the GPU ({window}) while another process used it: run the other job on another GPU, "
         "isolate them (MIG, MPS), or schedule them apart.",
+    ],
+    WAITING_ON_THREAD: [
+        "{who} slept {share}% of the time ({window}) until {waker} finished its work; {waker} was {doing}: that thread "
+        "sets the pace. Make its work per step smaller or overlap it with the main thread's (py-spy dump {waker} "
+        "shows what it runs).",
+    ],
+    SLOW_CONSUMER: [
+        "{who} blocked {share}% of the time ({window}) writing to a pipe whose reader, {waker}, is slow ({doing}): "
+        "log less per step, log asynchronously (a QueueHandler and a thread that drops when behind), or make the "
+        "reader drain faster; a larger pipe buffer (fcntl F_SETPIPE_SZ) only delays the stall.",
+    ],
+    NETWORK_WAIT: [
+        "{who} waited {share}% of the time ({window}) on data that came over the network ({waker}: {doing}): fetch "
+        "ahead (more DataLoader workers or a deeper prefetch_factor, concurrent requests per worker), cache the data "
+        "locally, or fix the slow server.",
+    ],
+    CPU_THROTTLED: [
+        "{who} was runnable but held off the CPU {share}% of the time ({window}) by its cgroup's CPU quota "
+        "({cgroup}: {quota}, throttled {throttled_s} s): raise the quota (cpu.max / the container's CPU limit, "
+        "e.g. Kubernetes limits.cpu) or remove it; it is not other tasks taking the CPU.",
+    ],
+    LAUNCH_BOUND: [
+        "The host issued {per_iteration} launches+copies per iteration ({window}) vs {base_per_iteration} in the "
+        "healthy baseline while the GPU was {gpu}% busy: the work came in more, smaller pieces (micro-batches, a "
+        "smaller batch, unfused ops). Use larger batches per step, fuse ops (torch.compile), or capture the step in "
+        "a CUDA graph.",
+    ],
+    EXCESS_SYNC: [
+        "The host synchronised with the GPU {per_iteration} times per iteration ({window}) vs {base_per_iteration} in "
+        "the healthy baseline: each sync empties the GPU's queue. Remove per-layer torch.cuda.synchronize(), "
+        ".item(), .cpu() and print(tensor) from the loop (log every N steps), or use CUDA events for timing.",
     ],
     UNEXPLAINED: [
         "The store does not say what {who} was doing off-CPU ({window}): record with the current collector (it "

@@ -1,0 +1,262 @@
+"""Who a sleeping thread waited on, and why: a wait-for graph that stops where the wait began.
+
+Each sleep of a traced thread is an edge to the task that ended it (its waker). What the waker did while the
+thread slept decides where the wait began: a waker that ran was the work waited for; one that waited for a
+CPU was starved; one that itself slept, woken by a third task, passes the wait on to that task (the edge is
+followed, over the part of the sleep the waker spent waiting on it); one that slept on a timer, in disk IO, on
+the network or on a process outside the job is where the wait began, and the graph stops there. Each sleep's
+kind (what the kernel was doing: a pipe, a socket, a futex, a timer, a disk) comes from the kernel stack taken
+as the thread left the CPU (schema v5) or, before that, from the system call it slept in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+
+from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.models import TimeWindow
+
+MAX_HOPS = 3  # edges followed from the sleeping thread
+FOLLOW_SHARE = 0.5  # a waker is followed (or judged) by what filled at least this share of the sleeps it ended
+
+# What a sleep waited in, tried in order: (kind, frames regex (kernel stack, innermost first), system calls).
+# A kind with no frames pattern is known from the system call alone; 'disk' also covers any D-state sleep.
+WAIT_KINDS: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
+    ("gpu", r"\[nvidia", ()),
+    ("fsync", r"(^| )(do_fsync|vfs_fsync_range|ksys_sync|sync_file_range|file_write_and_wait_range|jbd2_log_wait)",
+     ("fsync", "fdatasync")),
+    ("reclaim", r"(^| )(shrink_node|try_to_free_pages|throttle_direct_reclaim|balance_dirty_pages|mem_cgroup_handle_over)",
+     ()),
+    ("disk", r"(^| )(io_schedule|folio_wait|wait_on_page|bit_wait_io|submit_bio_wait|blk_mq|filemap_fault)", ()),
+    ("pipe", r"pipe_(read|write|wait)", ()),
+    ("socket", r"(^| )(tcp_|udp_|sk_wait|sk_stream_wait|unix_stream|unix_dgram|inet_csk_accept|__skb_wait|skb_recv)",
+     ("recvfrom", "recvmsg", "recvmmsg", "sendto", "sendmsg", "sendmmsg", "accept", "accept4", "connect")),
+    ("poll", r"(^| )(ep_poll|do_epoll_wait|do_sys_poll|do_select|core_sys_select)",
+     ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2")),
+    ("futex", r"(^| )(futex_|__futex)", ("futex", "futex_waitv")),
+    ("timer", r"(^| )(do_nanosleep|hrtimer_nanosleep|msleep|schedule_hrtimeout)", ("nanosleep", "clock_nanosleep")),
+    ("child", r"(^| )(do_wait|kernel_wait4)", ("wait4", "waitid")),
+)
+KIND_LABEL = {
+    "gpu": "in the GPU driver", "fsync": "in fsync (flushing a file to disk)", "reclaim": "reclaiming memory",
+    "disk": "in disk IO", "pipe": "on a pipe", "socket": "on a socket (the network)", "poll": "in poll/select/epoll",
+    "futex": "on a futex (a lock, a condition or a queue)", "timer": "on a timer (a sleep it chose)",
+    "child": "waiting for a child process", "read": "in read()", "write": "in write()", "other": "in the kernel",
+}
+# kinds where a sleep began outside the job: the graph stops at them, whoever ended them
+STOP_KINDS = frozenset({"timer", "disk", "fsync", "reclaim", "socket", "gpu", "child"})
+
+
+def wait_kind_sql(frames: str = "st.frames", syscall: str = "i.syscall", sleep_state: str = "sleep_state") -> str:
+    """A SQL CASE naming what a sleep waited in (WAIT_KINDS), from its kernel stack's frames (NULL before v5), its
+    system call and its state (D: uninterruptible)."""
+    text = f"coalesce(array_to_string({frames}, ' '), '')"
+    arms = []
+    for kind, pattern, calls in WAIT_KINDS:
+        cond = []
+        if pattern:
+            cond.append(f"regexp_matches({text}, '{pattern}')")
+        if calls:
+            cond.append(f"({frames} IS NULL AND {syscall} IN ({', '.join(repr(c) for c in calls)}))")
+        arms.append(f"WHEN {' OR '.join(cond)} THEN '{kind}'")
+    arms.append(f"WHEN {sleep_state} = 'D' THEN 'disk'")
+    arms.append(f"WHEN {frames} IS NULL AND {syscall} IN ('read', 'readv', 'pread64', 'preadv', 'preadv2') THEN 'read'")
+    arms.append(f"WHEN {frames} IS NULL AND {syscall} IN ('write', 'writev', 'pwrite64', 'pwritev', 'pwritev2') THEN 'write'")
+    return "CASE " + " ".join(arms) + " ELSE 'other' END"
+
+
+def _sleeps(pid: int, tid: int) -> str:
+    """A thread's sleeps (thread_state 'sleeping' rows) with their kind: the interval's kernel stack joined in."""
+    return (f"SELECT ts.*, {wait_kind_sql('st.frames', 'ts.syscall', 'ts.sleep_state')} AS kind "
+            f"FROM thread_state ts LEFT JOIN sched_intervals i ON i.pid = ts.pid AND i.tid = ts.tid AND i.off_ns = ts.start_ns "
+            f"LEFT JOIN stacks st ON st.stack_id = i.kstack_id AND st.session_id = i.session_id "
+            f"WHERE ts.pid = {int(pid)} AND ts.tid = {int(tid)} AND ts.state = 'sleeping'")
+
+
+def sleep_kinds_sql(pid: int, tid: int, w: TimeWindow, inside: bool = False) -> str:
+    """A thread's sleeps outside (inside) CUDA calls in the window by what they waited in, largest first."""
+    cond = "> 0" if inside else "= 0"
+    return " ".join(f"""
+        WITH s AS ({_sleeps(pid, tid)}),
+        o AS (SELECT s.kind, s.syscall, least(s.end_ns, {w.end_ns}) - greatest(s.start_ns, {w.start_ns}) AS ns
+              FROM s JOIN thread_sleeps t ON t.pid = s.pid AND t.tid = s.tid AND t.start_ns = s.start_ns
+              WHERE s.end_ns > {w.start_ns} AND s.start_ns < {w.end_ns} AND t.inside_ns {cond})
+        SELECT kind, arg_max(syscall, ns) AS syscall, count(*) AS sleeps, sum(ns)::BIGINT AS ns
+        FROM o GROUP BY kind ORDER BY ns DESC""".split())
+
+
+@dataclass
+class Hop:
+    """One thread on the wait-for path: what it did during the part of the first thread's sleeps it stands for."""
+
+    pid: int
+    tid: int
+    total_ns: int  # the part of the sleeping thread's time this hop stands for
+    running_ns: int = 0
+    cpu_wait_ns: int = 0
+    sleeping: list[tuple[str, int | None, int | None, str | None, str | None, int]] = field(default_factory=list)
+    # (kind, waker pid, waker tid, waker comm, waker context, ns), largest first
+    unknown_ns: int = 0
+    sql: str = ""
+    summary_sql: str = ""  # one row per thing it did (running, waiting for a CPU, asleep in a kind) with its share
+
+    @property
+    def sleeping_ns(self) -> int:
+        """Time asleep (any kind, any waker)."""
+        return sum(s[5] for s in self.sleeping)
+
+    def share(self, ns: int) -> float:
+        """ns as a share of the time this hop stands for."""
+        return ns / self.total_ns if self.total_ns else 0.0
+
+
+@dataclass
+class WaitPath:
+    """From a sleeping thread to where its waits began: the hops followed and why the walk stopped there."""
+
+    hops: list[Hop]
+    stop: str  # 'running', 'cpu_wait', a WAIT_KINDS kind (a sleep that began outside the job), 'sleeper' (woken by the
+    #            first thread: they take turns), 'interrupt', 'untraced' (the waker's own time is not recorded),
+    #            'depth' (MAX_HOPS reached), 'mixed' (nothing filled FOLLOW_SHARE of the time)
+    stop_kind: str | None = None  # the sleeps' kind where the walk stopped on a sleep
+    peer: tuple[int | None, int | None, str | None] | None = None  # 'socket': the task a network softirq landed on
+
+    @property
+    def end(self) -> Hop:
+        """The last hop: the thread the wait is blamed on."""
+        return self.hops[-1]
+
+
+def _hop_sql(intervals: str, pid: int, tid: int, lo: int, hi: int) -> str:
+    """What thread (pid, tid) did during a set of intervals (a CTE body giving a, b): one row per state, sleep kind
+    and waker, with the overlap in ns; the running time is what the rows leave of the intervals' total."""
+    return " ".join(f"""
+        WITH iv AS ({intervals}),
+        x AS (SELECT s.state, s.start_ns, s.end_ns, s.waker_pid, s.waker_tid, s.waker_comm, s.waker_context,
+                     CASE WHEN s.state = 'sleeping' THEN k.kind END AS kind
+              FROM thread_state s LEFT JOIN ({_sleeps(pid, tid)}) k USING (pid, tid, state, start_ns)
+              WHERE s.pid = {int(pid)} AND s.tid = {int(tid)} AND s.end_ns > {int(lo)} AND s.start_ns < {int(hi)}),
+        o AS (SELECT x.*, greatest(x.start_ns, iv.a) AS oa, least(x.end_ns, iv.b) AS ob
+              FROM iv JOIN x ON x.start_ns < iv.b AND x.end_ns > iv.a)
+        SELECT state, kind, waker_pid, waker_tid, any_value(waker_comm) AS waker_comm, waker_context,
+               sum(ob - oa)::BIGINT AS ns, (SELECT sum(b - a) FROM iv)::BIGINT AS total_ns
+        FROM o GROUP BY ALL ORDER BY ns DESC""".split())
+
+
+def _next_intervals(intervals: str, pid: int, tid: int, lo: int, hi: int, waker_tid: int) -> str:
+    """The parts of the intervals in which (pid, tid) slept until waker_tid woke it: the next hop's intervals."""
+    return " ".join(f"""
+        WITH iv AS ({intervals}),
+        x AS (SELECT start_ns, end_ns FROM thread_state
+              WHERE pid = {int(pid)} AND tid = {int(tid)} AND state = 'sleeping' AND waker_tid = {int(waker_tid)}
+                AND waker_context = 'task' AND end_ns > {int(lo)} AND start_ns < {int(hi)})
+        SELECT greatest(x.start_ns, iv.a) AS a, least(x.end_ns, iv.b) AS b
+        FROM iv JOIN x ON x.start_ns < iv.b AND x.end_ns > iv.a""".split())
+
+
+def first_intervals(pid: int, tid: int, w: TimeWindow, waker_pid: int, waker_tid: int) -> str:
+    """The sleeping thread's sleeps outside CUDA calls in the window that waker ended (the first hop's intervals)."""
+    return (f"SELECT greatest(start_ns, {w.start_ns}) AS a, least(end_ns, {w.end_ns}) AS b FROM thread_sleeps "
+            f"WHERE pid = {int(pid)} AND tid = {int(tid)} AND inside_ns = 0 AND waker_pid = {int(waker_pid)} "
+            f"AND waker_tid = {int(waker_tid)} AND waker_context = 'task' "
+            f"AND end_ns > {w.start_ns} AND start_ns < {w.end_ns}")
+
+
+def summary_sql(hop_sql: str, intervals: str) -> str:
+    """What a hop's thread did, as shares of the intervals: 'running' (what its off-CPU rows leave), 'waiting for a
+    CPU', 'asleep <kind>' (KIND_LABEL), each at least 5 %, largest first."""
+    label = "CASE kind " + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in KIND_LABEL.items()) + " ELSE 'in the kernel' END"
+    return " ".join(f"""
+        WITH r AS ({hop_sql}), tot AS (SELECT sum(b - a) AS ns FROM ({intervals})),
+        parts AS (SELECT CASE state WHEN 'cpu_wait' THEN 'waiting for a CPU' WHEN 'sleeping' THEN 'asleep ' || {label}
+                             ELSE 'off-CPU, split unknown' END AS what, sum(ns) AS ns FROM r GROUP BY 1
+                  UNION ALL SELECT 'running', (SELECT ns FROM tot) - coalesce((SELECT sum(ns) FROM r), 0))
+        SELECT what, round(100.0 * ns / (SELECT ns FROM tot)) AS pct FROM parts
+        WHERE ns >= 0.05 * (SELECT ns FROM tot) ORDER BY ns DESC, what""".split())
+
+
+def doing_text(con: duckdb.DuckDBPyConnection, h: Hop) -> str:
+    """'running 80%, asleep on a timer (a sleep it chose) 15%': the hop's summary_sql rows as text."""
+    if not h.summary_sql:
+        return "not recorded (not traced)"
+    return ", ".join(f"{what} {pct:.0f}%" for what, pct in rows(con, h.summary_sql)) or "not recorded"
+
+
+def hop(con: duckdb.DuckDBPyConnection, intervals: str, pid: int, tid: int, w: TimeWindow) -> Hop:
+    """What one thread did during a set of intervals (see _hop_sql)."""
+    lo, hi = w.start_ns - 60 * 1_000_000_000, w.end_ns  # a sleep that began up to a minute before the window
+    sql = _hop_sql(intervals, pid, tid, lo, hi)
+    got = rows(con, sql)
+    total = int(got[0][7] or 0) if got else int(rows(con, f"SELECT coalesce(sum(b - a), 0) FROM ({intervals})")[0][0])
+    h = Hop(pid=pid, tid=tid, total_ns=total, sql=sql, summary_sql=summary_sql(sql, intervals))
+    for state, kind, wpid, wtid, wcomm, wctx, ns, _total in got:
+        ns = int(ns or 0)
+        if state == "cpu_wait":
+            h.cpu_wait_ns += ns
+        elif state == "sleeping":
+            h.sleeping.append((str(kind or "other"), None if wpid is None else int(wpid), None if wtid is None else int(wtid),
+                               wcomm, wctx, ns))
+        else:
+            h.unknown_ns += ns
+    h.running_ns = max(0, total - h.cpu_wait_ns - h.sleeping_ns - h.unknown_ns)
+    return h
+
+
+def _by_kind(h: Hop) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for kind, *_rest, ns in h.sleeping:
+        out[kind] = out.get(kind, 0) + ns
+    return out
+
+
+def follow(con: duckdb.DuckDBPyConnection, sleeper: tuple[int, int], waker: tuple[int, int], w: TimeWindow,
+           traced: set[tuple[int, int]]) -> WaitPath:
+    """The wait-for path from a thread's sleeps ended by `waker` (see the module's docstring). `traced`: the threads
+    whose scheduler rows exist (a waker outside them is a stop: what it did is not recorded)."""
+    intervals = first_intervals(sleeper[0], sleeper[1], w, waker[0], waker[1])
+    hops: list[Hop] = []
+    seen = {sleeper}
+    cur = waker
+    for _ in range(MAX_HOPS):
+        if cur not in traced:
+            hops.append(Hop(pid=cur[0], tid=cur[1], total_ns=0))
+            return WaitPath(hops=hops, stop="untraced")
+        h = hop(con, intervals, cur[0], cur[1], w)
+        hops.append(h)
+        seen.add(cur)
+        if h.total_ns <= 0:
+            return WaitPath(hops=hops, stop="mixed")
+        if h.share(h.running_ns) >= FOLLOW_SHARE:
+            return WaitPath(hops=hops, stop="running")
+        if h.share(h.cpu_wait_ns) >= 0.3 and h.cpu_wait_ns >= h.running_ns:
+            return WaitPath(hops=hops, stop="cpu_wait")
+        kinds = _by_kind(h)
+        if not kinds or h.share(max(kinds.values())) < FOLLOW_SHARE * 0.6:
+            return WaitPath(hops=hops, stop="running" if h.running_ns >= h.sleeping_ns else "mixed")
+        kind = max(kinds, key=lambda k: kinds[k])
+        of_kind = [s for s in h.sleeping if s[0] == kind]
+        if kind in STOP_KINDS:
+            peer = None
+            if kind == "socket":  # a packet's softirq runs in the sender's context on loopback: the peer, if one task
+                irq = [s for s in of_kind if s[4] in ("irq", "softirq")]
+                if irq and irq[0][5] >= 0.5 * sum(s[5] for s in of_kind):
+                    peer = (irq[0][1], irq[0][2], irq[0][3])
+            return WaitPath(hops=hops, stop=kind, stop_kind=kind, peer=peer)
+        # who ended the sleeps of that kind: a task of its own (follow it), the first thread (they take turns), an
+        # interrupt (stop)
+        by_waker: dict[tuple[int, int] | None, int] = {}
+        for _k, wpid, wtid, _c, wctx, ns in of_kind:
+            key = (wpid, wtid) if wctx == "task" and wpid is not None and wtid is not None else None
+            by_waker[key] = by_waker.get(key, 0) + ns
+        top = max(by_waker, key=lambda k: by_waker[k])
+        if top is None:
+            return WaitPath(hops=hops, stop="interrupt", stop_kind=kind)
+        if top == sleeper:
+            return WaitPath(hops=hops, stop="sleeper", stop_kind=kind)
+        if top in seen:
+            return WaitPath(hops=hops, stop="mixed", stop_kind=kind)
+        intervals = _next_intervals(intervals, cur[0], cur[1], w.start_ns - 60 * 1_000_000_000, w.end_ns, top[1])
+        cur = top
+    return WaitPath(hops=hops, stop="depth")
