@@ -341,8 +341,7 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int, m
            if wall >= FULL_SECOND * SECOND_NS and n is not None]  # n None: unknown (a probe gap; outside the marks)
     if len(got) < 2 * MIN_PHASE_S:
         return [], None
-    rates = sorted(n for _, _, n in got)
-    reference = rates[min(len(rates) - 1, int(0.8 * len(rates)))]
+    reference = reference_rate(got)
     if reference <= 0:
         return [], None
     healthy = {k for k, _, n in got if n >= HEALTHY_FRACTION * reference}
@@ -376,6 +375,19 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int, m
     if not any(p.kind in ("slow", "recurrent") for p in phases):
         return [p for p in phases if p.kind == "baseline"], steady
     return sorted(phases, key=lambda p: p.window.start_ns), steady
+
+
+def reference_rate(got: list[tuple[int, int, float]]) -> float:
+    """The process's healthy rate: the best rate it kept every second for MIN_PHASE_S consecutive seconds (the
+    shortest baseline). A job may be slow most of the time (a benchmark of slow settings after a fast one, a loader
+    that falls behind after its prefetched batches): a percentile of all seconds would call the slow majority healthy,
+    and a one-second burst is not a rate it sustained."""
+    rate = {k: n for k, _s, n in got}
+    kept = [min(rate[k + i] for i in range(MIN_PHASE_S)) for k in rate if all(k + i in rate for i in range(MIN_PHASE_S))]
+    if not kept:  # no MIN_PHASE_S consecutive known seconds: the 80th percentile of the seconds' rates
+        rates = sorted(rate.values())
+        return rates[min(len(rates) - 1, int(0.8 * len(rates)))]
+    return max(kept)
 
 
 def stall_bins_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float, marker: Progress | None = None) -> str:

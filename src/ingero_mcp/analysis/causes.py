@@ -37,6 +37,7 @@ from ingero_mcp.analysis.accounting import (
     sum_seconds,
     wakers_sql,
 )
+from ingero_mcp.analysis.progress import per_second_sql
 from ingero_mcp.analysis.waits import KIND_LABEL, WaitPath, doing_text, follow, sleep_kinds_sql
 from ingero_mcp.analysis.models import (
     Account,
@@ -45,6 +46,7 @@ from ingero_mcp.analysis.models import (
     Culprit,
     Evidence,
     Phase,
+    Progress,
     SecondAccount,
     ThreadAccount,
     TimeWindow,
@@ -127,6 +129,7 @@ class Ctx:
     names: dict[int, str]
     procs: dict[int, tuple[int | None, str | None, str | None]]  # pid -> (ppid, comm, cmdline)
     has_cpu_aggregates: bool
+    progress: dict[int, Progress] = field(default_factory=dict)  # pid -> the call that marks its iterations
     chains: list[CausalChain] = field(default_factory=list)
     cache: dict[tuple, list[tuple]] = field(default_factory=dict)  # query results reused by explainers
 
@@ -425,6 +428,63 @@ def holders_sql(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> str:
         GROUP BY o.pid, o.tid ORDER BY ns DESC LIMIT 50"""
 
 
+def idle_during_waits_sql(pid: int, tid: int, w: TimeWindow) -> str:
+    """The share of a thread's CPU waits during which the CPU it waited on was idle: each wait weighted by its CPU's
+    idle time (host_aggregates pid 0, that CPU's idle task) in its 1 s bucket over all time on that CPU then. A
+    runnable thread whose CPU was idle was not waiting behind anyone (a quota, an affinity, the scheduler)."""
+    return " ".join(f"""
+        WITH w AS (SELECT cpu, end_ns, dur_ns FROM thread_state
+                   WHERE pid = {pid} AND tid = {tid} AND state = 'cpu_wait' AND cpu IS NOT NULL
+                     AND end_ns > {w.start_ns} AND end_ns <= {w.end_ns}),
+        occ AS (SELECT cpu, bucket_start_ns, bucket_ns, sum(sum_duration_ns) AS on_ns,
+                       sum(sum_duration_ns) FILTER (WHERE pid = 0) AS idle_ns FROM host_aggregates
+                WHERE op = 'sched_switch' AND cpu IS NOT NULL AND tid IS DISTINCT FROM {tid}
+                  AND bucket_start_ns < {w.end_ns} AND bucket_start_ns + bucket_ns > {w.start_ns} - 1000000000
+                GROUP BY ALL),
+        wb AS (SELECT o.cpu, o.bucket_start_ns, sum(w.dur_ns) AS wait_ns
+               FROM w ASOF JOIN occ o ON w.cpu = o.cpu AND o.bucket_start_ns <= w.end_ns
+               WHERE w.end_ns < o.bucket_start_ns + o.bucket_ns GROUP BY ALL)
+        SELECT round(100.0 * sum(wb.wait_ns * coalesce(o.idle_ns, 0) / o.on_ns) / sum(wb.wait_ns), 1) AS idle_pct
+        FROM wb JOIN occ o USING (cpu, bucket_start_ns) WHERE o.on_ns > 0""".split())
+
+
+def throttling_sql(pid: int, w: TimeWindow) -> str:
+    """The process's cgroup CPU quota and throttling over the window (cgroup_samples: counters are cumulative, so a
+    window's throttling is the last sample's less the first's), its own cgroup and ancestors with a quota."""
+    return " ".join(f"""
+        SELECT cgroup, own, min(quota_us) AS quota_us, any_value(period_us) AS period_us,
+               round((max(throttled_usec) - min(throttled_usec)) / 1e6, 2) AS throttled_s,
+               max(nr_throttled) - min(nr_throttled) AS throttled_periods
+        FROM cgroup_samples WHERE pid = {int(pid)}
+          AND ts_ns BETWEEN {w.start_ns - 1_000_000_000} AND {w.end_ns + 1_000_000_000}
+        GROUP BY cgroup, own ORDER BY throttled_s DESC NULLS LAST, own DESC""".split())
+
+
+def _throttled(ctx: Ctx, f: Finding, job: int, idle_pct: float, idle_sql: str) -> Explained | None:
+    """A thread runnable while its CPU was mostly idle: its cgroup's CPU quota, where the cgroup samples say it
+    throttled the process; else nothing (the caller says the waits were not behind other tasks)."""
+    t = f.thread
+    sql = throttling_sql(job, f.window)
+    got = rows(ctx.con, sql)
+    if not got or got[0][4] is None or float(got[0][4]) <= 0:
+        return None
+    cgroup, _own, quota, period, throttled_s, periods = got[0]
+    wait_s = part_ns(f.thread.total, "cpu_wait") / 1e9 if f.thread.total.wall_ns else None
+    if wait_s is not None and wait_s > 0 and float(throttled_s) < 0.2 * min(wait_s, f.window.duration_ns / 1e9):
+        return None
+    limit = (f"{quota:,} us per {period:,} us ({100 * quota / period:.0f}% of one CPU)" if quota and period
+             else "no quota on its own cgroup (an ancestor's, or a change within the window)")
+    ev = [Evidence(name="share of the CPU waits during which that CPU was idle", value=idle_pct, unit="%", sql=idle_sql),
+          Evidence(name=f"cgroup {cgroup}: CPU quota and seconds throttled in the window (cpu.stat)",
+                   value=float(throttled_s), unit="s", sql=sql)]
+    return Explained(cause=rc.CPU_THROTTLED, evidence=ev, culprits=[Culprit(comm=f"cgroup {cgroup}", relation="cgroup quota",
+                                                                          ns=int(float(throttled_s) * 1e9))],
+                     numbers={"cgroup": cgroup, "quota": limit, "throttled_s": f"{float(throttled_s):.1f}"},
+                     reason=(f"held off the CPU by its cgroup's CPU quota: {cgroup} allows {limit} and was throttled "
+                             f"{float(throttled_s):.1f} s in {int(periods or 0):,} periods of this window, while the CPU "
+                             f"it waited on was idle {idle_pct:.0f}% of that time"))
+
+
 def first_holders_sql(pid: int, tid: int, w: TimeWindow) -> str:
     """Fallback without per-CPU aggregates: the task that took the CPU when the thread was preempted, or that
     left it as the thread came back, weighted by the wait."""
@@ -536,6 +596,18 @@ def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
     t = f.thread
     job = t.pid if job is None else job
     w = f.window
+    if ctx.has_cpu_aggregates:
+        idle_sql = idle_during_waits_sql(t.pid, t.tid, w)
+        idle = rows(ctx.con, idle_sql)[0][0]
+        if idle is not None and float(idle) >= 50:
+            throttled = _throttled(ctx, f, job, float(idle), idle_sql)
+            if throttled is not None:
+                return throttled
+            return Explained(cause=rc.CPU_IDLE_WAIT, confident=False, evidence=[Evidence(
+                name="share of the CPU waits during which that CPU was idle", value=float(idle), unit="%", sql=idle_sql)],
+                reason=(f"runnable while the CPU it waited on was idle {float(idle):.0f}% of that time: not behind "
+                        "other tasks; a CPU quota would explain it, but no cgroup throttling was recorded (the store "
+                        "has no cgroup samples, or they show none)"))
     sql = holders_sql(ctx, t.pid, t.tid, w) if ctx.has_cpu_aggregates else first_holders_sql(t.pid, t.tid, w)
     got = rows(ctx.con, sql)
     method = "per-CPU on-CPU time in the same second" if ctx.has_cpu_aggregates else "the task that took the CPU at each preemption"
@@ -939,6 +1011,57 @@ def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str
     return culprits, text, sql
 
 
+MORE_PER_ITERATION = 2.0  # launches+copies (or syncs) per iteration grew this many times: the work came in pieces
+
+
+def per_iteration_sql(ctx: Ctx, pid: int, ks: list[tuple[int, int]], what: str) -> str | None:
+    """A process's launches+copies ('work': thread_seconds.work_calls, launches scaled where the probes were detached)
+    or synchronising calls ('sync': cuda_calls' synchronize ops) per iteration over spans of seconds (progress.py's
+    marker counts the iterations); None without a marker."""
+    marker = ctx.progress.get(pid)
+    if marker is None or not ks:
+        return None
+    which = " OR ".join(f"k BETWEEN {a} AND {b}" for a, b in ks)
+    if what == "work":
+        num = f"SELECT sum(work_calls) FROM thread_seconds WHERE pid = {int(pid)} AND ({which})"
+    else:
+        num = (f"SELECT count(*) FROM cuda_calls, (SELECT min(started_ns) AS t0 FROM sessions) o WHERE pid = {int(pid)} "
+               f"AND contains(op, 'ynchronize') AND ({which.replace('k BETWEEN', '(ts_ns - o.t0) // 1000000000 BETWEEN')})")
+    den = f"SELECT sum(iterations) FROM ({per_second_sql(marker, ctx.t0)}) WHERE {which}"
+    return f"SELECT round(({num}) / nullif(({den}), 0), 1)"
+
+
+def _grew_per_iteration(ctx: Ctx, f: Finding, baseline: list[TimeWindow], what: str) -> Explained | None:
+    """LAUNCH_BOUND ('work') or EXCESS_SYNC ('sync') where the process issued MORE_PER_ITERATION times as many per
+    iteration in the window as in the baseline: the same progress came in more, smaller pieces."""
+    if f.mode != "contrast" or not baseline:
+        return None
+    pid = f.thread.pid
+    now_sql = per_iteration_sql(ctx, pid, [f.ks], what)
+    base_sql = per_iteration_sql(ctx, pid, [_k_range(ctx, w) for w in baseline], what)
+    if now_sql is None or base_sql is None:
+        return None
+    now, base = rows(ctx.con, now_sql)[0][0], rows(ctx.con, base_sql)[0][0]
+    if now is None or base is None or float(now) < MORE_PER_ITERATION * max(float(base), 0.5) \
+            or float(now) - float(base) < (10 if what == "work" else 2):
+        return None
+    gpu = f"{f.gpu_util:.0f}" if f.gpu_util is not None else "?"
+    marker = ctx.progress[pid]
+    label = "launches+copies" if what == "work" else "synchronising calls"
+    ev = [Evidence(name=f"{label} per iteration in the window (an iteration: one {marker.label})", value=float(now),
+                   sql=now_sql),
+          Evidence(name=f"{label} per iteration in the healthy baseline", value=float(base), sql=base_sql)]
+    numbers = {"per_iteration": f"{float(now):,.1f}", "base_per_iteration": f"{float(base):,.1f}", "gpu": gpu}
+    if what == "work":
+        return Explained(cause=rc.LAUNCH_BOUND, evidence=ev, numbers=numbers,
+                         reason=(f"the host issued {float(now):,.0f} launches+copies per iteration vs {float(base):,.0f} in "
+                                 f"the healthy baseline (GPU {gpu}% busy): the same progress came in more, smaller pieces, "
+                                 "and launching them is the work"))
+    return Explained(cause=rc.EXCESS_SYNC, evidence=ev, numbers=numbers,
+                     reason=(f"it synchronised with the GPU {float(now):,.1f} times per iteration vs {float(base):,.1f} in "
+                             "the healthy baseline: each sync drains the GPU's queue and the host waits for it"))
+
+
 def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
     """Running outside CUDA calls: the feeding thread's own Python/data work; page faults when allocations surged."""
     t = f.thread
@@ -964,6 +1087,9 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
                          reason=(f"allocating {rate:,.0f} pages/s ({rate * 4096 / 1e9:.1f} GB/s of fresh memory"
                                  + (f", vs {base_rate:,.0f}/s before" if base_rate is not None else "")
                                  + "): the time goes to page faults on new memory"))
+    grew = _grew_per_iteration(ctx, f, baseline, "work")
+    if grew is not None:
+        return grew
     kids = ctx.alive_children(t.pid, f.window)
     note = "no child process (worker) alive then" if not kids else f"{len(kids)} child processes alive"
     return Explained(cause=rc.HOST_BOUND, evidence=ev,
@@ -1118,6 +1244,7 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
     if not acc.complete or not acc.threads:
         return [], []
     ctx = _context(con, window, names)
+    ctx.progress = {m.pid: m for m in acc.progress}
     chains: list[tuple[int, CausalChain]] = []
     minor: list[str] = []
     paces = [t for t in pace_threads(acc) if not ctx.is_collector(t.pid)]
@@ -1126,29 +1253,77 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
         baseline = [p.window for p in phases if p.kind == "baseline"]
         wall_s = t.busy_ns / 1e9  # the feeding time: an idle wait for input is not (accounting.idle_sql)
         steady_from = acc.steady_from_ns.get(t.pid)
+        found: list[tuple[Finding, CausalChain]] = []
         for i, f in enumerate(contrast_findings(ctx, t, phases, steady_from) + steady_findings(ctx, t, phases, steady_from)):
             ex = _explain(ctx, _worst(ctx, f), baseline)
             chain = _chain(ctx, f, ex, wall_s, i)
             if rank > 0 and chain.severity == "HIGH":
                 chain.severity = "MEDIUM"
-            if wall_s and f.seconds_lost / wall_s < MINOR_SHARE:
-                minor.append(f"{chain.root_cause}: {chain.summary} ({f.seconds_lost:.2f} s)")
+            found.append((f, chain))
+        found = _one_story(found, wall_s)
+        # a phase that lost progress leads: the steady state around it (host-bound all along, say) is its context
+        lost = any(f.mode == "contrast" and c.severity != "LOW" for f, c in found)
+        for f, chain in found:
+            if wall_s and chain.seconds_lost is not None and chain.seconds_lost / wall_s < MINOR_SHARE:
+                minor.append(f"{chain.root_cause}: {chain.summary} ({chain.seconds_lost:.2f} s)")
                 continue
-            chains.append((min(rank, 1), chain))
+            if lost and f.mode == "steady" and chain.severity == "HIGH":
+                chain.severity = "MEDIUM"
+            chains.append((min(rank, 1) * 2 + (f.mode == "steady" and lost), chain))
     order = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
-    return [c for _, c in sorted(chains, key=lambda rc_: (order[rc_[1].severity], rc_[0], -(rc_[1].seconds_lost or 0)))], minor
+    # contrast before steady context (odd keys), then severity, the job before other GPU users, seconds explained
+    return [c for _, c in sorted(chains, key=lambda kc: (kc[0] % 2, order[kc[1].severity], kc[0],
+                                                          -(kc[1].seconds_lost or 0)))], minor
+
+
+def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[tuple[Finding, CausalChain]]:
+    """Findings of one thread that name the same cause over overlapping windows are one story (a launch-bound step
+    shows as running and as waiting on the autograd thread): the largest keeps its words and takes the others'
+    seconds, their summaries as evidence, and the severity of the sum."""
+    out: list[tuple[Finding, CausalChain]] = []
+    for f, chain in sorted(found, key=lambda fc: -(fc[1].seconds_lost or 0)):
+        into = next((c for g, c in out if c.root_cause == chain.root_cause and g.mode == f.mode and c.window
+                     and chain.window and c.window.start_ns < chain.window.end_ns and chain.window.start_ns < c.window.end_ns),
+                    None)
+        if into is None:
+            out.append((f, chain))
+            continue
+        into.seconds_lost = round((into.seconds_lost or 0) + (chain.seconds_lost or 0), 3)
+        into.evidence.append(Evidence(name="also part of this story (another part of the thread's time)",
+                                      value=f"{chain.summary} [{chain.seconds_lost or 0:.2f} s]"))
+        into.culprits += [c for c in chain.culprits if c not in into.culprits]
+        share = (into.seconds_lost or 0) / wall_s if wall_s else 0.0
+        level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
+        if {"HIGH": 0, "MEDIUM": 1, "LOW": 2}[level] < {"HIGH": 0, "MEDIUM": 1, "LOW": 2}[into.severity] and not f.startup:
+            into.severity = level  # type: ignore[assignment]
+    return out
 
 
 def _explain(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
     if f.part == "cpu_wait":
         return explain_cpu_wait(ctx, f)
     if f.part in ("sleep_outside", "io"):
-        return explain_sleep(ctx, f, io=f.part == "io")
+        return _per_iteration(ctx, f, baseline, explain_sleep(ctx, f, io=f.part == "io"))
     if f.part in ("gpu_wait", "run_inside"):
-        return explain_in_calls(ctx, f, baseline)
+        return _per_iteration(ctx, f, baseline, explain_in_calls(ctx, f, baseline))
     if f.part == "run_outside":
         return explain_run_outside(ctx, f, baseline)
     return Explained(cause=rc.UNEXPLAINED, reason="the store does not say what the thread was doing off-CPU", confident=False)
+
+
+# Explanations that say whose work or wait filled the time, not why there was more of it: where the process's calls
+# per iteration grew, that is why (the same progress in more pieces, or more syncs per step).
+_REFINED = {rc.WAITING_ON_THREAD: ("work",), rc.GPU_SLOWER: ("sync", "work"), rc.LAUNCH_OVERHEAD: ("sync", "work")}
+
+
+def _per_iteration(ctx: Ctx, f: Finding, baseline: list[TimeWindow], ex: Explained) -> Explained:
+    """ex, or LAUNCH_BOUND / EXCESS_SYNC carrying ex's culprits and evidence where the calls per iteration grew."""
+    for what in _REFINED.get(ex.cause, ()):
+        grew = _grew_per_iteration(ctx, f, baseline, what)
+        if grew is not None:
+            return Explained(cause=grew.cause, reason=f"{ex.reason}; {grew.reason}", culprits=ex.culprits,
+                             evidence=ex.evidence + grew.evidence, numbers={**ex.numbers, **grew.numbers})
+    return ex
 
 
 def _merge_same(chains: list[CausalChain]) -> list[CausalChain]:

@@ -394,7 +394,7 @@ class Progress(BaseModel):
     label: str = Field(description="the marker as said to a person")
     marks: int = Field(description="how many times it was called (iterations + 1)")
     median_gap_ns: int = Field(description="the median time between two marks: a typical iteration")
-    cover: float = Field(description="share of its span its gaps cover (each capped at 5 x the median gap)")
+    cover: float = Field(description="share of its span its gaps cover (each capped at 20 x the median gap)")
     sql: str = Field(description="the marks' timestamps")
 
 

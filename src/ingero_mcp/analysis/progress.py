@@ -25,7 +25,7 @@ SECOND_NS = 1_000_000_000
 MIN_MARKS = 8  # fewer marks than this make no marker
 SPAN_EDGE = 0.25  # a marker is first seen in the first quarter of the process's CUDA life and last seen in the last
 MIN_COVER = 0.4  # ... and its gaps, each capped at GAP_CAP x the median gap, cover this share of its span
-GAP_CAP = 5.0
+GAP_CAP = 20.0
 SAME_COUNT = 0.02  # signatures within 2 % of a count are the same rhythm: the preferred op among them wins
 MIN_RHYTHM = 3  # the rarest rhythm kept by at least this many signatures marks iterations (else the rarest of all)
 # A call's signature: launches by the kernel launched, copies by size and direction, everything else by its op.

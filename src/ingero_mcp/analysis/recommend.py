@@ -33,6 +33,7 @@ NETWORK_WAIT = "network-wait"
 CPU_THROTTLED = "cpu-throttled"
 LAUNCH_BOUND = "launch-bound"
 EXCESS_SYNC = "excess-sync"
+CPU_IDLE_WAIT = "runnable-while-idle"
 
 CATALOGUE: dict[str, list[str]] = {
     OWN_WORKERS_CPU: [
@@ -136,6 +137,11 @@ CATALOGUE: dict[str, list[str]] = {
         "{who} was runnable but held off the CPU {share}% of the time ({window}) by its cgroup's CPU quota "
         "({cgroup}: {quota}, throttled {throttled_s} s): raise the quota (cpu.max / the container's CPU limit, "
         "e.g. Kubernetes limits.cpu) or remove it; it is not other tasks taking the CPU.",
+    ],
+    CPU_IDLE_WAIT: [
+        "{who} was runnable but not running {share}% of the time ({window}) while the CPU it waited on was idle: look "
+        "for a CPU quota (cat /sys/fs/cgroup/<its cgroup>/cpu.max, the container's CPU limit) or an affinity mask "
+        "(taskset -p) that keeps it off the idle CPUs; record with a collector of schema v5 to sample the quota.",
     ],
     LAUNCH_BOUND: [
         "The host issued {per_iteration} launches+copies per iteration ({window}) vs {base_per_iteration} in the "
