@@ -22,7 +22,7 @@ import unicodedata
 from functools import cache
 from typing import Any
 
-__all__ = ["DATA_NOTE", "DEFAULT_CAP", "clean", "clean_data", "quote"]
+__all__ = ["DATA_NOTE", "DEFAULT_CAP", "alters", "clean", "clean_data", "clean_lines", "quote"]
 
 DEFAULT_CAP = 200
 
@@ -132,6 +132,23 @@ def clean(text: str, cap: int = DEFAULT_CAP) -> str:
         return result
     kept = result[:cap].rstrip()
     return f"{kept}…[+{len(result) - len(kept) + unread} chars]"
+
+
+def alters(ch: str) -> bool:
+    """Whether `clean` removes this character or folds it into a space (a space itself included)."""
+    drop, space = _patterns()
+    return bool(drop.fullmatch(ch) or space.fullmatch(ch))
+
+
+_LINE_SPACES = re.compile("[\t\r\x0b\x0c\x1c-\x1f\x85\u2028\u2029]")
+
+
+def clean_lines(text: str) -> str:
+    """Rendered text as it leaves (an MCP result, a resource): control, invisible and bidi characters removed, other
+    line separators made spaces; its own line breaks, indentation and alignment kept. A last guard behind the cleaning
+    of each traced string, not a replacement for it: a line break inside a traced string is not told apart here."""
+    drop, _space = _patterns()
+    return drop.sub("", _LINE_SPACES.sub(" ", text))
 
 
 def quote(text: str | None, cap: int = DEFAULT_CAP) -> str:
