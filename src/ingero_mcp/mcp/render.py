@@ -296,7 +296,7 @@ def render_info(r: InfoResult) -> str:
     if i.coverage:
         lines.append("coverage (complete = every event is a row; SAMPLE = totals live in host_aggregates):")
         for c in i.coverage:
-            lines.append(f"  {quote(c.table_name, 80)}: {'complete' if c.complete else 'SAMPLE'}"
+            lines.append(f"  table {clean(c.table_name, 80)}: {'complete' if c.complete else 'SAMPLE'}"
                          + (f" ({quote(c.note, 200)})" if c.note else ""))
     lines.append("rows: " + ", ".join(f"{t} {n}" for t, n in i.row_counts.items()))
     text, _ = fit_lines(head, lines, len(lines))
