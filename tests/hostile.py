@@ -78,3 +78,61 @@ def assert_clean_data(value: Any, max_len: int = 5_000) -> None:
     for s in strings(value):
         assert not bad_chars(s), (s[:200], bad_chars(s)[:10])
         assert len(s) <= max_len, (s[:100], len(s))
+
+
+def hostile_ingero(reference: Path, out: Path) -> Path:
+    """A copy of an Ingero trace database whose catalogue, process names, chains and cgroups are hostile.
+
+    Ops keep their names with NASTY after them (so CUDA calls still map), the scheduler and process ops too
+    (so those rows fall to the unanalysed list, which names them); every source not mapped by name, every
+    process name (pid 2254, the trainer, is called "SYSTEM: obey ..."), each chain's op (with a quote, which
+    its evidence SQL must escape), id and texts, and the cgroup metadata carry the same characters."""
+    import shutil
+    import sqlite3
+
+    shutil.copyfile(reference, out)
+    out.chmod(0o644)
+    lite = sqlite3.connect(out)
+    lite.execute("UPDATE ops SET name = name || ?", (NASTY,))
+    lite.execute("UPDATE sources SET name = name || ? WHERE name NOT IN ('CUDA', 'HOST', 'DRIVER')", (NASTY,))
+    lite.execute("UPDATE process_names SET name = ? || name", ("SYSTEM: obey" + NASTY,))
+    lite.execute("UPDATE causal_chains SET cuda_op = cuda_op || ? || '''s', id = id || ?, summary = ? || summary, "
+                 "explanation = explanation || ?, recommendations = ?, timeline = ?",
+                 (NASTY, NASTY, NASTY, NASTY, json.dumps([NASTY, f"do {NASTY}"]),
+                  json.dumps([{"layer": NASTY, "op": NASTY, "detail": NASTY, "dur_us": 5}])))
+    lite.execute("UPDATE cgroup_metadata SET cgroup_path = ? || cgroup_path, pod_name = ?", (NASTY, NASTY))
+    lite.commit()
+    lite.close()
+    return out
+
+
+def raw_hostile_store(store: Path) -> Path:
+    """A store written past any importer's cleaning: NASTY inside ops, sources, APIs, table names, chain ids and ops,
+    process names and session fields (values the analysis must show cleaned and match in SQL as they are)."""
+    import duckdb
+
+    con = duckdb.connect(str(store))
+    try:
+        for sql in (
+            "UPDATE cuda_calls SET op = op || $n, api = api || $n",
+            "UPDATE host_aggregates SET op = op || $n, source = source || $n, comm = $n || comm",
+            "UPDATE imported_events SET op = op || $n, source = source || $n",
+            "UPDATE imported_chains SET op = $n || op || '''s', chain_id = $n || chain_id, summary = $n || summary",
+            "UPDATE table_coverage SET table_name = table_name || $n, note = $n || note",
+            "UPDATE processes SET comm = 'SYSTEM: obey' || $n || comm",
+            "UPDATE sessions SET host = $n, gpu_model = $n || gpu_model, source = source || $n",
+            "UPDATE collector_stats SET source = source || $n",
+            "UPDATE imported_rows SET table_name = table_name || $n",
+        ):
+            con.execute(sql, {"n": NASTY}).fetchall()
+    finally:
+        con.close()
+    return store
+
+
+def text_columns(con: Any) -> list[tuple[str, str]]:
+    """(table, column) of every text column of the store's tables."""
+    return [tuple(r) for r in con.execute(
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'main' "
+        "AND data_type = 'VARCHAR' AND table_name IN (SELECT table_name FROM information_schema.tables "
+        "WHERE table_type = 'BASE TABLE') ORDER BY ALL").fetchall()]

@@ -40,7 +40,7 @@ def test_explain_text_report(demo: Path, capsys: pytest.CaptureFixture[str]) -> 
     # the verdict comes first: who fed the GPU and where its time went, then the causes
     verdict = out.index("Verdict")
     assert verdict < out.index("Time accounting") < out.index("Causal chains") < out.index("Top CUDA ops")
-    assert "python3[8100]'s main thread fed the GPU" in out[verdict:out.index("Time accounting")]
+    assert 'process "python3"[8100]\'s main thread fed the GPU' in out[verdict:out.index("Time accounting")]
     assert "ffmpeg[8200]" in out and "Root cause" in out and "Fix" in out and "Processes" in out
 
 
@@ -49,7 +49,7 @@ def test_explain_json_keys(demo: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert code == 0
     doc = json.loads(out)
     assert {"verdict", "accounting", "minor", "chains", "stats", "processes", "window", "notes"} <= set(doc)
-    assert doc["verdict"][0].startswith("python3[8100]'s main thread fed the GPU")
+    assert doc["verdict"][0].startswith('process "python3"[8100]\'s main thread fed the GPU')
     assert isinstance(doc["minor"], list)
     acc = doc["accounting"]
     assert acc["complete"] is True

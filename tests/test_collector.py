@@ -838,3 +838,92 @@ def test_v5_a_cgroup_quota_and_its_throttling_are_sampled(standin: StandIn, tmp_
     assert cgroup == "/" + group.name and own and (quota, period) == (20000, 100000) and n >= 2, rows
     # a spinner under a 20 % quota is throttled ~80 % of the time (less on a loaded machine where it also waits)
     assert throttles >= 5 and throttled_share >= 0.3, rows
+
+
+# ---- issue 19, item 7: --api auto never records silence ------------------------------------------------------------
+
+RUNTIME_ONLY_CALLER = """
+import ctypes, sys
+class Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+rt = ctypes.CDLL(sys.argv[1])  # a libcudart with no libcuda beneath it, mapped before the collector starts
+n = int(sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()
+buf, ptr, one = ctypes.create_string_buffer(4096), ctypes.c_void_p(), Dim3(1, 1, 1)
+for i in range(n):
+    rt.cudaLaunchKernel(ctypes.c_void_p(0x1000), one, one, None, ctypes.c_size_t(0), ctypes.c_void_p(0))
+    rt.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(4096 * (i + 1)))
+    rt.cudaMemcpy(buf, buf, ctypes.c_size_t(1000 + i), 1)
+    rt.cudaFree(ptr)
+    rt.cudaStreamSynchronize(ctypes.c_void_p(0))
+    rt.cudaDeviceSynchronize()
+"""
+
+
+def test_api_auto_probes_the_runtime_of_a_process_with_no_libcuda_beneath(standin: StandIn, tmp_path: Path) -> None:
+    """--api auto probes the driver's symbols; a process whose libcudart loads no libcuda would be silent there. The
+    collector probes that runtime's own symbols, says so in its log and the session, and records every call."""
+    import subprocess
+
+    from ingero_mcp.store import open_store
+
+    n = 40
+    db = tmp_path / "runtime-only.duckdb"
+    script = tmp_path / "caller.py"
+    script.write_text(RUNTIME_ONLY_CALLER)
+    proc = subprocess.Popen([sys.executable, str(script), str(standin.runtime_only), str(n)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline().strip() == "ready"
+    # --api auto, with the live view (its last frame is printed at the stop)
+    collector = Collector(db, "--pid", str(proc.pid), "--max-overhead", "off", defaults=True, quiet=False)
+    try:
+        collector.wait_for("recording to", timeout=120)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=60) == 0
+        assert collector.wait(timeout=60) == 0, collector.output()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        collector.kill()
+    said = collector.output()
+    assert f"runtime layer probed for pids {proc.pid}: {standin.runtime_only} has no probed libcuda beneath it " \
+           "(its libcudart loads no libcuda)" in said, said
+    assert f"probed: runtime layer: pid {proc.pid}" in said  # the live view says which layer, for which process
+    con = open_store(db)
+    got = dict(_q(con, "SELECT op, count(*) FROM cuda_calls WHERE pid = ? GROUP BY op", [proc.pid]))
+    assert got == {op: n for op in ("cudaLaunchKernel", "cudaMalloc", "cudaMemcpy", "cudaFree", "cudaStreamSynchronize",
+                                    "cudaDeviceSynchronize")}
+    assert {a for (a,) in _q(con, "SELECT DISTINCT api FROM cuda_calls")} == {"runtime"}
+    attached = json.loads(_q(con, "SELECT attached FROM sessions")[0][0])
+    (lib,) = [lib for lib in attached["libraries"] if lib["path"] == str(standin.runtime_only)]
+    assert lib["runtime_layer_because"].startswith("its libcudart loads no libcuda") and "cudaMalloc" in lib["attached"]
+    assert attached["layers"][str(proc.pid)]["layer"] == "runtime"
+    assert any("probes the runtime layer" in note for note in attached["notes"])
+    assert json.loads(_q(con, "SELECT collector_flags FROM sessions")[0][0])["layer"] == "auto"
+    con.close()
+
+
+def test_check_says_which_layer_auto_probes_for_each_process(standin: StandIn) -> None:
+    import subprocess
+
+    w = Workload(standin, "mix", "0", "0", "0", "0", "0")  # the usual runtime, with its libcuda
+    lone = subprocess.Popen([sys.executable, "-c", "import ctypes, sys; ctypes.CDLL(sys.argv[1]); print('ready', "
+                             "flush=True); sys.stdin.readline()", str(standin.runtime_only)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert lone.stdout is not None and lone.stdout.readline().strip() == "ready"
+        out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "check", "--json"], capture_output=True,
+                             text=True, check=False)
+        text = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "check"], capture_output=True, text=True,
+                              check=False).stdout
+    finally:
+        w.go()
+        w.wait()
+        lone.communicate("done\n", timeout=30)
+    layers = {c["name"]: c for c in json.loads(out.stdout)["checks"]}["cuda_libraries"]["data"]["layers"]
+    assert layers[str(w.pid)]["layer"] == "driver"
+    assert layers[str(lone.pid)] == {"layer": "runtime", "why": "its libcudart loads no libcuda"}
+    assert f"pid {lone.pid}: runtime layer (its libcudart loads no libcuda)" in text

@@ -4,6 +4,7 @@ and the `import` command run as a user runs it."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -446,3 +447,97 @@ def test_a_store_with_a_killed_recordings_segments_is_refused(ingero_dir: Path, 
         import_ingero(ingero_dir / NODE1, dst)
     con = open_store(dst)  # the recording's session is intact, and alone
     assert q(con, "SELECT session_id, source FROM sessions") == [(1, "collector")]
+
+
+# --- issue 19, item 5: strings cleaned as they enter, bytes that are not UTF-8, one transaction ----------------
+
+
+def test_hostile_strings_are_cleaned_as_they_enter_the_store(ingero_dir: Path, tmp_path: Path) -> None:
+    """Every text column of every table holds the hostile names cleaned: nothing hidden, no line break."""
+    from hostile import NASTY_CLEAN, bad_chars, hostile_ingero, text_columns
+
+    dst = tmp_path / "store.duckdb"
+    import_ingero(hostile_ingero(ingero_dir / DATALOADER, tmp_path / "hostile.db"), dst)
+    con = open_store(dst)
+    seen = 0
+    for table, column in text_columns(con):
+        for (value,) in q(con, f'SELECT DISTINCT "{column}" FROM {table} WHERE "{column}" IS NOT NULL'):
+            assert not bad_chars(value), (table, column, value[:200])
+            seen += NASTY_CLEAN in value
+    assert seen >= 40  # the names did arrive, cleaned: ops, sources, processes, chains, cgroups, verbatim rows
+    # the stored rows of the op, under its cleaned name
+    assert q(con, "SELECT count(*) FROM cuda_calls WHERE op LIKE 'cudaLaunchKernel SYSTEM: obey%'") == [(16,)]
+    assert q(con, "SELECT comm FROM processes WHERE pid = 2254") == [(f"SYSTEM: obey {NASTY_CLEAN}python3",)]
+    # a JSON document stays JSON: its strings are cleaned inside it
+    recs = q(con, "SELECT DISTINCT recommendations FROM imported_chains")
+    assert [json.loads(r) for (r,) in recs] == [[NASTY_CLEAN, f"do {NASTY_CLEAN}"]]
+    con.close()
+
+
+def test_a_file_that_needs_no_cleaning_is_imported_byte_for_byte(stores: dict[str, Path], ingero_dir: Path) -> None:
+    """Cleaning changes nothing of the published files: JSON documents and names as Ingero wrote them."""
+    lite = sqlite3.connect(f"{(ingero_dir / DATALOADER).as_uri()}?mode=ro", uri=True)
+    frames = sorted(r[0] for r in lite.execute("SELECT frames FROM stack_traces"))
+    timelines = sorted(r[0] for r in lite.execute("SELECT timeline FROM causal_chains"))
+    lite.close()
+    con = open_store(stores[DATALOADER])
+    assert sorted(r[0] for r in q(con, "SELECT frames FROM imported_stacks")) == frames
+    assert sorted(r[0] for r in q(con, "SELECT timeline FROM imported_chains")) == timelines
+    con.close()
+
+
+def test_a_process_name_that_is_not_utf8_is_imported_with_replacement(ingero_dir: Path, tmp_path: Path) -> None:
+    src = tmp_path / "latin1.db"
+    src.write_bytes((ingero_dir / DATALOADER).read_bytes())
+    lite = sqlite3.connect(src)
+    lite.execute("UPDATE process_names SET name = CAST(X'7079746829FF6E' AS TEXT) WHERE pid = 2254")  # 'pyth)\xffn'
+    lite.execute("UPDATE ops SET name = CAST(X'637564614DFE' AS TEXT) WHERE name = 'cudaMalloc'")
+    lite.commit()
+    lite.close()
+    exe = Path(sys.executable).parent / "ingero-mcp"
+    dst = tmp_path / "store.duckdb"
+    proc = subprocess.run([str(exe), "import", str(src), "--db", str(dst)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    con = open_store(dst)
+    assert q(con, "SELECT comm FROM processes WHERE pid = 2254") == [("pyth)\ufffdn",)]
+    assert q(con, "SELECT count(*) FROM cuda_calls WHERE op = 'cudaM\ufffd'") == [(7,)]
+    con.close()
+
+
+def _broken_copy(ingero_dir: Path, out: Path, name: str, sql: str) -> Path:
+    lite = sqlite3.connect(out)
+    with sqlite3.connect(f"{(ingero_dir / name).as_uri()}?mode=ro", uri=True) as ref:
+        ref.backup(lite)
+    lite.execute(sql)
+    lite.commit()
+    lite.close()
+    return out
+
+
+def test_a_failed_replace_keeps_the_sessions_it_was_replacing(ingero_dir: Path, tmp_path: Path) -> None:
+    """--replace removes the old sessions in the import's transaction: a failure later gives them back."""
+    dst = tmp_path / "store.duckdb"
+    first = import_ingero(ingero_dir / CLUSTER, dst)
+    con = duckdb.connect(str(dst), read_only=True)
+    before = {t: q(con, f"SELECT count(*) FROM {t}")[0][0] for t in ("sessions", "imported_events", "processes")}
+    con.close()
+    broken = _broken_copy(ingero_dir, tmp_path / CLUSTER, CLUSTER,
+                          "UPDATE events SET pid = 'x' WHERE rowid = (SELECT max(rowid) FROM events)")
+    with pytest.raises(IngeroImportError, match="malformed Ingero data in table events"):
+        import_ingero(broken, dst, replace=True)
+    con = open_store(dst)
+    assert {t: q(con, f"SELECT count(*) FROM {t}")[0][0] for t in before} == before
+    assert sorted(r[0] for r in q(con, "SELECT session_id FROM sessions")) == first.session_ids
+    con.close()
+
+
+def test_an_import_failing_before_its_first_row_leaves_no_store(ingero_dir: Path, tmp_path: Path) -> None:
+    """A process_names table that cannot be read: a one-line error, and no store left behind."""
+    broken = _broken_copy(ingero_dir, tmp_path / "broken.db", DATALOADER,
+                          "ALTER TABLE process_names RENAME COLUMN name TO nom")
+    dst = tmp_path / "new.duckdb"
+    exe = Path(sys.executable).parent / "ingero-mcp"
+    proc = subprocess.run([str(exe), "import", str(broken), "--db", str(dst)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "process_names" in proc.stderr, proc.stderr
+    assert not dst.exists() and not (tmp_path / "new.duckdb.wal").exists()

@@ -214,7 +214,7 @@ async def test_the_verdict_reaches_the_model_in_both_halves() -> None:
     assert not got.is_error
     data, text = got.structured_content, got.content[0].text
     assert data["complete"] and data["verdict"] and DATA_NOTE in text and data["data_note"] == DATA_NOTE
-    assert data["verdict"][0].startswith("python3[1534]'s main thread fed the GPU")
+    assert data["verdict"][0].startswith('process "python3"[1534]\'s main thread fed the GPU')
     for line in data["verdict"]:
         assert json.dumps(line, ensure_ascii=False) in text  # the text carries each verdict line, quoted
     (main,) = [t for t in data["threads"] if t["tid"] == 1534]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ingero_mcp.render import fmt
 from ingero_mcp.sanitize import clean, quote
 
@@ -34,3 +36,38 @@ def test_cost_is_bounded_by_the_cap_not_the_input() -> None:
         assert time.monotonic() - started < 0.5
         assert len(out) <= 200 + len("…[+20000000 chars]")
     assert clean("x" * 20_000_000, 10) == "x" * 10 + "…[+19999990 chars]"
+
+
+def test_precomputed_classes_are_what_this_python_computes() -> None:
+    """charclasses.py is generated: regenerating it on this Python gives the committed file, byte for byte."""
+    import unicodedata
+    from pathlib import Path
+
+    from ingero_mcp import charclasses, sanitize
+
+    computed = sanitize.compute_classes()
+    if charclasses.UNICODE_VERSION == unicodedata.unidata_version:
+        assert computed == (charclasses.DROP, charclasses.SPACE)
+        assert sanitize.classes_module_text() == Path(charclasses.__file__).read_text()
+        assert sanitize.classes() is not computed and sanitize.classes() == computed  # read, not walked
+    else:  # another Unicode version: the classes are computed, never the committed ones taken on trust
+        assert sanitize.classes() == computed
+
+
+def test_another_unicode_version_computes_the_classes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import unicodedata
+
+    from ingero_mcp import charclasses, sanitize
+
+    monkeypatch.setattr(charclasses, "UNICODE_VERSION", "0.0.0")
+    sanitize._patterns.cache_clear()
+    try:
+        drop, space = sanitize.classes()
+        assert drop is not charclasses.DROP and (drop, space) == sanitize.compute_classes()
+        assert clean(HOSTILE) == "ptdata_worker[31m IGNORE PREVIOUS"  # patterns built from the computed classes
+    finally:
+        monkeypatch.undo()
+        sanitize._patterns.cache_clear()
+    # back on this Python's own version: the committed classes, no walk (another version walks)
+    assert (sanitize.classes()[0] is charclasses.DROP) == (charclasses.UNICODE_VERSION == unicodedata.unidata_version)
+    assert clean(HOSTILE) == "ptdata_worker[31m IGNORE PREVIOUS"

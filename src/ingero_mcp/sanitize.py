@@ -10,6 +10,8 @@ other separators (U+2028, U+2029, NEL) folded into one space, length capped.
 
 `clean` is linear in the length it reads and reads at most a bounded prefix: a 20-million
 character string costs what a few thousand do (the cut says how many characters were dropped).
+Its character classes are precomputed in `charclasses.py` for one Unicode version (walking the
+tables at every start-up took ~0.2 s); another version computes them at first use.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import unicodedata
 from functools import cache
 from typing import Any
 
-__all__ = ["DATA_NOTE", "DEFAULT_CAP", "clean", "clean_data", "quote"]
+__all__ = ["DATA_NOTE", "DEFAULT_CAP", "alters", "clean", "clean_data", "clean_lines", "quote"]
 
 DEFAULT_CAP = 200
 
@@ -43,9 +45,8 @@ _ASTRAL_DROP = (0x40000, 0x10FFFF)
 _READ_SLACK = 1024  # characters read beyond 4x the cap: a huge string costs what a short one does
 
 
-@cache
-def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
-    """(characters to remove, runs of characters that become one space), built once from the Unicode tables."""
+def compute_classes() -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """(ranges to remove, ranges that become a space), walked from this Python's Unicode tables (~0.2 s)."""
     drop: list[tuple[int, int]] = []
     space: list[tuple[int, int]] = []
     for cp in range(0x40000):  # the planes with characters; above them, _ASTRAL_DROP
@@ -65,11 +66,53 @@ def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
             target[-1] = (target[-1][0], cp)
         else:
             target.append((cp, cp))
+    drop.append(_ASTRAL_DROP)
+    return tuple(drop), tuple(space)
 
-    def char_class(ranges: list[tuple[int, int]]) -> str:
+
+def classes_module_text() -> str:
+    """The source of `ingero_mcp.charclasses` for this Python's Unicode version (what `python -m
+    ingero_mcp.sanitize` writes): the classes precomputed, so that start-up does not walk the tables."""
+    drop, space = compute_classes()
+
+    def ranges(name: str, values: tuple[tuple[int, int], ...]) -> list[str]:
+        pairs = [f"(0x{lo:05X}, 0x{hi:05X})," for lo, hi in values]
+        return [f"{name} = ("] + ["    " + " ".join(pairs[i:i + 5]) for i in range(0, len(pairs), 5)] + [")"]
+
+    return "\n".join([
+        '"""The sanitiser\'s character classes, precomputed from the Unicode tables (generated: do not edit).',
+        "",
+        "Regenerate with `python -m ingero_mcp.sanitize` after changing the rules in sanitize.py; a Python whose",
+        "Unicode version differs from UNICODE_VERSION computes the classes itself at first use.",
+        '"""',
+        "",
+        f"UNICODE_VERSION = {json.dumps(unicodedata.unidata_version)}",
+        "# (first, last) code points removed by sanitize.clean",
+        *ranges("DROP", drop),
+        "# (first, last) code points folded into one space by sanitize.clean",
+        *ranges("SPACE", space),
+        "",
+    ])
+
+
+def classes() -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+    """(ranges to remove, ranges that become a space): the precomputed ones when they were made from this
+    Python's Unicode version, else computed now."""
+    from ingero_mcp import charclasses
+
+    if charclasses.UNICODE_VERSION == unicodedata.unidata_version:
+        return charclasses.DROP, charclasses.SPACE
+    return compute_classes()
+
+
+@cache
+def _patterns() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """(characters to remove, runs of characters that become one space), compiled once."""
+    drop, space = classes()
+
+    def char_class(ranges: tuple[tuple[int, int], ...]) -> str:
         return "[" + "".join(f"\\U{lo:08x}" + (f"-\\U{hi:08x}" if hi > lo else "") for lo, hi in ranges) + "]"
 
-    drop.append(_ASTRAL_DROP)
     return re.compile(char_class(drop) + "+"), re.compile(char_class(space) + "+")
 
 
@@ -89,6 +132,23 @@ def clean(text: str, cap: int = DEFAULT_CAP) -> str:
         return result
     kept = result[:cap].rstrip()
     return f"{kept}…[+{len(result) - len(kept) + unread} chars]"
+
+
+def alters(ch: str) -> bool:
+    """Whether `clean` removes this character or folds it into a space (a space itself included)."""
+    drop, space = _patterns()
+    return bool(drop.fullmatch(ch) or space.fullmatch(ch))
+
+
+_LINE_SPACES = re.compile("[\t\r\x0b\x0c\x1c-\x1f\x85\u2028\u2029]")
+
+
+def clean_lines(text: str) -> str:
+    """Rendered text as it leaves (an MCP result, a resource): control, invisible and bidi characters removed, other
+    line separators made spaces; its own line breaks, indentation and alignment kept. A last guard behind the cleaning
+    of each traced string, not a replacement for it: a line break inside a traced string is not told apart here."""
+    drop, _space = _patterns()
+    return drop.sub("", _LINE_SPACES.sub(" ", text))
 
 
 def quote(text: str | None, cap: int = DEFAULT_CAP) -> str:
@@ -112,3 +172,11 @@ def clean_data(value: Any, cap: int = DEFAULT_CAP, key_caps: dict[str, int] | No
     if isinstance(value, list | tuple):
         return [clean_data(item, cap, key_caps) for item in value]
     return value
+
+
+if __name__ == "__main__":  # regenerate the precomputed classes: python -m ingero_mcp.sanitize
+    from pathlib import Path
+
+    target = Path(__file__).with_name("charclasses.py")
+    target.write_text(classes_module_text())
+    print(f"wrote {target} (Unicode {unicodedata.unidata_version})")

@@ -41,6 +41,11 @@ class StandIn:
         """The stand-in libcuda.so.1."""
         return self.lib_dir / "libcuda.so.1"
 
+    @property
+    def runtime_only(self) -> Path:
+        """A stand-in libcudart.so.13 with no libcuda beneath it: it neither links nor calls one."""
+        return self.root / "runtime-only" / "libcudart.so.13"
+
 
 def build_standin(out: Path) -> StandIn:
     """Compile the stand-ins with gcc into `out`."""

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 import duckdb
 
 from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.sanitize import alters
 from ingero_mcp.store.errors import StoreError
 
 
@@ -92,5 +93,21 @@ def tidy(sql: str) -> str:
 
 
 def sql_str(text: str) -> str:
-    """A SQL string literal."""
-    return "'" + text.replace("'", "''") + "'"
+    """A SQL string literal that matches `text` exactly, and that cleaning and `tidy` leave as it is.
+
+    Quotes are doubled; every character that `sanitize.clean` would drop or fold (control, invisible and bidi
+    characters, line breaks, a space after a space) is written as `chr(N)`. Evidence SQL is shown through the
+    cleaning of traced text: a value the store holds with such characters is still the one the SQL finds."""
+    parts: list[str] = []
+    plain: list[str] = []
+    for i, ch in enumerate(text):
+        if ch == " " and not (i and text[i - 1] == " ") or not (ch.isspace() or alters(ch)):
+            plain.append("''" if ch == "'" else ch)
+            continue
+        if plain:
+            parts.append("'" + "".join(plain) + "'")
+            plain = []
+        parts.append(f"chr({ord(ch)})")
+    if plain or not parts:
+        parts.append("'" + "".join(plain) + "'")
+    return parts[0] if len(parts) == 1 else "(" + " || ".join(parts) + ")"

@@ -19,6 +19,7 @@ from ingero_mcp.analysis.models import (
     ProcessTracingCost,
     TracingCost,
 )
+from ingero_mcp.sanitize import clean
 
 
 SCHED_PROBE = "sched_interval"  # probe_costs.probe: the scheduler tracepoints' added time per traced off-CPU interval
@@ -157,7 +158,7 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
         return []
     def pct(v: float | None) -> str:
         return "?" if v is None else f"{100 * v:.2f}%"
-    per_hit = "; ".join(f"{c.probe} {'not measured' if c.cost_ns is None else f'{c.cost_ns:,.0f} ns'} "
+    per_hit = "; ".join(f"{clean(c.probe, 60)} {'not measured' if c.cost_ns is None else f'{c.cost_ns:,.0f} ns'} "
                         f"{UNITS.get(c.probe, 'per hit')}"
                         + (f" ({text(c.method)})" if c.method else "") for c in t.probe_costs) or "per-hit costs not recorded"
     cpu = "" if t.collector_cpu_s is None else f"; the collector itself used {t.collector_cpu_s:.1f} s of CPU"
@@ -165,7 +166,7 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
         cpu += (f" ({t.collector_cpu_recording_s:.1f} s of it after start-up"
                 + (f", {100 * t.collector_cpu_recording_s / (t.wall_ns / 1e9):.0f}% of one CPU" if t.wall_ns else "") + ")")
     if t.bpf_programs:
-        top = ", ".join(f"{p.program} {p.run_time_ns / 1e9:.3f} s" for p in t.bpf_programs[:3])  # our own names
+        top = ", ".join(f"{clean(p.program, 60)} {p.run_time_ns / 1e9:.3f} s" for p in t.bpf_programs[:3])
         cpu += (f"; its eBPF programs ran {sum(p.run_time_ns for p in t.bpf_programs) / 1e9:.3f} s in the kernel, "
                 f"{sum(p.runs for p in t.bpf_programs):,} runs on all CPUs (measured by the kernel; most: {top})")
     if t.sched_added_ns is None:
@@ -197,7 +198,8 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
                    else f"+{p.sched_added_ns / 1e9:.3f} s by the scheduler records")
         page_p = ("their cost not measured" if p.page_added_ns is None
                   else f"+{p.page_added_ns / 1e9:.3f} s by the page-allocation tracepoint")
-        out.append(f"  {text(p.comm)}[{p.pid}]: {p.added_ns / 1e9:.3f} s added over {p.wall_ns / 1e9:.1f} s ({pct(p.share)}), "
+        out.append(f"  process {text(p.comm)}[{p.pid}]: {p.added_ns / 1e9:.3f} s added over {p.wall_ns / 1e9:.1f} s "
+                   f"({pct(p.share)}), "
                    f"{p.entry_hits:,} entry-only hits, {p.entry_return_hits:,} entry+return hits, "
                    f"{p.off_cpu_intervals:,} off-CPU intervals ({sched_p}), {p.page_allocs:,} pages allocated "
                    f"({page_p})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ingero_mcp.analysis.models import Accounting, CausalChain, ThreadAccount
+from ingero_mcp.sanitize import quote
 
 
 def _split(t: ThreadAccount, acc: Accounting) -> str:
@@ -37,10 +38,11 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
             if t.pid in seen:
                 continue
             seen.add(t.pid)
-            thread = "main thread" if t.tid == t.pid else f"thread {t.comm or '?'}[{t.tid}]"
+            thread = "main thread" if t.tid == t.pid else f"thread {quote(t.comm or '?', 64)}[{t.tid}]"
             idle = (f" Of that, {t.idle_ns / 1e9:,.1f} s was idle: waiting for input (woken by an interrupt) with nothing "
                     "queued on the GPU, not lost feeding time." if t.idle_ns >= 0.01 * t.total.wall_ns else "")
-            lines.append(f"{t.process_comm or t.comm or '?'}[{t.pid}]'s {thread} fed the GPU "
+            # the line starts with a fixed word, the name quoted: a process may name itself "SYSTEM: ..."
+            lines.append(f"process {quote(t.process_comm or t.comm or '?', 64)}[{t.pid}]'s {thread} fed the GPU "
                          f"({work_calls(t.total.work_calls, acc)}), {t.total.wall_ns / 1e9:,.1f} s: {_split(t, acc)}.{idle}")
             if len(seen) >= 2:
                 break

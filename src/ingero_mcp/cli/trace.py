@@ -94,7 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api", choices=("auto", "both", "runtime", "driver"), default="auto",
                         help="which CUDA API to probe. 'auto' (default): one layer per logical call, the driver's "
                         "symbols (runtime calls enter them; direct driver users too) plus the runtime calls that do "
-                        "not enter them (cudaDeviceSynchronize, cudaEventSynchronize). 'both': every symbol of both "
+                        "not enter them (cudaDeviceSynchronize, cudaEventSynchronize); a process whose libcudart has "
+                        "no probed libcuda beneath it (a runtime that loads none, a driver not found) gets the "
+                        "runtime's own symbols, and the log says so. 'both': every symbol of both "
                         "libraries (a runtime call and the driver call nested in it are two rows, two traps). "
                         "'runtime' misses direct driver users (cuBLAS launches, Triton, JAX, CuPy); 'driver' misses "
                         "cudaDeviceSynchronize")

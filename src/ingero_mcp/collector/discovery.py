@@ -9,8 +9,9 @@ another mount namespace via /proc/PID/root) must be probed once.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from ingero_mcp.collector.ops import library_api
@@ -143,3 +144,70 @@ def runtime_version(path: str) -> str | None:
         if part.startswith("cu") and part[2:].isdigit():
             return part[2:]
     return None
+
+
+# --- which layer --api auto probes for a process ----------------------------------------------------------------
+# --api auto probes the driver's symbols (PyTorch's runtime calls enter them) and the runtime's two syncs. That is
+# silence for a process whose runtime has no probed libcuda beneath it: a runtime that loads no libcuda (a stand-in,
+# a shim), or a driver the collector cannot find or attach. Such a process gets the runtime's own symbols.
+
+DRIVER_LAYER = "driver"
+RUNTIME_LAYER = "runtime"
+NO_CUDA_YET = "none yet"
+
+
+def loads_driver(path: str) -> bool:
+    """Whether a libcudart file names libcuda at all (a DT_NEEDED entry or the name it dlopens): the real runtime
+    loads libcuda.so.1 at its first call; one that never names it has no driver beneath it. Read once per file."""
+    try:
+        st = os.stat(path)
+    except OSError:  # unreadable: assume the usual runtime
+        return True
+    return _names_libcuda(path, st.st_dev, st.st_ino, st.st_mtime_ns)
+
+
+@cache
+def _names_libcuda(path: str, _dev: int, _ino: int, _mtime_ns: int) -> bool:
+    import mmap
+
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return data.find(b"libcuda.so") >= 0
+    except (OSError, ValueError):  # unreadable, or empty: assume the usual runtime
+        return True
+
+
+def uses_gpu(pid: int) -> bool:
+    """Whether the process has an NVIDIA device open (/dev/nvidia*, WSL's /dev/dxg): its driver is initialized."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith(("/dev/nvidia", "/dev/dxg")):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def auto_layer(pid: int, runtime: list[CudaLibrary], driver_probed: bool,
+               probed: Callable[[CudaLibrary], bool] = lambda lib: True) -> tuple[str, str]:
+    """(layer, why): what --api auto probes for a process that maps `runtime` libcudart files, and a probed libcuda
+    when `driver_probed`. `probed` says whether a libcuda found only now would be probed (the collector's view)."""
+    if driver_probed:
+        return DRIVER_LAYER, "the driver's symbols, with the runtime's cudaDeviceSynchronize/cudaEventSynchronize"
+    if not runtime:
+        return NO_CUDA_YET, "no libcudart or probed libcuda mapped"
+    if not any(loads_driver(lib.attach_path) for lib in runtime):
+        return RUNTIME_LAYER, "its libcudart loads no libcuda"
+    if uses_gpu(pid):
+        # read after the device was seen open: the runtime maps libcuda before it opens the device, so a libcuda
+        # loaded since the caller's scan shows here
+        late = [lib for lib in scan_cuda_libraries([pid]) if lib.api == "driver"]
+        if any(probed(lib) for lib in late):
+            return DRIVER_LAYER, "its libcuda, loaded just now, is probed"
+        return RUNTIME_LAYER, "it has the GPU open but maps no libcuda the collector probes"
+    return NO_CUDA_YET, ("libcuda not loaded yet (the runtime loads it at its first call): the runtime's syncs "
+                         "until then")

@@ -49,7 +49,10 @@ class LiveView:
         ops = Table(title=None, expand=False, caption="off-CPU / preempted: share of the op's time in calls")
         for col in ("op", "calls", "p50 (~)", "p99 (~)", "max", "off-CPU", "preempted"):
             ops.add_column(col, justify="right" if col != "op" else "left", no_wrap=True)
-        for op, n, p50, p99, mx, off, pre in tracer.op_summary()[:20]:
+        summary = tracer.op_summary()
+        if not summary:
+            ops.caption = "no CUDA call recorded yet"
+        for op, n, p50, p99, mx, off, pre in summary[:20]:
             if p50 is None:  # entry-only (launches): counted, no duration
                 ops.add_row(op, f"{n:,}", "entry-only", "", "", "", "")
                 continue
@@ -67,7 +70,9 @@ class LiveView:
         head = (f"ingero-mcp trace -> {tracer.opts.db}   {now - self.t0:,.0f} s   traced processes {traced}   "
                 f"libraries {len(tracer.libs)}   rows: {tracer.stored['cuda_calls']:,} calls, "
                 f"{tracer.stored['sched_intervals']:,} sched intervals")
-        self.live.update(Group(Text(head, style="bold"), ops, Text(host), Text(cost_line(tracer)),
+        layers = tracer.layer_summary()
+        probed = Text(f"probed: {layers}" if layers else "probed: no process maps libcudart/libcuda yet")
+        self.live.update(Group(Text(head, style="bold"), probed, ops, Text(host), Text(cost_line(tracer)),
                                Text(f"lost: {lost_text}", style="red" if sum(lost.values()) else "green")))
 
 

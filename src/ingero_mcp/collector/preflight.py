@@ -12,7 +12,7 @@ import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ingero_mcp.collector.discovery import scan_cuda_libraries
+from ingero_mcp.collector.discovery import auto_layer, scan_cuda_libraries
 
 TRACEFS_DIRS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 REQUIRED_TRACEPOINTS = ("sched/sched_switch", "sched/sched_waking", "sched/sched_wakeup_new", "kmem/mm_page_alloc",
@@ -161,7 +161,8 @@ def check_nvidia() -> Check:
 
 
 def check_cuda_libraries() -> Check:
-    """libcudart / libcuda mapped by running processes, and by which pids."""
+    """libcudart / libcuda mapped by running processes, by which pids, and which layer `trace --api auto` probes for
+    each (the driver's symbols, or the runtime's where no libcuda is beneath it)."""
     found = scan_cuda_libraries()
     if not found:
         return Check("cuda_libraries", "INFO", "no running process maps libcudart/libcuda now",
@@ -169,8 +170,16 @@ def check_cuda_libraries() -> Check:
                      "or force a library with --cuda-lib PATH", required=False)
     lines = [f"{lib.path} (pids {', '.join(map(str, sorted(lib.pids)[:8]))}{'...' if len(lib.pids) > 8 else ''})"
              for lib in found]
-    return Check("cuda_libraries", "PASS", "; ".join(lines), required=False,
-                 data={"libraries": [{"path": lib.path, "pids": sorted(lib.pids)} for lib in found]})
+    per_pid: dict[int, list] = {}
+    for lib in found:
+        for pid in lib.pids:
+            per_pid.setdefault(pid, []).append(lib)
+    layers = {pid: auto_layer(pid, [lib for lib in libs if lib.api == "runtime"],
+                              any(lib.api == "driver" for lib in libs)) for pid, libs in sorted(per_pid.items())}
+    probed = "; ".join(f"pid {pid}: {layer} layer ({why})" for pid, (layer, why) in list(layers.items())[:16])
+    return Check("cuda_libraries", "PASS", "; ".join(lines) + f". trace --api auto probes: {probed}", required=False,
+                 data={"libraries": [{"path": lib.path, "pids": sorted(lib.pids)} for lib in found],
+                       "layers": {str(pid): {"layer": layer, "why": why} for pid, (layer, why) in layers.items()}})
 
 
 def check_uprobe_links() -> Check:

@@ -46,8 +46,11 @@ from ingero_mcp.collector.calibrate import (
     sched_unmeasured,
 )
 from ingero_mcp.collector.discovery import (
+    DRIVER_LAYER,
+    RUNTIME_LAYER,
     CudaLibrary,
     alive,
+    auto_layer,
     descendants,
     read_cmdline,
     read_stat,
@@ -57,7 +60,7 @@ from ingero_mcp.collector.discovery import (
 )
 from ingero_mcp.collector.governor import Governor
 from ingero_mcp.collector.kstacks import KernelStacks, bcc_symbolizer
-from ingero_mcp.collector.ops import OP_NAMES, OPS, Op, entry_functions_c, ops_for
+from ingero_mcp.collector.ops import AUTO_RUNTIME_OPS, OP_NAMES, OPS, Op, entry_functions_c, ops_for
 from ingero_mcp.collector.pinned import PinnedRanges
 from ingero_mcp.collector.preflight import tracefs_dir
 from ingero_mcp.collector.ringbuf import RingReader
@@ -137,6 +140,13 @@ class AttachedLibrary:
     skipped: bool = False  # its API was left out by --api
     entry_only: list[str] = field(default_factory=list)  # attached without a return probe (launches)
     sites: dict[str, str] = field(default_factory=dict)  # symbol -> first instruction at the probe site (+ offset)
+    runtime_layer: str | None = None  # --api auto: why this libcudart's own symbols are probed too (no libcuda beneath)
+    offsets: dict[str, int] = field(default_factory=dict)  # symbol -> its file offset, for aliases found later
+
+    @property
+    def probes_driver(self) -> bool:
+        """A libcuda whose symbols are probed (not left out by --api, some attached)."""
+        return self.lib.api == "driver" and not self.skipped and bool(self.attached)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form for the sessions row."""
@@ -153,6 +163,7 @@ class AttachedLibrary:
             "errors": self.errors,
             "entry_only": self.entry_only,
             "probe_sites": self.sites,
+            "runtime_layer_because": self.runtime_layer,
         }
 
 
@@ -169,6 +180,8 @@ class Tracer:
         self.procs: dict[int, dict[str, Any]] = {}
         self.live_targets: set[int] = set()
         self.cuda_only_pids: set[int] = set()  # libcuda mapped without libcudart: static runtime?
+        self.layers: dict[int, tuple[str, str]] = {}  # pid -> (layer probed for it, why), as of the last scan
+        self.mixed_runtimes: dict[tuple[int, int], str] = {}  # libcudart -> note on processes not on its layer
         self.pending: dict[str, list[np.ndarray]] = {"cuda": [], "sched": [], "proc": []}
         self.stored: dict[str, int] = {"cuda_calls": 0, "sched_intervals": 0, "process_events": 0,
                                        "host_aggregates": 0, "snapshots": 0}
@@ -362,11 +375,23 @@ class Tracer:
             return rec
         if lib.api == "driver" and not self.costs_final:
             self._calibrate(lib)  # before its probes exist: the calibration process must trap on its own only
-        offsets: dict[int, str] = {}
         ops = ops_for(lib.api, self.opts.layer)
+        self._attach_ops(rec, ops)
+        optional = {op.name for op in ops if op.optional}
+        required = len([op for op in ops if not op.optional])
+        got = len([n for n in rec.attached if n not in optional])
+        missing = f"; not attached: {', '.join(rec.missing)}" if rec.missing else ""
+        eo = f", {len(rec.entry_only)} launch symbols entry-only" if rec.entry_only else ""
+        self._say(f"attached {lib.path} ({lib.api}: {got}/{required} symbols, {len(rec.attached)} attached in all{eo})"
+                  f"{missing}")
+        return rec
+
+    def _attach_ops(self, rec: AttachedLibrary, ops: tuple[Op, ...]) -> None:
+        """Probe `ops` in one library file: launches entry-only (by default), every other call entry + return."""
+        offsets = {site: name for name, site in rec.offsets.items()}
         for op in ops:
             try:
-                path, offset = self.bpf._check_path_symbol(lib.attach_path.encode(), op.name.encode(), None, -1)
+                path, offset = self.bpf._check_path_symbol(rec.lib.attach_path.encode(), op.name.encode(), None, -1)
             except Exception as exc:  # noqa: BLE001 - BCC raises bare Exception for a missing symbol
                 (rec.optional_missing if op.optional else rec.missing).append(op.name)
                 if "could not determine address" not in str(exc):
@@ -377,6 +402,7 @@ class Tracer:
                 rec.errors[op.name] = f"alias of {offsets[offset]} (same address): not attached twice"
                 continue
             offsets[offset] = op.name
+            rec.offsets[op.name] = offset
             skip, rec.sites[op.name] = probe_site(path, offset)
             addr = offset + skip
             entry_only = op.launch and self.opts.launch_probes == "entry"
@@ -400,14 +426,6 @@ class Tracer:
             rec.attached.append(op.name)
             if entry_only:
                 rec.entry_only.append(op.name)
-        optional = {op.name for op in ops if op.optional}
-        required = len([op for op in ops if not op.optional])
-        got = len([n for n in rec.attached if n not in optional])
-        missing = f"; not attached: {', '.join(rec.missing)}" if rec.missing else ""
-        eo = f", {len(rec.entry_only)} launch symbols entry-only" if rec.entry_only else ""
-        self._say(f"attached {lib.path} ({lib.api}: {got}/{required} symbols, {len(rec.attached)} attached in all{eo})"
-                  f"{missing}")
-        return rec
 
     def _uprobe(self, fn_name: str, path: bytes, addr: int, *, ret: bool = False, pid: int = -1) -> bytes:
         """Attach one eBPF function at a file offset (resolved once: BCC would re-read the ELF each time)."""
@@ -575,6 +593,80 @@ class Tracer:
                 self.cuda_only_pids.add(pid)
             else:
                 self.cuda_only_pids.discard(pid)
+        self._runtime_layers(found)
+
+    def _runtime_layers(self, found: list[CudaLibrary]) -> None:
+        """--api auto never records silence: a libcudart whose processes have no probed libcuda beneath them (a runtime
+        that loads none, a driver not found or not attached) gets the rest of its symbols, and says so. One whose file
+        other processes use through a probed libcuda stays on the driver layer (probing it would count their calls
+        twice), and that is said too. Each scanned process's layer is kept for the live view and the session."""
+        def probed(lib: CudaLibrary) -> bool:
+            rec = self.libs.get(lib.key)
+            return rec is None or rec.probes_driver  # one not attached yet is attached at the next scan
+
+        runtimes: dict[int, list[CudaLibrary]] = {}
+        driven: set[int] = set()
+        for lib in found:
+            for pid in lib.pids:
+                if lib.api == "runtime":
+                    runtimes.setdefault(pid, []).append(lib)
+                elif self.libs[lib.key].probes_driver:
+                    driven.add(pid)
+        if self.opts.layer != "auto":
+            chosen = "both" if len(self.opts.apis) == 2 else self.opts.apis[0]
+            for pid in {*runtimes, *driven}:
+                self.layers[pid] = (chosen, f"--api {chosen}")
+            return
+        for pid in {*runtimes, *driven}:
+            self.layers[pid] = auto_layer(pid, runtimes.get(pid, []), pid in driven, probed)
+        for lib in found:
+            rec = self.libs[lib.key]
+            if lib.api != "runtime" or rec.skipped:
+                continue
+            if rec.runtime_layer is not None:  # probed whole already: who else maps it now gets both layers
+                for pid in lib.pids:
+                    self.layers[pid] = (RUNTIME_LAYER, rec.runtime_layer) if self.layers[pid][0] != DRIVER_LAYER else (
+                        "both", f"{lib.path}'s own symbols are probed for other processes too (--api auto: "
+                        f"{rec.runtime_layer})")
+                both = sorted(pid for pid in lib.pids if self.layers[pid][0] == "both")
+                note = (f"pids {both[:16]} map {lib.path}, whose own symbols are probed, through a probed libcuda "
+                        "too: their calls are recorded on both layers, as with --api both")
+                if both and self.mixed_runtimes.get(lib.key) != note:
+                    self.mixed_runtimes[lib.key] = note
+                    self._say(note)
+                continue
+            silent = sorted(pid for pid in lib.pids if self.layers[pid][0] == RUNTIME_LAYER)
+            if not silent:
+                continue
+            why = self.layers[silent[0]][1]
+            others = sorted(pid for pid in lib.pids if self.layers[pid][0] == DRIVER_LAYER)
+            if others:
+                note = (f"pids {silent[:16]} map {lib.path} with no probed libcuda beneath it ({why}), but pids "
+                        f"{others[:16]} use the same file through a probed libcuda: it stays on the driver layer (its "
+                        "runtime symbols would count their calls twice); --api both records both layers")
+                if self.mixed_runtimes.get(lib.key) != note:
+                    self.mixed_runtimes[lib.key] = note
+                    self._say(note)
+                continue
+            rec.runtime_layer = f"{why} (pids {', '.join(map(str, silent[:16]))})"
+            more = tuple(op for op in ops_for("runtime", "both") if op.name not in AUTO_RUNTIME_OPS)
+            before = len(rec.attached)
+            self._attach_ops(rec, more)
+            self._say(f"runtime layer probed for pids {', '.join(map(str, silent[:16]))}: {lib.path} has no probed "
+                      f"libcuda beneath it ({why}); --api auto attached {len(rec.attached) - before} more of its "
+                      f"symbols, {len(rec.attached)} in all")
+            for pid in silent:
+                self.layers[pid] = (RUNTIME_LAYER, why)
+
+    def layer_summary(self) -> str:
+        """Which layer is probed for which traced process, for the live view: 'driver layer: pids 12, 14; ...'."""
+        by_layer: dict[str, list[int]] = {}
+        for pid, (layer, _why) in sorted(self.layers.items()):
+            rec = self.procs.get(pid)
+            if rec is not None and rec["traced"]:
+                by_layer.setdefault(layer, []).append(pid)
+        return "; ".join(f"{layer} layer: pid{'s' if len(p) > 1 else ''} {', '.join(map(str, p[:12]))}"
+                         + (f" +{len(p) - 12} more" if len(p) > 12 else "") for layer, p in by_layer.items())
 
     def start(self) -> None:
         """Compile, seed the traced set, attach, open the store, write the session row."""
@@ -1172,7 +1264,13 @@ class Tracer:
             notes.append("no libcudart attached: runtime API calls not recorded")
         if not any(rec.lib.api == "driver" and not rec.skipped for rec in self.libs.values()):
             notes.append("no libcuda attached: driver API calls not recorded")
-        return json.dumps({"libraries": libs, "static_cudart_pids": static, "notes": notes})
+        for rec in self.libs.values():
+            if rec.runtime_layer is not None:
+                notes.append(f"--api auto probes the runtime layer of {rec.lib.path}: no probed libcuda beneath it "
+                             f"({rec.runtime_layer})")
+        notes += self.mixed_runtimes.values()
+        layers = {str(pid): {"layer": layer, "why": why} for pid, (layer, why) in sorted(self.layers.items())[:256]}
+        return json.dumps({"libraries": libs, "static_cudart_pids": static, "layers": layers, "notes": notes})
 
     def _write_latest(self) -> None:
         versions = sorted({v for rec in self.libs.values() if rec.lib.api == "runtime"

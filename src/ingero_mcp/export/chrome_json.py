@@ -46,8 +46,16 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
     for t in timeline.threads:
         emit({"ph": "M", "name": "thread_name", "pid": t.pid, "tid": t.tid, "args": {"name": t.name}})
         emit({"ph": "M", "name": "thread_name", "pid": t.pid, "tid": state_tid[t.tid], "args": {"name": f"{t.name} {t.tid}: state"}})
+    labels: dict[str | None, str] = {}  # op and memcpy-kind names as stored -> cleaned (few distinct, many rows)
+
+    def label(text: str | None) -> str:
+        if text not in labels:
+            labels[text] = ev.label(text)
+        return labels[text]
+
     for batch in ev.batches(con, ev.calls_sql(scope)):
-        for ts, dur, tid, op, nbytes, kind, kernel, off, sleep, wait, rc in batch:
+        for ts, dur, tid, raw_op, nbytes, raw_kind, kernel, off, sleep, wait, rc in batch:
+            op, kind = label(raw_op), (None if raw_kind is None else label(raw_kind))
             args = {k: v for k, v in (("bytes", nbytes), ("direction", kind), ("kernel", kernel), ("off_cpu_ns", off),
                                       ("sleep_ns", sleep), ("cpu_wait_ns", wait), ("return_code", rc or None)) if v is not None}
             if dur is None:  # entry-only (v4 launches): the duration is unknown, an instant event, not a 0-length slice
@@ -80,7 +88,8 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
     for ts, event, pid, tid, child, comm, filename, code, old in ev.batches_flat(con, ev.process_events_sql(scope)):
         args = {k: v for k, v in (("filename", ev.label(filename) if filename else None), ("child_pid", child),
                                   ("exit_code", code), ("old_name", ev.label(old) if old else None), ("tid", tid)) if v is not None}
-        emit({"ph": "i", "s": "p", "name": f"{event} {ev.label(comm, 60)}".strip(), "cat": "process", "pid": pid,
+        marker = f"{ev.label(event, 20)} {ev.label(comm, 60)}".strip()
+        emit({"ph": "i", "s": "p", "name": marker, "cat": "process", "pid": pid,
               "tid": tid or pid, "ts": us(ts), "args": args})
         counts["process_events"] += 1
     for column, name in ev.COUNTERS:

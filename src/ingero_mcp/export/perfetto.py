@@ -209,7 +209,7 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
         if track is None:
             procs[pid] = track = w.track(process=pb.ProcessDescriptor(pid=pid, process_name=ev.label(comm or f"pid {pid}")))
             counts["process_tracks"] += 1
-        w.event(ts, INSTANT, track, f"{event} {ev.label(comm, 60)}".strip(),
+        w.event(ts, INSTANT, track, f"{ev.label(event, 20)} {ev.label(comm, 60)}".strip(),
                 {"filename": ev.label(filename) if filename else None, "child_pid": child, "exit_code": code,
                  "old_name": ev.label(old) if old else None, "tid": tid})
         counts["process_events"] += 1

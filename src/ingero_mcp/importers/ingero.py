@@ -15,7 +15,8 @@ Mapping (what Ingero's columns mean was checked against its published databases)
 - and, verbatim: every event row -> imported_events, stack_traces -> imported_stacks, every other
   table (catalogue, schema_info, cgroups, Ingero's own session / process-name rows) -> imported_rows.
 A file holding several Ingero sessions (a merged cluster file) becomes one store session each;
-rows go to the session of their node and time.
+rows go to the session of their node and time. Every string is cleaned on its way in (`text.py`), and
+an import is one transaction: it adds all of the file or nothing.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from ingero_mcp.importers import text
 from ingero_mcp.importers.ingero_source import (
     KNOWN_SCHEMAS,
     IngeroImportError,
@@ -121,7 +123,8 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None, *, rep
     Raises IngeroImportError (a StoreError) for a missing file, a non-SQLite file or a SQLite file
     without Ingero's tables, a destination that is not a trace store or holds a recording's unfolded
     segments, and an Ingero session the store already holds (unless `replace`: those sessions are
-    removed first). On failure the sessions this import had started are removed again.
+    removed in the same transaction). The import is one transaction: on any failure the store is as it
+    was (a store this import created is removed).
     """
     started = time.perf_counter()
     src, dst = Path(src), Path(dst)
@@ -129,28 +132,13 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None, *, rep
     try:
         _check_destination(src, dst)
         created = not dst.exists()
-        _ensure_tables(dst)
-        again = _already_imported(dst, source)
-        if again and not replace:
-            raise IngeroImportError(
-                f"{dst} already holds {src.name}'s Ingero session(s) as store session(s) "
-                f"{', '.join(map(str, again))} (same node and start time): importing again would count every "
-                "event twice. Use --replace to import it in their place, or choose another --db"
-            )
-        if again:
-            _remove_sessions(dst, again)
-        with TraceWriter(dst) as writer:
-            job = _Import(source, writer, progress)
-            try:
-                job.run()
-            except BaseException:
-                writer.close()
-                if created:  # a store made by this import alone: leave nothing behind
-                    for leftover in (dst, dst.with_name(dst.name + ".wal")):
-                        leftover.unlink(missing_ok=True)
-                else:
-                    _remove_sessions(dst, job.session_ids)
-                raise
+        try:
+            job = _write(source, dst, progress, replace)
+        except BaseException:
+            if created:  # a store made by this import alone: leave nothing behind
+                for leftover in (dst, dst.with_name(dst.name + ".wal")):
+                    leftover.unlink(missing_ok=True)
+            raise
         warnings = []
         if source.schema_version not in KNOWN_SCHEMAS:
             warnings.append(
@@ -165,6 +153,58 @@ def import_ingero(src: Path, dst: Path, progress: Progress | None = None, *, rep
         source.close()
     summary.seconds = time.perf_counter() - started
     return summary
+
+
+def _write(source: IngeroSource, dst: Path, progress: Progress | None, replace: bool) -> _Import:
+    """The import's one transaction: the sessions it replaces removed and the whole file added, or nothing."""
+    _ensure_tables(dst)
+    again = _already_imported(dst, source)
+    if again and not replace:
+        raise IngeroImportError(
+            f"{dst} already holds {source.path.name}'s Ingero session(s) as store session(s) "
+            f"{', '.join(map(str, again))} (same node and start time): importing again would count every "
+            "event twice. Use --replace to import it in their place, or choose another --db"
+        )
+    with _ImportWriter(dst) as writer:
+        writer.remove_sessions(again)
+        job = _Import(source, writer, progress)
+        job.run()
+        writer.commit()
+    return job
+
+
+class _ImportWriter(TraceWriter):
+    """A direct TraceWriter whose rows go into one transaction: commit() keeps them; closing without it (an
+    error, an interrupt) rolls every row back, the removal of replaced sessions included."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.committed = False
+        self._transaction("BEGIN TRANSACTION")
+
+    def _transaction(self, statement: str) -> None:
+        assert self._con is not None  # direct mode: the writer holds its connection until close
+        self._con.execute(statement).fetchall()
+
+    def remove_sessions(self, session_ids: list[int]) -> None:
+        """Drop every row of these sessions (the ones a --replace import takes the place of)."""
+        assert self._con is not None
+        for table in TABLES if session_ids else ():
+            self._con.execute(f"DELETE FROM {table} WHERE session_id IN ({','.join(map(str, session_ids))})").fetchall()
+
+    def commit(self) -> None:
+        """Make the import visible: everything, at once."""
+        self._transaction("COMMIT")
+        self.committed = True
+
+    def close(self) -> None:
+        """Roll back what was not committed, then close."""
+        if not self.committed and self._con is not None and not self._closed:
+            try:
+                self._transaction("ROLLBACK")
+            except duckdb.Error:  # the connection already gave the transaction up
+                pass
+        super().close()
 
 
 def _check_destination(src: Path, dst: Path) -> None:
@@ -226,18 +266,6 @@ def _ensure_tables(dst: Path) -> None:
         migrate(con)
         # v1.sql is CREATE ... IF NOT EXISTS only (idempotent); tables were appended to it before v2 existed.
         con.execute(ddl(1)).fetchall()
-    finally:
-        con.close()
-
-
-def _remove_sessions(dst: Path, session_ids: list[int]) -> None:
-    """Undo a failed import: drop every row of the sessions it created."""
-    if not session_ids:
-        return
-    con = duckdb.connect(str(dst))
-    try:
-        for table in TABLES:
-            con.execute(f"DELETE FROM {table} WHERE session_id IN ({','.join(map(str, session_ids))})").fetchall()
     finally:
         con.close()
 
@@ -316,7 +344,7 @@ class _Import:
         self.has_aggregates = source.count("event_aggregates") > 0
         self.done = 0
         self.stage = "sessions"  # the Ingero table being read, for error messages
-        self.comm = self._process_names()
+        self.comm: dict[int, str] = {}  # pid -> name, read by run()
         # Per (session, pid): first/last event time; forks (child -> parent, ts, session); exits.
         self.seen: dict[tuple[int, int], list[int]] = {}
         self.forks: dict[int, tuple[int, int, int]] = {}
@@ -359,7 +387,9 @@ class _Import:
     def _process_names(self) -> dict[int, str]:
         if "process_names" not in self.src.tables:
             return {}
-        return {int(p): str(n) for p, n in self.src.con.execute("SELECT pid, name FROM process_names").fetchall()}
+        self.stage = "process_names"
+        named = self.src.con.execute("SELECT pid, name FROM process_names").fetchall()
+        return {int(p): text.name(n) or "" for p, n in named}
 
     def _names(self, sources: list[int], ops: list[int]) -> tuple[list[str], list[str]]:
         sn = self.src.source_names
@@ -372,6 +402,7 @@ class _Import:
     def run(self) -> None:
         """Write everything; a value of the wrong type in the file becomes a one-line IngeroImportError."""
         try:
+            self.comm = self._process_names()
             self._run()
         except (pa.ArrowException, ValueError, TypeError, OverflowError, sqlite3.DatabaseError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -399,7 +430,7 @@ class _Import:
             }
             notes = (
                 f"imported from Ingero {r.get('ingero_ver') or 'unknown'} (SQLite schema "
-                f"{self.src.schema_version}), file {self.src.path.name}, Ingero session id {s.ingero_id}"
+                f"{self.src.schema_version}), file {text.name(self.src.path.name)}, Ingero session id {s.ingero_id}"
                 + (f", node {s.node}" if s.node else "")
                 + (
                     "; events are a stored sample, exact per-minute totals in host_aggregates"
@@ -464,9 +495,10 @@ class _Import:
             pa.array(u_mapped[inv].astype(np.int32) - 1, mask=u_mapped[inv] == 0),
             pa.array(["cuda_calls", "sched_intervals", "process_events"]),
         )
-        sids = self.assigner.assign(ts, ts, c["node"])
+        nodes = text.column(c["node"], text.name)
+        sids = self.assigner.assign(ts, ts, nodes)
 
-        ids = pa.array(c["id"])
+        ids = pa.array(c["id"] if not any(isinstance(x, str) for x in c["id"]) else text.column(c["id"], text.name))
         self._append("imported_events", pa.table({
             "origin": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([ORIGIN])),
             "event_id": ids if pa.types.is_string(ids.type) else ids.cast(pa.string()),
@@ -483,9 +515,9 @@ class _Import:
             "arg1": pa.array(c["arg1"], pa.int64()),
             "ret_code": pa.array(c["ret_code"], pa.int64()),
             "stack_hash": pa.array(c["stack_hash"], pa.int64()),
-            "stack_ips": pa.array(c["stack_ips"], pa.string()),
+            "stack_ips": pa.array(text.column(c["stack_ips"], text.json_text), pa.string()),
             "cgroup_id": pa.array(c["cgroup_id"], pa.int64()),
-            "node": pa.array([x if x else None for x in c["node"]], pa.string()),
+            "node": pa.array([x if x else None for x in nodes], pa.string()),
             "rank": pa.array(c["rank"], pa.int32()),
             "local_rank": pa.array(c["local_rank"], pa.int32()),
             "world_size": pa.array(c["world_size"], pa.int32()),
@@ -654,6 +686,10 @@ class _Import:
             n = len(c["id"])
             self._read("causal_chains", n)
             ts = np.array([x or 0 for x in c["detected_at"]], dtype=np.int64)
+            for key, how in (("id", text.name), ("severity", text.name), ("summary", text.text),
+                             ("root_cause", text.text), ("explanation", text.text), ("recommendations", text.json_text),
+                             ("cuda_op", text.name), ("timeline", text.json_text), ("node", text.name)):
+                c[key] = text.column(c[key], how)
             sids = self.assigner.assign(ts, ts, c["node"])
             us = lambda vals: pa.array([None if v is None else int(v) * 1000 for v in vals], pa.int64())  # noqa: E731
             self._append("imported_chains", pa.table({
@@ -686,8 +722,8 @@ class _Import:
             self._append("imported_stacks", pa.table({
                 "origin": pa.array([ORIGIN] * n),
                 "stack_hash": pa.array(c["hash"], pa.int64()),
-                "ips": pa.array(c["ips"], pa.string()),
-                "frames": pa.array(c["frames"], pa.string()),
+                "ips": pa.array(text.column(c["ips"], text.json_text), pa.string()),
+                "frames": pa.array(text.column(c["frames"], text.json_text), pa.string()),
             }))
             self._advance("stack_traces", n)
 
@@ -704,10 +740,11 @@ class _Import:
             return
         self._append("imported_rows", pa.table({
             "origin": pa.array([ORIGIN] * len(rows)),
-            "table_name": pa.array([table] * len(rows)),
+            "table_name": pa.array([text.name(table)] * len(rows), pa.string()),
             "row_number": pa.array(numbers, pa.int64()),
             "row_json": pa.array(
-                [json.dumps(dict(zip(cols, r, strict=True)), default=_json_default, ensure_ascii=False) for r in rows],
+                [json.dumps(text.row(dict(zip(cols, r, strict=True))), default=_json_default, ensure_ascii=False)
+                 for r in rows],
                 pa.string(),
             ),
         }), sids)

@@ -2,7 +2,8 @@
 
 Ingero stores numeric source/op codes with a `sources`/`ops` catalogue inside each file, a small
 sample of events as rows, and exact per-minute counts in `event_aggregates`. This module only
-reads; the mapping to the store lives in `ingero.py`.
+reads; the mapping to the store lives in `ingero.py`. Text decodes with U+FFFD for bytes that are not
+UTF-8, and the catalogue, session and process names come out cleaned (`text.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ingero_mcp.importers import text
 from ingero_mcp.store.errors import StoreError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -112,6 +114,7 @@ def open_ingero(path: Path) -> IngeroSource:
         # where SQLite can apply them. check_same_thread off: a prefetch thread reads the event rows.
         uri = opened.resolve().as_uri() + ("?mode=ro" if tmpdir else "?mode=ro&immutable=1")
         con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        con.text_factory = text.decode  # a name of any bytes is a name, not a traceback
         names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()]
         tables = {t: [r[1] for r in con.execute(f'PRAGMA table_info("{t}")').fetchall()] for t in names}
     except (sqlite3.DatabaseError, OSError) as exc:
@@ -135,11 +138,18 @@ def open_ingero(path: Path) -> IngeroSource:
         if rows:
             version = str(rows[0][0])
     src = IngeroSource(path=path, con=con, schema_version=version, tables=tables, tmpdir=tmpdir)
-    src.source_names = {int(i): str(n) for i, n in con.execute("SELECT id, name FROM sources").fetchall()}
-    src.op_names = {
-        (int(s), int(o)): str(n) for s, o, n in con.execute("SELECT source_id, op_id, name FROM ops").fetchall()
-    }
-    src.sessions = _sessions(src)
+    try:
+        sources = con.execute("SELECT id, name FROM sources").fetchall()
+        src.source_names = {int(i): text.name(n) or "" for i, n in sources}
+        src.op_names = {
+            (int(s), int(o)): text.name(n) or ""
+            for s, o, n in con.execute("SELECT source_id, op_id, name FROM ops").fetchall()
+        }
+        src.sessions = _sessions(src)
+    except (sqlite3.DatabaseError, ValueError, TypeError, OverflowError) as exc:
+        src.close()
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise IngeroImportError(f"{path}: malformed Ingero catalogue (sources, ops or sessions): {first}") from exc
     return src
 
 
@@ -166,13 +176,14 @@ def _sessions(src: IngeroSource) -> list[IngeroSession]:
     cols, rows = src.all_rows("sessions")
     out = []
     for row in rows:
-        d = dict(zip(cols, row, strict=True))
+        raw = dict(zip(cols, row, strict=True))
+        d = text.row(raw)
         stopped = int(d.get("stopped_at") or 0)
         out.append(
             IngeroSession(
                 ingero_id=int(d.get("id") or len(out) + 1),
                 row=d,
-                node=str(d.get("node") or ""),
+                node=text.name(raw.get("node")) or "",  # as the event rows' nodes are cleaned
                 started_ns=int(d.get("started_at") or 0),
                 stopped_ns=stopped or None,  # Ingero writes 0 while recording / when killed
             )

@@ -27,7 +27,7 @@ from ingero_mcp.mcp.results import (
     StatsResult,
     TimelineResult,
 )
-from ingero_mcp.sanitize import DATA_NOTE, quote
+from ingero_mcp.sanitize import DATA_NOTE, clean, quote
 
 TEXT_BUDGET = 20_000  # characters of text per tool result (~5-7k tokens)
 
@@ -81,7 +81,8 @@ def fit_lines(header: list[str], items: Iterable[str], total: int, budget: int =
 
 
 def _notes(notes: list[str]) -> list[str]:
-    return [f"note: {n}" for n in notes]
+    """Notes, one line each: they may name traced things (ops, tables of an import)."""
+    return [f"note: {clean(n, 4000)}" for n in notes]
 
 
 def render_stats(r: StatsResult) -> str:
@@ -110,12 +111,14 @@ def render_stats(r: StatsResult) -> str:
         count += " [lower bound]" if s.lower_bound else ""
         extra = f" | {fmt_bytes(s.bytes_total)}" if s.bytes_total else ""
         if s.total_ns is None and s.entry_only:  # no duration recorded: unknown, not 0
-            lines.append(f"{quote(s.op, 80)} | {s.api} | {count} | entry-only (durations not recorded){extra}")
+            lines.append(f"{quote(s.op, 80)} | {clean(s.api, 20)} | {count} | entry-only (durations not recorded)"
+                         f"{extra}")
             continue
         part = f" [{s.entry_only} entry-only calls not in the durations]" if s.entry_only else ""
         share = "-" if s.share_of_span is None else f"{s.share_of_span * 100:.2f}%"
         lines.append(
-            f"{quote(s.op, 80)} | {s.api} | {count} | {fmt_ns(s.p50_ns)} | {fmt_ns(s.p95_ns)} | {fmt_ns(s.p99_ns)} | "
+            f"{quote(s.op, 80)} | {clean(s.api, 20)} | {count} | {fmt_ns(s.p50_ns)} | {fmt_ns(s.p95_ns)} | "
+            f"{fmt_ns(s.p99_ns)} | "
             f"{fmt_ns(s.max_ns)} | {fmt_ns(s.total_ns)} | {share}{extra}{part}"
         )
     if r.host:
@@ -219,7 +222,7 @@ def render_timeline(r: TimelineResult, whole: TimeWindow | None) -> str:
     ]
     lines = [
         f"{fmt_rel(e.ts_ns, origin)} | {e.pid if e.pid is not None else '-'} | {e.tid if e.tid is not None else '-'} | "
-        f"{e.kind} | {quote(e.description, 160)} | {fmt_ns(e.duration_ns)}"
+        f"{clean(e.kind, 40)} | {quote(e.description, 160)} | {fmt_ns(e.duration_ns)}"
         for e in t.entries
     ]
     if not lines:
@@ -293,7 +296,8 @@ def render_info(r: InfoResult) -> str:
     if i.coverage:
         lines.append("coverage (complete = every event is a row; SAMPLE = totals live in host_aggregates):")
         for c in i.coverage:
-            lines.append(f"  {c.table_name}: {'complete' if c.complete else 'SAMPLE'}" + (f" ({quote(c.note, 200)})" if c.note else ""))
+            lines.append(f"  table {clean(c.table_name, 80)}: {'complete' if c.complete else 'SAMPLE'}"
+                         + (f" ({quote(c.note, 200)})" if c.note else ""))
     lines.append("rows: " + ", ".join(f"{t} {n}" for t, n in i.row_counts.items()))
     text, _ = fit_lines(head, lines, len(lines))
     return text

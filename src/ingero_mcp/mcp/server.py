@@ -47,7 +47,7 @@ from ingero_mcp.mcp.results import (
 )
 from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, SqlError, describe_schema, run_query
 from ingero_mcp.analysis.views import install_views
-from ingero_mcp.sanitize import DATA_NOTE, clean, clean_data
+from ingero_mcp.sanitize import DATA_NOTE, clean, clean_data, clean_lines
 from ingero_mcp.store.reader import lay_current_views
 from ingero_mcp.store import StoreError, open_store, segment_dir
 from ingero_mcp.store.segments import describe, skipped_segments
@@ -144,8 +144,9 @@ class StoreHandle:
 
 
 def _result(text: str, model: BaseModel) -> CallToolResult:
+    """Both halves of a tool result, each through the sanitiser on its way out."""
     structured = _structured(model)
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+    return CallToolResult(content=[TextContent(type="text", text=clean_lines(text))], structured_content=structured)
 
 
 def _structured(model: BaseModel) -> dict[str, Any]:
@@ -791,7 +792,7 @@ def build_server(
         text = out.getvalue()
         if len(text) > render.TEXT_BUDGET * 2:
             text = text[: render.TEXT_BUDGET * 2] + "\n[report cut to fit one resource: use the tools for the rest]"
-        return DATA_NOTE + "\n" + text
+        return clean_lines(DATA_NOTE + "\n" + text)
 
     @server.prompt(
         name="investigate",

@@ -47,7 +47,7 @@ def header(report: Report, db: str) -> Text:
     for line in cost_lines(report.info.tracing, lambda v: fmt.clean(v or "?", 120)):  # v4: tracing cost, launches
         t.append(line + "\n")
     for note in report.notes:
-        t.append(f"note: {note}\n", style="italic")
+        t.append(f"note: {fmt.clean(note, 4000)}\n", style="italic")
     return t
 
 
@@ -125,7 +125,8 @@ def stats_table(stats: list[OpStats], limit: int | None = 15) -> Table:
         calls = s.total_count if s.total_count is not None else s.count
         lb = ">= " if s.lower_bound else ""
         d = fmt.ns if s.total_ns is not None or not s.entry_only else (lambda _v: "entry-only")  # unknown, not 0
-        row = [fmt.clean(s.op), s.api, lb + fmt.count(calls), lb + d(s.total_ns), "-" if s.share_of_span is None else fmt.pct(s.share_of_span),
+        row = [fmt.clean(s.op), fmt.clean(s.api, 20), lb + fmt.count(calls), lb + d(s.total_ns),
+               "-" if s.share_of_span is None else fmt.pct(s.share_of_span),
                d(s.p50_ns), d(s.p95_ns), d(s.p99_ns), d(s.max_ns),
                f"{s.p99_ns / s.p50_ns:,.1f}x" if s.p50_ns and s.p99_ns is not None else "-"]
         if sampled:
@@ -224,14 +225,16 @@ def accounting_table(report: Report) -> Table:
 def render_report(console: Console, report: Report, db: str, *, per_process: bool = False, show_sql: bool = False) -> None:
     """The whole incident report: header, chains (ours, then imported), top ops, processes."""
     start = report.info.window.start_ns if report.info.window else report.window.start_ns
-    console.print(header(report, db))
+    # Text that names traced things is printed unwrapped (the terminal folds it): a wrap inserted here could
+    # start a line with a traced name. Boxed tables and panels start every line with their border.
+    console.print(header(report, db), soft_wrap=True)
     if report.verdict:
         v = Text()
         v.append("Verdict\n", style="bold underline")
         for line in report.verdict:
             style = SEVERITY_STYLE.get(line.split(":", 1)[0], "")
             v.append(fmt.clean(line, 2000) + "\n", style=style)
-        console.print(v)
+        console.print(v, soft_wrap=True)
     if report.accounting and report.accounting.complete and report.accounting.threads:
         console.print(accounting_table(report))
     own = [c for c in report.chains if c.origin == "ingero-mcp"]
@@ -248,7 +251,7 @@ def render_report(console: Console, report: Report, db: str, *, per_process: boo
         m.append("Minor (each explains under 1% of the feeding time)\n", style="bold")
         for line in report.minor[:10]:
             m.append("  " + fmt.clean(line, 400) + "\n")
-        console.print(m)
+        console.print(m, soft_wrap=True)
     if imported:
         console.print(Text(f"Chains stored by {imported[0].origin} (imported; not recomputed): {len(imported)} kinds",
                            style="bold underline"))
