@@ -1,6 +1,7 @@
 """Checks zoo ground-truth files: every field there, the cause from the vocabulary, the window and
-baseline inside the run and apart, the culprits each scenario must (or must not) name, the step
-bins adding up. Prints one line per file; exits 1 if any file is wrong.
+baseline inside the run and apart, the culprits each scenario must (or must not) name and whose
+process they belong to, the extra fields some owe (episodes inside the window, the cgroup record,
+the decoys), the step bins adding up. Prints one line per file; exits 1 if any file is wrong.
 
     python3 bench/gpu/zoo/check_truth.py /tmp/zoo-smoke/*.truth.json
 """
