@@ -1,6 +1,7 @@
 """Checks zoo ground-truth files: every field there, the cause from the vocabulary, the window and
-baseline inside the run and apart, the culprits each scenario must (or must not) name, the step
-bins adding up. Prints one line per file; exits 1 if any file is wrong.
+baseline inside the run and apart, the culprits each scenario must (or must not) name and whose
+process they belong to, the extra fields some owe (episodes inside the window, the cgroup record,
+the decoys), the step bins adding up. Prints one line per file; exits 1 if any file is wrong.
 
     python3 bench/gpu/zoo/check_truth.py /tmp/zoo-smoke/*.truth.json
 """
@@ -11,12 +12,22 @@ import json
 import sys
 
 CAUSES = {"cpu_contention", "own_workers_cpu", "gpu_shared", "gil_contention", "pageable_copies", "allocator_churn",
-          "host_bound_prep", "lazy_module_loading", "disk_io", "page_faults", "lock_contention", "none"}
+          "host_bound_prep", "lazy_module_loading", "disk_io", "page_faults", "lock_contention", "launch_bound",
+          "slow_consumer", "cpu_throttled", "network_wait", "input_bound", "python_gc", "excess_sync",
+          "own_threads_cpu", "none"}
 KEYS = {"scenario", "cause", "description", "feeder", "culprits", "window_ns", "baseline_ns", "cpus", "steps",
         "throughput_ratio", "torch", "notes"}
-# scenario -> (culprit comm expected, at least how many); scenarios not listed must name none
+# scenario -> (culprit comm expected, None: any; at least how many); scenarios not listed must name none
 CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "gpu_shared": ("gpuhog", 1),
-            "gil_holder": ("gil_spin", 1), "lock_holder": ("lock_holder", 1)}
+            "gil_holder": ("gil_spin", 1), "lock_holder": ("lock_holder", 1), "slow_pipe_reader": ("logsink", 1),
+            "slow_data_server": ("datasrv", 1), "late_cpu_hog": ("hogd", 3), "tiny_model_gil": ("gil_spin", 1),
+            "slow_workers": ("pt_data_worker", 2), "queue_producer": ("producer", 1), "rt_neighbor": ("rtmon", 1),
+            "omp_oversub": (None, 1)}
+# culprits that are threads of the feeder's own process
+SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub"}
+# scenario -> extra fields its truth must carry
+EXTRA = {"checkpoint_fsync": ("episodes_ns",), "gc_pause": ("episodes_ns",), "cgroup_quota": ("cgroup",),
+         "decoy_hog": ("decoys",)}
 
 
 def check(t: dict) -> list[str]:
@@ -45,20 +56,59 @@ def check(t: dict) -> list[str]:
             bad.append(f"window {w} outside the run")
         elif not (w[0] >= b[1] or w[1] <= b[0]):
             bad.append("window and baseline overlap")
+    bad += check_culprits(t)
+    bad += check_extra(t)
+    if t["throughput_ratio"] is None:
+        bad.append("no throughput_ratio")
+    return bad
+
+
+def check_culprits(t: dict) -> list[str]:
+    """The culprits a scenario must name (comm, how many, whose process), or none."""
+    bad: list[str] = []
     want = CULPRITS.get(t["scenario"])
     culprits = t["culprits"]
     if want:
         comm, n = want
         names = [c.get("comm") for c in culprits]
-        if len(culprits) < n or any(c != comm for c in names):
-            bad.append(f"culprits {names}: want >= {n} named {comm}")
+        if len(culprits) < n or (comm and any(c != comm for c in names)) or not all(names):
+            bad.append(f"culprits {names}: want >= {n} named {comm or 'anything'}")
         for c in culprits:
             if not c.get("pid") or not c.get("tids"):
                 bad.append(f"culprit without pid/tids: {c}")
+            same = c.get("pid") == t["feeder"].get("pid")
+            if same != (t["scenario"] in SAME_PROCESS):
+                where = "in" if same else "outside"
+                bad.append(f"culprit {c.get('comm')} {c.get('pid')}: {where} the feeder's process")
+            if same and t["feeder"].get("tid") in c.get("tids", []):
+                bad.append(f"culprit {c.get('comm')}: its tids include the feeder's own")
     elif culprits:
         bad.append(f"culprits {culprits}: this scenario names none")
-    if t["throughput_ratio"] is None:
-        bad.append("no throughput_ratio")
+    return bad
+
+
+def check_extra(t: dict) -> list[str]:
+    """The extra fields: episodes_ns (each inside the window), cgroup (where and what quota), decoys."""
+    bad = [f"missing {k}" for k in EXTRA.get(t["scenario"], ()) if k not in t]
+    w = t["window_ns"]
+    episodes = t.get("episodes_ns")
+    if episodes is not None:
+        if not episodes:
+            bad.append("episodes_ns empty")
+        for ep in episodes:
+            if not (len(ep) == 2 and ep[0] < ep[1] and w and w[0] <= ep[0] and ep[1] <= w[1]):
+                bad.append(f"episode {ep} not inside the window {w}")
+    cg = t.get("cgroup")
+    if cg is not None:
+        if not isinstance(cg, dict) or not cg.get("path") or "applied" not in cg or "quota" not in cg:
+            bad.append(f"cgroup {cg}: want path, applied, quota")
+        elif cg["applied"] and not (cg.get("cpu_stat_before") and cg.get("cpu_stat_after")):
+            bad.append("cgroup applied but no cpu.stat before/after the window")
+        elif not cg["applied"] and "cgroup" not in t["notes"]:
+            bad.append("cgroup quota not applied and the notes do not say why")
+    for d in t.get("decoys", []):
+        if not (d.get("pid") and d.get("tids") and d.get("comm") and d.get("span_ns")):
+            bad.append(f"decoy incomplete: {d}")
     return bad
 
 

@@ -5,9 +5,16 @@
 #
 #   bash bench/gpu/zoo/device_zoo.sh first        cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn lock_holder
 #   bash bench/gpu/zoo/device_zoo.sh second       host_bound_prep lazy_loading disk_io healthy_gpu_bound healthy_training page_fault_storm
+#   bash bench/gpu/zoo/device_zoo.sh third        microbatch slow_pipe_reader cgroup_quota checkpoint_fsync
+#                                                 slow_data_server late_cpu_hog tiny_model_gil
+#   bash bench/gpu/zoo/device_zoo.sh fourth       gc_pause slow_workers queue_producer rt_neighbor sync_every_op
+#                                                 omp_oversub idle_server decoy_hog fsync_logging
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
-# Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario.
+# Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
+# line in the summary says where its time went (collector start, the scenario before its first phase,
+# its phases, after them, the collector's stop, the packing); packing runs on CPU 0 (ZOO_PACK_CPUS),
+# which no scenario uses, while the next scenario's collector starts.
 # Run from the repository root; carry DEVICE_DIR (default .device: bcc-bundle.tar.xz, setup-bcc.sh, and small/wheels
 # if the collector needs wheels the host lacks: see fetch_wheels.sh). Environment knobs, for a
 # CPU-only rehearsal: ZOO_ARGS="--device cpu --scale 0.15", ZOO_COLLECTOR_CPUS=0-1, OUT=/tmp/out.
@@ -19,23 +26,29 @@ WORK=${ZOO_WORK:-/tmp/zoo}
 CCPUS=${ZOO_COLLECTOR_CPUS:-12-15}
 ARGS=${ZOO_ARGS:-}
 # ZOO_BUDGET_S (default 450): start no scenario later than this many seconds into the call.
+PACK_CPUS=${ZOO_PACK_CPUS:-0}
 FIRST="cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn lock_holder"
 SECOND="host_bound_prep lazy_loading disk_io healthy_gpu_bound healthy_training page_fault_storm"
+THIRD="microbatch slow_pipe_reader cgroup_quota checkpoint_fsync slow_data_server late_cpu_hog tiny_model_gil"
+FOURTH="gc_pause slow_workers queue_producer rt_neighbor sync_every_op omp_oversub idle_server decoy_hog fsync_logging"
 names=()
 for a in "$@"; do
   case $a in
     first) names+=($FIRST) ;;
     second) names+=($SECOND) ;;
-    all) names+=($FIRST $SECOND) ;;
+    third) names+=($THIRD) ;;
+    fourth) names+=($FOURTH) ;;
+    all) names+=($FIRST $SECOND $THIRD $FOURTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
 T0=$(date +%s)
 log() { echo "[zoo +$(( $(date +%s) - T0 ))s] $*" | tee -a "$LOG"; }
+clock() { date +%s%3N; }  # ms
 
 D=${DEVICE_DIR:-.device}
 if [ -f $D/bcc-bundle.tar.xz ]; then
@@ -63,39 +76,61 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-compute-apps=pid,process_
 stop_collector() {  # pid: SIGINT, 60 s to fold/flush, then KILL
   local cpid=$1 i
   kill -INT "$cpid" 2>/dev/null
-  for i in $(seq 1 300); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.2; done
+  for i in $(seq 1 600); do kill -0 "$cpid" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$cpid" 2>/dev/null; then log "collector $cpid still running 60 s after SIGINT: KILL"; kill -KILL "$cpid"; fi
   wait "$cpid" 2>/dev/null
   return $?
 }
 
+pack_pid=
+pack_one() {  # NAME: its folder as NAME.tar.xz, then $OUT re-packed; in the background on PACK_CPUS
+  local name=$1 t=$(clock)
+  taskset -c "$PACK_CPUS" sh -c "tar -C '$WORK' -cf - '$name' | xz -6 > '$WORK/$name.tar.xz'" \
+    && rm -rf "${WORK:?}/$name"
+  taskset -c "$PACK_CPUS" python3 "$ZOO/pack.py" "$WORK" "$OUT" --log "$LOG" --max-files "${ZOO_MAX_FILES:-7}" \
+    > /dev/null
+  echo "$name $(( $(clock) - t )) ms" >> "$WORK/pack-times"
+}
+wait_pack() { [ -n "$pack_pid" ] && wait "$pack_pid" 2>/dev/null; pack_pid=; }
+
 run_one() {
-  local name=$1 d=$WORK/$1 cpid ready=0 rc crc i
+  local name=$1 d=$WORK/$1 cpid ready=0 rc crc i t0 t_ready t_launch t_exit t_stopped
   mkdir -p "$d"
   if [ ! -f "$ZOO/$name.py" ]; then log "$name: no such scenario ($ZOO/$name.py)"; return; fi
+  t0=$(clock)
   # shellcheck disable=SC2086
   taskset -c "$CCPUS" python3 -m ingero_mcp.cli trace --db "$d/$name.duckdb" --quiet $libs > "$d/collector.log" 2>&1 &
   cpid=$!
-  for i in $(seq 1 300); do
+  for i in $(seq 1 600); do
     grep -q "recording to" "$d/collector.log" 2>/dev/null && { ready=1; break; }
     kill -0 "$cpid" 2>/dev/null || break
-    sleep 0.2
+    sleep 0.1
   done
   if [ $ready = 0 ]; then
     log "$name: FAILED: collector not recording after 60 s: $(tail -3 "$d/collector.log" | tr '\n' ' ')"
     stop_collector "$cpid"
     return
   fi
+  t_ready=$(clock)
+  wait_pack  # the previous scenario's packing ran while this collector started; none runs beside a scenario
+  t_launch=$(clock)
   # shellcheck disable=SC2086
   timeout -k 5 60 python3 "$ZOO/$name.py" --truth "$d/$name.truth.json" $ARGS > "$d/scenario.log" 2>&1
   rc=$?
+  t_exit=$(clock)
   sleep 1  # the collector's last flush covers the scenario's exit
   stop_collector "$cpid"; crc=$?
-  local steps
-  steps=$(python3 -c "import json,sys; t=json.load(open(sys.argv[1])); print(f\"steps {t['steps']['total']} ratio {t['throughput_ratio']} culprits {len(t['culprits'])}\")" "$d/$name.truth.json" 2>/dev/null || echo "NO TRUTH")
-  log "$name: rc $rc, $steps; collector rc $crc: $(grep -E 'stopped|lost|error' "$d/collector.log" | tail -2 | tr '\n' ' ')"
+  t_stopped=$(clock)
+  rm -f /var/tmp/zoo_*  # what a scenario killed by the timeout left behind
+  [ -d /sys/fs/cgroup/zoo_quota ] && rmdir /sys/fs/cgroup/zoo_quota 2>/dev/null
+  local summary
+  summary=$(python3 "$ZOO/timing.py" "$d/$name.truth.json" "$t0" "$t_ready" "$t_launch" "$t_exit" "$t_stopped" \
+            2>/dev/null || echo "NO TRUTH")
+  log "$name: rc $rc, $summary; collector rc $crc: $(grep -E 'stopped|lost|error' "$d/collector.log" | tail -2 |
+    tr '\n' ' ')"
   [ $rc = 0 ] || tail -5 "$d/scenario.log" | sed "s/^/    $name| /" | tee -a "$LOG"
-  tar -C "$WORK" -cf - "$name" | xz -T4 -6 > "$WORK/$name.tar.xz" && rm -rf "$d"
+  pack_one "$name" &
+  pack_pid=$!
 }
 
 # The device call is killed at 10 minutes: no scenario starts after BUDGET s, and what is recorded so
@@ -107,9 +142,10 @@ for name in "${names[@]}"; do
     continue
   fi
   run_one "$name"
-  rm -f /var/tmp/zoo_disk_io.bin
-  python3 "$ZOO/pack.py" "$WORK" "$OUT" --log "$LOG" --max-files "${ZOO_MAX_FILES:-7}" > /dev/null
 done
+wait_pack
+[ -f "$WORK/pack-times" ] && log "packing (on CPUs $PACK_CPUS, beside the next collector's start):" \
+  "$(paste -sd, "$WORK/pack-times")"
 log "done; packed:"
 python3 "$ZOO/pack.py" "$WORK" "$OUT" --log "$LOG" --max-files "${ZOO_MAX_FILES:-7}"
 ls -la "$OUT"
