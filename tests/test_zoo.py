@@ -40,7 +40,16 @@ CAUSES = {
     "lazy_module_loading": {"cold-start"},
     "disk_io": {"io-wait"},
     "page_faults": {"page-faults"},
+    "launch_bound": {"launch-bound"},
+    "slow_consumer": {"slow-consumer"},
+    "cpu_throttled": {"cpu-throttled"},
+    "network_wait": {"network-wait"},
+    "input_bound": {"waiting-on-workers", "waiting-on-process"},
+    "python_gc": {"host-bound"},  # a collection is the main thread's own Python work; the stores do not name gc
+    "excess_sync": {"excess-sync"},
+    "own_threads_cpu": {"own-threads-cpu"},
 }
+WEAK_RATIO = 1.3  # a staged cause that slowed the job less than this is weak: no other cause may be named for it
 
 
 def _truth(name: str) -> dict:
@@ -116,6 +125,34 @@ def test_the_report_names_the_staged_cause_with_the_default_probes(default_store
         assert all("up to" in c.summary and c.severity != "HIGH" for c in report.chains if c.root_cause == "cold-start")
 
 
+# Recorded on the H200 with the v5 collector (kernel stacks, cgroup samples) and the always-on defaults: the 16
+# scenarios the zoo grew by and 5 of the first 13 again. The split is fixed in split.json: development scenarios shaped
+# the analysis, held-out ones were only scored when a change was done.
+ZOO_V5 = ZOO.parent / "zoo-v5"
+SPLIT = json.loads((ZOO_V5 / "split.json").read_text())
+V5_NAMES = sorted(p.name.removesuffix(".truth.json") for p in ZOO_V5.glob("*.truth.json"))
+
+
+@pytest.fixture(scope="module")
+def v5_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The v5 zoo's stores, decompressed."""
+    return decompressed(ZOO_V5, V5_NAMES, tmp_path_factory.mktemp("zoo-v5"))
+
+
+def test_the_v5_zoo_is_split_and_holds_every_new_cause() -> None:
+    assert sorted(SPLIT["development"] + SPLIT["held_out"]) == V5_NAMES
+    assert not set(SPLIT["development"]) & set(SPLIT["held_out"])
+    causes = {json.loads((ZOO_V5 / f"{n}.truth.json").read_text())["cause"] for n in V5_NAMES}
+    assert set(CAUSES) - {"lazy_module_loading", "page_faults", "allocator_churn", "host_bound_prep", "lock_contention"} \
+        <= causes, causes
+    assert len(set(NAMES) | set(V5_NAMES)) >= 25
+
+
+@pytest.mark.parametrize("name", SPLIT["development"])
+def test_the_v5_report_names_the_staged_cause(v5_stores: Path, name: str) -> None:
+    check_verdict(_report(v5_stores, name), json.loads((ZOO_V5 / f"{name}.truth.json").read_text()))
+
+
 def check_verdict(report: Report, truth: dict) -> None:
     """What the zoo asserts of a report on a store recording `truth` (see the module's docstring)."""
     top = _top(report)
@@ -123,6 +160,8 @@ def check_verdict(report: Report, truth: dict) -> None:
     if truth["cause"] == "none":
         assert not top, [f"{c.severity} {c.root_cause}: {c.summary}" for c in top]
         return
+    if (truth.get("throughput_ratio") or WEAK_RATIO) < WEAK_RATIO and not top:
+        return  # too weak to be a slow phase: nothing else is blamed
     if truth["cause"] == "lazy_module_loading" and not top:
         # Recorded on the H200 (CUDA 13), the staged cause turned out small: the first launches of ~140 distinct
         # kernels cost well under 1% of the feeding time beyond a normal launch. The report must size it so (the

@@ -1292,10 +1292,50 @@ def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[
         into.evidence.append(Evidence(name="also part of this story (another part of the thread's time)",
                                       value=f"{chain.summary} [{chain.seconds_lost or 0:.2f} s]"))
         into.culprits += [c for c in chain.culprits if c not in into.culprits]
-        share = (into.seconds_lost or 0) / wall_s if wall_s else 0.0
-        level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
-        if {"HIGH": 0, "MEDIUM": 1, "LOW": 2}[level] < {"HIGH": 0, "MEDIUM": 1, "LOW": 2}[into.severity] and not f.startup:
-            into.severity = level  # type: ignore[assignment]
+        _raise(into, wall_s, f)
+    return _io_story(out, wall_s)
+
+
+def _raise(into: CausalChain, wall_s: float, f: Finding) -> None:
+    """A chain that took another's seconds: the severity of the sum (never lowered; start-up stays as it was)."""
+    share = (into.seconds_lost or 0) / wall_s if wall_s else 0.0
+    level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
+    if {"HIGH": 0, "MEDIUM": 1, "LOW": 2}[level] < {"HIGH": 0, "MEDIUM": 1, "LOW": 2}[into.severity] and not f.startup:
+        into.severity = level  # type: ignore[assignment]
+
+
+# What a thread does when it writes data out (a checkpoint, a log flush, a dataset cache): copies to host memory,
+# page faults on the fresh buffers and page cache, its own serialising, and the disk IO that ends it.
+_DATA_OUT = frozenset({rc.PAGE_FAULTS, rc.PAGEABLE_COPIES, rc.HOST_BOUND})
+IO_SHARE = 0.2  # disk IO must explain this share of the stall's seconds to lead it
+
+
+def _io_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[tuple[Finding, CausalChain]]:
+    """Disk IO of a thread in a slow phase, with page faults, pageable copies and its own running in the same stall,
+    is one story: the thread writing data out. The IO chain leads (its wait on the device is what the others lead up
+    to) and takes the others' seconds; each stays as evidence with its own numbers."""
+    io = [(f, c) for f, c in found if c.root_cause == rc.IO_WAIT and f.mode == "contrast"]
+    if not io:
+        return found
+    out = list(found)
+    for f, chain in io:
+        parts = [(g, c) for g, c in out if c is not chain and g.mode == "contrast" and c.root_cause in _DATA_OUT
+                 and c.window and chain.window and c.window.start_ns < chain.window.end_ns
+                 and chain.window.start_ns < c.window.end_ns]
+        total = (chain.seconds_lost or 0) + sum(c.seconds_lost or 0 for _g, c in parts)
+        if not parts or (chain.seconds_lost or 0) < IO_SHARE * total:
+            continue
+        for g, c in parts:
+            out.remove((g, c))
+            chain.evidence.append(Evidence(name=f"in the same stalls ({c.root_cause})",
+                                           value=f"{c.summary} [{c.seconds_lost or 0:.2f} s]"))
+        chain.seconds_lost = round(total, 3)
+        chain.summary += "; in the same stalls: " + "; ".join(
+            f"{_PART_LABEL[g.part]} {100 * g.share:.0f}% ({c.root_cause}) [{c.seconds_lost or 0:.1f} s]" for g, c in parts)
+        start = min([chain.window.start_ns] + [c.window.start_ns for _g, c in parts if c.window])
+        end = max([chain.window.end_ns] + [c.window.end_ns for _g, c in parts if c.window])
+        chain.window = TimeWindow(start_ns=start, end_ns=end)
+        _raise(chain, wall_s, f)
     return out
 
 
