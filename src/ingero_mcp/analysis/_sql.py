@@ -111,3 +111,10 @@ def sql_str(text: str) -> str:
     if plain or not parts:
         parts.append("'" + "".join(plain) + "'")
     return parts[0] if len(parts) == 1 else "(" + " || ".join(parts) + ")"
+
+
+def sql_round(x: float, digits: int = 0) -> float:
+    """round() as DuckDB rounds (half away from zero), so a value shown beside its SQL is the one the SQL gives."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return float(Decimal(repr(x)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))

@@ -23,6 +23,7 @@ from collections import defaultdict
 import duckdb
 
 from ingero_mcp.analysis._sql import rows, table_complete
+from ingero_mcp.analysis.quality import data_quality_sql
 from ingero_mcp.analysis.models import Account, Accounting, Phase, Progress, SecondAccount, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.progress import find_marker, iterations_per_second, per_bin_sql
 from ingero_mcp.analysis.views import SECONDS_TABLE, materialize_seconds
@@ -76,10 +77,27 @@ def _account(values: tuple) -> Account:
 
 
 def check_sums(account: Account) -> None:
-    """The parts must sum to the wall time and none may be negative (the accounting's invariant)."""
+    """The parts must sum to the wall time and none may be negative (the accounting's invariant; the tests assert it
+    on every store they have, the analysis clamps instead: `clamped`)."""
     parts = [getattr(account, p) for p in PARTS]
     if sum(parts) != account.wall_ns or min(parts) < 0:
         raise AssertionError(f"time accounting does not add up: {dict(zip(PARTS, parts, strict=True))} vs wall {account.wall_ns}")
+
+
+def clamped(account: Account) -> tuple[Account, bool]:
+    """An account whose parts add up to its wall time, none negative, and whether it had to be mended. Damaged rows
+    (overlapping or inverted intervals of one thread) can leave a part negative: it is set to 0, and the parts are
+    scaled to the wall time, so the report stays whole and says it was mended (data_quality_sql counts the rows)."""
+    parts = {p: getattr(account, p) for p in PARTS}
+    if sum(parts.values()) == account.wall_ns and min(parts.values()) >= 0:
+        return account, False
+    parts = {p: max(0, v) for p, v in parts.items()}
+    total = sum(parts.values())
+    if total > account.wall_ns > 0:
+        parts = {p: v * account.wall_ns // total for p, v in parts.items()}
+    parts["run_outside_ns"] += account.wall_ns - sum(parts.values())  # what is left: running, as the view counts it
+    update = {**parts, "sleep_io_ns": min(max(0, account.sleep_io_ns), parts["sleep_outside_ns"])}
+    return account.model_copy(update=update), True
 
 
 def _names(con: duckdb.DuckDBPyConnection) -> tuple[dict[int, str], dict[int, str]]:
@@ -136,10 +154,14 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
             for s in seconds:
                 s.iterations = iterations[pid][s.k][0] if s.k in iterations[pid] else None  # outside the marks
     threads = []
+    mended = 0
     for key, role in chosen:
-        total = totals[key]
-        check_sums(total)
+        total, fixed = clamped(totals[key])
+        mended += fixed
         seconds = per_second.get(key, [])
+        for i, sec in enumerate(seconds):
+            seconds[i], fixed = clamped(sec)
+            mended += fixed
         idle = 0
         if role == "feeder" and _may_idle(con, key, total, window):
             by_k = {int(k): int(ns) for k, ns in rows(con, idle_sql(key[0], key[1], t0, window))}
@@ -156,8 +178,14 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
         if steady is not None:
             steady_from[pid] = steady
     entry_only, coverage = launch_recording(con)
+    quality = []
+    if mended:
+        quality.append(f"{mended} thread accounts (whole windows or seconds) did not add up to their wall time and were "
+                       "mended (negative parts set to 0, the rest scaled): the store holds overlapping or inverted "
+                       f"intervals; count them with: {' '.join(data_quality_sql().split())}")
     return Accounting(threads=threads, phases=phases, entry_only_launches=entry_only, launch_coverage=coverage,
-                      progress=list(markers.values()), steady_from_ns=steady_from)
+                      progress=list(markers.values()), steady_from_ns=steady_from, data_quality=quality)
+
 
 
 def recording_notes(acc: Accounting) -> list[str]:

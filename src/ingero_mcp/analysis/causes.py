@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import duckdb
 
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis._sql import rows, sql_round
 from ingero_mcp.analysis.views import SECONDS_TABLE
 from ingero_mcp.analysis.accounting import (
     HEALTHY_FRACTION,
@@ -475,8 +475,10 @@ def _throttled(ctx: Ctx, f: Finding, job: int, idle_pct: float, idle_sql: str) -
     limit = (f"{quota:,} us per {period:,} us ({100 * quota / period:.0f}% of one CPU)" if quota and period
              else "no quota on its own cgroup (an ancestor's, or a change within the window)")
     ev = [Evidence(name="share of the CPU waits during which that CPU was idle", value=idle_pct, unit="%", sql=idle_sql),
-          Evidence(name=f"cgroup {cgroup}: CPU quota and seconds throttled in the window (cpu.stat)",
-                   value=float(throttled_s), unit="s", sql=sql)]
+          Evidence(name=f"seconds cgroup {cgroup} was throttled in the window (cpu.stat)", value=float(throttled_s),
+                   unit="s", sql=f"SELECT throttled_s FROM ({sql}) LIMIT 1"),
+          Evidence(name="the cgroup and its CPU quota (the tightest in the window: us per period)",
+                   value=f"{cgroup}: {quota or 'max'} / {period or '?'}", sql=sql)]
     return Explained(cause=rc.CPU_THROTTLED, evidence=ev, culprits=[Culprit(comm=f"cgroup {cgroup}", relation="cgroup quota",
                                                                           ns=int(float(throttled_s) * 1e9))],
                      numbers={"cgroup": cgroup, "quota": limit, "throttled_s": f"{float(throttled_s):.1f}"},
@@ -662,7 +664,7 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
               f"{'a timer interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
               f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:4]), sql=sql),
-          Evidence(name=f"share of the window {who} was running", value=round(100 * run_ns / wall_ns, 1), unit="%",
+          Evidence(name=f"share of the window {who} was running", value=sql_round(100 * run_ns / wall_ns, 1), unit="%",
                    sql=_seconds_sql(t.pid, tid, f.ks, "100.0 * sum(run_outside_ns + run_inside_ns) / sum(wall_ns)"))]
     return Explained(
         cause=rc.LOCK_OR_GIL, evidence=ev,
@@ -1161,7 +1163,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
             ev.append(Evidence(name="the process's work lost in the episodes (their length less their work at the healthy "
                                     "rate)", value=float(ph.lost_s), unit="s", sql=f"SELECT round(sum(lost_s), 3) FROM ({ph.sql})"))
     ev.append(Evidence(name=f"share of the thread's time {label}" + (" in the seconds holding the episodes" if f.kset else ""),
-                       value=round(pct, 1), unit="%",
+                       value=sql_round(pct, 1), unit="%",
                        sql=_seconds_sql(t.pid, t.tid, f.ks, f"round(100 * sum({part_sql(f.part)}) / sum(wall_ns), 1)",
                                         f.kset)))
     if f.base_share is not None:
@@ -1177,10 +1179,10 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
                            value=round(f.slowdown, 2), unit="x"))
     if f.gpu_util is not None and f.kset:
         ev.append(Evidence(name="GPU utilisation in the seconds holding the episodes (mean of the per-second means)",
-                           value=round(f.gpu_util, 1), unit="%",
+                           value=sql_round(f.gpu_util, 1), unit="%",
                            sql=f"SELECT avg(gpu_util_percent) FROM ({gpu_util_sql()}) WHERE k IN ({', '.join(map(str, f.kset))})"))
     elif f.gpu_util is not None:
-        ev.append(Evidence(name="GPU utilisation in the window", value=round(f.gpu_util, 1), unit="%",
+        ev.append(Evidence(name="GPU utilisation in the window", value=sql_round(f.gpu_util, 1), unit="%",
                            sql=f"SELECT avg(gpu_util_percent) FROM snapshots WHERE ts_ns BETWEEN {f.window.start_ns} AND {f.window.end_ns}"))
     ev.append(Evidence(name="feeding time explained (s)", value=round(f.seconds_lost, 2), unit="s"))
     ev += ex.evidence

@@ -8,7 +8,8 @@ import duckdb
 
 from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.cost import tracing_cost
-from ingero_mcp.analysis.models import SessionInfo, SourceStats, TableCoverage, TraceInfo
+from ingero_mcp.analysis.quality import data_quality_sql
+from ingero_mcp.analysis.models import DataQuality, SessionInfo, SourceStats, TableCoverage, TraceInfo
 from ingero_mcp.analysis.window import trace_window
 from ingero_mcp.store.schema import TABLES
 
@@ -43,6 +44,9 @@ def trace_info(con: duckdb.DuckDBPyConnection) -> TraceInfo:
     ]
     union = " UNION ALL ".join(f"SELECT '{t}', count(*) FROM {t}" for t in TABLES)
     counts = {t: int(n) for t, n in rows(con, union)}
+    sql = " ".join(data_quality_sql().split())
+    quality = [DataQuality(what=str(what), count=int(n), sql=f"SELECT n FROM ({sql}) WHERE what = '{what}'")
+               for what, n in rows(con, sql) if n]
     return TraceInfo(
         sessions=sessions,
         window=trace_window(con),
@@ -50,6 +54,7 @@ def trace_info(con: duckdb.DuckDBPyConnection) -> TraceInfo:
         row_counts=counts,
         live=any(s.stopped_ns is None for s in sessions),
         tracing=tracing_cost(con),
+        data_quality=quality,
     )
 
 

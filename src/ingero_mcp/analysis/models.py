@@ -316,6 +316,14 @@ class TracingCost(BaseModel):
     sql: dict[str, str] = Field({}, description="the queries that recompute the session's numbers")
 
 
+class DataQuality(BaseModel):
+    """Rows of one kind that the accounting cannot take as they are (counted; the accounting mends what they break)."""
+
+    what: str
+    count: int
+    sql: str
+
+
 class TraceInfo(BaseModel):
     """What a trace store holds: sessions, window, coverage, row counts, whether it is live."""
 
@@ -326,6 +334,8 @@ class TraceInfo(BaseModel):
     live: bool = False
     tracing: TracingCost | None = Field(None, description="the estimated tracing cost and how launches were recorded "
                                         "(v4 stores); None: not recorded (stores before v4)")
+    data_quality: list[DataQuality] = Field([], description="damaged rows by kind (overlapping or inverted intervals, "
+                                            "negative durations); empty: none found")
 
 
 class Account(BaseModel):
@@ -427,6 +437,8 @@ class Accounting(BaseModel):
                                      "phases are read in launches+copies per second)")
     steady_from_ns: dict[int, int] = Field({}, description="per feeding process, when it reached its steady rate: the end "
                                            "of its start-up (its first healthy second, from its first mark in it)")
+    data_quality: list[str] = Field([], description="what the accounting had to mend in the rows (overlapping or "
+                                    "inverted intervals), with the SQL that counts them; empty: nothing")
     entry_only_launches: bool = Field(False, description="kernel launches were probed entry-only (v4 default): their time "
                                       "is in run_outside_ns (the thread ran on to its next call), not in CUDA calls")
     launch_coverage: float | None = Field(None, description="share of the traced time the launch probes were attached "

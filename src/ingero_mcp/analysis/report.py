@@ -50,6 +50,8 @@ def build_report(
         notes.append(f"{lost:,} events were lost by the collector (collector_stats.events_lost)")
     if acc.note:
         notes.append(acc.note)
+    notes += [f"data quality: {q.count:,} {q.what} (SQL: {q.sql})" for q in info.data_quality]
+    notes += [f"data quality: {line}" for line in acc.data_quality]
     notes += recording_notes(acc)
     return Report(window=whole, info=info, verdict=verdict(acc, chains, None if gpu_mean is None else float(gpu_mean)),
                   stats=stats.ops, host=stats.host, processes=processes, chains=chains, minor=minor, accounting=acc,

@@ -24,6 +24,15 @@ def work_calls(n: int, acc: Accounting) -> str:
     return f"{n:,} launches/copies"
 
 
+def progress_text(t: ThreadAccount, acc: Accounting) -> str:
+    """'1,288 iterations (one per cuStreamSynchronize), 20,124 launches/copies': the progress first, in its unit."""
+    marker = next((m for m in acc.progress if m.pid == t.pid), None)
+    done = [s.iterations for s in t.seconds if s.iterations is not None]
+    if marker is None or not done:
+        return work_calls(t.total.work_calls, acc) + "; no call recurs once per iteration: progress read in those"
+    return f"{sum(done):,.0f} iterations, one per {marker.label}; {work_calls(t.total.work_calls, acc)}"
+
+
 def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: float | None) -> list[str]:
     """Who fed the GPU and where its time went, then the causes that explain the lost time (or why none)."""
     lines: list[str] = []
@@ -43,7 +52,7 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
                     "queued on the GPU, not lost feeding time." if t.idle_ns >= 0.01 * t.total.wall_ns else "")
             # the line starts with a fixed word, the name quoted: a process may name itself "SYSTEM: ..."
             lines.append(f"process {quote(t.process_comm or t.comm or '?', 64)}[{t.pid}]'s {thread} fed the GPU "
-                         f"({work_calls(t.total.work_calls, acc)}), {t.total.wall_ns / 1e9:,.1f} s: {_split(t, acc)}.{idle}")
+                         f"({progress_text(t, acc)}), {t.total.wall_ns / 1e9:,.1f} s: {_split(t, acc)}.{idle}")
             if len(seen) >= 2:
                 break
         if not feeders:

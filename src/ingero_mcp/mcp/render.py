@@ -299,6 +299,8 @@ def render_info(r: InfoResult) -> str:
             lines.append(f"  table {clean(c.table_name, 80)}: {'complete' if c.complete else 'SAMPLE'}"
                          + (f" ({quote(c.note, 200)})" if c.note else ""))
     lines.append("rows: " + ", ".join(f"{t} {n}" for t, n in i.row_counts.items()))
+    for q in i.data_quality:
+        lines.append(f"data quality: {q.count} {q.what} (the accounting mends them; SQL: {q.sql})")
     text, _ = fit_lines(head, lines, len(lines))
     return text
 

@@ -1,0 +1,210 @@
+"""The analysis's general mechanisms on small stores written through the real TraceWriter: iterations found from a
+job's own recurring call, the wait-for graph stopping where a wait began, waits for an idle CPU read as the cgroup's
+quota, and damaged rows mended and reported instead of a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from analysis_fixtures import check_evidence_sql
+
+from ingero_mcp.analysis.accounting import accounting
+from ingero_mcp.analysis.info import trace_info
+from ingero_mcp.analysis.report import build_report
+from ingero_mcp.analysis.views import install_views
+from ingero_mcp.store import TraceWriter, open_store
+
+T0 = 1_700_000_000_000_000_000
+S = 1_000_000_000
+MS = 1_000_000
+US = 1_000
+PID, READER = 500, 501
+
+
+def _cols(*names: str) -> dict[str, list]:
+    return {n: [] for n in names}
+
+
+def _loop(start: int, end: int, step_ns: int, cols: dict[str, list], pid: int = PID, launches: int = 20) -> list[int]:
+    """A training loop's calls: `launches` kernels of 3 handles, then a 4-byte D2H copy and a sync, every step_ns."""
+    steps = []
+    t = start
+    while t < end:
+        for i in range(launches):
+            _call(cols, t + i * 20 * US, None, "cuLaunchKernel", pid, handle=1000 + i % 3)
+        _call(cols, t + launches * 20 * US, 30 * US, "cuMemcpyDtoHAsync_v2", pid, nbytes=4, kind="D2H")
+        _call(cols, t + launches * 20 * US + 40 * US, 200 * US, "cuStreamSynchronize", pid)
+        steps.append(t)
+        t += step_ns
+    return steps
+
+
+def _call(cols: dict[str, list], ts: int, dur: int | None, op: str, pid: int, *, handle: int | None = None,
+          nbytes: int | None = None, kind: str | None = None) -> None:
+    for k, v in (("ts_ns", ts), ("duration_ns", dur), ("pid", pid), ("tid", pid), ("api", "driver"), ("op", op),
+                 ("kernel_handle", handle), ("bytes", nbytes), ("memcpy_kind", kind)):
+        cols[k].append(v)
+
+
+CALL_COLS = ("ts_ns", "duration_ns", "pid", "tid", "api", "op", "kernel_handle", "bytes", "memcpy_kind")
+IV_COLS = ("pid", "tid", "off_ns", "on_ns", "off_cpu_ns", "prev_state", "wakeup_ns", "sleep_ns", "cpu_wait_ns", "cpu",
+           "on_cpu", "waker_pid", "waker_tid", "waker_comm", "waker_context", "syscall", "kstack_id")
+
+
+def _iv(cols: dict[str, list], tid: int, off: int, on: int, state: str, *, wake: int | None = None,
+        waker: tuple[int, str, str] | None = None, syscall: str | None = None, kstack: int | None = None,
+        pid: int = PID, cpu: int = 0) -> None:
+    sleep = 0 if state == "preempted" else (wake - off if wake is not None else None)
+    wait = on - off if state == "preempted" else (on - wake if wake is not None else None)
+    for k, v in (("pid", pid), ("tid", tid), ("off_ns", off), ("on_ns", on), ("off_cpu_ns", on - off),
+                 ("prev_state", state), ("wakeup_ns", wake), ("sleep_ns", sleep), ("cpu_wait_ns", wait), ("cpu", cpu),
+                 ("on_cpu", cpu), ("waker_pid", waker[0] if waker else None), ("waker_tid", waker[0] if waker else None),
+                 ("waker_comm", waker[1] if waker else None), ("waker_context", waker[2] if waker else None),
+                 ("syscall", syscall), ("kstack_id", kstack)):
+        cols[k].append(v)
+
+
+def _session(w: TraceWriter, end_s: int = 20) -> None:
+    w.replace("sessions", {"source": ["test"], "cpu_count": [4], "started_ns": [T0], "stopped_ns": [T0 + end_s * S]})
+
+
+def pipe_store(path: Path) -> Path:
+    """20 s of a loop at 100 steps/s whose main thread, from +8 s to +16 s, blocks writing its log into a pipe: a
+    reader (logsink, pid 501) takes the data only after sleeping on its own timer, 70 ms a step (~12 steps/s)."""
+    calls = _cols(*CALL_COLS)
+    ivs = _cols(*IV_COLS)
+    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
+    steps = _loop(T0 + 8 * S, T0 + 16 * S, 80 * MS, calls)
+    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    for t in steps:  # the writer sleeps 70 ms in pipe_write; the reader slept on its timer, then read (waking it)
+        _iv(ivs, PID, t + 2 * MS, t + 72 * MS, "sleeping", wake=t + 71 * MS, waker=(READER, "logsink", "task"),
+            syscall="write", kstack=7)
+        _iv(ivs, READER, t, t + 71 * MS - 50 * US, "sleeping", wake=t + 71 * MS - 60 * US, waker=(0, "swapper/1", "irq"),
+            syscall="clock_nanosleep", kstack=8, pid=READER, cpu=1)
+    with TraceWriter(path) as w:
+        _session(w)
+        w.replace("processes", {"pid": [PID, READER], "ppid": [1, PID], "comm": ["python3", "logsink"],
+                                "traced": [True, True]})
+        w.append("cuda_calls", calls)
+        w.append("sched_intervals", ivs)
+        w.append("stacks", {"stack_id": [7, 8], "kind": ["kernel", "kernel"], "frames": [
+            ["__schedule", "schedule", "anon_pipe_write", "vfs_write", "ksys_write"],
+            ["__schedule", "schedule", "do_nanosleep", "hrtimer_nanosleep", "__x64_sys_clock_nanosleep"]]})
+    return path
+
+
+def test_iterations_come_from_the_call_that_recurs_once_a_step(tmp_path: Path) -> None:
+    """The loop makes 20 launches and one copy and one sync a step: the marker is a sync or the copy (not a launch),
+    and the slow phase's rate is in iterations per second, 100 -> ~12."""
+    con = open_store(pipe_store(tmp_path / "pipe.duckdb"))
+    acc = accounting(con)
+    assert [m.op for m in acc.progress] in (["cuStreamSynchronize"], ["cuMemcpyDtoHAsync_v2"]), acc.progress
+    slow = [p for p in acc.phases if p.kind == "slow"]
+    base = [p for p in acc.phases if p.kind == "baseline"]
+    assert slow and base and all(p.unit == "iterations/s" for p in acc.phases)
+    assert 90 <= base[0].work_rate <= 105 and 10 <= slow[0].work_rate <= 15, acc.phases
+    assert abs(slow[0].window.start_ns - (T0 + 8 * S)) <= S and abs(slow[0].window.end_ns - (T0 + 16 * S)) <= S
+
+
+def test_a_writer_blocked_on_a_pipe_is_blamed_on_its_timer_sleeping_reader(tmp_path: Path) -> None:
+    """The wait-for graph stops at the reader, which slept on its own timer while the writer waited: slow-consumer,
+    the reader named, its doing recomputed by the evidence SQL; the walk goes no further."""
+    db = pipe_store(tmp_path / "pipe.duckdb")
+    report = build_report(open_store(db))
+    top = next(c for c in report.chains if c.severity in ("HIGH", "MEDIUM"))
+    assert top.root_cause == "slow-consumer", top.summary
+    assert top.culprits[0].pid == READER and "timer" in top.summary and "fell" in top.summary
+    assert "iterations/s fell" in top.summary
+    fresh = open_store(db)
+    install_views(fresh)
+    assert check_evidence_sql(fresh, [top]) >= 3
+
+
+def throttled_store(path: Path, *, samples: bool) -> Path:
+    """A loop slowed from +8 s to +16 s by CPU waits during which its CPU was idle (the idle task held it); with
+    `samples`, its cgroup's cpu.stat says it was throttled 7 s under a 10 % quota."""
+    calls = _cols(*CALL_COLS)
+    ivs = _cols(*IV_COLS)
+    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
+    steps = _loop(T0 + 8 * S, T0 + 16 * S, 90 * MS, calls)
+    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    for t in steps:
+        _iv(ivs, PID, t + 2 * MS, t + 82 * MS, "preempted", syscall=None)
+    agg = _cols("bucket_start_ns", "bucket_ns", "pid", "tid", "cpu", "comm", "source", "op", "count", "sum_duration_ns")
+    for k in range(20):
+        idle = 900 * MS if 8 <= k < 16 else 100 * MS
+        for pid, comm, on in ((0, "swapper/0", idle), (PID, "python3", S - idle)):
+            for col, v in (("bucket_start_ns", T0 + k * S), ("bucket_ns", S), ("pid", pid), ("tid", pid), ("cpu", 0),
+                           ("comm", comm), ("source", "sched"), ("op", "sched_switch"), ("count", 10),
+                           ("sum_duration_ns", on)):
+                agg[col].append(v)
+    with TraceWriter(path) as w:
+        _session(w)
+        w.replace("processes", {"pid": [PID], "ppid": [1], "comm": ["python3"], "traced": [True]})
+        w.append("cuda_calls", calls)
+        w.append("sched_intervals", ivs)
+        w.append("host_aggregates", agg)
+        if samples:
+            throttled = [0] * 9 + [int(0.875 * S // 1000) * (k - 8) for k in range(9, 17)] + [7_000_000] * 4
+            w.append("cgroup_samples", {"ts_ns": [T0 + k * S for k in range(21)], "pid": [PID] * 21,
+                                        "cgroup": ["/job"] * 21, "own": [True] * 21,
+                                        "quota_us": [None] * 8 + [10_000] * 8 + [None] * 5, "period_us": [100_000] * 21,
+                                        "usage_usec": [k * 1000 for k in range(21)], "nr_periods": [k * 10 for k in range(21)],
+                                        "nr_throttled": [0] * 9 + [9 * (k - 8) for k in range(9, 17)] + [72] * 4,
+                                        "throttled_usec": throttled})
+    return path
+
+
+def test_waiting_for_an_idle_cpu_is_the_quota_where_the_cgroup_says_so(tmp_path: Path) -> None:
+    with_samples = build_report(open_store(throttled_store(tmp_path / "q.duckdb", samples=True)))
+    top = next(c for c in with_samples.chains if c.severity in ("HIGH", "MEDIUM"))
+    assert top.root_cause == "cpu-throttled" and "/job" in top.summary and "10% of one CPU" in top.summary, top.summary
+    fresh = open_store(tmp_path / "q.duckdb")
+    install_views(fresh)
+    assert check_evidence_sql(fresh, [top]) >= 2
+    # without cgroup samples: not contention, and the report says what it cannot tell
+    without = build_report(open_store(throttled_store(tmp_path / "n.duckdb", samples=False)))
+    top = next(c for c in without.chains if c.severity in ("HIGH", "MEDIUM", "LOW") and c.window)
+    assert top.root_cause == "runnable-while-idle" and "no cgroup throttling was recorded" in top.summary
+    assert all(c.root_cause != "cpu-contention" for c in without.chains)
+
+
+def damaged_store(path: Path) -> Path:
+    """A loop whose scheduler rows overlap (two intervals of one thread at once) and run backwards (a wakeup after the
+    switch-in): the accounting cannot add them up as they are."""
+    calls = _cols(*CALL_COLS)
+    ivs = _cols(*IV_COLS)
+    steps = _loop(T0 + 100 * MS, T0 + 10 * S, 10 * MS, calls)
+    for t in steps:
+        _iv(ivs, PID, t + 1 * MS, t + 9 * MS, "sleeping", wake=t + 5 * MS, waker=(PID + 1, "helper", "task"))
+        _iv(ivs, PID, t + 2 * MS, t + 10 * MS, "preempted")  # overlaps the one before: 16 ms off-CPU in 10
+        _iv(ivs, PID, t + 210 * US, t + 250 * US, "sleeping", wake=t + 900 * US, waker=(PID + 1, "helper", "task"))
+    with TraceWriter(path) as w:
+        _session(w, 10)
+        w.replace("processes", {"pid": [PID], "ppid": [1], "comm": ["python3"], "traced": [True]})
+        w.append("cuda_calls", calls)
+        w.append("sched_intervals", ivs)
+    return path
+
+
+def test_damaged_rows_are_mended_and_reported_not_a_traceback(tmp_path: Path) -> None:
+    db = damaged_store(tmp_path / "bad.duckdb")
+    con = open_store(db)
+    info = trace_info(con)
+    kinds = {q.what: q.count for q in info.data_quality}
+    assert kinds.get("overlapping intervals of one thread", 0) >= 900, kinds
+    assert kinds.get("intervals with a negative sleep or CPU wait", 0) >= 900, kinds
+    for q in info.data_quality:
+        assert con.execute(q.sql).fetchall() == [(q.count,)]
+    report = build_report(con)
+    assert any(n.startswith("data quality: ") and "mended" in n for n in report.notes), report.notes
+    assert any(n.startswith("data quality: ") and "overlapping intervals of one thread" in n for n in report.notes)
+    for t in report.accounting.threads:
+        parts = [t.total.run_outside_ns, t.total.run_inside_ns, t.total.sleep_inside_ns, t.total.sleep_outside_ns,
+                 t.total.cpu_wait_inside_ns, t.total.cpu_wait_outside_ns, t.total.off_cpu_unknown_ns]
+        assert sum(parts) == t.total.wall_ns and min(parts) >= 0
+    out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "explain", "--db", str(db)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "Traceback" not in out.stderr and "data quality" in out.stdout, out.stderr[-2000:]
