@@ -839,26 +839,43 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                      reason=f"{woke}{via}; {end_who} was {doing}{turns}")
 
 
+def worker_share_sql(pids: list[int], ks: tuple[int, int]) -> str:
+    """How much of the window worker processes ran, per role: each process's busiest thread (the one doing its work)
+    and, apart, its other threads (queue feeders, pin-memory and other helpers that mostly sleep and would dilute the
+    share); columns role, threads, run %."""
+    return " ".join(f"""
+        WITH t AS (SELECT pid, tid, sum(run_outside_ns + run_inside_ns) AS run_ns, sum(wall_ns) AS wall_ns
+                   FROM thread_seconds WHERE pid IN ({', '.join(map(str, pids))}) AND k BETWEEN {ks[0]} AND {ks[1]}
+                   GROUP BY pid, tid),
+        w AS (SELECT pid, arg_max(tid, run_ns) AS tid FROM t GROUP BY pid)
+        SELECT CASE WHEN w.tid IS NULL THEN 'helper threads' ELSE 'worker threads' END AS role, count(*) AS threads,
+               round(100.0 * sum(t.run_ns) / nullif(sum(t.wall_ns), 0)) AS run_pct
+        FROM t LEFT JOIN w USING (pid, tid) GROUP BY 1 ORDER BY 1 DESC""".split())
+
+
 def _sleep_without_waker(ctx: Ctx, f: Finding, io: bool, sql: str) -> Explained:
-    """No waker recorded (a v1 store): what the job's other traced threads and processes did meanwhile."""
+    """No waker recorded (a v1 store): what the job's child processes did meanwhile, per role: each one's busiest
+    thread (its work) apart from its helper threads."""
     t = f.thread
-    fam = ctx.family(t.pid)
-    others = rows(ctx.con, f"""
-        SELECT pid, tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS wall_ns
-        FROM {SECONDS_TABLE} WHERE pid IN ({', '.join(map(str, sorted(fam)))}) AND NOT (pid = {t.pid} AND tid = {t.tid})
-          AND k BETWEEN {f.ks[0]} AND {f.ks[1]} GROUP BY pid, tid HAVING sum(run_outside_ns + run_inside_ns) > 0
-        ORDER BY run_ns DESC LIMIT 20""")
-    kids = [r for r in others if int(r[0]) != t.pid]
-    kid_run = sum(int(r[2]) for r in kids)
-    kid_wall = sum(int(r[3]) for r in kids) or 1
+    kids = sorted(ctx.family(t.pid) - {t.pid})
     ev = [Evidence(name="wakers", value="not recorded (a v1 store): who woke the thread is unknown", sql=sql)]
-    if kids and kid_run >= 0.3 * kid_wall:
-        pids = sorted({int(r[0]) for r in kids})
-        comm = ctx.names.get(pids[0]) or ctx.procs.get(pids[0], (None, "?", None))[1]
-        culprits = [Culprit(pid=None, tids=pids, comm=comm, relation="child process", ns=kid_run)]
-        return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, confident=False,
-                         reason=(f"while its child processes {comm}[{_id_range(pids)}] ran on-CPU "
-                                 f"{100 * kid_run / kid_wall:.0f}% of that time (waker not recorded: likely waiting on them)"))
+    if kids:
+        share_sql = worker_share_sql(kids, f.ks)
+        roles = {str(r): (int(n), None if pct is None else float(pct)) for r, n, pct in rows(ctx.con, share_sql)}
+        workers = roles.get("worker threads")
+        if workers and workers[1] is not None and workers[1] >= 30:
+            pids = sorted({int(p) for (p,) in rows(ctx.con, f"SELECT DISTINCT pid FROM {SECONDS_TABLE} WHERE pid IN "
+                                                             f"({', '.join(map(str, kids))}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")})
+            comm = ctx.names.get(pids[0]) or ctx.procs.get(pids[0], (None, "?", None))[1]
+            helpers = roles.get("helper threads")
+            aside = f"; their {helpers[0]} helper threads ran {helpers[1]:.0f}%" if helpers and helpers[1] is not None else ""
+            ev.append(Evidence(name="the workers' share of the window on a CPU, per role (each process's busiest thread; "
+                                    "its other threads apart)", value=f"worker threads {workers[1]:.0f}%{aside}",
+                               sql=share_sql))
+            culprits = [Culprit(pid=None, tids=pids, comm=comm, relation="child process", ns=0)]
+            return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, confident=False,
+                             reason=(f"while its child processes {comm}[{_id_range(pids)}] ran on-CPU {workers[1]:.0f}% of "
+                                     f"that time (their busiest threads{aside}; waker not recorded: likely waiting on them)"))
     cause = rc.IO_WAIT if io else rc.SLEEP_UNKNOWN
     return Explained(cause=cause, reason="on something the store does not name (waker not recorded)", evidence=ev,
                      confident=False)

@@ -250,7 +250,11 @@ def follow(con: duckdb.DuckDBPyConnection, sleeper: tuple[int, int], waker: tupl
         for _k, wpid, wtid, _c, wctx, ns in of_kind:
             key = (wpid, wtid) if wctx == "task" and wpid is not None and wtid is not None else None
             by_waker[key] = by_waker.get(key, 0) + ns
-        top = max(by_waker, key=lambda k: by_waker[k])
+        tasks = {k: v for k, v in by_waker.items() if k is not None}
+        # a wait with a timeout (a queue polled every few seconds, the GIL asked for every 5 ms) is ended by its timer
+        # as often as by the task that fills it: that task, where it ended a fifth of the wait, is the one waited on
+        top = max(tasks, key=lambda k: tasks[k]) if tasks and sum(tasks.values()) >= 0.2 * sum(by_waker.values()) \
+            else None
         if top is None:
             return WaitPath(hops=hops, stop="interrupt", stop_kind=kind)
         if top == sleeper:
