@@ -23,7 +23,6 @@ from collections import defaultdict
 import duckdb
 
 from ingero_mcp.analysis._sql import rows, table_complete
-from ingero_mcp.analysis.quality import data_quality_sql
 from ingero_mcp.analysis.models import Account, Accounting, Phase, Progress, SecondAccount, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.progress import find_marker, iterations_per_second, per_bin_sql
 from ingero_mcp.analysis.views import SECONDS_TABLE, materialize_seconds
@@ -182,7 +181,7 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
     if mended:
         quality.append(f"{mended} thread accounts (whole windows or seconds) did not add up to their wall time and were "
                        "mended (negative parts set to 0, the rest scaled): the store holds overlapping or inverted "
-                       f"intervals; count them with: {' '.join(data_quality_sql().split())}")
+                       f"intervals (counted below)")
     return Accounting(threads=threads, phases=phases, entry_only_launches=entry_only, launch_coverage=coverage,
                       progress=list(markers.values()), steady_from_ns=steady_from, data_quality=quality)
 

@@ -14,8 +14,9 @@ from ingero_mcp.analysis.window import trace_window
 from ingero_mcp.store.schema import TABLES
 
 
-def trace_info(con: duckdb.DuckDBPyConnection) -> TraceInfo:
-    """Sessions with their collector statistics, the trace window, coverage and row counts per table."""
+def trace_info(con: duckdb.DuckDBPyConnection, overlaps: bool = True) -> TraceInfo:
+    """Sessions with their collector statistics, the trace window, coverage, row counts per table and damaged rows
+    (overlapping intervals only with `overlaps`: data_quality_sql)."""
     sources: dict[int, list[SourceStats]] = defaultdict(list)
     for sid, src, seen, stored, lost, aggregated in rows(
         con,
@@ -44,9 +45,7 @@ def trace_info(con: duckdb.DuckDBPyConnection) -> TraceInfo:
     ]
     union = " UNION ALL ".join(f"SELECT '{t}', count(*) FROM {t}" for t in TABLES)
     counts = {t: int(n) for t, n in rows(con, union)}
-    sql = " ".join(data_quality_sql().split())
-    quality = [DataQuality(what=str(what), count=int(n), sql=f"SELECT n FROM ({sql}) WHERE what = '{what}'")
-               for what, n in rows(con, sql) if n]
+    quality = data_quality(con, overlaps)
     return TraceInfo(
         sessions=sessions,
         window=trace_window(con),
@@ -56,6 +55,13 @@ def trace_info(con: duckdb.DuckDBPyConnection) -> TraceInfo:
         tracing=tracing_cost(con),
         data_quality=quality,
     )
+
+
+def data_quality(con: duckdb.DuckDBPyConnection, overlaps: bool = True) -> list[DataQuality]:
+    """Damaged rows by kind, each with the SQL that counts it (data_quality_sql); kinds with none left out."""
+    sql = " ".join(data_quality_sql(overlaps).split())
+    return [DataQuality(what=str(what), count=int(n), sql=f"SELECT n FROM ({sql}) WHERE what = '{what}'")
+            for what, n in rows(con, sql) if n]
 
 
 def events_lost(info: TraceInfo) -> int:

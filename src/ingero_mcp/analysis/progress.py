@@ -35,28 +35,36 @@ _KIND = ("CASE WHEN contains(op, 'ynchronize') THEN 0 WHEN contains(op, 'emcpy')
          "WHEN contains(op, 'aunch') THEN 2 ELSE 3 END")
 
 
-def candidates_sql(pid: int, launches: bool = True) -> str:
-    """A process's recurring calls: per signature, how often, when first and last seen (as shares of the process's
-    CUDA life), and the share of that life its gaps cover (each capped at GAP_CAP x its median gap)."""
+def signatures_sql(pid: int, launches: bool = True) -> str:
+    """A process's recurring calls by signature (op, kernel launched, copy size and direction), the ones seen at least
+    MIN_MARKS times from its first quarter of CUDA life to its last, rarest first: one hash aggregate over its calls."""
     no_launch = "" if launches else "AND NOT contains(op, 'aunch')"
     no_alloc = "NOT (contains(op, 'lloc') OR contains(op, 'Free') OR contains(op, 'egister'))"
     return " ".join(f"""
-        WITH c AS (SELECT op, {_SIGNATURE} AS sig, {_KIND} AS kind, ts_ns FROM cuda_calls
-                   WHERE pid = {int(pid)} AND {no_alloc} {no_launch}),
-        life AS (SELECT min(ts_ns) AS lo, max(ts_ns) AS hi FROM cuda_calls WHERE pid = {int(pid)}),
-        g AS (SELECT op, sig, kind, ts_ns, ts_ns - lag(ts_ns) OVER (PARTITION BY op, sig ORDER BY ts_ns) AS gap FROM c),
-        s AS (SELECT op, sig, any_value(kind) AS kind, count(*) AS n, min(ts_ns) AS first_ns, max(ts_ns) AS last_ns,
-                     median(gap) AS median_gap FROM g GROUP BY op, sig HAVING count(*) >= {MIN_MARKS}),
-        cov AS (SELECT g.op, g.sig, sum(least(g.gap, {GAP_CAP} * s.median_gap)) AS covered
-                FROM g JOIN s USING (op, sig) WHERE g.gap IS NOT NULL GROUP BY ALL)
-        SELECT s.op, s.sig, s.kind, s.n, (s.first_ns - life.lo) / greatest(life.hi - life.lo, 1) AS first_share,
-               (s.last_ns - life.lo) / greatest(life.hi - life.lo, 1) AS last_share,
-               cov.covered / greatest(s.last_ns - s.first_ns, 1) AS cover, s.median_gap
-        FROM s JOIN cov USING (op, sig), life
+        WITH life AS (SELECT min(ts_ns) AS lo, max(ts_ns) AS hi FROM cuda_calls WHERE pid = {int(pid)}),
+        s AS (SELECT op, kernel_handle, bytes, memcpy_kind, {_KIND} AS kind, count(*) AS n, min(ts_ns) AS first_ns,
+                     max(ts_ns) AS last_ns
+              FROM cuda_calls WHERE pid = {int(pid)} AND {no_alloc} {no_launch}
+              GROUP BY op, kernel_handle, bytes, memcpy_kind HAVING count(*) >= {MIN_MARKS})
+        SELECT s.op, {_SIGNATURE} AS sig, s.kind, s.n, s.first_ns, s.last_ns
+        FROM s, life
         WHERE (s.first_ns - life.lo) <= {SPAN_EDGE} * (life.hi - life.lo)
           AND (life.hi - s.last_ns) <= {SPAN_EDGE} * (life.hi - life.lo)
-          AND cov.covered >= {MIN_COVER} * (s.last_ns - s.first_ns)
-        ORDER BY s.n, s.kind""".split())
+        ORDER BY s.n, s.kind, s.op, sig""".split())
+
+
+def cover_sql(pid: int, op: str, sig: str) -> str:
+    """One signature's median gap and the share of its span its gaps cover, each capped at GAP_CAP x the median."""
+    return " ".join(f"""
+        WITH g AS (SELECT ts_ns - lag(ts_ns) OVER (ORDER BY ts_ns) AS gap, ts_ns FROM cuda_calls
+                   WHERE pid = {int(pid)} AND {marks_filter(op, sig)}),
+        m AS (SELECT median(gap) AS median_gap, max(ts_ns) - min(ts_ns) AS span FROM g)
+        SELECT sum(least(g.gap, {GAP_CAP} * m.median_gap)) / greatest(any_value(m.span), 1) AS cover,
+               any_value(m.median_gap) AS median_gap
+        FROM g, m WHERE g.gap IS NOT NULL""".split())
+
+
+MAX_TRIED = 24  # signatures whose gaps are read, rarest first
 
 
 def _has_launch_gaps(con: duckdb.DuckDBPyConnection, pid: int) -> bool:
@@ -65,25 +73,50 @@ def _has_launch_gaps(con: duckdb.DuckDBPyConnection, pid: int) -> bool:
 
 
 def marks_filter(op: str, sig: str) -> str:
-    """The WHERE condition that selects a marker's calls (op and signature), for the evidence's SQL."""
-    quoted = op.replace("'", "''")
-    return f"op = '{quoted}' AND {_SIGNATURE} = '{sig.replace(chr(39), chr(39) * 2)}'"
+    """The WHERE condition that selects a marker's calls (its op and signature) on the raw columns, so that it filters
+    as a column scan: 'k<handle>' a kernel launched, 'b<bytes>/<kind>' a copy's size and direction, '' neither."""
+    cond = [f"op = '{op.replace(chr(39), chr(39) * 2)}'"]
+    if sig.startswith("k"):
+        cond.append(f"kernel_handle = {int(sig[1:])}")
+    elif sig.startswith("b"):
+        size, _, kind = sig[1:].partition("/")
+        cond += [f"kernel_handle IS NULL", f"bytes = {int(size)}",
+                 f"memcpy_kind = '{kind}'" if kind else "memcpy_kind IS NULL"]
+    else:
+        cond += ["kernel_handle IS NULL", "bytes IS NULL"]
+    return " AND ".join(cond)
 
 
 def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
     """The call that marks one iteration of a process, or None (see the module's docstring)."""
     # launches the governor left unprobed for part of a second are not all rows: no launch marks iterations then
-    found = rows(con, candidates_sql(pid, launches=not _has_launch_gaps(con, pid)))
-    if not found:
-        return None
-    rhythms: list[list[tuple]] = []
-    for r in found:  # ascending count: a rhythm is a run of counts within SAME_COUNT of its first
-        if rhythms and int(r[3]) <= int(rhythms[-1][0][3]) * (1 + SAME_COUNT):
-            rhythms[-1].append(r)
+    sigs = rows(con, signatures_sql(pid, launches=not _has_launch_gaps(con, pid)))
+    groups: list[list[tuple]] = []  # ascending count: a rhythm is a run of counts within SAME_COUNT of its first
+    for r in sigs:
+        if groups and int(r[3]) <= int(groups[-1][0][3]) * (1 + SAME_COUNT):
+            groups[-1].append(r)
         else:
-            rhythms.append([r])
-    same = next((g for g in rhythms if len(g) >= MIN_RHYTHM), rhythms[0])
-    op, sig, _kind, n, _first, _last, cover, gap = min(same, key=lambda r: (int(r[2]), int(r[3])))
+            groups.append([r])
+    fallback: list[tuple] = []
+    tried = 0
+    for group in groups:
+        kept: list[tuple] = []
+        for op, sig, kind, n, _first, _last in sorted(group, key=lambda r: (int(r[2]), int(r[3]))):  # syncs, copies first
+            if len(kept) >= MIN_RHYTHM or tried >= MAX_TRIED:
+                break
+            tried += 1
+            cover, gap = rows(con, cover_sql(pid, str(op), str(sig)))[0]
+            if cover is not None and float(cover) >= MIN_COVER:  # bursts (an evaluation pass) cover little of their span
+                kept.append((str(op), str(sig), int(kind), int(n), float(cover), gap))
+        if len(kept) >= MIN_RHYTHM:
+            fallback = kept
+            break
+        fallback = fallback or kept
+        if tried >= MAX_TRIED:
+            break
+    if not fallback:
+        return None
+    op, sig, _kind, n, cover, gap = min(fallback, key=lambda r: (r[2], r[3]))
     where = f"pid = {int(pid)} AND {marks_filter(str(op), str(sig))}"
     return Progress(pid=int(pid), op=str(op), signature=str(sig), marks=int(n), median_gap_ns=int(gap or 0),
                     cover=round(float(cover), 3), label=marker_label(str(op), str(sig)),

@@ -67,19 +67,22 @@ def wait_kind_sql(frames: str = "st.frames", syscall: str = "i.syscall", sleep_s
     return "CASE " + " ".join(arms) + " ELSE 'other' END"
 
 
-def _sleeps(pid: int, tid: int) -> str:
-    """A thread's sleeps (thread_state 'sleeping' rows) with their kind: the interval's kernel stack joined in."""
+def _sleeps(pid: int, tid: int, lo: int = -(2**62), hi: int = 2**62) -> str:
+    """A thread's sleeps (thread_state 'sleeping' rows) touching [lo, hi) with their kind: the interval's kernel stack
+    joined in (the rows filtered first: the join and the kind's regular expressions then see only those)."""
     return (f"SELECT ts.*, {wait_kind_sql('st.frames', 'ts.syscall', 'ts.sleep_state')} AS kind "
-            f"FROM thread_state ts LEFT JOIN sched_intervals i ON i.pid = ts.pid AND i.tid = ts.tid AND i.off_ns = ts.start_ns "
-            f"LEFT JOIN stacks st ON st.stack_id = i.kstack_id AND st.session_id = i.session_id "
-            f"WHERE ts.pid = {int(pid)} AND ts.tid = {int(tid)} AND ts.state = 'sleeping'")
+            f"FROM (SELECT * FROM thread_state WHERE pid = {int(pid)} AND tid = {int(tid)} AND state = 'sleeping' "
+            f"AND end_ns > {int(lo)} AND start_ns < {int(hi)}) ts "
+            f"LEFT JOIN (SELECT session_id, off_ns, kstack_id FROM sched_intervals WHERE pid = {int(pid)} "
+            f"AND tid = {int(tid)} AND on_ns > {int(lo)} AND off_ns < {int(hi)}) i ON i.off_ns = ts.start_ns "
+            f"LEFT JOIN stacks st ON st.stack_id = i.kstack_id AND st.session_id = i.session_id")
 
 
 def sleep_kinds_sql(pid: int, tid: int, w: TimeWindow, inside: bool = False) -> str:
     """A thread's sleeps outside (inside) CUDA calls in the window by what they waited in, largest first."""
     cond = "> 0" if inside else "= 0"
     return " ".join(f"""
-        WITH s AS ({_sleeps(pid, tid)}),
+        WITH s AS ({_sleeps(pid, tid, w.start_ns, w.end_ns)}),
         o AS (SELECT s.kind, s.syscall, least(s.end_ns, {w.end_ns}) - greatest(s.start_ns, {w.start_ns}) AS ns
               FROM s JOIN thread_sleeps t ON t.pid = s.pid AND t.tid = s.tid AND t.start_ns = s.start_ns
               WHERE s.end_ns > {w.start_ns} AND s.start_ns < {w.end_ns} AND t.inside_ns {cond})
@@ -136,7 +139,7 @@ def _hop_sql(intervals: str, pid: int, tid: int, lo: int, hi: int) -> str:
         WITH iv AS ({intervals}),
         x AS (SELECT s.state, s.start_ns, s.end_ns, s.waker_pid, s.waker_tid, s.waker_comm, s.waker_context,
                      CASE WHEN s.state = 'sleeping' THEN k.kind END AS kind
-              FROM thread_state s LEFT JOIN ({_sleeps(pid, tid)}) k USING (pid, tid, state, start_ns)
+              FROM thread_state s LEFT JOIN ({_sleeps(pid, tid, lo, hi)}) k USING (pid, tid, state, start_ns)
               WHERE s.pid = {int(pid)} AND s.tid = {int(tid)} AND s.end_ns > {int(lo)} AND s.start_ns < {int(hi)}),
         o AS (SELECT x.*, greatest(x.start_ns, iv.a) AS oa, least(x.end_ns, iv.b) AS ob
               FROM iv JOIN x ON x.start_ns < iv.b AND x.end_ns > iv.a)
