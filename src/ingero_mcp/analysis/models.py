@@ -47,6 +47,8 @@ class OpStats(BaseModel):
                               "counted fewer calls than its stored rows, or reached outside the window")
     contradicted_buckets: int = Field(0, description="aggregate buckets that counted fewer calls than the rows stored in them")
     aggregate_count: int | None = Field(None, description="what the aggregates alone counted (before reconciling with the rows)")
+    nested: int = Field(0, description="calls that started inside another call of their thread (a runtime call's driver "
+                        "call, both API layers probed): one logical call, counted in the outer one's time too")
 
 
 class HostTotal(BaseModel):

@@ -139,6 +139,18 @@ def op_stats(
     return out
 
 
+def nested_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
+    """Per op, its calls that started inside another call of the same thread (a runtime call's driver counterpart,
+    where both API layers were probed): one logical call, two rows. Nothing where only one layer was probed (the
+    collector's default), and the window over the calls is then skipped."""
+    cond = where(ts_in(window), pid_in(pids), "(SELECT count(DISTINCT api) FROM cuda_calls) > 1")
+    return tidy(f"""
+        WITH c AS (SELECT op, ts_ns, max(ts_ns + coalesce(duration_ns, 0)) OVER (PARTITION BY session_id, pid, tid
+                                ORDER BY ts_ns, duration_ns DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS open_until
+                   FROM cuda_calls {cond})
+        SELECT op, count(*) AS nested FROM c WHERE ts_ns < open_until GROUP BY op ORDER BY nested DESC""")
+
+
 def trace_stats(
     con: duckdb.DuckDBPyConnection,
     window: TimeWindow | None = None,
@@ -157,6 +169,14 @@ def trace_stats(
     ops = op_stats(groups, whole.duration_ns, host, sampled, reconciled)
     call_pids = sorted({g.pid for g in groups if g.pid is not None})
     notes = [sample_note(con, {h.op for h in host} & {s.op for s in ops})] if sampled else []
+    if not sampled:
+        nested = {str(op): int(n) for op, n in rows(con, nested_sql(window, pids))}
+        ops = [o.model_copy(update={"nested": nested.get(o.op, 0)}) for o in ops]
+        if nested:
+            notes.append("one logical call made in both API layers is counted once: "
+                         + ", ".join(f"{n:,} {op}" for op, n in sorted(nested.items(), key=lambda kv: -kv[1]))
+                         + " started inside another call of their thread (a runtime call's driver call; both layers "
+                         "were probed) and are that call's own work, not more of it")
     if window is not None and rows(con, f"SELECT 1 FROM host_aggregates {where(bucket_in(window), pid_in(pids))} "
                                    f"AND NOT ({bucket_inside(window)}) LIMIT 1"):
         notes.append("host_aggregates totals cover only the buckets wholly inside the window (lower bounds): "

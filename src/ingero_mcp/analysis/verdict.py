@@ -25,12 +25,13 @@ def work_calls(n: int, acc: Accounting) -> str:
 
 
 def progress_text(t: ThreadAccount, acc: Accounting) -> str:
-    """'1,288 iterations (one per cuStreamSynchronize), 20,124 launches/copies': the progress first, in its unit."""
+    """'1,288 iterations, one per cuStreamSynchronize': the progress in its unit; launches and copies (every row,
+    a call made in both API layers twice) only where no call marks the iterations, labelled as that."""
     marker = next((m for m in acc.progress if m.pid == t.pid), None)
     done = [s.iterations for s in t.seconds if s.iterations is not None]
     if marker is None or not done:
         return work_calls(t.total.work_calls, acc) + "; no call recurs once per iteration: progress read in those"
-    return f"{sum(done):,.0f} iterations, one per {marker.label}; {work_calls(t.total.work_calls, acc)}"
+    return f"{sum(done):,.0f} iterations, one per {marker.label}"
 
 
 def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: float | None) -> list[str]:
