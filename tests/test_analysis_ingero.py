@@ -2,8 +2,9 @@
 
 What the data holds (issue 2): sched_switch totals per task from the aggregates, page allocations,
 the process tree, Ingero's own chains shown as Ingero's, per-op statistics from Ingero's stored sample.
-Ingero stores ~0.2 % of the events as rows: the time accounting needs every row, so it is refused (with
-a note that says why) and no chain of ours is made from a sample.
+Ingero stores ~0.2 % of the events as rows: the full time accounting needs every row, so it is refused (with
+a note that says why); the one thread whose scheduler rows are complete (the main thread) is accounted from
+them instead, and that chain of ours leads (test_imported_accounting.py has the numbers).
 """
 
 from __future__ import annotations
@@ -52,21 +53,22 @@ def test_process_tree(report: Report) -> None:
     assert {p.pid: p for p in report.processes}[2255].ppid == 2233
 
 
-def test_accounting_is_refused_for_a_sample(report: Report) -> None:
+def test_accounting_is_refused_for_a_sample_but_complete_threads_are_accounted(report: Report) -> None:
     acc = report.accounting
     assert acc is not None and not acc.complete and not acc.threads and not acc.phases
-    assert acc.note and "sample" in acc.note
+    assert acc.note and "sample" in acc.note and "1 of 10 thread(s) (python3[2233])" in acc.note
     assert acc.note in report.notes
-    assert report.verdict[0].startswith("No time accounting") and acc.note in report.verdict[0]
     assert not report.minor
-    # nothing of ours is read off a sample: every chain is Ingero's
-    assert report.chains and {c.origin for c in report.chains} == {"ingero"}
+    # nothing of ours is read off a sample: our one chain is read off the main thread's complete rows
+    assert acc.imported is not None and [t.tid for t in acc.imported.threads if t.accountable] == [2233]
+    assert report.verdict[0].startswith("HIGH: python3[2233]'s main thread")
+    assert [c.origin for c in report.chains] == ["ingero-mcp"] + ["ingero"] * (len(report.chains) - 1)
 
 
 def test_ingero_chains_are_shown_as_ingero_s(report: Report) -> None:
     high = {c.op for c in report.chains if c.severity == "HIGH"}
     assert {"cudaLaunchKernel", "cuLaunchKernel", "cuMemAlloc", "cudaStreamSync"} <= high
-    assert all(c.id.startswith("ingero:") for c in report.chains)
+    assert all(c.id.startswith("ingero:") for c in report.chains if c.origin == "ingero")
     launch = next(c for c in report.chains if c.op == "cuLaunchKernel" and c.severity == "HIGH")
     assert launch.root_cause == "high CPU utilization + 58323 sched_switch events"  # as Ingero stored it
 
@@ -85,13 +87,16 @@ def test_explain_json_carries_the_same_numbers(ingero_dataloader: Path, capsys: 
     launch = {s["op"]: s for s in doc["stats"]}["cudaLaunchKernel"]
     assert launch["count"] == 16 and launch["total_count"] == 30 and launch["max_ns"] == 25_799_899
     assert doc["accounting"]["complete"] is False and "sample" in doc["accounting"]["note"]
-    assert doc["verdict"][0].startswith("No time accounting") and doc["minor"] == []
-    assert {c["origin"] for c in doc["chains"]} == {"ingero"}
+    main_thread = next(t for t in doc["accounting"]["imported"]["threads"] if t["tid"] == 2233)
+    assert main_thread["switch_rows"] == 3_676 and main_thread["switches_counted"] == 3_713 and main_thread["seconds"]
+    assert doc["verdict"][0].startswith("HIGH: python3[2233]'s main thread") and doc["minor"] == []
+    assert doc["chains"][0]["origin"] == "ingero-mcp" and {c["origin"] for c in doc["chains"][1:]} == {"ingero"}
 
 
 def test_explain_text_report(ingero_dataloader: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "--db", str(ingero_dataloader)]) == 0
     out = capsys.readouterr().out
-    assert "No time accounting" in out and "stored sample" in out
-    assert out.index("Verdict") < out.index("Chains stored by ingero (imported")
+    assert "No time accounting" not in out and "stored sample" in out
+    ours, theirs = out.index("Causal chains found by ingero-mcp: 1"), out.index("Chains stored by ingero (imported")
+    assert out.index("Verdict") < ours < theirs
     assert "53,526" in out  # pid 2254's context switches in the processes table

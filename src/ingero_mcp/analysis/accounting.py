@@ -133,7 +133,14 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
     """The feeding threads' time over the window, whole and per second, and each feeding process's phases."""
     why = unaccountable(con)
     if why:
-        return Accounting(complete=False, note=why)
+        from ingero_mcp.analysis import imported_accounting as imported  # an import: its complete threads, accounted
+
+        if table_complete(con, "sched_intervals") and table_complete(con, "cuda_calls") or not imported.applies(con):
+            return Accounting(complete=False, note=why)
+        from ingero_mcp.analysis.window import window_or_trace
+
+        imp = imported.imported_accounting(con, window_or_trace(con, window), pids)
+        return Accounting(complete=False, note=imp.note, imported=imp)
     t0 = origin_ns(con)
     if t0 is None:
         return Accounting(complete=False, note="the store has no session")

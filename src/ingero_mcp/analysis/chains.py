@@ -303,9 +303,13 @@ def causal_chains(
                            or (RANK[c.severity] == RANK[chain.severity] and (c.seconds_lost or 0) < (chain.seconds_lost or 0))),
                           len(own))
                 own.insert(at, chain)
+    elif acc.imported is not None:  # an import: its feeding threads accounted from their complete scheduler rows
+        from ingero_mcp.analysis.imported_verdict import imported_accounting_chains
+
+        own += imported_accounting_chains(con, acc.imported)
     seen: dict[str, int] = {}
     for c in own:  # ids are stable (cause:pid/tid@second); two findings of one cause in one second get a suffix
         seen[c.id] = seen.get(c.id, 0) + 1
         if seen[c.id] > 1:
             c.id = f"{c.id}#{seen[c.id]}"
-    return own + imported_chains(con, window)
+    return own + imported_chains(con, window, acc.imported)

@@ -5,8 +5,10 @@ they are grouped per (op, severity), latest first, with how many were stored and
 
 Each chain's p99 is checked against the store: a p99 above the longest call of that op stored in the
 chain's session (rows, and the aggregates' per-bucket maxima where Ingero kept them) is contradicted
-by the store, and said so. Imported tables this analysis does not read yet (block I/O, TCP, cgroup
-statistics...) are listed, so that nothing imported is silently ignored.
+by the store, and said so. Its cause is checked against the rows too (imported_causes.py: did the
+feeding thread wait for a CPU in the chain's window? were the pages allocated?). Imported tables this
+analysis does not read yet (block I/O, TCP, cgroup statistics...) are listed, so that nothing imported
+is silently ignored.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import duckdb
 
 from ingero_mcp.analysis._sql import pid_in, rows, sql_str, tidy, ts_in, where
-from ingero_mcp.analysis.models import CausalChain, Evidence, TimelineEntry, TimeWindow
+from ingero_mcp.analysis.models import CausalChain, Evidence, ImportedAccounting, TimelineEntry, TimeWindow
 
 
 def imported_chains_sql(window: TimeWindow | None) -> str:
@@ -132,8 +134,14 @@ def _timeline(text: str | None, ts_ns: int) -> list[TimelineEntry]:
     return entries
 
 
-def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None) -> list[CausalChain]:
-    """Imported chains, one per (origin, op, severity), marked with their origin."""
+def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
+                    imp: ImportedAccounting | None = None) -> list[CausalChain]:
+    """Imported chains, one per (origin, op, severity), marked with their origin, each checked against the store for
+    its p99 and (with the import's accounting `imp`, where a thread's rows are complete) for its cause."""
+    from ingero_mcp.analysis.accounting import thread_names
+    from ingero_mcp.analysis.imported_causes import cause_check
+
+    names = thread_names(con) if imp else {}
     out: list[CausalChain] = []
     for (origin, op, sev, stored, first_ns, last_ns, cid, summary, cause, expl, recs, p99, p50, ratio, tl, nodes) in rows(
         con, imported_chains_sql(window)
@@ -154,10 +162,20 @@ def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = 
                      f"{op} of their session; the worst claims {_ms(int(claimed))} where the longest stored is "
                      f"{_ms(int(stored_max))} ({stored_rows} rows and the aggregates' maxima)")
             evidence.append(Evidence(name="chains_contradicted_by_store", value=int(contradicted), unit="chains", sql=check_sql))
-            evidence.append(Evidence(name="stored_max_ns", value=int(stored_max), unit="ns", sql=check_sql))
+            evidence.append(Evidence(name="stored_max_ns", value=int(stored_max), unit="ns",
+                                     sql=f"SELECT stored_max_ns FROM ({check_sql})"))
             note += " [contradicted by the store's rows]"
         elif unchecked:
             check = f"not checked: {unchecked} of {stored} stored chain(s) have no {op} row or aggregate in their session"
+        group = " AND ".join(c for c in (_equals("origin", origin), _equals("op", op), _equals("severity", sev),
+                                         ts_in(window, "detected_ns")) if c)
+        said, cause_evidence, cause_contradicted = (cause_check(con, group, imp, names, last_ns) if imp
+                                                    else (None, [], False))
+        if said:  # after the p99 check, as it was worded
+            check = f"{check}. Cause: {said}" if check else f"Cause: {said}"
+            evidence += cause_evidence
+            if cause_contradicted:
+                note += " [its cause contradicted by the rows]"
 
         out.append(
             CausalChain(

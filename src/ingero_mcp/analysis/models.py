@@ -170,8 +170,8 @@ class CausalChain(BaseModel):
     evidence: list[Evidence] = []
     recommendations: list[str] = []
     timeline: list[TimelineEntry] = []
-    store_check: str | None = Field(None, description="imported chains: where the store's rows contradict the chain "
-                                    "(or why it could not be checked); None: consistent with the store")
+    store_check: str | None = Field(None, description="imported chains: what the store's rows show of the chain's "
+                                    "p99 and of its cause, where they contradict it, or why it could not be checked")
     from_sample: bool = False
 
 
@@ -428,6 +428,73 @@ class Phase(BaseModel):
     sql: str | None = Field(None, description="recurrent: the SQL that lists the episodes (start_s, length_s, lost_s)")
 
 
+class ImportedSecond(BaseModel):
+    """One second (since the trace start) of an imported thread whose scheduler rows are complete."""
+
+    k: int
+    start_ns: int
+    accounted_ns: int = Field(description="time of the second its switch rows account for (between its first and last "
+                              "row, outside switch-less stretches)")
+    off_cpu_ns: int = Field(description="off-CPU time from its rows (sleeping or waiting for a CPU: split not "
+                            "recorded)")
+    switches: int = Field(description="switch rows whose switch-in fell in the second")
+
+
+class ImportedThread(BaseModel):
+    """An imported thread (Ingero: pid = tid in its scheduler rows): whether its scheduler rows are complete over the
+    window, checked against the per-minute counts, and where its time went when they are (imported_accounting.py)."""
+
+    session_id: int
+    node: str | None = Field(None, description="its session's host, where the store holds several sessions")
+    pid: int
+    tid: int
+    comm: str | None = None
+    process_comm: str | None = None
+    feeds_gpu: bool = Field(False, description="the thread of a process with CUDA calls that made them (its main "
+                            "thread where it has calls)")
+    accountable: bool = Field(False, description="its switch rows are complete over the window (within the bound "
+                              "missing_off_cpu_ns) and account for some of its time")
+    why_not: str | None = Field(None, description="why its time cannot be accounted (a sample, no counts, no rows)")
+    switch_rows: int = Field(0, description="its sched_intervals rows whose switch-in fell in the window")
+    switches_counted: int | None = Field(None, description="switches Ingero counted in the minutes overlapping the "
+                                         "window (host_aggregates 'sched_switch'); None: no count kept")
+    missing_switches: int = Field(0, description="switches counted but not stored as rows, in those minutes")
+    missing_off_cpu_ns: int | None = Field(None, description="their off-CPU time (counted sum less the rows' sum); "
+                                           "None: unknown")
+    span: TimeWindow | None = Field(None, description="from its first switch-out to its last switch-in, in the window")
+    accounted_ns: int = Field(0, description="the span less the switch-less stretches (unknown_ns)")
+    unknown_ns: int = Field(0, description="stretches of IMPORT_GAP_S or more without a switch row: unknown (ran, or "
+                            "Ingero dropped its events uncounted)")
+    off_cpu_ns: int = Field(0, description="off-CPU time of its rows in the accounted time; the split into sleeping "
+                            "and waiting for a CPU is not recorded")
+    on_cpu_ns: int = Field(0, description="accounted time less off-CPU time and missing_off_cpu_ns: a lower bound")
+    cuda_rows: int = Field(0, description="its process's CUDA call rows in the minutes overlapping the window")
+    cuda_counted: int | None = Field(None, description="its process's CUDA calls counted by Ingero there; None: no "
+                                     "count")
+    cuda_ns_max: int | None = Field(None, description="its process's time in CUDA calls there (counted sums of both "
+                                    "API layers: an upper bound, nested calls counted twice); None: unknown")
+    seconds: list[ImportedSecond] = []
+    sql: str = Field("", description="the SQL that recomputes its numbers")
+
+    @property
+    def on_cpu_share(self) -> float:
+        """On-CPU time as a share of its accounted time (a lower bound)."""
+        return self.on_cpu_ns / self.accounted_ns if self.accounted_ns else 0.0
+
+
+class ImportedAccounting(BaseModel):
+    """The time accounting of an import (an Ingero trace): per thread, from its scheduler rows where complete."""
+
+    window: TimeWindow
+    threads: list[ImportedThread] = []
+    note: str = ""
+
+    @property
+    def feeders(self) -> list[ImportedThread]:
+        """The threads that fed the GPU, accountable first."""
+        return sorted((t for t in self.threads if t.feeds_gpu), key=lambda t: (not t.accountable, -t.accounted_ns))
+
+
 class Accounting(BaseModel):
     """The time accounting of the feeding threads: the core every chain reads."""
 
@@ -446,6 +513,8 @@ class Accounting(BaseModel):
     launch_coverage: float | None = Field(None, description="share of the traced time the launch probes were attached "
                                           "(not in probe_gaps); None: no gaps, every launch is a row. Below 1, work_calls "
                                           "and work rates are estimates: launches seen, scaled per second by the coverage")
+    imported: ImportedAccounting | None = Field(None, description="an import (complete is False): the threads whose "
+                                                "scheduler rows are complete, accounted from them")
 
     @property
     def run_outside_label(self) -> str:

@@ -37,6 +37,10 @@ def progress_text(t: ThreadAccount, acc: Accounting) -> str:
 def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: float | None) -> list[str]:
     """Who fed the GPU and where its time went, then the causes that explain the lost time (or why none)."""
     lines: list[str] = []
+    if acc is not None and acc.imported is not None:  # an import: its own accounting leads, then what it could not do
+        from ingero_mcp.analysis.imported_verdict import verdict_lines
+
+        return verdict_lines(acc.imported, chains)
     if acc is None or not acc.complete:
         lines.append(f"No time accounting: {acc.note if acc else 'not computed'}.")
     else:

@@ -92,7 +92,7 @@ def chain_view(chain: BaseModel, origin_ns: int, level: int = 0, include_sql: bo
         "summary": clean(str(data.get("summary") or ""), summ),
     }
     if data.get("store_check"):  # an imported chain checked against the store's rows: kept at every level
-        view["store_check"] = clean(str(data["store_check"]), 400)
+        view["store_check"] = clean(str(data["store_check"]), 900)
     if root:
         view["root_cause"] = clean(str(data.get("root_cause") or ""), root)
     elif data.get("root_cause"):

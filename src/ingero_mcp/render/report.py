@@ -10,7 +10,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ingero_mcp.analysis.cost import cost_lines
-from ingero_mcp.analysis.models import CausalChain, OpStats, ProcessBreakdown, Report
+from ingero_mcp.analysis.imported_accounting import short_why
+from ingero_mcp.analysis.models import CausalChain, ImportedAccounting, OpStats, ProcessBreakdown, Report
 from ingero_mcp.render import fmt
 
 SEVERITY_STYLE = {"HIGH": "bold red", "MEDIUM": "bold yellow", "LOW": "cyan"}
@@ -58,7 +59,7 @@ def chain_panel(chain: CausalChain, start_ns: int) -> Panel:
     t.append(fmt.clean(chain.summary, 2000) + "\n", style="bold")
     if chain.store_check:
         t.append("Checked against the store: ", style="bold")
-        t.append(fmt.clean(chain.store_check, 600) + "\n")
+        t.append(fmt.clean(chain.store_check, 1200) + "\n")
     t.append("Root cause: ", style="bold")
     t.append(fmt.clean(chain.root_cause, 500) + "\n")
     if chain.explanation:
@@ -222,6 +223,26 @@ def accounting_table(report: Report) -> Table:
     return table
 
 
+def imported_table(imp: ImportedAccounting) -> Table:
+    """An import's threads: their scheduler rows against Ingero's counts, and where the time of the complete ones
+    went (imported_accounting.py; off-CPU is not split into sleeping and waiting for a CPU)."""
+    table = Table(title="Imported threads, accounted from their own scheduler rows where complete",
+                  title_justify="left")
+    for col in ("thread", "feeds GPU", "switch rows", "counted", "accounted", "on-CPU", "off-CPU", "unknown", "status"):
+        table.add_column(col, justify="left" if col in ("thread", "feeds GPU", "status") else "right")
+    for t in imp.threads[:12]:
+        name = f"{fmt.clean(t.comm or t.process_comm or '?', 32)}[{t.pid}" + ("]" if t.tid == t.pid else f"/{t.tid}]")
+        shown = t.accountable
+        table.add_row(name, "yes" if t.feeds_gpu else "", fmt.count(t.switch_rows),
+                      "-" if t.switches_counted is None else fmt.count(t.switches_counted),
+                      fmt.ns(t.accounted_ns) if shown else "-", f"{100 * t.on_cpu_share:.1f}%" if shown else "-",
+                      fmt.ns(t.off_cpu_ns) if shown else "-", fmt.ns(t.unknown_ns) if shown else "-",
+                      "accounted" if shown else fmt.cell(short_why(t)))
+    if len(imp.threads) > 12:
+        table.caption = f"{len(imp.threads) - 12} more in `explain --json` (accounting.imported)"
+    return table
+
+
 def render_report(console: Console, report: Report, db: str, *, per_process: bool = False, show_sql: bool = False) -> None:
     """The whole incident report: header, chains (ours, then imported), top ops, processes."""
     start = report.info.window.start_ns if report.info.window else report.window.start_ns
@@ -237,12 +258,17 @@ def render_report(console: Console, report: Report, db: str, *, per_process: boo
         console.print(v, soft_wrap=True)
     if report.accounting and report.accounting.complete and report.accounting.threads:
         console.print(accounting_table(report))
+    if report.accounting and report.accounting.imported and report.accounting.imported.threads:
+        console.print(imported_table(report.accounting.imported))
     own = [c for c in report.chains if c.origin == "ingero-mcp"]
     imported = [c for c in report.chains if c.origin != "ingero-mcp"]
     if own:
         console.print(Text(f"Causal chains found by ingero-mcp: {len(own)}", style="bold underline"))
         for c in own:
             print_chain(console, c, start, show_sql)
+    elif report.accounting and report.accounting.imported:  # an import: the verdict says what could be accounted
+        console.print(Text("No causal chain of ours: no thread that fed the GPU could be accounted (the verdict says "
+                           "why).", style="bold"))
     else:
         console.print(Text("No causal chain: no part of the feeding threads' time grew in a slow phase or filled idle GPU "
                            "time beyond 1% of the feeding time.", style="bold green"))
