@@ -25,7 +25,7 @@ from ingero_mcp.store import open_store
 
 S = 1_000_000_000
 INVESTIGATIONS = Path(__file__).resolve().parents[1] / "investigations"
-H200 = sorted(INVESTIGATIONS.glob("h200-seed-benchmark*.duckdb"))
+H200 = [INVESTIGATIONS / "h200-seed-benchmark-v1.duckdb", INVESTIGATIONS / "h200-seed-benchmark-4cpu.duckdb"]  # v1
 
 # Scenarios staged realistically on which the engine does not (yet) give the staged cause: what it says instead.
 ENGINE_GAPS: dict[str, str] = {}
@@ -276,4 +276,26 @@ def test_h200_report_leads_with_a_verdict_and_its_evidence_recomputes(path: Path
     fresh = open_store(path)
     install_views(fresh)
     assert check_evidence_sql(fresh, [c for c in report.chains if c.origin == "ingero-mcp"]) >= 10
+    fresh.close()
+
+
+def test_the_bundled_trace_reads_host_bound_then_waiting_on_the_workers() -> None:
+    """The seed benchmark re-recorded on the H200 with the v5 collector (the quickstart's trace): the shuffle stretch is
+    the main thread's own work, the 4-worker stretch is the main thread waiting on the workers (named from the wait-for
+    graph, not inferred), progress in iterations (one per batch copy), every evidence SQL recomputing its value."""
+    path = INVESTIGATIONS / "h200-seed-benchmark.duckdb"
+    con = open_store(path)
+    report = build_report(con)
+    main, w0 = con.execute("""SELECT ppid, min(first_seen_ns) FROM processes WHERE comm = 'pt_data_worker'
+                              GROUP BY ppid""").fetchall()[0]
+    con.close()
+    assert report.accounting.progress and report.accounting.progress[0].op.startswith("cuMemcpyHtoD")
+    top = [c for c in report.chains if c.severity in ("HIGH", "MEDIUM")]
+    assert [c.root_cause for c in top[:2]] == ["host-bound", "waiting-on-workers"], [c.summary for c in top]
+    assert top[0].severity == "HIGH" and top[0].pids == [main] and top[0].window.end_ns <= w0 + 2 * S
+    assert top[1].window.start_ns >= w0 - 2 * S and top[1].culprits[0].relation == "child process"
+    assert "iterations/s fell" in top[0].summary
+    fresh = open_store(path)
+    install_views(fresh)
+    assert check_evidence_sql(fresh, top) >= 10
     fresh.close()

@@ -18,7 +18,7 @@ from ingero_mcp.mcp.server import build_server
 from ingero_mcp.store import SCHEMA_VERSION
 
 REPO = Path(__file__).resolve().parents[1]
-H200 = REPO / "investigations" / "h200-seed-benchmark.duckdb"
+H200 = REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"
 EXPLAIN = [sys.executable, "-m", "ingero_mcp.cli", "explain", "--db"]
 
 DAMAGE: dict[str, tuple[str, str]] = {

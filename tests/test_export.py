@@ -25,7 +25,7 @@ from ingero_mcp.demo import generate
 from ingero_mcp.store import TraceWriter, open_store
 
 REPO = Path(__file__).resolve().parents[1]
-H200 = REPO / "investigations" / "h200-seed-benchmark.duckdb"
+H200 = REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"
 ZOO = REPO / "investigations" / "zoo"
 TE = pb.TrackEvent
 

@@ -19,7 +19,7 @@ from ingero_mcp.sanitize import DATA_NOTE
 from ingero_mcp.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]
-H200 = [REPO / "investigations" / "h200-seed-benchmark.duckdb", REPO / "investigations" / "h200-seed-benchmark-4cpu.duckdb"]
+H200 = [REPO / "investigations" / "h200-seed-benchmark.duckdb", REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"]
 RANK = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
 
 

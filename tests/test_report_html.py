@@ -20,7 +20,7 @@ from ingero_mcp.demo import generate
 from ingero_mcp.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]
-H200 = REPO / "investigations" / "h200-seed-benchmark.duckdb"
+H200 = REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"
 CHROMIUM = os.environ.get("INGERO_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]

@@ -160,7 +160,7 @@ def test_live_writer_without_duckdb_leaves_segments_that_fold_later(tmp_path: Pa
     assert open_store(db).execute("SELECT count(*) FROM cuda_calls").fetchall() == [(1,)]
 
 
-V1_STORES = sorted((Path(__file__).resolve().parents[1] / "investigations").glob("h200-seed-benchmark*.duckdb"))
+V1_STORES = [Path(__file__).resolve().parents[1] / "investigations" / f"h200-seed-benchmark-{v}.duckdb" for v in ("v1", "4cpu")]
 V2_ONLY = {"cuda_calls": ["cpu_wait_ns", "sleep_ns", "kernel_handle", "host_ptr", "host_pinned"],
            "sched_intervals": ["sleep_ns", "cpu_wait_ns", "preemptor_tid", "on_cpu", "last_holder_pid", "last_holder_tid",
                                "last_holder_comm", "waker_pid", "waker_tid", "waker_comm", "waker_context", "syscall"],
