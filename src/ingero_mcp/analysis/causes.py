@@ -1106,9 +1106,10 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
                          reason=(f"allocating {rate:,.0f} pages/s ({rate * 4096 / 1e9:.1f} GB/s of fresh memory"
                                  + (f", vs {base_rate:,.0f}/s before" if base_rate is not None else "")
                                  + "): the time goes to page faults on new memory"))
-    grew = _grew_per_iteration(ctx, f, baseline, "work")
-    if grew is not None:
-        return grew
+    for what in ("sync", "work"):  # more syncs or more pieces per iteration: why its own work per step grew
+        grew = _grew_per_iteration(ctx, f, baseline, what)
+        if grew is not None:
+            return grew
     kids = ctx.alive_children(t.pid, f.window)
     note = "no child process (worker) alive then" if not kids else f"{len(kids)} child processes alive"
     return Explained(cause=rc.HOST_BOUND, evidence=ev,
@@ -1301,9 +1302,12 @@ def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[
     seconds, their summaries as evidence, and the severity of the sum."""
     out: list[tuple[Finding, CausalChain]] = []
     for f, chain in sorted(found, key=lambda fc: -(fc[1].seconds_lost or 0)):
+        # the steady state is one story wherever it shows (host-bound before a slowdown and after it); a phase's
+        # findings are one where their windows meet
         into = next((c for g, c in out if c.root_cause == chain.root_cause and g.mode == f.mode and c.window
-                     and chain.window and c.window.start_ns < chain.window.end_ns and chain.window.start_ns < c.window.end_ns),
-                    None)
+                     and chain.window and (f.mode == "steady" and g.startup == f.startup
+                                           or c.window.start_ns < chain.window.end_ns
+                                           and chain.window.start_ns < c.window.end_ns)), None)
         if into is None:
             out.append((f, chain))
             continue
@@ -1311,6 +1315,9 @@ def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[
         into.evidence.append(Evidence(name="also part of this story (another part of the thread's time)",
                                       value=f"{chain.summary} [{chain.seconds_lost or 0:.2f} s]"))
         into.culprits += [c for c in chain.culprits if c not in into.culprits]
+        if f.mode == "steady" and into.window and chain.window:  # the steady state: from its first stretch to its last
+            into.window = TimeWindow(start_ns=min(into.window.start_ns, chain.window.start_ns),
+                                     end_ns=max(into.window.end_ns, chain.window.end_ns))
         _raise(into, wall_s, f)
     return _io_story(out, wall_s)
 
@@ -1372,7 +1379,7 @@ def _explain(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
 
 # Explanations that say whose work or wait filled the time, not why there was more of it: where the process's calls
 # per iteration grew, that is why (the same progress in more pieces, or more syncs per step).
-_REFINED = {rc.WAITING_ON_THREAD: ("work",), rc.GPU_SLOWER: ("sync", "work"), rc.LAUNCH_OVERHEAD: ("sync", "work")}
+_REFINED = {rc.WAITING_ON_THREAD: ("sync", "work"), rc.GPU_SLOWER: ("sync", "work"), rc.LAUNCH_OVERHEAD: ("sync", "work")}
 
 
 def _per_iteration(ctx: Ctx, f: Finding, baseline: list[TimeWindow], ex: Explained) -> Explained:
