@@ -170,18 +170,18 @@ async def test_the_config_as_written_serves_the_bundled_h200_trace() -> None:
     params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=REPO)
     async with Client(params) as client:
         chains = await client.call_tool("get_causal_chains", {"top_n": 3, "include_sql": True})
-        calls = await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls WHERE op = 'cudaHostAlloc'"})
+        calls = await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls WHERE op = 'cuMemHostAlloc'"})
         # the first chain: the main thread host-bound over the DataLoader(shuffle) stretch; its evidence's SQL
         # (over the accounting's views) re-runs through the same server and gives the number shown
         first = chains.structured_content["chains"][0]
         share = next(e for e in first["evidence"] if e["name"].startswith("share of the thread's time"))
         again = await client.call_tool("run_sql", {"sql": share["sql"]})
-        # a v1 store, read in the v2 shape through run_sql as through every other reader
+        # the split of every CUDA call adds up, read through run_sql as through every other reader
         v2 = await client.call_tool("run_sql", {"sql": "SELECT count(*) FILTER (WHERE sleep_ns + cpu_wait_ns = off_cpu_ns) "
                                                        "= count(off_cpu_ns) AS ok FROM cuda_calls"})
     text = chains.content[0].text
-    assert not chains.is_error and "1534" in text and "host-bound" in text
-    assert first["root_cause"] == "host-bound" and first["severity"] == "HIGH" and first["pids"] == [1534]
+    assert not chains.is_error and "2111" in text and "host-bound" in text
+    assert first["root_cause"] == "host-bound" and first["severity"] == "HIGH" and first["pids"] == [2111]
     assert not again.is_error and float(again.content[0].text.splitlines()[-1]) == share["value"] > 95
     assert not v2.is_error and v2.structured_content["rows"] == [[True]]
     assert calls.content[0].text.splitlines()[-2:] == ['columns: "n" (BIGINT)', "4"]
@@ -214,9 +214,9 @@ async def test_the_verdict_reaches_the_model_in_both_halves() -> None:
     assert not got.is_error
     data, text = got.structured_content, got.content[0].text
     assert data["complete"] and data["verdict"] and DATA_NOTE in text and data["data_note"] == DATA_NOTE
-    assert data["verdict"][0].startswith('process "python3"[1534]\'s main thread fed the GPU')
+    assert data["verdict"][0].startswith('process "python3"[2111]\'s main thread fed the GPU')
     for line in data["verdict"]:
         assert json.dumps(line, ensure_ascii=False) in text  # the text carries each verdict line, quoted
-    (main,) = [t for t in data["threads"] if t["tid"] == 1534]
+    (main,) = [t for t in data["threads"] if t["tid"] == 2111]
     assert sum(v for k, v in main["shares_percent"].items() if k != "sleep_io") == pytest.approx(100.0, abs=0.5)
     assert any(p["kind"] == "slow" and p["slowdown"] for p in data["phases"])

@@ -756,9 +756,64 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
         return Explained(cause=cause, reason=reason, culprits=named, evidence=ev, numbers={"syscall": own_syscall or "?"},
                          confident=cause == rc.IO_WAIT or f.mode == "contrast")
     traced = {(int(p), int(x)) for p, x in ctx.traced_threads()}
+    pool = _waker_pool(ctx, t.pid, known, total)
+    if pool is not None and share < POOL_SHARE:
+        return _explain_pool(ctx, f, pool, traced, ev, culprits, total, kind, in_what)
     path = follow(ctx.con, (t.pid, t.tid), (wpid, wtid), f.window, traced)
     ev += _path_evidence(ctx, path, f"{ctx.who(t.pid, t.tid)} slept")
     return _explain_path(ctx, f, path, ev, culprits, share, kind, in_what)
+
+
+POOL_SHARE = 0.5  # no one waker ended this share of the sleep, but threads of one name together did: a pool
+POOL_MIN, POOL_FOLLOWED = 3, 8  # a pool has this many members at least; the walk is taken from this many at most
+
+
+def _waker_pool(ctx: Ctx, job: int, known: list[tuple], total: int) -> list[tuple[int, int, int]] | None:
+    """The wakers that together ended most of the sleep though none did alone: threads of one name and relation
+    (an OpenMP or intra-op pool, the DataLoader's workers), as (pid, tid, ns), largest first; None where there is
+    no such pool."""
+    groups: dict[tuple[str, str | None], list[tuple[int, int, int]]] = defaultdict(list)
+    for wpid, wtid, wcomm, wctx, _n, wns, _io, _sc in known:
+        if wctx in ("irq", "softirq") or wpid is None or wtid is None:
+            continue
+        comm = ctx.names.get(int(wtid)) or wcomm
+        groups[(ctx.relation(job, int(wpid), int(wtid), comm), comm)].append((int(wpid), int(wtid), int(wns or 0)))
+    best = max(groups.values(), key=lambda g: sum(m[2] for m in g), default=[])
+    if len(best) < POOL_MIN or sum(m[2] for m in best) < POOL_SHARE * total:
+        return None
+    return sorted(best, key=lambda m: -m[2])
+
+
+def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced: set[tuple[int, int]],
+                  ev: list[Evidence], culprits: list[Culprit], total: int, kind: str, in_what: str) -> Explained:
+    """A sleep ended by a pool of threads: the wait-for path from each member (the largest POOL_FOLLOWED), where they
+    stopped weighted by the sleep each ended; the cause is the one most of the pool's share stopped at, explained
+    through its largest member's path."""
+    t = f.thread
+    weight: dict[str, int] = defaultdict(int)
+    paths: list[tuple[WaitPath, int]] = []
+    for pid, tid, ns in pool[:POOL_FOLLOWED]:
+        path = follow(ctx.con, (t.pid, t.tid), (pid, tid), f.window, traced)
+        paths.append((path, ns))
+        weight[path.stop] += ns
+    stop = max(weight, key=lambda k: weight[k])
+    path, _ns = max(((p, ns) for p, ns in paths if p.stop == stop), key=lambda pn: pn[1])
+    pool_ns = sum(m[2] for m in pool)
+    followed = sum(ns for _p, ns in paths)
+    name = ctx.names.get(pool[0][1]) or "?"
+    ids = _id_range(sorted(m[1] for m in pool))
+    ev.append(Evidence(name=f"where the wait-for walks from the {len(paths)} busiest of {len(pool)} waking threads named "
+                            f"{name} stopped (share of the sleep they ended)",
+                       value="; ".join(f"{k} {100 * v / max(followed, 1):.0f}%"
+                                       for k, v in sorted(weight.items(), key=lambda kv: -kv[1]))))
+    ev += _path_evidence(ctx, path, f"{ctx.who(t.pid, t.tid)} slept")
+    seen = {c.tids[0] for c in culprits if c.tids}
+    culprits += [Culprit(pid=pid, tids=[tid], comm=ctx.names.get(tid) or name,
+                         relation=ctx.relation(t.pid, pid, tid, ctx.names.get(tid)), ns=ns)
+                 for pid, tid, ns in pool if tid not in seen]
+    ex = _explain_path(ctx, f, path, ev, culprits, pool_ns / total, kind, in_what)
+    pooled = f"woken by {len(pool)} threads named {name} ({ids}, {100 * pool_ns / total:.0f}% of the sleep together)"
+    return replace(ex, reason=f"{pooled}; {ex.reason}")
 
 
 def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culprits: list[Culprit], share: float,
