@@ -173,7 +173,9 @@ def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, 
     methods = [m for (m,) in _q(con, "SELECT method FROM probe_costs")]
     assert set(costs) == {"entry", "entry_return", "sched_interval", "page_alloc"}, costs
     assert all(m.startswith("calibrated") for m in methods), methods
-    assert all(c > 0 for c in costs.values())
+    # a probe's trap (~1 µs) stands well above the noise; a context switch's or a page's few hundred ns can measure
+    # 0 on a loaded machine (the calibration keeps a median difference, floored at 0): never negative
+    assert costs["entry"] > 0 and costs["entry_return"] > 0 and all(c >= 0 for c in costs.values()), costs
     mismatched = _q(con, """
         SELECT t.pid, t.start_ns, t.entry_hits, t.entry_return_hits,
                count(c.ts_ns) FILTER (WHERE c.duration_ns IS NULL), count(c.ts_ns) FILTER (WHERE c.duration_ns IS NOT NULL)
@@ -221,7 +223,7 @@ def test_the_cost_report_names_what_the_estimate_leaves_out(plain: dict[str, Any
     # the scheduler records' estimate: every traced interval x the cost the collector measured at start
     cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'sched_interval'")[0][0]
     intervals = _q(con, "SELECT count(*) FROM sched_intervals")[0][0]
-    assert t.sched_added_ns == round(intervals * cost) and t.sched_added_ns > 0
+    assert t.sched_added_ns == round(intervals * cost) and intervals > 0
     # the page allocations' estimate: every page of a traced process x the cost measured at start
     page_cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'page_alloc'")[0][0]
     pages = _q(con, "SELECT sum(count) FROM host_aggregates WHERE op = 'mm_page_alloc' AND pid IN "
