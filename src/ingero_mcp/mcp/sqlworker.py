@@ -202,7 +202,7 @@ def _serve(db_path: str, settings: dict[str, str]) -> int:
     threading.Thread(target=orphaned, daemon=True).start()
 
     def say(obj: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+        sys.stdout.write(json.dumps(obj) + "\n")  # ASCII: no text can break the pipe's encoding
         sys.stdout.flush()
 
     try:
