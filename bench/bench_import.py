@@ -20,14 +20,15 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SOURCE = REPO.parent / "shared" / "ingero-investigations" / "pytorch-dataloader-starvation.db"
+SOURCE = REPO / "tests" / "data" / "ingero" / "pytorch-dataloader-starvation.db"  # Ingero's, shipped for the tests
 EVENT_COLS = "timestamp, pid, tid, source, op, duration, gpu_id, arg0, arg1, ret_code, stack_hash, stack_ips, cgroup_id"
 
 
 def build(dst: Path, events: int) -> int:
-    """Copy the DataLoader trace to `dst` and grow its event rows to `events`."""
-    with sqlite3.connect(f"{SOURCE.as_uri()}?mode=ro", uri=True) as ref, sqlite3.connect(dst) as lite:
-        ref.backup(lite)
+    """Copy the DataLoader trace to `dst` and grow its event rows to `events` (the shipped file is only read:
+    copied as bytes, since opening a WAL-mode file would leave -shm/-wal beside it in the repository)."""
+    dst.write_bytes(SOURCE.read_bytes())
+    with sqlite3.connect(dst) as lite:
         rows = lite.execute("SELECT count(*) FROM events").fetchone()[0]
         rest = EVENT_COLS.split(", ", 1)[1]
         while rows < events:

@@ -134,22 +134,35 @@ def test_uprobes_are_links_or_perf_events_as_the_harness_asks(standin: StandIn, 
 
 def test_a_paced_feeder_is_recorded_whole_at_its_pace(standin: StandIn, tmp_path: Path) -> None:
     """`workload pace` (the GPU bench's stand-in for a job's record load, bench/gpu/same_process.py's feeder)
-    launches 20,000 a second in millisecond bursts: every launch is a row, about 20 in each millisecond."""
+    launches 20,000 a second in bursts of 20 a millisecond apart: every launch is a row, and the rows keep its
+    pace as it kept it. On a loaded machine the feeder is preempted and catches up with bursts back to back, so
+    how many bursts stay paced is the machine's business; the store's is to show the same number the feeder saw."""
     from ingero_mcp.store import open_store
 
-    feeder = Workload(standin, "pace", "20000", "0.3")
+    per_burst = 20
+    feeder = Workload(standin, "pace", str(per_burst * 1000), "0.3")
     _record(tmp_path / "pace.duckdb", [feeder], "--max-overhead", "off")
-    calls = int(feeder.out.split()[1])
-    assert 5000 <= calls <= 6500, feeder.out
+    fields = feeder.out.split()
+    calls, wall_ns, paced = int(fields[1]), int(fields[3]), int(fields[5])
+    assert calls > 0 and calls % per_burst == 0 and paced > 0, feeder.out  # whole bursts, some of them paced
     con = open_store(tmp_path / "pace.duckdb")
     try:
-        rows, milliseconds = _q(con, "SELECT count(*), count(DISTINCT (ts_ns - first_ns) // 1000000) FROM cuda_calls, "
-                                     "(SELECT min(ts_ns) AS first_ns FROM cuda_calls WHERE pid = $1) "
-                                     "WHERE pid = $1 AND op = 'cuLaunchKernel'", [feeder.pid])[0]
+        rows, span_ns = _q(con, "SELECT count(*), max(ts_ns) - min(ts_ns) FROM cuda_calls "
+                                "WHERE pid = ? AND op = 'cuLaunchKernel'", [feeder.pid])[0]
+        # a burst is per_burst consecutive launches; its start is its first launch's row
+        stored_paced = _q(con, """
+            WITH b AS (SELECT (row_number() OVER (ORDER BY ts_ns) - 1) // $2 AS burst, ts_ns FROM cuda_calls
+                       WHERE pid = $1 AND op = 'cuLaunchKernel'),
+                 s AS (SELECT burst, min(ts_ns) AS start_ns FROM b GROUP BY burst)
+            SELECT count(*) FROM (SELECT start_ns - lag(start_ns) OVER (ORDER BY burst) AS apart FROM s)
+            WHERE apart >= 500000""", [feeder.pid, per_burst])[0][0]
     finally:
         con.close()
-    assert rows == calls
-    assert 250 <= milliseconds <= 330, milliseconds  # bursts a millisecond apart, not one back-to-back run
+    assert rows == calls  # every launch a row
+    assert span_ns <= wall_ns
+    # the feeder timed each burst's start just before its first launch; the probe timed the launch: a preemption
+    # between the two can move one start across the 0.5 ms line, so a few may differ
+    assert abs(stored_paced - paced) <= max(3, paced // 50), (stored_paced, paced, calls // per_burst)
 
 
 def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, Any]) -> None:
@@ -160,7 +173,9 @@ def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, 
     methods = [m for (m,) in _q(con, "SELECT method FROM probe_costs")]
     assert set(costs) == {"entry", "entry_return", "sched_interval", "page_alloc"}, costs
     assert all(m.startswith("calibrated") for m in methods), methods
-    assert all(c > 0 for c in costs.values())
+    # a probe's trap (~1 µs) stands well above the noise; a context switch's or a page's few hundred ns can measure
+    # 0 on a loaded machine (the calibration keeps a median difference, floored at 0): never negative
+    assert costs["entry"] > 0 and costs["entry_return"] > 0 and all(c >= 0 for c in costs.values()), costs
     mismatched = _q(con, """
         SELECT t.pid, t.start_ns, t.entry_hits, t.entry_return_hits,
                count(c.ts_ns) FILTER (WHERE c.duration_ns IS NULL), count(c.ts_ns) FILTER (WHERE c.duration_ns IS NOT NULL)
@@ -208,7 +223,7 @@ def test_the_cost_report_names_what_the_estimate_leaves_out(plain: dict[str, Any
     # the scheduler records' estimate: every traced interval x the cost the collector measured at start
     cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'sched_interval'")[0][0]
     intervals = _q(con, "SELECT count(*) FROM sched_intervals")[0][0]
-    assert t.sched_added_ns == round(intervals * cost) and t.sched_added_ns > 0
+    assert t.sched_added_ns == round(intervals * cost) and intervals > 0
     # the page allocations' estimate: every page of a traced process x the cost measured at start
     page_cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'page_alloc'")[0][0]
     pages = _q(con, "SELECT sum(count) FROM host_aggregates WHERE op = 'mm_page_alloc' AND pid IN "
@@ -313,38 +328,69 @@ def test_explain_gives_the_programs_kernel_time_when_measured(plain: dict[str, A
 
 @pytest.fixture(scope="module")
 def governed(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """GOVERNED_S seconds of back-to-back driver launches under --max-overhead 1."""
+    """GOVERNED_S seconds of back-to-back driver launches under --max-overhead 1, the workload marking the wall
+    clock every 1024 launches."""
     from ingero_mcp.store import open_store
 
-    db = tmp_path_factory.mktemp("gov") / "gov.duckdb"
-    rate = Workload(standin, "rate", "0", "driver", str(GOVERNED_S), cpu=1)
+    folder = tmp_path_factory.mktemp("gov")
+    marks = folder / "marks"
+    rate = Workload(standin, "rate", "0", "driver", str(GOVERNED_S), cpu=1, env={"WL_MARKS": str(marks)})
     with _bpf_stats("0"):  # the default: nothing measured, nothing noted
-        collector = _record(db, [rate], "--max-overhead", "1")
-    con = open_store(db)
-    yield {"con": con, "rate": rate.pid, "log": collector.output()}
+        collector = _record(folder / "gov.duckdb", [rate], "--max-overhead", "1")
+    con = open_store(folder / "gov.duckdb")
+    yield {"con": con, "rate": rate.pid, "log": collector.output(),
+           "marks": [int(x) for x in marks.read_text().split()]}
     con.close()
 
 
 def test_governor_detaches_the_launch_probes_over_budget(governed: dict[str, Any]) -> None:
-    """Far over 1 %: the launch probes are detached for most of each second after the first ones, the
-    gaps are rows, and no launch row lies inside a gap."""
-    con = governed["con"]
+    """Far over 1 %: the launch probes are detached for part of each second after the first ones, the gaps are
+    rows, and no launch row lies inside a gap. Every launch outside a gap is a row: between two of the workload's
+    marks (its wall clock, read every 1024 launches) that no gap touches lie exactly 1024 rows, however long the
+    machine's load made that stretch."""
+    import numpy as np
+
+    from ingero_mcp.collector.governor import MIN_DUTY
+
+    con, pid, marks = governed["con"], governed["rate"], governed["marks"]
     gaps = _q(con, "SELECT start_ns, end_ns, duty FROM probe_gaps WHERE probes = 'launch' ORDER BY start_ns")
     assert len(gaps) >= GOVERNED_S - 3, gaps
-    assert all(end > start and duty < 0.5 for start, end, duty in gaps)
-    inside = _q(con, "SELECT count(*) FROM cuda_calls c JOIN probe_gaps g ON c.ts_ns >= g.start_ns AND c.ts_ns < g.end_ns")
+    assert all(end > start and MIN_DUTY <= duty < 1 for start, end, duty in gaps), gaps
+    inside = _q(con, "SELECT count(*) FROM cuda_calls c JOIN probe_gaps g "
+                     "ON c.ts_ns >= g.start_ns AND c.ts_ns < g.end_ns")
     assert inside == [(0,)]
-    # the workload launches back to back, so every hole of 50 ms or more between its recorded launches is a gap
-    holes = _q(con, """
-        WITH l AS (SELECT ts_ns, lead(ts_ns) OVER (ORDER BY ts_ns) AS next_ns FROM cuda_calls WHERE pid = ?)
-        SELECT count(*) FROM l WHERE next_ns - ts_ns >= 50000000 AND NOT EXISTS (
-            SELECT 1 FROM probe_gaps g WHERE g.start_ns <= l.ts_ns + 25000000 AND g.end_ns >= l.next_ns - 25000000)""",
-               [governed["rate"]])
-    assert holes == [(0,)], "launches missing where no probe gap says so"
-    # launches were recorded again after each gap: the windows reopen
-    after = _q(con, "SELECT count(*) FROM probe_gaps g WHERE EXISTS (SELECT 1 FROM cuda_calls c "
-                    "WHERE c.ts_ns >= g.end_ns AND c.ts_ns < g.end_ns + 1000000000)")[0][0]
-    assert after >= len(gaps) - 1
+    launches = np.sort(con.execute("SELECT ts_ns FROM cuda_calls WHERE pid = ? AND op = 'cuLaunchKernel'",
+                                   [pid]).fetchnumpy()["ts_ns"])
+    starts = np.array([s for s, _e, _d in gaps], dtype=np.int64)
+    ends = np.array([e for _s, e, _d in gaps], dtype=np.int64)
+    lo, hi = np.array(marks[:-1], dtype=np.int64), np.array(marks[1:], dtype=np.int64)
+    # a stretch is clear when no gap comes near it (the marks' clock and the probes' agree within a µs: 10 µs spare)
+    slack = 10_000
+    clear = np.searchsorted(ends, lo - slack, side="right") >= np.searchsorted(starts, hi + slack, side="left")
+    rows = np.searchsorted(launches, hi, side="right") - np.searchsorted(launches, lo, side="right")
+    short = [(int(a), int(b), int(n)) for a, b, n in zip(lo[clear], hi[clear], rows[clear], strict=True) if n != 1024]
+    lost = _q(con, "SELECT source, events_lost FROM collector_stats WHERE events_lost > 0")
+    assert clear.sum() >= 10 and short == [], f"launches missing where no probe gap says so: {short[:5]} {lost}"
+    # the windows reopen: launches are rows again after every gap the workload made 1024 launches after (a whole
+    # stretch between marks; a gap that ends inside the last stretch may have none after it)
+    never_reopened = [int(e) for e in ends if e + slack <= marks[-2] and np.searchsorted(launches, e) == len(launches)]
+    assert never_reopened == [], never_reopened
+
+
+def test_governor_cuts_every_period_after_one_over_budget(governed: dict[str, Any]) -> None:
+    """The governor's decision, from its own rows: a period whose launches, at full coverage, cost over the budget
+    is followed by a period with a gap (while the workload still launches), however fast the machine ran it."""
+    con, pid = governed["con"], governed["rate"]
+    costs = dict(_q(con, "SELECT probe, cost_ns FROM probe_costs"))
+    rows = _q(con, "SELECT start_ns, entry_hits, entry_return_hits, launch_duty FROM tracing_cost "
+                   "WHERE pid = ? ORDER BY start_ns", [pid])
+    over = 0
+    for (start, entry, full, duty), (next_start, _e, _f, next_duty) in zip(rows[:-2], rows[1:-1], strict=True):
+        share = (entry * costs["entry"] / max(duty, 1e-3) + full * costs["entry_return"]) / 1e9
+        if next_start - start == 1_000_000_000 and share > 0.015:  # clearly over --max-overhead 1
+            over += 1
+            assert next_duty < 1, (start, share, next_duty)
+    assert over >= 1, rows
 
 
 def test_governor_duty_matches_its_gaps(governed: dict[str, Any]) -> None:

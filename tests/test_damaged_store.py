@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from analysis_fixtures import contention_store
-from mcp import Client
+from mcp import Client, StdioServerParameters
 
 from ingero_mcp.mcp.server import build_server
 from ingero_mcp.store import SCHEMA_VERSION
@@ -57,6 +57,8 @@ def test_explain_names_the_damage_in_one_line(pristine: Path, tmp_path: Path, ki
 
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
 async def test_mcp_names_the_damage_at_start_and_in_tools(pristine: Path, tmp_path: Path, kind: str) -> None:
+    """Damaged while served, or before the server starts: the server runs (it exited at start, and the client saw
+    "Connection closed"), lists its tools, and each one names the damage in one line, in both halves."""
     sql, says = DAMAGE[kind]
     db = tmp_path / "served.duckdb"
     shutil.copyfile(pristine, db)
@@ -68,12 +70,17 @@ async def test_mcp_names_the_damage_at_start_and_in_tools(pristine: Path, tmp_pa
             results = [await client.call_tool(name, {}) for name in ("get_trace_stats", "get_causal_chains", "get_trace_info")]
     finally:
         server.store.close()
+    stdio = StdioServerParameters(command=sys.executable, args=["-m", "ingero_mcp.cli", "mcp", "--db",
+                                                                str(_damaged_copy(pristine, tmp_path, sql))], cwd=REPO)
+    async with Client(stdio) as client:
+        tools = [t.name for t in (await client.list_tools()).tools]
+        results += [await client.call_tool(name, {}) for name in ("get_trace_stats", "get_time_accounting")]
+        results.append(await client.call_tool("run_sql", {"sql": "SELECT 1"}))
+    assert len(tools) == 10
     for result in results:
         text = result.content[0].text
         assert result.is_error and says in text and "\n" not in text, text
-    start = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "mcp", "--db", str(_damaged_copy(pristine, tmp_path, sql))],
-                           capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
-    assert start.returncode == 2 and start.stderr.count("\n") == 1 and says in start.stderr, start.stderr
+        assert result.structured_content["error"] == text and result.structured_content["notes"] == [text]
 
 
 def _damaged_copy(pristine: Path, tmp_path: Path, sql: str) -> Path:

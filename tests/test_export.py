@@ -8,12 +8,18 @@ written here independently of the exporter's queries.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import lzma
+import os
 import shutil
+import stat
+import subprocess
+import threading
 from collections import Counter
 from pathlib import Path
 
+import duckdb
 import pytest
 from analysis_fixtures import MS, T0
 from hostile import NASTY, bad_chars, hostile_store
@@ -293,3 +299,86 @@ def test_output_path_errors_are_one_line(command: str, name: str, demo_db: Path,
     assert main([command, "--db", str(demo_db), "-o", str(good)]) == 0
     assert good.stat().st_size > 1000
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no temporary file, no stray folder
+
+
+# --- issue 19, item 3: outputs never destroy inputs ---------------------------------------------------------
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("command, suffix", [("export", ".pftrace"), ("export", ".json"), ("report", ".html")])
+def test_an_output_never_replaces_a_trace(command: str, suffix: str, demo_db: Path, ingero_dir: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`report -o run.duckdb --db run.duckdb` replaced the trace with HTML, exit 0. The store read (however the
+    path names it: itself, a symbolic link, a hard link) and any database or trace segment are refused in one
+    line, exit 2, and left as they were."""
+    store = tmp_path / "run.duckdb"
+    shutil.copyfile(demo_db, store)
+    (tmp_path / f"link{suffix}").symlink_to(store)
+    os.link(store, tmp_path / f"hard{suffix}")
+    shutil.copyfile(demo_db, tmp_path / f"other{suffix}")
+    shutil.copyfile(ingero_dir / "sample-gpu-node-01.db", tmp_path / f"ingero{suffix}")
+    with duckdb.connect() as con:
+        con.execute(f"COPY (SELECT 1 AS x) TO '{tmp_path / ('segment' + suffix)}' (FORMAT parquet)")
+    cases = {store: "it is the trace store this command reads", tmp_path / f"link{suffix}": "the trace store this command",
+             tmp_path / f"hard{suffix}": "the trace store this command", tmp_path / f"other{suffix}": "a DuckDB database",
+             tmp_path / f"ingero{suffix}": "an SQLite database", tmp_path / f"segment{suffix}": "a Parquet file"}
+    before = {path: _digest(path) for path in cases}
+    for out, why in cases.items():
+        assert main([command, "--db", str(store), "-o", str(out)]) == 2, out
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith(f"ingero-mcp {command}: refusing to write") and why in err, err
+    assert {path: _digest(path) for path in cases} == before
+    assert (tmp_path / f"link{suffix}").is_symlink()
+    open_store(store).close()  # still a store
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("command", ["export", "report"])
+def test_a_full_device_fails_and_other_devices_stay_devices(command: str, demo_db: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`-o /dev/full` said 'wrote (0.2 MB)'. A device is written in place (a rename would replace the node) and
+    every error of the write is reported."""
+    assert main([command, "--db", str(demo_db), "-o", "/dev/full"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"ingero-mcp {command}: cannot write /dev/full: No space left on device\n"
+    assert main([command, "--db", str(demo_db), "-o", "/dev/null"]) == 0
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode) and stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_a_pipe_gets_the_whole_file(demo_db: Path, tmp_path: Path) -> None:
+    """A named pipe (as `>(gzip > t.json.gz)` gives) is written in place: the reader gets the whole timeline."""
+    fifo = tmp_path / "timeline.json"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    try:
+        export(demo_db, fifo, "--format", "json")
+    finally:
+        reader.join(timeout=60)
+        if reader.is_alive() and stat.S_ISFIFO(os.stat(fifo).st_mode):  # never opened for writing: release the reader
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert got and json.loads(got[0])["traceEvents"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a 64 KiB tmpfs (root)")
+@pytest.mark.parametrize("command, name", [("export", "run.pftrace"), ("report", "run.html")])
+def test_a_full_disk_fails_and_leaves_the_old_file(command: str, name: str, demo_db: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A disk that fills up mid-write: one line, exit 2, the previous file of that name whole, nothing else left."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=True)
+    try:
+        (small / name).write_bytes(b"the previous report\n")
+        assert main([command, "--db", str(demo_db), "-o", str(small / name)]) == 2
+        err = capsys.readouterr().err
+        left = sorted(p.name for p in small.iterdir())
+        previous = (small / name).read_bytes()
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    assert err == f"ingero-mcp {command}: cannot write {small / name}: No space left on device\n"
+    assert left == [name] and previous == b"the previous report\n"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import duckdb
 import pytest
 from mcp import Client
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
@@ -51,3 +53,47 @@ async def test_pictures_of_a_chain(demo_store: Path, tmp_path: Path) -> None:
     assert missing.is_error and "no chain" in missing.content[0].text
     assert bad.is_error
     assert all(p.parent == out_dir for p in out_dir.iterdir())
+
+
+# --- issue 19, item 6: save_picture says why it could not write --------------------------------------------
+
+async def test_a_picture_that_cannot_be_written_says_why(demo_store: Path, tmp_path: Path) -> None:
+    """It answered a bare "Error executing tool" when --out-dir had become a file or the store held a thread state
+    no writer knows. Now: the reason, in one line, in both halves; a folder that vanished is made again."""
+    out_dir = tmp_path / "pictures"
+    damaged = tmp_path / "bogus-state.duckdb"
+    nulls = tmp_path / "null-start.duckdb"
+    shutil.copyfile(demo_store, damaged)
+    shutil.copyfile(demo_store, nulls)
+    with duckdb.connect(str(damaged)) as con:  # the fold's stored thread states, one value changed by hand
+        con.execute("UPDATE acct_thread_state SET state = 'bogus' WHERE state = 'sleeping'")
+    with duckdb.connect(str(nulls)) as con:  # and a time the report needs, emptied
+        con.execute("UPDATE acct_thread_state SET start_ns = NULL WHERE tid % 2 = 0")
+    server = build_server(demo_store, out_dir=out_dir)
+    bogus = build_server(damaged, out_dir=out_dir)
+    null = build_server(nulls, out_dir=out_dir)
+    try:
+        async with Client(server) as client:
+            first = await client.call_tool("save_picture", {"kind": "perfetto"})
+            shutil.rmtree(out_dir)
+            vanished = await client.call_tool("save_picture", {"kind": "perfetto"})
+            remade = Path(vanished.structured_content["path"]).is_file()
+            shutil.rmtree(out_dir)
+            out_dir.write_text("a file where the folder was\n")
+            blocked = await client.call_tool("save_picture", {"kind": "report"})
+            out_dir.unlink()
+        async with Client(bogus) as client:
+            state = await client.call_tool("save_picture", {"kind": "perfetto"})
+        async with Client(null) as client:
+            unexpected = await client.call_tool("save_picture", {"kind": "report"})
+    finally:
+        for each in (server, bogus, null):
+            each.store.close()
+    assert not first.is_error and not vanished.is_error and remade
+    for result, says in ((blocked, f"cannot write the picture in {out_dir} (mcp --out-dir): File exists"),
+                         (state, "the trace's thread states hold an unknown state 'bogus'"),
+                         (unexpected, "could not write the report: TypeError: ")):
+        text = result.content[0].text
+        assert result.is_error and says in text and "\n" not in text, text
+        assert result.structured_content["error"] == text and result.structured_content["notes"] == [text]
+    assert sorted(p.name for p in out_dir.iterdir()) == [], "no half-written picture is left"

@@ -8,6 +8,8 @@ characters), and the demo's dataloader scenario for causal chains and large outp
 from __future__ import annotations
 
 import json
+import tempfile
+import time
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,7 @@ from ingero_mcp.analysis.stats import trace_stats
 from ingero_mcp.demo.scenarios import EXPECTED, generate
 from ingero_mcp.mcp.render import TEXT_BUDGET, fmt_ns, fmt_wall
 from ingero_mcp.mcp.server import STRUCTURED_BUDGET, build_server
+from ingero_mcp.mcp.sqlworker import GRACE_S, Limits
 from ingero_mcp.sanitize import DATA_NOTE, clean
 from ingero_mcp.store import TraceWriter, open_store
 
@@ -263,6 +266,110 @@ async def test_run_sql_timeout_stops_the_query_and_the_server_goes_on(store: Pat
         after = await client.call_tool("run_sql", {"sql": "SELECT count(*) FROM cuda_calls"})
     assert slow.is_error and "timeout" in text_of(slow)
     assert not after.is_error and after.structured_content["rows"] == [[2000]]
+
+
+# --- issue 19, item 4: run_sql within its limits, whatever the query ----------------------------------------
+
+UNINTERRUPTIBLE = "SELECT length(regexp_replace(repeat('ab', 40000000), 'a', 'c', 'g'))"  # one piece of work, ~10 s
+
+
+async def test_run_sql_answers_at_its_timeout_what_duckdb_does_not_interrupt(store: Path) -> None:
+    """DuckDB looks for an interrupt between pieces of work: this query ran 7 s past a 3 s interrupt in the server.
+    Now the answer comes at the timeout, and the next query is answered too."""
+    server = build_server(store, sql_timeout_s=1.0)
+    try:
+        async with Client(server) as client:
+            assert not (await client.call_tool("run_sql", {"sql": "SELECT 1"})).is_error  # its process is up
+            took = {}
+            for name, sql in (("one piece", UNINTERRUPTIBLE), ("range(1e9)", "SELECT count(*) FROM range(1000000000)")):
+                t0 = time.monotonic()
+                took[name] = (await client.call_tool("run_sql", {"sql": sql}), time.monotonic() - t0)
+            after = await client.call_tool("run_sql", {"sql": "SELECT count(*) FROM cuda_calls"})
+    finally:
+        server.store.close()
+    slow, seconds = took["one piece"]
+    assert slow.is_error and text_of(slow) == "query stopped after the 1 s timeout; aggregate or filter more"
+    assert slow.structured_content["error"] == text_of(slow) and slow.structured_content["rows"] == []  # both halves
+    assert seconds < 1.0 + GRACE_S + 1.5, seconds
+    big, seconds = took["range(1e9)"]
+    assert seconds < 1.0 + GRACE_S + 1.5, seconds
+    assert ("timeout" in text_of(big)) if big.is_error else big.structured_content["rows"] == [[1_000_000_000]]
+    assert not after.is_error and after.structured_content["rows"] == [[2000]]
+
+
+async def test_run_sql_stops_a_query_past_its_memory(store: Path) -> None:
+    """A list DuckDB builds in one piece is outside its memory_limit (the server grew to 13.8 GB): the query's
+    process is stopped past run_sql's memory limit, and the next query runs in a new one."""
+    limits = Limits(memory_bytes=512 << 20, duckdb_memory_bytes=128 << 20, temp_bytes=64 << 20)
+    server = build_server(store, sql_timeout_s=60.0, sql_limits=limits)
+    try:
+        async with Client(server) as client:
+            t0 = time.monotonic()
+            huge = await client.call_tool("run_sql", {"sql": "SELECT count(*) FROM (SELECT unnest(range(200000000)))"})
+            seconds = time.monotonic() - t0
+            after = await client.call_tool("run_sql", {"sql": "SELECT count(*) FROM cuda_calls"})
+    finally:
+        server.store.close()
+    assert huge.is_error and "needed more than 0.5 GiB of memory" in text_of(huge), text_of(huge)
+    assert huge.structured_content["error"] == text_of(huge)
+    assert seconds < 30, seconds
+    assert not after.is_error and after.structured_content["rows"] == [[2000]]
+
+
+async def test_run_sql_limits_are_its_connections_and_the_store_stays_read_only(store: Path) -> None:
+    """memory_limit, a private temporary folder (not beside the store) and its size cap are set on the connection
+    run_sql uses, and locked; the store is still read-only and outside files still refused."""
+    limits = Limits.for_this_machine()
+    server = build_server(store)
+    try:
+        async with Client(server) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            settings = await client.call_tool("run_sql", {"sql": (
+                "SELECT current_setting('memory_limit'), current_setting('temp_directory'), "
+                "current_setting('max_temp_directory_size'), current_setting('lock_configuration')")})
+            lift = await client.call_tool("run_sql", {"sql": "SET memory_limit = '100GB'"})
+            write = await client.call_tool("run_sql", {"sql": "DELETE FROM cuda_calls"})
+            spill = await client.call_tool("run_sql", {"sql": (
+                "SELECT count(*) FROM (SELECT x FROM range(2000000) t(x) ORDER BY random())")})
+            (memory, temp, temp_cap, locked), = settings.structured_content["rows"]
+            folder = Path(temp).parent
+            private = folder.is_dir() and folder.stat().st_mode & 0o777
+    finally:
+        server.store.close()
+
+    def gib(text: str) -> float:
+        number, unit = text.split()
+        return float(number) * {"MiB": 1 / 1024, "GiB": 1.0}[unit]
+
+    assert gib(memory) == pytest.approx(limits.duckdb_memory_bytes / (1 << 30), abs=0.06), memory
+    assert gib(temp_cap) == pytest.approx(limits.temp_bytes / (1 << 30), abs=0.06), temp_cap
+    assert limits.memory_bytes <= 4 << 30
+    assert Path(temp).is_relative_to(tempfile.gettempdir()) and not Path(temp).is_relative_to(store.parent)
+    assert private == 0o700 and locked is True
+    assert not folder.exists(), "the temporary folder goes with the server"
+    assert lift.is_error and "locked" in text_of(lift)
+    assert write.is_error and "read-only" in text_of(write)
+    assert not spill.is_error and spill.structured_content["rows"] == [[2_000_000]]
+    assert f"past {limits.memory_bytes / (1 << 30):.1f} GiB of memory" in (tools["run_sql"].description or "")
+
+
+async def test_run_sql_headers_count_in_the_budget(store: Path) -> None:
+    """A 5,000-column PIVOT returned ~45k tokens in one result: the columns shown are capped, and both halves say
+    how many were left out; long column names count too."""
+    pivot = await call(store, "run_sql",
+                       {"sql": "PIVOT (SELECT x % 5000 AS k, x FROM range(10000) t(x)) ON k USING sum(x)"})
+    names = ", ".join(f"x AS \"{'n' * 150}{i}\"" for i in range(60))
+    long_names = await call(store, "run_sql", {"sql": f"SELECT {names} FROM range(3) t(x)"})
+    for result, total in ((pivot, 5000), (long_names, 60)):
+        assert not result.is_error, text_of(result)
+        got = result.structured_content
+        shown = len(got["columns"])
+        assert 0 < shown < total and all(len(row) == shown for row in got["rows"]) and got["rows"]
+        note = f"only the first {shown} of the {total} columns are shown ({total - shown} left out)"
+        assert any(note in n for n in got["notes"]) and note in text_of(result)
+        assert_bounded(result)
+    assert len(pivot.structured_content["columns"]) == 100
+    assert len(json.dumps(pivot.structured_content)) + len(text_of(pivot)) < 40_000  # was ~180k characters
 
 
 async def test_traced_strings_are_cleaned_capped_and_marked(store: Path) -> None:

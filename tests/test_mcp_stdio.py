@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import jsonschema
 import pytest
 from analysis_fixtures import contention_store
 from mcp import Client, StdioServerParameters
@@ -140,28 +141,86 @@ def test_stdout_carries_only_protocol(store: Path) -> None:
     assert by_id[4]["result"]["structuredContent"]["calls"] == 2000
 
 
-@pytest.mark.parametrize("kind", ["missing", "directory", "not-duckdb", "sqlite", "empty-duckdb"])
-def test_unusable_store_is_one_line_on_stderr_and_exit_2(tmp_path: Path, ingero_dir: Path, kind: str) -> None:
-    db = {
-        "missing": tmp_path / "nope.duckdb",
-        "directory": tmp_path,
-        "not-duckdb": tmp_path / "junk.duckdb",
-        "sqlite": ingero_dir / "pytorch-dataloader-starvation.db",
-        "empty-duckdb": tmp_path / "empty.duckdb",
-    }[kind]
-    if kind == "not-duckdb":
+TOOL_ARGS: dict[str, dict[str, Any]] = {"run_sql": {"sql": "SELECT * FROM cuda_calls"}}
+UNREADABLE = {  # kind -> what the reason says
+    "missing": "no trace store at", "directory": "is a directory, not a trace store file",
+    "garbage": "is not a readable DuckDB trace store", "truncated-header": "Could not read enough bytes",
+    "truncated": "Could not read enough bytes", "sqlite": "is a SQLite database (an Ingero trace?)",
+    "empty-duckdb": "is a DuckDB file but not an ingero-mcp trace store",
+}
+
+
+def unreadable_store(kind: str, folder: Path, ingero_dir: Path) -> Path:
+    """A --db that a user might pass by mistake, or a store damaged on disk."""
+    db = folder / f"{kind}.duckdb"
+    if kind == "directory":
+        db.mkdir()
+    elif kind == "garbage":
         db.write_bytes(b"this is not a database\n" * 100)
-    if kind == "empty-duckdb":
+    elif kind.startswith("truncated"):  # the catalog readable, the data cut off; or the header itself cut
+        db.write_bytes((REPO / "investigations" / "h200-seed-benchmark.duckdb").read_bytes()[
+            : 5000 if kind == "truncated-header" else 1_000_000])
+    elif kind == "sqlite":
+        db = ingero_dir / "pytorch-dataloader-starvation.db"
+    elif kind == "empty-duckdb":
         duckdb.connect(str(db)).close()
+    return db
+
+
+@pytest.mark.parametrize("kind", sorted(UNREADABLE))
+async def test_an_unreadable_store_is_served_and_each_tool_says_why(tmp_path: Path, ingero_dir: Path,
+                                                                   kind: str) -> None:
+    """The server exited at start on a damaged store: the client saw "Connection closed" and the model nothing.
+    It now starts, lists its tools and prompt, and every tool answers with the one-line reason in both halves."""
+    db = unreadable_store(kind, tmp_path, ingero_dir)
+    entry = server_entry()
+    params = StdioServerParameters(command=entry["command"], args=with_db(entry["args"], db), cwd=REPO)
+    async with Client(params) as client:
+        schemas = {t.name: t.output_schema for t in (await client.list_tools()).tools}
+        tools = list(schemas)
+        prompts = [p.name for p in (await client.list_prompts()).prompts]
+        results = {name: await client.call_tool(name, TOOL_ARGS.get(name, {})) for name in tools}
+        prompt = await client.get_prompt("investigate", {})
+    assert len(tools) == 10 and prompts == ["investigate"] and prompt.messages
+    for name, result in results.items():
+        if kind == "truncated" and name == "run_sql" and not result.is_error:
+            continue  # the rows it asked for were in the part left
+        text = result.content[0].text
+        assert result.is_error and "\n" not in text and UNREADABLE[kind] in text, (name, text)
+        # the reason in the structured half too, in the tool's own shape: clients that check it against the output
+        # schema (the Inspector does, errors included) accept it
+        assert result.structured_content["error"] == text and result.structured_content["notes"] == [text], name
+        jsonschema.validate(result.structured_content, schemas[name])
+        if kind != "truncated":  # the file opened: the reason is the engine's, not the path's
+            assert str(db) in text, (name, text)
+
+
+@pytest.mark.parametrize("kind", ["missing", "sqlite"])
+def test_an_unreadable_store_is_one_line_on_stderr_and_the_server_runs(tmp_path: Path, ingero_dir: Path,
+                                                                       kind: str) -> None:
+    db = unreadable_store(kind, tmp_path, ingero_dir)
     proc = subprocess.run(
         [str(INGERO_MCP), "mcp", "--db", str(db)], input="", capture_output=True, text=True, timeout=60,
         env={"PATH": "/usr/bin:/bin"},
     )
-    assert proc.returncode == 2
-    assert proc.stdout == ""
+    assert proc.returncode == 0 and proc.stdout == ""
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ingero-mcp mcp: ") and str(db) in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("ingero-mcp mcp: serving, but the trace store cannot be read: ")
+    assert UNREADABLE[kind] in lines[0] and str(db) in lines[0]
+
+
+@pytest.mark.parametrize("problem", ["a file", "under a file"])
+def test_an_out_dir_that_cannot_hold_pictures_is_one_line_at_start(store: Path, tmp_path: Path, problem: str) -> None:
+    """`mcp --out-dir` that is a file (or lies under one): one line and exit 2 at start, not a failed tool later."""
+    blocker = tmp_path / "pictures"
+    blocker.write_text("not a folder\n")
+    out_dir = blocker if problem == "a file" else blocker / "sub"
+    proc = subprocess.run([str(INGERO_MCP), "mcp", "--db", str(store), "--out-dir", str(out_dir)], input="",
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("ingero-mcp mcp: --out-dir ")
+    assert "is a file, not a folder" in proc.stderr and str(blocker) in proc.stderr
 
 
 async def test_the_config_as_written_serves_the_bundled_h200_trace() -> None:

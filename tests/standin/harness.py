@@ -67,8 +67,9 @@ def require_ebpf() -> None:
 class Workload:
     """A stand-in workload process that waits for `go()` before calling anything."""
 
-    def __init__(self, standin: StandIn, *args: str, cpu: int | None = None, fifo: bool = False) -> None:
-        env = {**os.environ, "WL_WAIT": "1"}
+    def __init__(self, standin: StandIn, *args: str, cpu: int | None = None, fifo: bool = False,
+                 env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, **(env or {}), "WL_WAIT": "1"}
         if cpu is not None:
             env["WL_CPU"] = str(cpu)
         if fifo:

@@ -6,13 +6,15 @@
  *   workload rate N [driver [SECONDS]]                    N back-to-back cudaLaunchKernel calls (driver:
  *                                                         cuLaunchKernel; SECONDS: for that long instead)
  *   workload pace PER_SECOND SECONDS                      cuLaunchKernel at a job's pace: PER_SECOND / 1000
- *                                                         back to back every millisecond, for SECONDS
+ *                                                         back to back every millisecond, for SECONDS; prints
+ *                                                         "calls N ns WALL paced P" (see pace() below)
  *   workload hog                                          spin forever (comm "standin-hog")
  *   workload v2 SLEEPER_CPU SPIN_CPU                      what schema v2 records (see v2() below); prints
  *                                                         "tid NAME TID", "func NAME ADDR" and "pinned ..."
  *
  * Env: WL_CPU=n pins to CPU n; WL_FIFO=1 runs SCHED_FIFO (no CFS task can preempt it);
- * WL_WAIT=1 prints "ready" and waits for a line on stdin before working. */
+ * WL_WAIT=1 prints "ready" and waits for a line on stdin before working; WL_MARKS=FILE (rate): the wall clock
+ * every 1024 launches, written to FILE (see rate() below). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -68,6 +70,12 @@ void standin_drv_config(long, long);
 static long now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+static long wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     return ts.tv_sec * 1000000000L + ts.tv_nsec;
 }
 
@@ -308,33 +316,57 @@ static int rate(long n, int driver, double seconds) {
     standin_drv_config(0, 0);
     dim3 g = {1, 1, 1}, b = {32, 1, 1};
     long t0 = now_ns(), end = t0 + (long)(seconds * 1e9), i = 0;
+    /* WL_MARKS=FILE: the wall clock (CLOCK_REALTIME, the store's clock) read after launches 0, 1024, 2048, ...,
+     * written there at the end, one a line: exactly 1024 launches begin between two marks. */
+    const char *marks_path = getenv("WL_MARKS");
+    long *marks = NULL, n_marks = 0, cap = 0;
     for (; seconds > 0 || i < n; i++) {
         if (driver)
             cuLaunchKernel((void *)rate, 1, 1, 1, 32, 1, 1, 0, S(i & 3), NULL, NULL);
         else
             cudaLaunchKernel((void *)rate, g, b, NULL, 0, S(i & 3));
-        if (seconds > 0 && (i & 1023) == 0 && now_ns() >= end)
-            break;
+        if ((i & 1023) == 0) {
+            if (marks_path) {
+                if (n_marks == cap && !(marks = realloc(marks, (cap = cap ? 2 * cap : 4096) * sizeof *marks)))
+                    return 1;
+                marks[n_marks++] = wall_ns();
+            }
+            if (seconds > 0 && now_ns() >= end)
+                break;
+        }
     }
     long t1 = now_ns();
+    if (marks_path) {
+        FILE *f = fopen(marks_path, "w");
+        for (long k = 0; f && k < n_marks; k++)
+            fprintf(f, "%ld\n", marks[k]);
+        if (!f || fclose(f) != 0)
+            return 1;
+    }
     printf("calls %ld ns %ld\n", seconds > 0 ? i + 1 : n, t1 - t0);
     return 0;
 }
 
 /* cuLaunchKernel at PER_SECOND a second, in a burst every millisecond (a job's pace: the collector records as many
- * calls as from a real loop, without the calls' process being the one timed), for SECONDS. Prints "calls N ns WALL". */
+ * calls as from a real loop, without the calls' process being the one timed), for SECONDS. A burst that starts late
+ * (the process was preempted) follows the one before at once, to catch up. Prints "calls N ns WALL paced P": P
+ * bursts began 0.5 ms or more after the one before (as this process's clock saw them), the rest caught up. */
 static int pace(long per_second, double seconds) {
     standin_drv_config(0, 0);
-    long per_ms = per_second / 1000 > 0 ? per_second / 1000 : 1, done = 0;
+    long per_ms = per_second / 1000 > 0 ? per_second / 1000 : 1, done = 0, paced = 0, last = -1;
     long t0 = now_ns(), end = t0 + (long)(seconds * 1e9), next = t0;
     while (now_ns() < end) {
+        long burst = now_ns();
+        if (last >= 0 && burst - last >= 500000)
+            paced++;
+        last = burst;
         for (long k = 0; k < per_ms; k++, done++)
             cuLaunchKernel((void *)pace, 1, 1, 1, 32, 1, 1, 0, S(done & 3), NULL, NULL);
         next += 1000000;
         struct timespec ts = {next / 1000000000L, next % 1000000000L};
         clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
     }
-    printf("calls %ld ns %ld\n", done, now_ns() - t0);
+    printf("calls %ld ns %ld paced %ld\n", done, now_ns() - t0, paced);
     return 0;
 }
 

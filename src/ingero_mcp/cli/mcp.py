@@ -1,13 +1,19 @@
 """`ingero-mcp mcp --db PATH`: serve one trace to an AI assistant over stdio MCP.
 
-The store is opened (read-only) before the server starts, so a missing or unreadable trace is one
-line on stderr and exit code 2, never a traceback; stdout carries nothing but the protocol.
+The store is opened (read-only) before the server starts. One that cannot be read (missing, damaged, not a
+store) is served all the same, with one line on stderr: the client lists the tools and each says why, where
+a server that exited would leave it with "Connection closed". A bad --out-dir is one line and exit code 2.
+stdout carries nothing but the protocol.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
+
+from ingero_mcp.sanitize import clean
 
 DESCRIPTION = """\
 Serve a trace store to an MCP client (Claude Code, ollmcp, the MCP Inspector) over stdio.
@@ -46,6 +52,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=run)
 
 
+def out_dir_problem(folder: Path) -> str | None:
+    """Why save_picture could not write in `folder` (a file, not writable, under a file), or None when it can."""
+    if folder.exists():
+        if not folder.is_dir():
+            return f"{folder} is a file, not a folder"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"{folder}: no permission to create files there"
+        return None
+    parent = folder.parent
+    while not parent.exists() and parent != parent.parent:  # the nearest folder that exists gets the new ones
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{folder} cannot be made: {parent} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{folder} cannot be made: no permission to create folders in {parent}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Open the store, then serve until the client closes stdin."""
     from ingero_mcp.store.errors import StoreError
@@ -53,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
     if args.sql_timeout <= 0:
         print("ingero-mcp mcp: --sql-timeout must be positive", file=sys.stderr)
         return 2
+    if args.out_dir:
+        problem = out_dir_problem(Path(args.out_dir))
+        if problem:
+            print(f"ingero-mcp mcp: --out-dir {problem}", file=sys.stderr)
+            return 2
     try:
         from ingero_mcp.mcp.server import build_server
 
@@ -62,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - start-up must never print a traceback to the client
         print(f"ingero-mcp mcp: cannot serve {args.db}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
+    unreadable = server.store.unreadable  # type: ignore[attr-defined]
+    if unreadable:
+        print(f"ingero-mcp mcp: serving, but the trace store cannot be read: {clean(unreadable, 1000)} "
+              "(each tool says so)", file=sys.stderr)
     try:
         server.run("stdio")
     except KeyboardInterrupt:

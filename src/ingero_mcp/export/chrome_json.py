@@ -74,7 +74,7 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
             if tid not in state_tid:
                 continue
             args = {k: ev.label(v) for k, v in (("syscall", syscall), ("woken_by", waker), ("cpu_held_by", holder)) if v}
-            emit({"ph": "X", "name": ev.STATE_NAMES[state], "cat": "state", "pid": pid, "tid": state_tid[tid],
+            emit({"ph": "X", "name": ev.state_name(state), "cat": "state", "pid": pid, "tid": state_tid[tid],
                   "ts": us(start), "dur": dur / 1000.0, "args": args})
             counts["state_slices"] += 1
     # Wake-ups: an arrow from the waker's state row to the wakee's ("f" binds to the slice enclosing it).

@@ -14,10 +14,20 @@ import duckdb
 from ingero_mcp.analysis._sql import interval_in, pid_in, rows, ts_in, where
 from ingero_mcp.analysis.models import CausalChain, TimeWindow
 from ingero_mcp.sanitize import clean
+from ingero_mcp.store.errors import StoreError
 
 # A thread state as the timeline names it (thread_state's state, sleep_state 'D' -> IO).
 STATE_NAMES = {"running": "running", "cpu_wait": "waiting for a CPU", "sleeping": "sleeping", "io": "IO (D sleep)",
                "off_cpu": "off-CPU (split unknown)"}
+
+
+def state_name(state: str) -> str:
+    """A thread state's timeline name; a state the analysis never writes is damage, named in one line."""
+    try:
+        return STATE_NAMES[state]
+    except KeyError:
+        raise StoreError(f"the trace's thread states hold an unknown state {clean(repr(state), 80)} (known: "
+                         f"{', '.join(STATE_NAMES)}): a damaged or hand-edited store") from None
 COUNTERS = (  # snapshots column, track name
     ("cpu_percent", "host CPU %"),
     ("gpu_util_percent", "GPU utilisation %"),

@@ -219,7 +219,7 @@ def write_report(db: str | os.PathLike[str], out: str | os.PathLike[str], pids: 
     from ingero_mcp.analysis.window import resolve_window
     from ingero_mcp.store import open_store
 
-    check_output(out)
+    check_output(out, reads=[db])
     con = open_store(db)
     try:
         if window is None and (since or start or end):

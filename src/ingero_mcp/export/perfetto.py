@@ -195,7 +195,7 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
             dur, _ = _int(b, "dur_ns")
             tracks = _lookup(_int(b, "tid")[0], state_track)
             states, names, _ = _codes(b, "state", clean=False)
-            iids = np.array(w.intern([ev.STATE_NAMES[s] for s in names]), dtype=np.int64)[states]
+            iids = np.array(w.intern([ev.state_name(s) for s in names]), dtype=np.int64)[states]
             args = [col.annotation_strings(ARG[arg], *_codes(b, column))
                     for column, arg in (("syscall", "syscall"), ("waker_comm", "woken_by"), ("holder_comm", "cpu_held_by"))]
             flow, valid = _int(b, "flow_id")

@@ -328,7 +328,7 @@ def render_sql(r: SqlRows, render_cell: Callable[[Any], str] = _cell) -> str:
     if r.columns:
         head.append("columns: " + " | ".join(f"{quote(c, 200)} ({t})" for c, t in zip(r.columns, r.types, strict=True)))
     lines = [" | ".join(render_cell(v) for v in row) for row in r.rows]
-    text, _ = fit_lines(head, lines, len(lines))
+    text, _ = fit_lines(head, lines, max(r.total, len(lines)))  # rows fetched but not shown are counted as left out
     return text
 
 

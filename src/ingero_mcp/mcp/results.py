@@ -6,7 +6,8 @@ as `explain --json`), plus `shown`/`total`/`truncated` and notes saying what a c
 
 from __future__ import annotations
 
-from typing import Any
+from types import UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, Field
 
@@ -31,8 +32,36 @@ class Bounds(BaseModel):
     total: int = 0
     truncated: bool = False
     notes: list[str] = []
+    error: str | None = Field(None, description="why the call failed (then the other fields are empty); "
+                              "absent on success")
     # The trace's first moment: moments (*_ns >= 1e17) gain a readable '+S s' offset (*_at) from it.
     trace_start_ns: int | None = Field(None, exclude=True)
+
+
+B = TypeVar("B", bound=Bounds)
+
+
+def blank(model: type[B], reason: str) -> B:
+    """The smallest valid `model` that says only why there is no answer: every required field empty, the reason in
+    `error` and `notes` (a client that checks a failed call's structured content against the schema accepts it)."""
+    required = {name: _empty(field.annotation) for name, field in model.model_fields.items() if field.is_required()}
+    return model.model_validate({**required, "error": reason, "notes": [reason]})
+
+
+def _empty(annotation: Any) -> Any:
+    """The empty value of a type: None where allowed, 0, '', False, [], {}, or a model of empty required fields."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, UnionType):
+        return None if type(None) in args else _empty(args[0])
+    if origin is Literal:
+        return args[0]
+    if origin in (list, tuple, set, frozenset):
+        return []
+    if origin is dict:
+        return {}
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {n: _empty(f.annotation) for n, f in annotation.model_fields.items() if f.is_required()}
+    return {bool: False, int: 0, float: 0.0, str: ""}.get(annotation)
 
 
 class StatsResult(Bounds):

@@ -8,6 +8,7 @@ returns compact text plus the same data as structured content. It computes nothi
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import inspect
 import json
@@ -23,7 +24,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import duckdb
 from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, create_model, model_validator
@@ -35,6 +36,7 @@ from ingero_mcp.mcp.chainview import fit_chains, rank, with_offsets
 from ingero_mcp.mcp.prompt import investigate_text
 from ingero_mcp.mcp.results import (
     AccountingResult,
+    Bounds,
     BreakdownResult,
     ChainsResult,
     ContextResult,
@@ -44,8 +46,10 @@ from ingero_mcp.mcp.results import (
     SqlRows,
     StatsResult,
     TimelineResult,
+    blank,
 )
-from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_LIMIT, SqlError, describe_schema, run_query
+from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_COLUMNS, MAX_LIMIT, SqlError, describe_schema
+from ingero_mcp.mcp.sqlworker import Limits, SqlWorker
 from ingero_mcp.analysis.views import install_views
 from ingero_mcp.sanitize import DATA_NOTE, clean, clean_data, clean_lines
 from ingero_mcp.store.reader import lay_current_views
@@ -79,8 +83,13 @@ class StoreHandle:
         self._stamp: tuple[Any, ...] | None = None
         self._opened_at = 0.0
         self._active = 0  # tool calls using the connection now
-        with self.connection():
-            pass
+        self.on_close: list[Callable[[], None]] = []  # what else holds the store (run_sql's process)
+        self.unreadable: str | None = None  # why the store could not be opened at start (None: it could)
+        try:
+            with self.connection():
+                pass
+        except StoreError as exc:  # served anyway: every tool says why, and a store that appears later is read
+            self.unreadable = str(exc)
 
     def _fingerprint(self) -> tuple[Any, ...]:
         parts: list[Any] = []
@@ -117,7 +126,7 @@ class StoreHandle:
                 if self._con is not None:
                     self._con.close()
                     self._con = None
-                self._con = open_store(self.path)
+                self._con = _open(self.path)
                 self._stamp, self._opened_at = stamp, time.monotonic()
             cursor = self._con.cursor()
             # a cursor is a connection of its own: an older store's current-shape views and the accounting's views
@@ -136,11 +145,32 @@ class StoreHandle:
                 self._active -= 1
 
     def close(self) -> None:
-        """Close the connection (tests; the process exit does it otherwise)."""
+        """Close the connection and stop what else holds the store (tests; the process exit does it otherwise)."""
+        for stop in self.on_close:
+            stop()
         with self._lock:
             if self._con is not None:
                 self._con.close()
                 self._con = None
+
+
+def _open(path: Path) -> duckdb.DuckDBPyConnection:
+    """open_store, with every way a file can fail to open (unreadable, damaged past the checks) as a StoreError."""
+    try:
+        return open_store(path)
+    except StoreError:
+        raise
+    except (duckdb.Error, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreError(f"cannot read the trace store {path}: {first}") from exc
+
+
+def _error(message: str, model: type[Bounds]) -> CallToolResult:
+    """A tool error in both halves: the one-line reason as the text, and as the `error` of an empty result of the
+    tool's own shape (clients check structured content against the tool's output schema, errors included)."""
+    line = " ".join(clean(message, 1000).split())
+    return CallToolResult(content=[TextContent(type="text", text=line)],
+                          structured_content=_structured(blank(model, line)), is_error=True)
 
 
 def _result(text: str, model: BaseModel) -> CallToolResult:
@@ -153,6 +183,8 @@ def _structured(model: BaseModel) -> dict[str, Any]:
     """What goes out as structured content: the model as JSON data, every string cleaned and capped
     (evidence SQL whole), every moment with its readable offset from the trace start."""
     data = clean_data(model.model_dump(mode="json"), cap=STRING_CAP, key_caps={"sql": SQL_CAP})
+    if data.get("error", "") is None:  # only a failed call says `error`
+        del data["error"]
     origin = getattr(model, "trace_start_ns", None)
     return with_offsets(data, origin) if origin is not None else data
 
@@ -254,17 +286,18 @@ def _whole(con: duckdb.DuckDBPyConnection) -> TimeWindow | None:
     return trace_window(con)
 
 
-def _guard(fn: Callable[[], CallToolResult]) -> CallToolResult:
-    """Turn the errors a user can act on into tool errors with their message; the rest stay generic."""
+def _guard(fn: Callable[[], CallToolResult], model: type[Bounds]) -> CallToolResult:
+    """Turn the errors a user can act on into tool errors with their one-line message, in both halves (the text, and
+    structured content of the tool's own shape, `model`); the rest stay generic."""
     try:
         return fn()
-    except (StoreError, SqlError) as exc:
-        raise ToolError(clean(str(exc), 1000)) from exc
+    except (StoreError, SqlError, ToolError) as exc:
+        return _error(str(exc), model)
     except duckdb.Error as exc:
         # A store that opened but cannot answer this (damage the checks at open did not catch): one line.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ToolError(f"the trace store could not answer this: {clean(first, 500)} (a damaged or hand-edited "
-                        "store? run_sql can look inside)") from exc
+        return _error(f"the trace store could not answer this: {clean(first, 500)} (a damaged or hand-edited "
+                      "store? run_sql can look inside)", model)
 
 
 SINCE = Annotated[
@@ -283,16 +316,22 @@ PIDS = Annotated[
 
 def build_server(
     db_path: str | Path, sql_timeout_s: float = DEFAULT_TIMEOUT_S, reopen_min_s: float = _REOPEN_MIN_S,
-    out_dir: str | Path | None = None,
+    out_dir: str | Path | None = None, sql_limits: Limits | None = None,
 ) -> MCPServer:
-    """An MCPServer over the trace at `db_path`, opened now (StoreError if it cannot be read).
+    """An MCPServer over the trace at `db_path`, opened now. A store that cannot be read (missing, damaged, not a
+    store) is served all the same: the tools and the prompt are listed, and each tool answers with the reason
+    (`server.store.unreadable` holds it), until the file can be read.
 
     A store that changes on disk (a live recording) is reopened at most every `reopen_min_s`.
-    save_picture writes its files under `out_dir` (default: a per-user folder in the temp directory).
+    save_picture writes its files under `out_dir` (default: a per-user folder in the temp directory). run_sql's
+    queries run in a child process within `sql_limits` (default: sized for this machine, sqlworker.Limits).
     """
     store = StoreHandle(db_path, reopen_min_s)
-    with store.connection() as con:
-        schema_text = describe_schema(con)
+    if store.unreadable is None:
+        with store.connection() as con:
+            schema_text = describe_schema(con)
+    else:
+        schema_text = _current_schema_text()
     server = MCPServer(
         name="ingero-mcp",
         title="ingero-mcp trace investigator",
@@ -301,6 +340,10 @@ def build_server(
         log_level="WARNING",
     )
     server.store = store  # type: ignore[attr-defined]  # tests close it
+    sql_worker = SqlWorker(store.path, sql_limits, fingerprint=store._fingerprint,  # noqa: SLF001
+                           reopen_min_s=reopen_min_s)
+    store.on_close.append(sql_worker.stop)
+    atexit.register(sql_worker.stop)
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
 
     def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -343,7 +386,7 @@ def build_server(
             result = _shrink(result, "ops")
             return _result(render.render_stats(result), result)
 
-        return _guard(run)
+        return _guard(run, StatsResult)
 
     @tool
     def get_causal_chains(
@@ -391,7 +434,7 @@ def build_server(
             result.notes += fit_notes
             return _result(render.render_chains(result, whole), result)
 
-        return _guard(run)
+        return _guard(run, ChainsResult)
 
     @tool
     def get_time_accounting(
@@ -446,7 +489,7 @@ def build_server(
             )
             return _result(render.render_accounting(result, whole), result)
 
-        return _guard(run)
+        return _guard(run, AccountingResult)
 
     @tool
     def get_evidence_sql(
@@ -490,7 +533,7 @@ def build_server(
                                     "result; the rest are in explain --sql")
             return _result(render.render_evidence(result, whole), result)
 
-        return _guard(run)
+        return _guard(run, EvidenceResult)
 
     @tool
     def get_per_process_breakdown(
@@ -530,7 +573,7 @@ def build_server(
             result = _shrink(result, "processes")
             return _result(render.render_breakdown(result, whole), result)
 
-        return _guard(run)
+        return _guard(run, BreakdownResult)
 
     @tool
     def get_timeline(
@@ -587,7 +630,7 @@ def build_server(
                 result.notes.append(f"only {keep} of the {len(entries)} events asked for fit in one result; lower limit or narrow the window")
             return _result(render.render_timeline(result, whole), result)
 
-        return _guard(run)
+        return _guard(run, TimelineResult)
 
     @tool
     def get_system_context(
@@ -616,7 +659,7 @@ def build_server(
                 result.notes.append(f"every {step // 2}th snapshot shown to keep the result small")
             return _result(render.render_context(result, whole), result)
 
-        return _guard(run)
+        return _guard(run, ContextResult)
 
     pictures = Path(out_dir) if out_dir else Path(tempfile.gettempdir()) / f"ingero-mcp-{os.getuid()}"
     writes_files = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
@@ -658,7 +701,14 @@ def build_server(
                         raise ToolError(f"no chain {json.dumps(clean(chain_id, 200), ensure_ascii=False)} in this "
                                         f"window; chains here: {ids}")
                     window = chain.window or window
-            pictures.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                pictures.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ToolError(f"cannot write the picture in {pictures} (mcp --out-dir): "
+                                f"{exc.strerror or exc}") from exc
+            if not pictures.is_dir() or not os.access(pictures, os.W_OK | os.X_OK):
+                raise ToolError(f"cannot write the picture in {pictures} (mcp --out-dir): "
+                                + ("not a folder" if not pictures.is_dir() else "no permission"))
             key = json.dumps([kind, window.model_dump() if window else None, chosen, chain.id if chain else None])
             name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', store.path.stem)[:60]}-{kind}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
             counts: dict[str, int] = {}
@@ -683,7 +733,17 @@ def build_server(
                     + ("" if not counts else " Holds " + ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in counts.items()) + "."))
             return _result(f"{text}\n{DATA_NOTE}", result)
 
-        return _guard(run)
+        def run_or_say_why() -> CallToolResult:
+            try:
+                return run()
+            except (StoreError, SqlError, ToolError, duckdb.Error):
+                raise  # _guard words these
+            except Exception as exc:  # noqa: BLE001 - a picture not drawn says why, not "Error executing tool"
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                return _error(f"could not write the {kind}: {type(exc).__name__}" + (f": {first}" if first else "")
+                              + " (a damaged or hand-edited store? run_sql can look inside)", PictureResult)
+
+        return _guard(run_or_say_why, PictureResult)
 
     server.add_tool(save_picture, description=" ".join(inspect.cleandoc(save_picture.__doc__ or "").split()),
                     annotations=writes_files)
@@ -719,15 +779,16 @@ def build_server(
                 result.notes.append(f"{result.total - keep} of {result.total} sessions left out; run_sql reads the sessions table")
             return _result(render.render_info(result), result)
 
-        return _guard(run)
+        return _guard(run, InfoResult)
 
     @server.tool(
         annotations=read_only,
         description=(
             "Read-only SQL (DuckDB dialect) over the trace store, for questions the other tools do not answer. "
             f"Returns at most `limit` rows (default {DEFAULT_LIMIT}, max {MAX_LIMIT}); large results are cut to "
-            "fit the answer budget, so aggregate in SQL. Stopped after "
-            f"{sql_timeout_s:g} s. Writes, ATTACH, COPY, file/network readers and extensions are refused by the "
+            f"fit the answer budget, and at most {MAX_COLUMNS} columns are shown, so aggregate in SQL. Stopped after "
+            f"{sql_timeout_s:g} s or past {sql_worker.limits.memory_bytes / (1 << 30):.1f} GiB of memory. "
+            "Writes, ATTACH, COPY, file/network readers and extensions are refused by the "
             "engine. Timestamps are ns since the Unix epoch (wall clock), durations *_ns, sizes *_bytes; every "
             "table has session_id. Tables:\n" + schema_text
         ),
@@ -744,19 +805,29 @@ def build_server(
         def run() -> CallToolResult:
             if (sql is None) == (query is None):
                 raise ToolError("give the query as `sql` (or `query`, Ingero's name), exactly one of them")
-            with store.connection() as con:
-                got = run_query(con, sql if sql is not None else query or "", limit=limit, timeout_s=sql_timeout_s)
+            with store.connection():
+                pass  # readable (else the reason), and reopened if it changed
+            text = sql if sql is not None else query or ""
+            if not text.strip():
+                raise SqlError("empty query")
+            got = sql_worker.run(text, limit, sql_timeout_s)
             result = SqlRows(
-                columns=[clean(c, 200) for c in got.columns], types=got.types, rows=got.rows, limit=limit,
-                more_rows=got.more_rows, elapsed_ms=round(got.elapsed_s * 1000, 1), shown=len(got.rows),
-                total=len(got.rows), truncated=got.more_rows, notes=list(got.notes),
+                columns=[clean(c, 200) for c in got.columns], types=got.types, rows=[], limit=limit,
+                more_rows=got.more_rows, elapsed_ms=round(got.elapsed_s * 1000, 1), shown=0, total=got.fetched,
+                truncated=got.more_rows, notes=list(got.notes),
             )
             if got.more_rows:
                 result.notes.append(f"the query returned more than {limit} rows; only the first {limit} were fetched")
-            result = _shrink(result, "rows")
+            # the rows that fit the budget with the header, counted against the rows fetched (not only those passed on)
+            keep = _fit(result, got.rows, lambda rows: setattr(result, "rows", rows))
+            result.shown = keep
+            if keep < got.fetched:
+                result.truncated = True
+                result.notes.append(f"only {keep} of the {got.fetched} rows fetched fit in one result; select fewer or "
+                                    "narrower columns, aggregate, or lower limit")
             return _result(render.render_sql(result), result)
 
-        return _guard(run)
+        return _guard(run, SqlRows)
 
     _refuse_unknown_arguments(server, "run_sql")
 
@@ -785,8 +856,11 @@ def build_server(
         from ingero_mcp.analysis.report import build_report
         from ingero_mcp.render.report import make_console, render_report
 
-        with store.connection() as con:
-            report = build_report(con)
+        try:
+            with store.connection() as con:
+                report = build_report(con)
+        except StoreError as exc:
+            raise ResourceError(" ".join(clean(str(exc), 1000).split())) from exc
         out = io.StringIO()
         render_report(make_console(out), report, str(db_path))
         text = out.getvalue()
@@ -824,6 +898,19 @@ def build_server(
 
     server.get_prompt = get_prompt  # type: ignore[method-assign]
     return server
+
+
+def _current_schema_text() -> str:
+    """describe_schema of an empty store of the current schema: what run_sql's description lists when the store
+    itself cannot be read."""
+    from ingero_mcp.store.schema import migrate
+
+    con = duckdb.connect()
+    try:
+        migrate(con)
+        return describe_schema(con)
+    finally:
+        con.close()
 
 
 def _prompt_pid(store: StoreHandle, pid: str | None) -> int | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import json
 import re
 import threading
 import uuid
@@ -28,6 +29,9 @@ DEFAULT_LIMIT = 1_000
 MAX_LIMIT = 10_000
 DEFAULT_TIMEOUT_S = 10.0
 CELL_CAP = 1_000  # characters of one string value in a result (a longer one says how much was cut)
+MAX_COLUMNS = 100  # columns shown of one result (a 5,000-column PIVOT is cut, and says so)
+HEADER_CAP = 6_000  # characters of the shown columns' names and types together
+ROWS_CAP = 200_000  # characters of converted rows handed on; the tool's own budget cuts further
 _REFUSED = {"ATTACH", "DETACH"}
 
 _COLUMN_RE = re.compile(r"^\s+(\w+)\s+([A-Z]+)[^-]*?(?:--\s*(.*))?$")
@@ -106,7 +110,9 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass
 class SqlResult:
-    """Rows of one query, at most `limit`, and whether more were there."""
+    """Rows of one query, at most `limit`, and whether more were there; `fetched`: the rows the query gave up to
+    `limit` (more than `rows` when they were too large to pass on); `total_columns`: the query's columns, of which
+    `columns` are the first ones."""
 
     columns: list[str]
     types: list[str]
@@ -114,6 +120,18 @@ class SqlResult:
     more_rows: bool
     elapsed_s: float
     notes: list[str] = field(default_factory=list)
+    fetched: int = 0
+    total_columns: int = 0
+
+
+def _shown_columns(names: list[str], types: list[str]) -> int:
+    """How many leading columns fit MAX_COLUMNS and HEADER_CAP: headers count in a result's size."""
+    used = 0
+    for i, (name, dtype) in enumerate(zip(names, types, strict=True)):
+        used += len(name) + len(dtype) + 8
+        if i == MAX_COLUMNS or used > HEADER_CAP:
+            return i
+    return len(names)
 
 
 class SqlError(Exception):
@@ -186,11 +204,22 @@ def run_query(
             cursor.close()
         except duckdb.Error:
             pass
-    rows = []
+    notes = []
+    width = _shown_columns(columns, types)
+    if width < len(columns):
+        notes.append(f"only the first {width} of the {len(columns)} columns are shown ({len(columns) - width} left "
+                     "out): select the columns you need")
+    rows: list[list[Any]] = []
+    size = 0
     for i, row in enumerate(fetched[:limit]):
         if i % 64 == 0 and time.monotonic() > deadline:
             raise SqlError(timeout)
-        rows.append([_jsonable(v) for v in row])
+        values = [_jsonable(v) for v in row[:width]]
+        size += len(json.dumps(values, ensure_ascii=False)) + 1
+        if size > ROWS_CAP:
+            break
+        rows.append(values)
     if time.monotonic() > deadline:
         raise SqlError(timeout)
-    return SqlResult(columns, types, rows, len(fetched) > limit, time.monotonic() - started)
+    return SqlResult(columns[:width], types[:width], rows, len(fetched) > limit, time.monotonic() - started, notes,
+                     fetched=min(len(fetched), limit), total_columns=len(columns))

@@ -47,7 +47,7 @@ def _check_file(path: Path) -> None:
         )
 
 
-def _lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+def _lock_down(con: duckdb.DuckDBPyConnection, settings: dict[str, str] | None = None) -> duckdb.DuckDBPyConnection:
     # DuckDB shares one database instance per file within a process: a second open_store of the
     # same file while the first is open gets the instance the first one already locked down.
     locked, external = con.execute(
@@ -55,6 +55,8 @@ def _lock_down(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     ).fetchall()[0]
     if locked and not external:
         return con
+    for name, value in (settings or {}).items():  # before the lock: limits a reader may not lift (run_sql's)
+        con.execute(f"SET {name} = '{_sql_quote(value)}'").fetchall()
     con.execute("SET enable_external_access = false").fetchall()
     con.execute("SET enable_progress_bar = false").fetchall()  # no bar over explain's output on a terminal
     con.execute("SET lock_configuration = true").fetchall()
@@ -203,8 +205,9 @@ def _stored_columns(con: duckdb.DuckDBPyConnection, db: str) -> dict[str, set[st
     return stored
 
 
-def open_store(db_path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
-    """A read-only connection on the trace at `db_path`, live segments included."""
+def open_store(db_path: str | os.PathLike[str], settings: dict[str, str] | None = None) -> duckdb.DuckDBPyConnection:
+    """A read-only connection on the trace at `db_path`, live segments included. `settings`: DuckDB settings
+    (memory_limit, temp_directory, ...) made before the configuration is locked, for a process's first open."""
     path = Path(db_path)
     segments = segment_dir(path)
     has_segments = segments.is_dir() and any(segments.glob("*/*.parquet"))
@@ -217,19 +220,19 @@ def open_store(db_path: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
         con = _connect_read_only(path)
         _check_version(con, path)
         lay_current_views(con)
-        return _lock_down(con)
+        return _lock_down(con, settings)
     for attempt in range(4):
         # The collector replaces latest-*.parquet every second and deletes the segments when it
         # folds them; a snapshot that caught a file mid-change (DuckDB reads a Parquet footer and
         # its data in two opens) is simply taken again.
         try:
-            return _lock_down(_live_snapshot(path, segments))
+            return _lock_down(_live_snapshot(path, segments), settings)
         except (duckdb.Error, OSError):
             if attempt == 3:
                 raise
             time.sleep(0.2)
             if not (segments.is_dir() and any(segments.glob("*/*.parquet"))):
-                return open_store(path)  # folded meanwhile
+                return open_store(path, settings)  # folded meanwhile
     raise AssertionError("unreachable")
 
 
