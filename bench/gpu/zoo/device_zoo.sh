@@ -9,6 +9,8 @@
 #                                                 slow_data_server late_cpu_hog tiny_model_gil
 #   bash bench/gpu/zoo/device_zoo.sh fourth       gc_pause slow_workers queue_producer rt_neighbor sync_every_op
 #                                                 omp_oversub idle_server decoy_hog fsync_logging
+#   bash bench/gpu/zoo/device_zoo.sh fifth        producer_thread tcp_metrics_sink workers_disk_reads workers_quota
+#                                                 sleep_in_loop many_small_copies healthy_dataloader
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -31,6 +33,7 @@ FIRST="cpu_hog workers_oversub gpu_shared gil_holder pageable_copies alloc_churn
 SECOND="host_bound_prep lazy_loading disk_io healthy_gpu_bound healthy_training page_fault_storm"
 THIRD="microbatch slow_pipe_reader cgroup_quota checkpoint_fsync slow_data_server late_cpu_hog tiny_model_gil"
 FOURTH="gc_pause slow_workers queue_producer rt_neighbor sync_every_op omp_oversub idle_server decoy_hog fsync_logging"
+FIFTH="producer_thread tcp_metrics_sink workers_disk_reads workers_quota sleep_in_loop many_small_copies healthy_dataloader"
 names=()
 for a in "$@"; do
   case $a in
@@ -38,11 +41,12 @@ for a in "$@"; do
     second) names+=($SECOND) ;;
     third) names+=($THIRD) ;;
     fourth) names+=($FOURTH) ;;
-    all) names+=($FIRST $SECOND $THIRD $FOURTH) ;;
+    fifth) names+=($FIFTH) ;;
+    all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
@@ -122,7 +126,9 @@ run_one() {
   stop_collector "$cpid"; crc=$?
   t_stopped=$(clock)
   rm -f /var/tmp/zoo_*  # what a scenario killed by the timeout left behind
-  [ -d /sys/fs/cgroup/zoo_quota ] && rmdir /sys/fs/cgroup/zoo_quota 2>/dev/null
+  for cgdir in /sys/fs/cgroup/zoo_quota /sys/fs/cgroup/zoo_wquota; do
+    [ -d $cgdir ] && rmdir $cgdir 2>/dev/null
+  done
   local summary
   summary=$(python3 "$ZOO/timing.py" "$d/$name.truth.json" "$t0" "$t_ready" "$t_launch" "$t_exit" "$t_stopped" \
             2>/dev/null || echo "NO TRUTH")
