@@ -6,9 +6,9 @@
 -- looked like one waiting behind other tasks. Stores written before v5 have none of this (NULL, empty
 -- tables): unknown, not zero.
 
--- The kernel stack of a traced thread as it left the CPU (every switch-out: asleep, in IO or
--- preempted), as an id into `stacks`. NULL: not recorded (before v5, or the stack could not be taken:
--- collector_stats 'kernel_stacks' counts those).
+-- The kernel stack of a traced thread as it left the CPU to sleep (S or D: what it waited in), as an
+-- id into `stacks`. NULL: a preemption (it waited for a CPU, not in anything), not recorded (before
+-- v5), or not taken (its slot in the stack map held another stack: sessions.notes kernel_stacks).
 ALTER TABLE sched_intervals ADD COLUMN kstack_id BIGINT;
 
 -- Stacks, deduplicated: one row per distinct stack per session. The id is a hash of the frames, so

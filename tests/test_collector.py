@@ -783,9 +783,12 @@ def test_v5_kernel_stacks_say_what_a_thread_waited_in(v2rec: dict[str, Any]) -> 
                [s[0] for s, in _q(con, "SELECT frames FROM stacks")]), "innermost frame: the scheduler"
     missing, with_stack, closed = _q(con, """
         SELECT count(*) FILTER (WHERE kstack_id IS NOT NULL AND kstack_id NOT IN (SELECT stack_id FROM stacks)),
-               count(kstack_id) FILTER (WHERE prev_state <> 'new'), count(*) FILTER (WHERE prev_state <> 'new')
+               count(kstack_id) FILTER (WHERE prev_state IN ('sleeping', 'uninterruptible')),
+               count(*) FILTER (WHERE prev_state IN ('sleeping', 'uninterruptible'))
         FROM sched_intervals WHERE on_ns IS NOT NULL""")[0]
     assert missing == 0 and with_stack >= 0.95 * closed, (missing, with_stack, closed)
+    # a preemption takes no stack (the thread waits for a CPU, in nothing): that walk is not paid
+    assert _q(con, "SELECT count(kstack_id) FROM sched_intervals WHERE prev_state = 'preempted'")[0][0] == 0
     assert _q(con, "SELECT count(*) - count(DISTINCT (session_id, stack_id)) FROM stacks")[0][0] == 0
     notes = json.loads(_q(con, "SELECT notes FROM sessions")[0][0])
     assert notes["kernel_stacks"]["distinct"] == _q(con, "SELECT count(*) FROM stacks")[0][0], notes["kernel_stacks"]

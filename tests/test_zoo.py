@@ -41,13 +41,14 @@ CAUSES = {
     "disk_io": {"io-wait"},
     "page_faults": {"page-faults"},
     "launch_bound": {"launch-bound"},
-    "slow_consumer": {"slow-consumer"},
+    "slow_consumer": {"slow-consumer", "network-wait"},
     "cpu_throttled": {"cpu-throttled"},
     "network_wait": {"network-wait"},
-    "input_bound": {"waiting-on-workers", "waiting-on-process"},
+    "input_bound": {"waiting-on-workers", "waiting-on-process", "waiting-on-thread"},
     "python_gc": {"host-bound"},  # a collection is the main thread's own Python work; the stores do not name gc
     "excess_sync": {"excess-sync"},
     "own_threads_cpu": {"own-threads-cpu"},
+    "timed_sleep": {"timed-sleep"},
 }
 WEAK_RATIO = 1.3  # a staged cause that slowed the job less than this is weak: no other cause may be named for it
 
