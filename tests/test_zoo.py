@@ -141,16 +141,27 @@ def v5_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_v5_zoo_is_split_and_holds_every_new_cause() -> None:
-    assert sorted(SPLIT["development"] + SPLIT["held_out"]) == V5_NAMES
-    assert not set(SPLIT["development"]) & set(SPLIT["held_out"])
+    parts = [SPLIT["development"], SPLIT["held_out"], SPLIT["held_out_2"]]
+    assert sorted(sum(parts, [])) == V5_NAMES and len(set(sum(parts, []))) == len(V5_NAMES)
     causes = {json.loads((ZOO_V5 / f"{n}.truth.json").read_text())["cause"] for n in V5_NAMES}
     assert set(CAUSES) - {"lazy_module_loading", "page_faults", "allocator_churn", "host_bound_prep", "lock_contention"} \
         <= causes, causes
     assert len(set(NAMES) | set(V5_NAMES)) >= 25
 
 
-@pytest.mark.parametrize("name", SPLIT["development"])
+# Scenarios the report does not (yet) name right, and what it says instead: each an expected failure that turns red
+# when it is fixed.
+V5_GAPS = {
+    "fsync_logging": "a tiny model host-bound all along (GPU ~13% busy, said as the steady state, HIGH) slowed 1.2x by an "
+                     "fsync per step: under the 1.5x a slow phase needs, and a per-second share under the 20% a steady "
+                     "finding needs, so the fsync is not named",
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=V5_GAPS[n], strict=True)) if n in V5_GAPS
+                                  else n for n in V5_NAMES])
 def test_the_v5_report_names_the_staged_cause(v5_stores: Path, name: str) -> None:
+    """Every v5 scenario, held-out ones included once they were scored (split.json keeps their first scores)."""
     check_verdict(_report(v5_stores, name), json.loads((ZOO_V5 / f"{name}.truth.json").read_text()))
 
 

@@ -464,7 +464,7 @@ def _throttled(ctx: Ctx, f: Finding, job: int, idle_pct: float, idle_sql: str) -
     """A thread runnable while its CPU was mostly idle: its cgroup's CPU quota, where the cgroup samples say it
     throttled the process; else nothing (the caller says the waits were not behind other tasks)."""
     t = f.thread
-    sql = throttling_sql(job, f.window)
+    sql = throttling_sql(t.pid, f.window)  # the waiting thread's own process: a worker's cgroup is not the job's
     got = rows(ctx.con, sql)
     if not got or got[0][4] is None or float(got[0][4]) <= 0:
         return None
@@ -744,6 +744,11 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
                  else [Culprit(pid=wpid, tids=[wtid], comm=wcomm, relation="kernel", ns=int(wns or 0))])
         if kind == "socket":
             peer = f"; the packets' interrupts landed on {wcomm}[{wpid}]" if rel == "interrupt" else ""
+            landed = ctx.relation(t.pid, wpid, wtid, wcomm) if rel == "interrupt" else "kernel"
+            if rel == "interrupt" and landed not in ("kernel", "unknown") and wpid not in (0, t.pid):
+                # on loopback a packet's softirq runs in the context of the task at the other end: the peer
+                named = [Culprit(pid=wpid, tids=[wtid], comm=ctx.procs.get(wpid, (None, wcomm, None))[1] or wcomm,
+                                 relation=landed, ns=int(wns or 0))] + named
             return Explained(cause=rc.NETWORK_WAIT, culprits=named, evidence=ev, numbers={"syscall": own_syscall or "?"},
                              confident=f.mode == "contrast",
                              reason=f"asleep{in_what}, woken by {by} ({100 * share:.0f}% of the sleep){peer}: "

@@ -54,14 +54,26 @@ def signatures_sql(pid: int, launches: bool = True) -> str:
 
 
 def cover_sql(pid: int, op: str, sig: str) -> str:
-    """One signature's median gap and the share of its span its gaps cover, each capped at GAP_CAP x the median."""
+    """One signature's median gap, the share of its span its gaps cover (each capped at GAP_CAP x the median), and
+    how much the rest of the process did in its longest gap, in iterations' worth: its CUDA calls then over its calls
+    per mark across the span (a call that stops while the process goes on working does not mark iterations)."""
     return " ".join(f"""
         WITH g AS (SELECT ts_ns - lag(ts_ns) OVER (ORDER BY ts_ns) AS gap, ts_ns FROM cuda_calls
                    WHERE pid = {int(pid)} AND {marks_filter(op, sig)}),
-        m AS (SELECT median(gap) AS median_gap, max(ts_ns) - min(ts_ns) AS span FROM g)
-        SELECT sum(least(g.gap, {GAP_CAP} * m.median_gap)) / greatest(any_value(m.span), 1) AS cover,
-               any_value(m.median_gap) AS median_gap
-        FROM g, m WHERE g.gap IS NOT NULL""".split())
+        m AS (SELECT median(gap) AS median_gap, min(ts_ns) AS lo, max(ts_ns) AS hi, arg_max(ts_ns, gap) AS long_end,
+                     max(gap) AS long_gap, count(*) AS marks FROM g),
+        busy AS (SELECT count(*) FILTER (WHERE c.ts_ns > m.long_end - m.long_gap AND c.ts_ns < m.long_end) AS in_gap,
+                        count(*) / greatest(m.marks, 1) AS per_mark
+                 FROM cuda_calls c, m WHERE c.pid = {int(pid)} AND c.ts_ns BETWEEN m.lo AND m.hi
+                 GROUP BY m.long_end, m.long_gap, m.marks)
+        SELECT sum(least(g.gap, {GAP_CAP} * m.median_gap)) / greatest(any_value(m.hi - m.lo), 1) AS cover,
+               any_value(m.median_gap) AS median_gap, any_value(m.long_gap) AS long_gap,
+               any_value(busy.in_gap) / nullif(any_value(busy.per_mark), 0) AS iterations_in_gap
+        FROM g, m, busy WHERE g.gap IS NOT NULL""".split())
+
+
+QUIET_GAP_NS = 1_000_000_000  # a marker's gap this long ...
+BUSY_IN_GAP = 3.0  # ... in which the process made this many iterations' worth of calls: the call stopped, not the work
 
 
 MAX_TRIED = 24  # signatures whose gaps are read, rarest first
@@ -105,7 +117,9 @@ def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
             if len(kept) >= MIN_RHYTHM or tried >= MAX_TRIED:
                 break
             tried += 1
-            cover, gap = rows(con, cover_sql(pid, str(op), str(sig)))[0]
+            cover, gap, long_gap, busy = rows(con, cover_sql(pid, str(op), str(sig)))[0]
+            if long_gap is not None and long_gap >= QUIET_GAP_NS and busy is not None and float(busy) >= BUSY_IN_GAP:
+                continue  # it stopped while the process kept working: a phase's call (a bulk copy), not the step's
             if cover is not None and float(cover) >= MIN_COVER:  # bursts (an evaluation pass) cover little of their span
                 kept.append((str(op), str(sig), int(kind), int(n), float(cover), gap))
         if len(kept) >= MIN_RHYTHM:

@@ -31,7 +31,10 @@ WAIT_KINDS: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
      ()),
     ("disk", r"(^| )(io_schedule|folio_wait|wait_on_page|bit_wait_io|submit_bio_wait|blk_mq|filemap_fault)", ()),
     ("pipe", r"pipe_(read|write|wait)", ()),
-    ("socket", r"(^| )(tcp_|udp_|sk_wait|sk_stream_wait|unix_stream|unix_dgram|inet_csk_accept|__skb_wait|skb_recv)",
+    # a Unix-domain socket is a local channel between processes (multiprocessing, torch's shared tensors), like a
+    # pipe: its waker is the task at the other end; a TCP/UDP socket is the network (loopback included)
+    ("unix_socket", r"(^| )(unix_stream|unix_dgram)", ()),
+    ("socket", r"(^| )(tcp_|udp_|sk_wait|sk_stream_wait|inet_csk_accept|__skb_wait|skb_recv)",
      ("recvfrom", "recvmsg", "recvmmsg", "sendto", "sendmsg", "sendmmsg", "accept", "accept4", "connect")),
     ("poll", r"(^| )(ep_poll|do_epoll_wait|do_sys_poll|do_select|core_sys_select)",
      ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2")),
@@ -41,7 +44,8 @@ WAIT_KINDS: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
 )
 KIND_LABEL = {
     "gpu": "in the GPU driver", "fsync": "in fsync (flushing a file to disk)", "reclaim": "reclaiming memory",
-    "disk": "in disk IO", "pipe": "on a pipe", "socket": "on a socket (the network)", "poll": "in poll/select/epoll",
+    "disk": "in disk IO", "pipe": "on a pipe", "socket": "on a socket (the network)",
+    "unix_socket": "on a Unix-domain socket (another local process)", "poll": "in poll/select/epoll",
     "futex": "on a futex (a lock, a condition or a queue)", "timer": "on a timer (a sleep it chose)",
     "child": "waiting for a child process", "read": "in read()", "write": "in write()", "other": "in the kernel",
 }
