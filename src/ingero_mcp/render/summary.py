@@ -82,8 +82,14 @@ def culprit_name(c: Culprit) -> str:
 
 def culprits_text(chain: CausalChain, room: int = 10_000) -> str:
     """The few culprits that account for most of the finding's time (as many as fit in `room` characters, at least
-    one), with how many more --full names."""
-    ranked = sorted(chain.culprits, key=lambda c: -c.ns)
+    one; each task once), with how many more --full names."""
+    ranked: list[Culprit] = []
+    seen: set[tuple[str, str]] = set()
+    for c in sorted(chain.culprits, key=lambda c: -c.ns):  # a merged chain may name a task twice: its largest share
+        key = (culprit_name(c), c.relation)
+        if key not in seen:
+            seen.add(key)
+            ranked.append(c)
     shown = [c for c in ranked if c.ns >= CULPRIT_MIN_SHARE * ranked[0].ns][:CULPRITS_SHOWN] if ranked else []
     text = ""
     for n in range(len(shown), 0, -1):
