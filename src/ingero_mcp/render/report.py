@@ -1,9 +1,9 @@
 """Renders the analysis models (Report and its parts) as rich text: the whole report for `explain --full` (and the
 MCP server's `ingero://report`), the default one-screen page in render/summary.py.
 
-On a terminal: colours and box-drawn tables at its width. Piped: plain text at $COLUMNS or PLAIN_WIDTH columns, no
-colour, tables and panels in ASCII (a wrapped cell's line still starts with the border, never with traced text).
-Table cells wrap; none is cut.
+On a terminal: colours at its width, tables behind a box-drawing gutter, panels with rounded borders. Piped: plain
+text at $COLUMNS or PLAIN_WIDTH columns, no colour, tables behind a "| " gutter, panels with ASCII borders (so a
+wrapped line starts with the gutter or border, never with traced text). Table cells wrap; none is cut.
 """
 
 from __future__ import annotations
@@ -60,8 +60,7 @@ def panel_box(console: Console) -> box.Box:
 def print_table(console: Console, title: str, columns: list[Column], names: list[str], caption: str | None = None,
                 width: int | None = None) -> None:
     """A titled table (render/table.py) whose every line starts with a gutter, then its caption wrapped."""
-    console.print(Text(title, style="bold"), soft_wrap=True) if len(title) <= console.width else \
-        paragraph(console, title, names, style="bold")
+    paragraph(console, title, names, style="bold")
     gutter, rule = ("| ", "-") if plain(console) else ("\u2502 ", "\u2500")
     for line in layout(columns, width or console.width, gutter=gutter, rule=rule):
         console.print(line, soft_wrap=True)
@@ -72,7 +71,7 @@ def print_table(console: Console, title: str, columns: list[Column], names: list
 def paragraph(console: Console, text: str, names: list[str], first: str = "", rest: str = "  ",
               style: str = "") -> None:
     """Print cleaned text wrapped to the console's width, no line starting with a traced name (render/wrap.py)."""
-    for i, line in enumerate(wrap(text, console.width, first, rest, names)):
+    for line in wrap(text, console.width, first, rest, names):
         console.print(Text(line, style=style), soft_wrap=True)
 
 

@@ -7,6 +7,7 @@ piped, a box-drawing bar on a terminal), so no line begins with a traced name.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rich.text import Text
@@ -28,6 +29,7 @@ class Column:
 
 
 def _words_width(text: str) -> int:
+    """The length of the longest word of `text` (0 for none)."""
     return max((len(w) for w in text.split()), default=0)
 
 
@@ -86,10 +88,11 @@ def _widths(cols: list[Column], room: int) -> list[int]:
     return widths
 
 
-def _narrow(cols: list[Column], widths: list[int], floor: list[int], excess: int, which: object) -> int:
+def _narrow(cols: list[Column], widths: list[int], floor: list[int], excess: int,
+            which: Callable[[Column], bool]) -> int:
     """Narrow the chosen columns (the one with most to give first) toward their floor by `excess`; what is left."""
     while excess > 0:
-        candidates = [i for i, c in enumerate(cols) if which(c) and widths[i] > floor[i]]  # type: ignore[operator]
+        candidates = [i for i, c in enumerate(cols) if which(c) and widths[i] > floor[i]]
         if not candidates:
             break
         i = max(candidates, key=lambda j: widths[j] - floor[j])
@@ -104,8 +107,11 @@ def layout(columns: list[Column], width: int, gutter: str = "", header_style: st
     """The table's lines (header, a rule of `rule` unless None, the rows), each starting with `gutter`; columns dropped
     by priority until the table fits `width` (with `short`, until it fits with every header on one line), then
     headers and text columns wrapped."""
-    cols = [c for c in columns]
-    room = lambda cs: width - len(gutter) - len(GAP) * (len(cs) - 1)  # noqa: E731
+    cols = list(columns)
+
+    def room(cs: list[Column]) -> int:
+        return width - len(gutter) - len(GAP) * (len(cs) - 1)
+
     def natural(cs: list[Column]) -> int:
         head = len if short else _words_width
         return sum(max([head(c.header)] + [len(x) for x in c.cells]) for c in cs)
