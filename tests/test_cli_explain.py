@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +18,11 @@ from ingero_mcp.cli import main
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return contention_store(tmp_path_factory.mktemp("cli") / "c.duckdb")
+
+
+def flat(text: str) -> str:
+    """Text with its line breaks and indents folded into single spaces (output wraps to the width)."""
+    return " ".join(text.split())
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -35,13 +42,19 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_explain_text_report(demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "explain", "--db", str(demo))
+    code, out, _ = run(capsys, "explain", "--db", str(demo), "--full")
     assert code == 0
+    out = flat(out)
     # the verdict comes first: who fed the GPU and where its time went, then the causes
     verdict = out.index("Verdict")
     assert verdict < out.index("Time accounting") < out.index("Causal chains") < out.index("Top CUDA ops")
     assert 'process "python3"[8100]\'s main thread fed the GPU' in out[verdict:out.index("Time accounting")]
     assert "ffmpeg[8200]" in out and "Root cause" in out and "Fix" in out and "Processes" in out
+    # by default: the verdict, then each finding with its culprit and fix, the top ops; the detail is --full's
+    code, short, _ = run(capsys, "explain", "--db", str(demo))
+    short = flat(short)
+    assert code == 0 and short.index("Verdict") < short.index("1. HIGH cpu-contention") < short.index("Top CUDA ops")
+    assert "who: ffmpeg[8200] (other process" in short and "fix: " in short and "Root cause" not in short
 
 
 def test_explain_json_keys(demo: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,6 +110,9 @@ def test_explain_per_process_and_sql(demo: Path, capsys: pytest.CaptureFixture[s
     _, out, _ = run(capsys, "explain", "--db", str(demo), "--per-process", "--sql")
     assert "pid 8100 python3" in out and "ffmpeg" in out
     assert "SELECT" in out and "thread_seconds" in out  # the evidence's SQL, over the accounting's views
+    for alone in ("--sql", "--per-process"):  # each implies --full: the evidence is what the SQL recomputes
+        _, out, _ = run(capsys, "explain", "--db", str(demo), alone)
+        assert "Evidence" in out and "Root cause" in out
 
 
 def test_explain_errors_are_one_line(tmp_path: Path, db: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -159,3 +175,124 @@ def test_hostile_process_names_are_printed_as_data(tmp_path: Path, capsys: pytes
     assert "\x1b" not in out and "\u202e" not in out
     code, out, _ = run(capsys, "query", "--db", str(db), 'SELECT comm AS "[/x]" FROM processes ORDER BY pid')
     assert code == 0 and "[bold red]py[/]" in out and "[/x]" in out and "\x1b" not in out
+
+
+# --- issue 19, item 2: the answer first, on one screen; --full keeps the detail; fitted to the width ----------------
+
+REPO = Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "investigations" / "h200-seed-benchmark.duckdb"
+BUNDLED_V1 = REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"
+BOX_DRAWING = {chr(c) for c in range(0x2500, 0x2580)}
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def explain(db: Path, *extra: str, columns: str | None = "100") -> str:
+    """`ingero-mcp explain` as a user pipes it (stdout not a terminal), $COLUMNS as given."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | ({"COLUMNS": columns} if columns else {})
+    proc = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "explain", "--db", str(db), *extra],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def in_a_terminal(db: Path, columns: int, *extra: str) -> str:
+    """`ingero-mcp explain` on a pseudo-terminal of `columns` columns, as typed in one: its raw output."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")} | {"TERM": "xterm-256color"}
+    proc = subprocess.Popen([sys.executable, "-m", "ingero_mcp.cli", "explain", "--db", str(db), *extra],
+                            stdin=follower, stdout=follower, stderr=subprocess.PIPE, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the terminal closed: the command ended
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_default_explain_of_the_bundled_trace_fits_one_screen_piped() -> None:
+    out = explain(BUNDLED)
+    lines = out.splitlines()
+    assert len(lines) <= 40, len(lines)
+    assert max(map(len, lines)) <= 100, max(lines, key=len)
+    assert "\u2026" not in out and not BOX_DRAWING & set(out) and "\x1b" not in out  # nothing cut, plain text
+    text = flat(out)
+    report = json.loads(explain(BUNDLED, "--json"))
+    high = next(c for c in report["chains"] if c["severity"] == "HIGH")
+    # the verdict first: who fed the GPU, its progress in iterations
+    assert text.index("Verdict") < text.index("1. HIGH") < text.index("Top CUDA ops")
+    assert report["verdict"][0].startswith('process "python3"[2111]\'s main thread fed the GPU')
+    assert report["verdict"][0] in text and "iterations/s healthy" in text
+    # the HIGH finding: its cause, window and time explained, what was seen, culprit, and its one fix
+    start = (high["window"]["start_ns"] - min(s["started_ns"] for s in report["info"]["sessions"])) / 1e9
+    assert f"1. HIGH {high['root_cause']}: +{start:.1f} s to" in text
+    assert f"{high['seconds_lost']:.1f} s of feeding time" in text and "culprit: its own work" in text
+    assert high["summary"] in text
+    fix = high["recommendations"][0]
+    assert "fix: Move batch preparation off the main thread" in text and fix[fix.index(": ") + 3:] in text
+    assert text.count("fix: ") == len([c for c in report["chains"] if c["severity"] in ("HIGH", "MEDIUM")])
+    # the tracing cost in one line, the notes short, then where the detail is
+    (cost,) = [line for line in lines if line.startswith("tracing cost: ")]
+    assert "0.76%" in cost and "not an upper bound" in cost
+    assert "--full" in lines[-1] and "--sql" in lines[-1] and "report -o" in lines[-1] and "mcp" in lines[-1]
+    assert "It leaves out those tracepoints' work" not in text  # the caveat paragraph is --full's
+
+
+def test_default_explain_fits_a_100_column_terminal() -> None:
+    raw = in_a_terminal(BUNDLED, 100)
+    assert "\x1b[" in raw  # a terminal gets colour
+    lines = ANSI.sub("", raw).splitlines()
+    assert len(lines) <= 40 and max(map(len, lines)) <= 100, (len(lines), max(map(len, lines)))
+    assert "\u2026" not in raw and "1. HIGH host-bound" in ANSI.sub("", raw)
+    narrow = ANSI.sub("", in_a_terminal(BUNDLED, 80)).splitlines()  # a narrower terminal: wrapped, never cut
+    assert max(map(len, narrow)) <= 80 and "\u2026" not in "".join(narrow)
+
+
+@pytest.mark.parametrize("db", [BUNDLED_V1, REPO / "investigations" / "h200-seed-benchmark-4cpu.duckdb"])
+def test_default_explain_of_older_stores_stays_short(db: Path) -> None:
+    """v1 stores probed both API layers: a runtime call's driver call is folded into the runtime call's row."""
+    out = explain(db)
+    lines = out.splitlines()
+    assert len(lines) <= 40 and max(map(len, lines)) <= 100, (len(lines), max(map(len, lines)))
+    table = lines[lines.index(next(line for line in lines if line.startswith("Top CUDA ops"))) + 2:]
+    rows = [line for line in table[:3] if line.startswith("  ") and line.strip()[0].isdigit()]
+    assert rows and any(r.endswith("cudaMemcpyAsync (runtime)") for r in rows)
+    assert not any(r.endswith("cuMemcpyHtoDAsync_v2 (driver)") for r in rows)  # inside cudaMemcpyAsync: counted once
+    assert "counted once: " in flat(out) and "tracing cost: not recorded" in out
+
+
+def test_full_keeps_the_detail_within_the_width() -> None:
+    out = explain(BUNDLED, "--full")
+    lines = out.splitlines()
+    assert max(map(len, lines)) <= 100, max(lines, key=len)
+    assert not BOX_DRAWING & set(out) and "\x1b" not in out and "\u2026" not in out
+    text = flat(out)
+    for part in ("Verdict", "Time accounting", "Causal chains found by ingero-mcp: 4", "Evidence", "Root cause",
+                 "Fix", "Top CUDA ops", "Host events", "Processes: CPU",
+                 "Processes: family and memory", "Minor"):
+        assert part in text, part
+    assert "tracing cost (estimated: " in text and "It leaves out those tracepoints' work" in text  # the paragraph
+    assert "summed over the process's threads, in thread-seconds" in text  # 637 s of off-CPU over 57 s: thread-s
+    # every table row starts with its gutter: a wrapped cell never starts a line
+    table_rows = [line for line in lines if line.startswith("| ")]
+    assert len(table_rows) > 40
+    assert any("637.4" in row for row in table_rows)  # the main process's off-CPU, in thread-seconds
+
+
+def test_full_wraps_at_columns_when_set() -> None:
+    lines = explain(BUNDLED, "--full", columns="140").splitlines()
+    assert 100 < max(map(len, lines)) <= 140
+    lines = explain(BUNDLED, columns=None).splitlines()  # piped, no $COLUMNS: 100
+    assert max(map(len, lines)) <= 100

@@ -21,6 +21,7 @@ from ingero_mcp.store import open_store
 
 REPO = Path(__file__).resolve().parents[1]
 H200 = REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"
+BUNDLED = REPO / "investigations" / "h200-seed-benchmark.duckdb"
 CHROMIUM = os.environ.get("INGERO_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
@@ -74,7 +75,8 @@ def open_page(browser, path: Path, shot: Path | None = None) -> tuple[object, li
 
 
 def expected(db: Path) -> tuple[list[int], int]:
-    """Points per feeding thread (its accounted seconds) and the host chart's seconds with snapshots."""
+    """Points per feeding thread (its accounted seconds), the verdict's thread first, and the host chart's seconds
+    with snapshots."""
     con = open_store(db)
     try:
         report = build_report(con)
@@ -86,7 +88,9 @@ def expected(db: Path) -> tuple[list[int], int]:
                            f"WHERE ts_ns BETWEEN {lo} AND {hi}").fetchall()[0][0]
     finally:
         con.close()
-    return [len(t.seconds) for t in report.accounting.threads if t.role == "feeder"], host
+    feeders = [t for t in report.accounting.threads if t.role == "feeder"]
+    first = next(t for t in feeders if t.pid == report.processes[0].pid and t.tid == t.pid)  # the verdict's: main
+    return [len(first.seconds)] + [len(t.seconds) for t in feeders if t is not first], host
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +100,9 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return db
 
 
-@pytest.mark.parametrize("which", ["h200", "demo"])
+@pytest.mark.parametrize("which", ["h200", "bundled", "demo"])
 def test_report_in_browser(which: str, browser, demo_db: Path, tmp_path: Path) -> None:
-    db = {"h200": H200, "demo": demo_db}[which]
+    db = {"h200": H200, "bundled": BUNDLED, "demo": demo_db}[which]
     out = tmp_path / "report.html"
     assert main(["report", "--db", str(db), "-o", str(out)]) == 0
     assert out.stat().st_size < 5_000_000
@@ -109,7 +113,8 @@ def test_report_in_browser(which: str, browser, demo_db: Path, tmp_path: Path) -
     threads, host = expected(db)
     assert len(shapes) == len(threads) + 1
     for shape, seconds in zip(shapes, threads):
-        assert [label for label, _ in shape] == ["running outside CUDA", "in CUDA (on CPU or waiting for the GPU)",
+        assert [label.removesuffix(" (incl. kernel launches, entry-only)") for label, _ in shape] == [
+            "running outside CUDA", "in CUDA (on CPU or waiting for the GPU)",
                                                  "waiting for a CPU", "sleeping (lock, queue, IO)", "GPU utilisation %"]
         assert all(n == seconds for _, n in shape) and seconds > 0
     assert [label for label, _ in shapes[-1]] == ["GPU utilisation %", "host CPU %"]
@@ -145,4 +150,85 @@ def test_screenshot_for_readme(browser, demo_db: Path, tmp_path: Path) -> None:
     assert main(["report", "--db", str(demo_db), "-o", str(out)]) == 0
     page, errors, _ = open_page(browser, out, Path(target) if target else tmp_path / "shot.png")
     assert errors == []
+    page.close()
+
+
+# --- issue 19, item 2: chain windows shaded, units in tooltips, the verdict's thread first, sortable tables, kernel
+# threads folded ------------------------------------------------------------------------------------------------------
+
+PIXEL = """([i, frac]) => {
+  const c = window.ingeroCharts[0], a = c.chartArea, x = c.scales.x, r = c.currentDevicePixelRatio;
+  const step = x.getPixelForValue(1) - x.getPixelForValue(0);
+  const px = x.getPixelForValue(i) + 0.42 * step, py = a.top + frac * (a.bottom - a.top);  // between two bars
+  return Array.from(c.ctx.getImageData(Math.round(px * r), Math.round(py * r), 1, 1).data);
+}"""
+
+
+def column(page, table: str, col: int) -> list[str | None]:
+    """The data-v (sort value) of one column's cells, in row order."""
+    return page.evaluate(f"Array.from(document.querySelectorAll('{table} tbody tr')).map(r => r.cells[{col}]"
+                         ".getAttribute('data-v'))")
+
+
+def test_report_shades_windows_labels_units_and_sorts(browser, tmp_path: Path) -> None:
+    import re
+
+    out = tmp_path / "bundled.html"
+    assert main(["report", "--db", str(BUNDLED), "-o", str(out)]) == 0
+    page, errors, requests = open_page(browser, out)
+    assert errors == [] and requests == []
+    con = open_store(BUNDLED)
+    try:
+        report = build_report(con)
+    finally:
+        con.close()
+    # the verdict's thread first: the main thread of the process the verdict names
+    title = page.evaluate("window.ingeroCharts[0].options.plugins.title.text")
+    assert "(tid 2111, pid 2111" in title and "the thread the verdict names" in title
+    assert report.verdict[0].startswith('process "python3"[2111]\'s main thread')
+    # every chain of the process with a window is shaded on its thread's chart and on the host chart
+    windows = page.evaluate("window.ingeroCharts.map(c => c.options.plugins.chainWindows.windows)")
+    chains = [c for c in report.chains if c.window and 2111 in c.pids]
+    assert len(windows[0]) == len(chains) == len(windows[-1]) == 4
+    high = next(w for w in windows[0] if w["severity"] == "HIGH")
+    assert high["label"] == "HIGH host-bound" and high["to"] - high["from"] == 32  # +11 s to +44 s: 33 seconds
+    inside = page.evaluate(PIXEL, [(high["from"] + high["to"]) // 2, 0.42])
+    last = page.evaluate("window.ingeroCharts[0].data.labels.length") - 1
+    assert last > max(w["to"] for w in windows[0])
+    outside = page.evaluate(PIXEL, [last, 0.42])
+    assert inside[3] > 20 and inside[0] > inside[1] + 60, inside  # drawn: the HIGH red, translucent
+    assert outside[3] == 0, outside  # nothing drawn beyond the windows
+    # units in the tooltips: ms of each second for the parts, % for utilisation; the second in its title
+    label = "window.ingeroCharts[{c}].options.plugins.tooltip.callbacks.label({{dataset: window.ingeroCharts[{c}]" \
+            ".data.datasets[{d}], parsed: {{y: 12.5}}}})"
+    assert page.evaluate(label.format(c=0, d=0)).endswith("12.5 ms of the second")
+    assert "12.5 % busy" in page.evaluate(label.format(c=0, d=4))
+    assert "12.5 % of all CPUs busy" in page.evaluate(label.format(c=1, d=1))
+    assert "+12 s from the trace start" in page.evaluate(
+        "window.ingeroCharts[0].options.plugins.tooltip.callbacks.title([{label: '12s'}])")
+    # sortable: a click on a header sorts by its numbers, a second click reverses
+    page.click("table.procs thead th:nth-child(4)")  # context switches
+    values = [float(v) for v in column(page, "table.procs", 3)]
+    assert values == sorted(values) and values[0] < values[-1]
+    page.click("table.procs thead th:nth-child(4)")
+    assert [float(v) for v in column(page, "table.procs", 3)] == sorted(values, reverse=True)
+    page.click("table.procs thead th:nth-child(5)")  # off-CPU, thread-seconds: unknown ('-') sorts first
+    off = [float(v) if v else float("-inf") for v in column(page, "table.procs", 4)]
+    assert off == sorted(off) and max(off) > 600  # python3's 637 thread-seconds
+    assert "thread-s" in page.inner_text("table.procs thead")
+    # kernel threads folded into one row, named in it; the job's processes keep their rows
+    from ingero_mcp.export.html import is_kernel_thread
+
+    names = page.evaluate("Array.from(document.querySelectorAll('table.procs tbody tr'))"
+                          ".map(r => r.cells[1].innerText)")
+    kernel = re.compile(r"(kworker|ksoftirqd|migration|swapper|rcu_|cpuhp|watchdog|UVM )")
+    folded = [n for n in names if n.startswith("kernel threads (")]
+    assert len(folded) == 1 and not [n for n in names if kernel.match(n)]
+    n = int(folded[0].split("(")[1].split(")")[0])
+    assert n == sum(map(is_kernel_thread, report.processes)) > 50
+    assert not any(is_kernel_thread(p) for p in report.processes if p.comm in ("python3", "pt_data_worker", "bash"))
+    page.click("table.procs details summary")
+    listed = page.inner_text("table.procs details")
+    assert "kworker/" in listed and "rcu_preempt[15]" in listed and "UVM " in listed
+    assert len(names) == len(report.processes) - n + 1
     page.close()

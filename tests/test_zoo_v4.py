@@ -236,7 +236,7 @@ def test_explain_and_get_trace_info_state_the_cost_and_the_entry_only_launches(v
     report = _report(v4_stores, "cpu_hog", "gaps")
     buf = io.StringIO()
     render_report(make_console(buf), report, "cpu_hog.gaps.duckdb")
-    text = buf.getvalue()
+    text = " ".join(buf.getvalue().split())  # wrapped to the width
     assert "tracing cost (estimated" in text and "entry-only" in text and "probes attached" in text
     assert "incl. launches, entry-only" in text or "incl. kernel launches, entry-only" in text
     as_json = report.model_dump(mode="json")

@@ -1,18 +1,28 @@
-"""`ingero-mcp explain`: the incident report of a trace (causal chains, top ops, processes), or its JSON."""
+"""`ingero-mcp explain`: the incident report of a trace: the answer on one screen by default, every detail with
+--full, or its JSON."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ingero_mcp.analysis.models import Report
 
 DESCRIPTION = """\
-Explain why a GPU job was slow: causal chains (a CUDA op's slow calls tied to what their thread
-and the host went through, with a root cause and a fix), the top CUDA ops with exact
-percentiles, and the processes involved. Windows are relative to the TRACE's end, not to now."""
+Explain why a GPU job was slow. By default the answer on one screen: what happened (who fed the
+GPU, its progress), each finding with its window, culprit and fix, the top CUDA ops (each logical
+call counted once), the tracing cost in a line. --full adds the detail: every causal chain with
+its evidence and timeline, the time accounting, every op and process, the notes in full.
+Windows are relative to the TRACE's end, not to now. Piped, the output is plain text wrapped at
+$COLUMNS (default 100) columns."""
 
 EPILOG = """\
 examples:
-  ingero-mcp explain --db run.duckdb                      the incident report
-  ingero-mcp explain --db run.duckdb --per-process        every process, with its CUDA ops
+  ingero-mcp explain --db run.duckdb                      the answer, on one screen
+  ingero-mcp explain --db run.duckdb --full               every chain with its evidence, every table
+  ingero-mcp explain --db run.duckdb --sql                --full, with the SQL behind each number
+  ingero-mcp explain --db run.duckdb --per-process        --full, with every process and its CUDA ops
   ingero-mcp explain --db run.duckdb --pid 4100 --pid 4101
   ingero-mcp explain --db run.duckdb --since 30s          the last 30 s of the trace
   ingero-mcp explain --db run.duckdb --from 60s --to 30s  from 60 s to 30 s before the trace end
@@ -33,13 +43,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--db", required=True, help="trace store (DuckDB file; a live recording is read too)")
-    p.add_argument("--per-process", action="store_true", help="show every process with its CUDA ops")
+    p.add_argument("--full", action="store_true", help="the whole report: every chain with its evidence, timeline "
+                   "and fixes, the time accounting, the per-op and per-process tables, the notes and tracing cost "
+                   "in full")
+    p.add_argument("--per-process", action="store_true", help="show every process with its CUDA ops (implies --full)")
     p.add_argument("--pid", type=int, action="append", metavar="PID", help="only these processes (repeatable)")
     p.add_argument("--since", metavar="DUR", help="the last DUR of the trace (e.g. 30s)")
     p.add_argument("--from", dest="start", metavar="TIME", help="window start (see time values below)")
     p.add_argument("--to", dest="end", metavar="TIME", help="window end")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    p.add_argument("--sql", action="store_true", help="show the SQL that recomputes each piece of evidence")
+    p.add_argument("--sql", action="store_true", help="show the SQL that recomputes each piece of evidence "
+                   "(implies --full: the evidence is there)")
     p.set_defaults(func=run)
 
 
@@ -71,7 +85,28 @@ def run(args: argparse.Namespace) -> int:
         data = clean_data(report.model_dump(mode="json"), cap=JSON_STRING_CAP, key_caps={"sql": 1_000_000})
         print(json.dumps(data, ensure_ascii=False))
         return 0
-    from ingero_mcp.render.report import make_console, render_report
-
-    render_report(make_console(), report, str(args.db), per_process=args.per_process, show_sql=args.sql)
+    print_report(report, str(args.db), full=args.full or args.per_process or args.sql, per_process=args.per_process,
+                 show_sql=args.sql)
     return 0
+
+
+def print_report(report: Report, db: str, *, full: bool, per_process: bool, show_sql: bool) -> None:
+    """The report on stdout: a terminal gets colours at its width; a pipe plain text at $COLUMNS (or 100) columns,
+    trailing spaces trimmed."""
+    import io
+    import sys
+
+    from ingero_mcp.render.report import make_console, render_report
+    from ingero_mcp.render.summary import summary_lines
+
+    out = sys.stdout
+    tty = out.isatty()
+    console = make_console(out if tty else io.StringIO())
+    if full:
+        render_report(console, report, db, per_process=per_process, show_sql=show_sql)
+    else:
+        for line in summary_lines(report, db, console.width):
+            console.print(line, soft_wrap=True)  # already wrapped to the width, never at a traced name
+    if not tty:
+        text = console.file.getvalue()  # type: ignore[attr-defined]
+        out.write("\n".join(line.rstrip() for line in text.split("\n")))

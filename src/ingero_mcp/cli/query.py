@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     table = Table()
     for c in columns or ["result"]:
-        table.add_column(fmt.cell(c))
+        table.add_column(fmt.cell(c), overflow="fold")  # piped output is 100 columns wide: wrap, never cut
     for r in got:
         table.add_row(*(fmt.cell("NULL" if v is None else v, 200) for v in r))
     console.print(table)

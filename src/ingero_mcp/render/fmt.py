@@ -39,6 +39,30 @@ def ns(value: float | int | None) -> str:
     return f"{v / 1e9:,.2f} s"
 
 
+def ns3(value: float | int | None) -> str:
+    """A duration in three significant digits, for narrow columns: 850 ns, 12.3 us, 4.56 ms, 308 ms, 1.23 s."""
+    if value is None:
+        return "-"
+    v = float(value)
+    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if abs(v) >= scale:
+            x = v / scale
+            return f"{x:,.0f} {unit}" if abs(x) >= 100 else f"{x:.1f} {unit}" if abs(x) >= 10 else f"{x:.2f} {unit}"
+    return f"{v:,.0f} ns"
+
+
+def secs(value: float | int | None) -> str:
+    """ns as seconds in a column whose header gives the unit (e.g. thread-seconds): 637.4, 8.81, 0.052, <0.001."""
+    if value is None:
+        return "-"
+    s = float(value) / 1e9
+    if s == 0:
+        return "0"
+    if abs(s) < 0.0005:
+        return "<0.001"
+    return f"{s:,.1f}" if abs(s) >= 100 else f"{s:,.2f}" if abs(s) >= 1 else f"{s:,.3f}"
+
+
 def nbytes(value: float | int | None) -> str:
     """Bytes in binary units."""
     if value is None:

@@ -1,33 +1,83 @@
-"""Renders the analysis models (Report and its parts) as rich text for `explain` and `demo`."""
+"""Renders the analysis models (Report and its parts) as rich text: the whole report for `explain --full` (and the
+MCP server's `ingero://report`), the default one-screen page in render/summary.py.
+
+On a terminal: colours at its width, tables behind a box-drawing gutter, panels with rounded borders. Piped: plain
+text at $COLUMNS or PLAIN_WIDTH columns, no colour, tables behind a "| " gutter, panels with ASCII borders (so a
+wrapped line starts with the gutter or border, never with traced text). Table cells wrap; none is cut.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
+from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.table import Table
 from rich.text import Text
 
 from ingero_mcp.analysis.cost import cost_lines
 from ingero_mcp.analysis.imported_accounting import short_why
 from ingero_mcp.analysis.models import CausalChain, ImportedAccounting, OpStats, ProcessBreakdown, Report
 from ingero_mcp.render import fmt
+from ingero_mcp.render.table import Column, layout
+from ingero_mcp.render.traced import traced_names
+from ingero_mcp.render.wrap import wrap
 
 SEVERITY_STYLE = {"HIGH": "bold red", "MEDIUM": "bold yellow", "LOW": "cyan"}
+PLAIN_WIDTH = 100  # columns of piped output when $COLUMNS does not say
+MIN_WIDTH = 40
+CELL_CAP = 2_000  # characters of one table cell (cells wrap: a long value takes more lines, it is not cut)
+
+
+def plain_width() -> int:
+    """The width of piped output: $COLUMNS when it is a number (at least MIN_WIDTH), else PLAIN_WIDTH."""
+    try:
+        return max(MIN_WIDTH, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return PLAIN_WIDTH
 
 
 def make_console(file: object = None) -> Console:
-    """A console that keeps tables readable when output is piped (fixed width, no colour codes)."""
+    """A terminal's console (colours, its width), or for a file or pipe plain text at plain_width() columns."""
     out = file or sys.stdout
-    tty = hasattr(out, "isatty") and out.isatty()
-    return Console(file=out, width=None if tty else 160, no_color=not tty, highlight=False, soft_wrap=False)
+    if hasattr(out, "isatty") and out.isatty():
+        return Console(file=out, highlight=False, soft_wrap=False)
+    return Console(file=out, width=plain_width(), no_color=True, color_system=None, highlight=False, soft_wrap=False,
+                   force_terminal=False)
 
 
-def header(report: Report, db: str) -> Text:
-    """Which trace, which host, which window."""
-    t = Text()
-    t.append(f"ingero-mcp explain: {fmt.clean(db, 200)}\n", style="bold")
+def plain(console: Console) -> bool:
+    """Whether the console writes plain text (a file or pipe): ASCII borders, no colour."""
+    return not console.is_terminal
+
+
+def panel_box(console: Console) -> box.Box:
+    """Panel borders: box drawing on a terminal, ASCII when piped."""
+    return box.ASCII if plain(console) else box.ROUNDED
+
+
+def print_table(console: Console, title: str, columns: list[Column], names: list[str], caption: str | None = None,
+                width: int | None = None) -> None:
+    """A titled table (render/table.py) whose every line starts with a gutter, then its caption wrapped."""
+    paragraph(console, title, names, style="bold")
+    gutter, rule = ("| ", "-") if plain(console) else ("\u2502 ", "\u2500")
+    for line in layout(columns, width or console.width, gutter=gutter, rule=rule):
+        console.print(line, soft_wrap=True)
+    if caption:
+        paragraph(console, caption, names, "  ", "  ", style="dim")
+
+
+def paragraph(console: Console, text: str, names: list[str], first: str = "", rest: str = "  ",
+              style: str = "") -> None:
+    """Print cleaned text wrapped to the console's width, no line starting with a traced name (render/wrap.py)."""
+    for line in wrap(text, console.width, first, rest, names):
+        console.print(Text(line, style=style), soft_wrap=True)
+
+
+def header(console: Console, report: Report, db: str, names: list[str]) -> None:
+    """Which trace, which host, which window; the tracing cost in full; the notes."""
+    paragraph(console, fmt.clean(db, 300), names, "ingero-mcp explain: ", style="bold")
     for s in report.info.sessions:
         bits = [fmt.clean(s.source)]
         if s.host:
@@ -37,22 +87,23 @@ def header(report: Report, db: str) -> Text:
         if s.gpu_model:
             bits.append(fmt.clean(s.gpu_model))
         span = f"{fmt.utc(s.started_ns)} .. {fmt.utc(s.stopped_ns) if s.stopped_ns else 'recording'}"
-        t.append(f"session {s.session_id}: {', '.join(bits)}; {span}\n")
+        paragraph(console, f"{', '.join(bits)}; {span}", names, f"session {s.session_id}: ")
     w = report.window
     whole = report.info.window
     if whole is None:
-        t.append("empty trace: no sessions, CUDA calls, scheduler rows or snapshots yet\n", style="bold")
-        return t
+        console.print(Text("empty trace: no sessions, CUDA calls, scheduler rows or snapshots yet", style="bold"))
+        return
     label = "whole trace" if whole == w else f"{fmt.rel(w.start_ns, whole.start_ns)} .. {fmt.rel(w.end_ns, whole.start_ns)} of the trace"
-    t.append(f"window: {fmt.utc(w.start_ns)} .. {fmt.utc(w.end_ns)} ({w.duration_ns / 1e9:,.1f} s, {label})\n")
-    for line in cost_lines(report.info.tracing, lambda v: fmt.clean(v or "?", 120)):  # v4: tracing cost, launches
-        t.append(line + "\n")
+    paragraph(console, f"{fmt.utc(w.start_ns)} .. {fmt.utc(w.end_ns)} ({w.duration_ns / 1e9:,.1f} s, {label})", names,
+              "window: ")
+    for line in cost_lines(report.info.tracing, lambda v: fmt.clean(v or "?", 400)):  # v4: tracing cost, launches
+        indent = len(line) - len(line.lstrip())
+        paragraph(console, line.strip(), names, " " * indent, " " * (indent + 2))
     for note in report.notes:
-        t.append(f"note: {fmt.clean(note, 4000)}\n", style="italic")
-    return t
+        paragraph(console, fmt.clean(note, 4000), names, "note: ", style="italic")
 
 
-def chain_panel(chain: CausalChain, start_ns: int) -> Panel:
+def chain_panel(chain: CausalChain, start_ns: int, console: Console | None = None) -> Panel:
     """One causal chain: summary, root cause, evidence, timeline, fix (its SQL: sql_lines)."""
     parts: list[object] = []
     t = Text()
@@ -66,14 +117,15 @@ def chain_panel(chain: CausalChain, start_ns: int) -> Panel:
         t.append(fmt.clean(chain.explanation, 4000) + "\n")
     parts.append(t)
     if chain.evidence:
-        ev = Table(title="Evidence", title_justify="left", show_edge=False, pad_edge=False, box=None)
-        ev.add_column("fact", style="dim")
-        ev.add_column("value", justify="right")
-        ev.add_column("unit")
+        inner = (console.width if console else 100) - 4  # the panel's border and padding
+        cols = [Column("fact", right=False, wrap=True), Column("value", wrap=True),
+                Column("unit", right=False, wrap=True)]
         for e in chain.evidence:
             value = f"{e.value:,}" if isinstance(e.value, int) else str(e.value)
-            ev.add_row(fmt.cell(e.name), fmt.cell(value), fmt.cell(e.unit))
-        parts.append(ev)
+            for c, v in zip(cols, (fmt.clean(e.name, CELL_CAP), fmt.clean(value, CELL_CAP), fmt.clean(e.unit))):
+                c.cells.append(v)
+        parts.append(Text("Evidence", style="bold"))
+        parts.extend(layout(cols, inner, rule=None))
     if chain.timeline:
         tl = Text("Timeline\n", style="bold")
         for e in chain.timeline:
@@ -89,7 +141,8 @@ def chain_panel(chain: CausalChain, start_ns: int) -> Panel:
     origin = "ingero-mcp" if chain.origin == "ingero-mcp" else f"{chain.origin} (imported, as {chain.origin} stored it)"
     title = Text.assemble((f" {fmt.clean(chain.severity, 10)} ", SEVERITY_STYLE.get(chain.severity, "")),
                           f" {fmt.clean(chain.op, 120)}  [{fmt.clean(origin, 80)}] ")
-    return Panel(Group(*parts), title=title, title_align="left", expand=True)
+    return Panel(Group(*parts), title=title, title_align="left", expand=True,
+                 box=panel_box(console) if console else box.ROUNDED)
 
 
 def sql_lines(chain: CausalChain) -> list[Text]:
@@ -104,58 +157,70 @@ def sql_lines(chain: CausalChain) -> list[Text]:
 
 def print_chain(console: Console, chain: CausalChain, start_ns: int, show_sql: bool) -> None:
     """A chain's panel, then (with show_sql) the SQL of its evidence, whole."""
-    console.print(chain_panel(chain, start_ns))
+    console.print(chain_panel(chain, start_ns, console))
     if show_sql:
         for line in sql_lines(chain):
             console.print(line, soft_wrap=True)
 
 
-def stats_table(stats: list[OpStats], limit: int | None = 15) -> Table:
-    """Top CUDA ops by total time."""
+def stats_table(console: Console, stats: list[OpStats], names: list[str], limit: int | None = 15) -> None:
+    """Top CUDA ops by total time: every row, both API layers (the notes say which calls another call holds)."""
     sampled = any(s.from_sample for s in stats)
     counted = any(s.total_count is not None for s in stats)
     title = "Top CUDA ops" + ((" (percentiles from the stored sample; " + ("counts and totals from aggregates)" if counted
                                                                            else "counts of the stored rows)")) if sampled else "")
-    table = Table(title=title, title_justify="left")
-    for col, just in (("op", "left"), ("api", "left"), ("calls", "right"), ("total", "right"), ("share", "right"),
-                      ("p50", "right"), ("p95", "right"), ("p99", "right"), ("max", "right"), ("p99/p50", "right")):
-        table.add_column(col, justify=just)
+    cols = [Column("op (api)", right=False, wrap=True), Column("calls"), Column("total"), Column("share"),
+            Column("p50"), Column("p95"), Column("p99"), Column("max"), Column("p99/p50")]
     if sampled:
-        table.add_column("stored", justify="right")
+        cols.append(Column("stored"))
     for s in stats[:limit] if limit else stats:
         calls = s.total_count if s.total_count is not None else s.count
         lb = ">= " if s.lower_bound else ""
-        d = fmt.ns if s.total_ns is not None or not s.entry_only else (lambda _v: "entry-only")  # unknown, not 0
-        row = [fmt.clean(s.op), fmt.clean(s.api, 20), lb + fmt.count(calls), lb + d(s.total_ns),
+        unknown = s.total_ns is None and s.entry_only  # every call entry-only: unknown, not 0
+        d = (lambda _v: "-") if unknown else fmt.ns3
+        row = [f"{fmt.clean(s.op)} ({fmt.clean(s.api, 20)})", lb + fmt.count(calls), lb + d(s.total_ns),
                "-" if s.share_of_span is None else fmt.pct(s.share_of_span),
                d(s.p50_ns), d(s.p95_ns), d(s.p99_ns), d(s.max_ns),
                f"{s.p99_ns / s.p50_ns:,.1f}x" if s.p50_ns and s.p99_ns is not None else "-"]
         if sampled:
             row.append(fmt.count(s.count))
-        table.add_row(*map(fmt.cell, row))
+        for c, v in zip(cols, row):
+            c.cells.append(v)
+    captions = ["total: the calls' durations summed over threads; share: of the window"]
+    if any(s.total_ns is None and s.entry_only for s in stats):
+        captions.append("- : probed entry-only (kernel launches): counted, durations unknown")
+    if any(s.nested for s in stats):
+        captions.append("a call made inside another call of its thread (a runtime call's driver call) has a row in "
+                        "both layers: " + ", ".join(f"{fmt.count(s.nested)} {fmt.clean(s.op, 48)}"
+                                                    for s in stats if s.nested))
     if any(s.lower_bound for s in stats):
-        table.caption = ">= : a lower bound (the aggregates did not count every stored row, or the window cuts a bucket)"
-    return table
+        captions.append(">= : a lower bound (the aggregates did not count every stored row, or the window cuts a "
+                        "bucket)")
+    print_table(console, title, cols, names, "; ".join(captions))
 
 
-def processes_table(procs: list[ProcessBreakdown], limit: int | None = 12) -> Table:
-    """One line per process: CUDA calls, scheduler and memory numbers, children."""
-    table = Table(title="Processes", title_justify="left")
-    for col, just in (("pid", "right"), ("comm", "left"), ("ppid", "right"), ("CUDA calls", "right"),
-                      ("ctx switches", "right"), ("off-CPU (all threads)", "right"), ("preempted", "right"), ("blocked", "right"),
-                      ("worst stall", "right"), ("page allocs", "right"), ("alloc bytes", "right"),
-                      ("children", "left"), ("from", "left")):
-        table.add_column(col, justify=just, no_wrap=col in ("children", "comm", "from"))
+def processes_table(console: Console, procs: list[ProcessBreakdown], names: list[str], limit: int | None = 12) -> None:
+    """One line per process, in two tables that fit a terminal: its CPU time (summed over its threads: thread-seconds)
+    and CUDA calls; its family and memory."""
     shown = procs[:limit] if limit else procs
+    cpu = [Column("pid"), Column("comm", right=False, wrap=True), Column("CUDA calls"), Column("ctx switches"),
+           Column("off-CPU"), Column("preempted"), Column("blocked"), Column("worst stall")]
+    family = [Column("pid"), Column("comm", right=False, wrap=True), Column("ppid"),
+              Column("children", right=False, wrap=True), Column("page allocs"), Column("alloc bytes"),
+              Column("counted from", right=False, wrap=True)]
     for p in shown:
-        kids = fmt.pid_ranges(p.children, 2)
-        table.add_row(*map(fmt.cell, (
-            str(p.pid), fmt.clean(p.comm, 24) + (" [the collector]" if p.is_collector else ""),
-            "-" if p.ppid is None else str(p.ppid), fmt.count(sum(o.count for o in p.ops)),
-            "-" if p.counts_from == "none" else (">= " if p.switches_lower_bound else "") + fmt.count(p.context_switches),
-            (">= " if p.switches_lower_bound and p.off_cpu_ns is not None else "") + fmt.ns(p.off_cpu_ns), fmt.ns(p.preempted_ns), fmt.ns(p.blocked_ns),
-            fmt.ns(p.worst_stall_ns), fmt.count(p.page_allocs), fmt.nbytes(p.page_alloc_bytes), kids, p.counts_from + (" + imported I/O" if p.known_from else ""),
-        )))
+        comm = fmt.clean(p.comm, 64) + (" [the collector]" if p.is_collector else "")
+        lb = ">= " if p.switches_lower_bound else ""
+        switches = "-" if p.counts_from == "none" else lb + fmt.count(p.context_switches)
+        off = (lb if p.off_cpu_ns is not None else "") + fmt.secs(p.off_cpu_ns)
+        for c, v in zip(cpu, (str(p.pid), comm, fmt.count(sum(o.count for o in p.ops)), switches, off,
+                              fmt.secs(p.preempted_ns), fmt.secs(p.blocked_ns), fmt.ns3(p.worst_stall_ns))):
+            c.cells.append(v)
+        ppid = "-" if p.ppid is None else str(p.ppid)
+        source = p.counts_from + (" + imported I/O" if p.known_from else "")
+        for c, v in zip(family, (str(p.pid), comm, ppid, fmt.pid_ranges(p.children, 2), fmt.count(p.page_allocs),
+                                 fmt.nbytes(p.page_alloc_bytes), source)):
+            c.cells.append(v)
     notes = []
     if limit and len(procs) > limit:
         notes.append(f"{len(procs) - limit} more processes: --per-process shows all")
@@ -165,12 +230,12 @@ def processes_table(procs: list[ProcessBreakdown], limit: int | None = 12) -> Ta
         notes.append("- : not recorded (unknown, not zero)")
     if any(p.is_collector for p in shown):
         notes.append("the collector (this project's `ingero-mcp trace`) is ranked last")
-    if notes:
-        table.caption = "; ".join(notes)
-    return table
+    print_table(console, "Processes: CPU (off-CPU, preempted (waiting for a CPU) and blocked (sleeping): summed over "
+                "the process's threads, in thread-seconds)", cpu, names, "; ".join(notes) or None)
+    print_table(console, "Processes: family and memory", family, names)
 
 
-def process_detail(p: ProcessBreakdown) -> Panel:
+def process_detail(p: ProcessBreakdown, console: Console | None = None) -> Panel:
     """A process with its CUDA ops (for --per-process)."""
     t = Text()
     t.append(f"{fmt.clean(p.cmdline or p.comm or '?', 300)}\n")
@@ -179,9 +244,13 @@ def process_detail(p: ProcessBreakdown) -> Panel:
              + ("context switches not recorded; " if p.counts_from == "none" else
                 f"context switches {'>= ' if p.switches_lower_bound else ''}{fmt.count(p.context_switches)} ({p.counts_from}"
                 + (", a lower bound" if p.switches_lower_bound else "") + "); ")
-             + f"off-CPU {'not recorded' if p.off_cpu_ns is None else ('>= ' if p.switches_lower_bound else '') + fmt.ns(p.off_cpu_ns)} "
-             + (f"(on-CPU {fmt.ns(p.on_cpu_ns)} from the aggregates) " if p.on_cpu_ns is not None else "")
-             + f"(preempted {fmt.ns(p.preempted_ns)}, blocked {fmt.ns(p.blocked_ns)}); worst stall {fmt.ns(p.worst_stall_ns)}"
+             + "off-CPU, summed over its threads, "
+             + ("not recorded" if p.off_cpu_ns is None else
+                ('>= ' if p.switches_lower_bound else '') + fmt.secs(p.off_cpu_ns) + " thread-seconds") + " "
+             + (f"(on-CPU {fmt.secs(p.on_cpu_ns)} thread-seconds from the aggregates) " if p.on_cpu_ns is not None
+                else "")
+             + f"(preempted {fmt.secs(p.preempted_ns)}, blocked {fmt.secs(p.blocked_ns)} thread-seconds); "
+             + f"worst stall {fmt.ns(p.worst_stall_ns)}"
              + (f" at {fmt.utc(p.worst_stall_ts_ns)}" if p.worst_stall_ts_ns else "")
              + (f" in thread {p.worst_stall_tid} ({fmt.clean(p.worst_stall_thread or 'name not recorded', 32)}; "
                 f"{p.worst_stall_role})" if p.worst_stall_tid is not None else "")
@@ -191,75 +260,83 @@ def process_detail(p: ProcessBreakdown) -> Panel:
              + "".join(f"; known from {fmt.clean(k, 300)} (not analysed yet)" for k in p.known_from) + "\n")
     parts: list[object] = [t]
     if p.ops:
-        ops = Table(box=None, show_edge=False)
-        for col in ("op", "calls", "total", "p50", "p99", "max"):
-            ops.add_column(col, justify="left" if col == "op" else "right")
+        cols = [Column(h, right=h != "op", wrap=h == "op") for h in ("op", "calls", "total", "p50", "p99", "max")]
         for o in p.ops:
-            d = fmt.ns if o.total_ns is not None or not o.entry_only else (lambda _v: "entry-only")  # unknown, not 0
-            ops.add_row(*map(fmt.cell, (o.op, fmt.count(o.count), d(o.total_ns), d(o.p50_ns), d(o.p99_ns), d(o.max_ns))))
-        parts.append(ops)
-    return Panel(Group(*parts), title=Text(f"pid {p.pid} {fmt.clean(p.comm, 32)}"), title_align="left")
+            d = fmt.ns3 if o.total_ns is not None or not o.entry_only else (lambda _v: "entry-only")  # unknown, not 0
+            for c, v in zip(cols, (fmt.clean(o.op), fmt.count(o.count), d(o.total_ns), d(o.p50_ns), d(o.p99_ns),
+                                   d(o.max_ns))):
+                c.cells.append(v)
+        parts.extend(layout(cols, (console.width if console else 100) - 4, rule=None))
+    return Panel(Group(*parts), title=Text(f"pid {p.pid} {fmt.clean(p.comm, 32)}"), title_align="left",
+                 box=panel_box(console) if console else box.ROUNDED)
 
 
-def accounting_table(report: Report) -> Table:
+def accounting_table(console: Console, report: Report, names: list[str]) -> None:
     """Where the time of each feeding thread (and of the threads it waited on) went, as shares of its wall time."""
     acc = report.accounting
-    table = Table(title="Time accounting (share of each thread's wall time; thread_seconds)", title_justify="left")
-    outside = "run outside CUDA" + (" (incl. launches, entry-only)" if acc and acc.entry_only_launches else "")
-    work = "launches+copies" + (" (est.)" if acc and acc.estimated else "")
-    for col in ("thread", "role", "wall", outside, "run in CUDA", "GPU wait", "sleep outside", "of it IO",
-                "CPU wait", "unknown", work):
-        table.add_column(col, justify="left" if col in ("thread", "role") else "right")
+    cols = [Column("thread", right=False, wrap=True), Column("wall"), Column("running outside CUDA"),
+            Column("on CPU in CUDA"), Column("GPU wait"), Column("sleep outside"), Column("of it IO"),
+            Column("CPU wait"), Column("unknown"), Column("launches + copies")]
     for t in (acc.threads if acc else [])[:12]:
         a = t.total
         pct = (lambda ns: f"{100 * ns / a.wall_ns:.1f}%" if a.wall_ns else "-")
-        name = f"{fmt.clean(t.comm or t.process_comm or '?', 32)}[{t.pid}" + ("]" if t.tid == t.pid else f"/{t.tid}]")
-        table.add_row(name, t.role, fmt.ns(a.wall_ns), pct(a.run_outside_ns), pct(a.run_inside_ns), pct(a.sleep_inside_ns),
-                      pct(a.sleep_outside_ns), pct(a.sleep_io_ns), pct(a.cpu_wait_ns), pct(a.off_cpu_unknown_ns),
-                      ("~" if acc.estimated else "") + fmt.count(a.work_calls))
+        name = f"{fmt.clean(t.comm or t.process_comm or '?', 64)}[{t.pid}" + ("]" if t.tid == t.pid else f"/{t.tid}]")
+        role = "" if t.role == "feeder" else f" ({fmt.clean(t.role, 20)})"
+        for c, v in zip(cols, (name + role, fmt.ns3(a.wall_ns), pct(a.run_outside_ns), pct(a.run_inside_ns),
+                               pct(a.sleep_inside_ns), pct(a.sleep_outside_ns), pct(a.sleep_io_ns), pct(a.cpu_wait_ns),
+                               pct(a.off_cpu_unknown_ns), ("~" if acc.estimated else "") + fmt.count(a.work_calls))):
+            c.cells.append(v)
+    captions = ["GPU wait: asleep in CUDA calls; the threads that fed the GPU first, then those they waited on"]
+    if acc and acc.entry_only_launches:
+        captions.append("running outside CUDA includes kernel launches (probed entry-only)")
     if acc and acc.estimated:
-        table.caption = (f"~ : estimated: the launch probes were attached {100 * (acc.launch_coverage or 0):.0f}% of the time "
-                         "(probe_gaps); launches seen are scaled per second by the coverage")
-    return table
+        coverage = 100 * (acc.launch_coverage or 0)
+        captions.append(f"~ : estimated: the launch probes were attached {coverage:.0f}% of the time (probe_gaps); "
+                        "launches seen are scaled per second by the coverage")
+    print_table(console, "Time accounting (share of each thread's wall time; thread_seconds)", cols, names,
+                "; ".join(captions))
 
 
-def imported_table(imp: ImportedAccounting) -> Table:
+def imported_table(console: Console, imp: ImportedAccounting, names: list[str]) -> None:
     """An import's threads: their scheduler rows against Ingero's counts, and where the time of the complete ones
     went (imported_accounting.py; off-CPU is not split into sleeping and waiting for a CPU)."""
-    table = Table(title="Imported threads, accounted from their own scheduler rows where complete",
-                  title_justify="left")
-    for col in ("thread", "feeds GPU", "switch rows", "counted", "accounted", "on-CPU", "off-CPU", "unknown", "status"):
-        table.add_column(col, justify="left" if col in ("thread", "feeds GPU", "status") else "right")
+    cols = [Column("thread", right=False, wrap=True), Column("feeds GPU", right=False), Column("switch rows"),
+            Column("counted"), Column("accounted"), Column("on-CPU"), Column("off-CPU"), Column("unknown"),
+            Column("status", right=False, wrap=True)]
     for t in imp.threads[:12]:
-        name = f"{fmt.clean(t.comm or t.process_comm or '?', 32)}[{t.pid}" + ("]" if t.tid == t.pid else f"/{t.tid}]")
+        name = f"{fmt.clean(t.comm or t.process_comm or '?', 64)}[{t.pid}" + ("]" if t.tid == t.pid else f"/{t.tid}]")
         shown = t.accountable
-        table.add_row(name, "yes" if t.feeds_gpu else "", fmt.count(t.switch_rows),
-                      "-" if t.switches_counted is None else fmt.count(t.switches_counted),
-                      fmt.ns(t.accounted_ns) if shown else "-", f"{100 * t.on_cpu_share:.1f}%" if shown else "-",
-                      fmt.ns(t.off_cpu_ns) if shown else "-", fmt.ns(t.unknown_ns) if shown else "-",
-                      "accounted" if shown else fmt.cell(short_why(t)))
-    if len(imp.threads) > 12:
-        table.caption = f"{len(imp.threads) - 12} more in `explain --json` (accounting.imported)"
-    return table
+        figures = ((fmt.ns3(t.accounted_ns), f"{100 * t.on_cpu_share:.1f}%", fmt.ns3(t.off_cpu_ns),
+                    fmt.ns3(t.unknown_ns)) if shown else ("-",) * 4)
+        for c, v in zip(cols, (name, "yes" if t.feeds_gpu else "", fmt.count(t.switch_rows),
+                               "-" if t.switches_counted is None else fmt.count(t.switches_counted), *figures,
+                               "accounted" if shown else fmt.clean(short_why(t), 300))):
+            c.cells.append(v)
+    print_table(console, "Imported threads, accounted from their own scheduler rows where complete", cols, names,
+                f"{len(imp.threads) - 12} more in `explain --json` (accounting.imported)" if len(imp.threads) > 12
+                else None)
 
 
 def render_report(console: Console, report: Report, db: str, *, per_process: bool = False, show_sql: bool = False) -> None:
-    """The whole incident report: header, chains (ours, then imported), top ops, processes."""
+    """The whole incident report (`explain --full`): header, verdict, accounting, chains (ours, then imported), top
+    ops, host events, processes."""
     start = report.info.window.start_ns if report.info.window else report.window.start_ns
-    # Text that names traced things is printed unwrapped (the terminal folds it): a wrap inserted here could
-    # start a line with a traced name. Boxed tables and panels start every line with their border.
-    console.print(header(report, db), soft_wrap=True)
+    names = traced_names(report)
+    # Text outside boxes is wrapped so that no line starts with a traced name; inside tables and panels every line
+    # starts with the border.
+    header(console, report, db, names)
+    if report.info.window is None:
+        return
     if report.verdict:
-        v = Text()
-        v.append("Verdict\n", style="bold underline")
+        console.print()
+        console.print(Text("Verdict", style="bold underline"))
         for line in report.verdict:
             style = SEVERITY_STYLE.get(line.split(":", 1)[0], "")
-            v.append(fmt.clean(line, 2000) + "\n", style=style)
-        console.print(v, soft_wrap=True)
+            paragraph(console, fmt.clean(line, 2000), names, style=style)
     if report.accounting and report.accounting.complete and report.accounting.threads:
-        console.print(accounting_table(report))
+        accounting_table(console, report, names)
     if report.accounting and report.accounting.imported and report.accounting.imported.threads:
-        console.print(imported_table(report.accounting.imported))
+        imported_table(console, report.accounting.imported, names)
     own = [c for c in report.chains if c.origin == "ingero-mcp"]
     imported = [c for c in report.chains if c.origin != "ingero-mcp"]
     if own:
@@ -267,34 +344,33 @@ def render_report(console: Console, report: Report, db: str, *, per_process: boo
         for c in own:
             print_chain(console, c, start, show_sql)
     elif report.accounting and report.accounting.imported:  # an import: the verdict says what could be accounted
-        console.print(Text("No causal chain of ours: no thread that fed the GPU could be accounted (the verdict says "
-                           "why).", style="bold"))
+        paragraph(console, "No causal chain of ours: no thread that fed the GPU could be accounted (the verdict says "
+                  "why).", names, style="bold")
     else:
-        console.print(Text("No causal chain: no part of the feeding threads' time grew in a slow phase or filled idle GPU "
-                           "time beyond 1% of the feeding time.", style="bold green"))
+        paragraph(console, "No causal chain: no part of the feeding threads' time grew in a slow phase or filled idle "
+                  "GPU time beyond 1% of the feeding time.", names, style="bold green")
     if report.minor:
-        m = Text()
-        m.append("Minor (each explains under 1% of the feeding time)\n", style="bold")
+        console.print(Text("Minor (each explains under 1% of the feeding time)", style="bold"))
         for line in report.minor[:10]:
-            m.append("  " + fmt.clean(line, 400) + "\n")
-        console.print(m, soft_wrap=True)
+            paragraph(console, fmt.clean(line, 400), names, "  ", "    ")
     if imported:
-        console.print(Text(f"Chains stored by {imported[0].origin} (imported; not recomputed): {len(imported)} kinds",
-                           style="bold underline"))
+        console.print(Text(f"Chains stored by {fmt.clean(imported[0].origin, 20)} (imported; not recomputed): "
+                           f"{len(imported)} kinds", style="bold underline"))
         for c in imported:
             print_chain(console, c, start, show_sql)
     if report.stats:
-        console.print(stats_table(report.stats))
+        stats_table(console, report.stats, names)
     if report.host:
-        host = Table(title="Host events (exact counts from host_aggregates)", title_justify="left")
-        for col in ("event", "source", "count", "pids", "total duration", "bytes"):
-            host.add_column(col, justify="left" if col in ("event", "source") else "right")
+        cols = [Column("event", right=False, wrap=True), Column("source", right=False, wrap=True), Column("count"),
+                Column("pids"), Column("duration"), Column("bytes")]
         for h in report.host[:12]:
-            host.add_row(*map(fmt.cell, (h.op, h.source, fmt.count(h.count), fmt.count(h.pids),
-                                         fmt.ns(h.sum_duration_ns), fmt.nbytes(h.sum_bytes) if h.sum_bytes else "-")))
-        console.print(host)
+            for c, v in zip(cols, (fmt.clean(h.op), fmt.clean(h.source), fmt.count(h.count), fmt.count(h.pids),
+                                   fmt.secs(h.sum_duration_ns), fmt.nbytes(h.sum_bytes) if h.sum_bytes else "-")):
+                c.cells.append(v)
+        print_table(console, "Host events (exact counts from host_aggregates; duration: summed over tasks, in "
+                    "thread-seconds)", cols, names)
     if report.processes:
-        console.print(processes_table(report.processes, None if per_process else 12))
+        processes_table(console, report.processes, names, None if per_process else 12)
         if per_process:
             for p in report.processes:
-                console.print(process_detail(p))
+                console.print(process_detail(p, console))
