@@ -200,7 +200,7 @@ def test_v1_store_reads_in_the_v2_shape(path: Path) -> None:
         con.execute("INSERT INTO threads VALUES (1, 1, 1, 'x', 0, 0, NULL)").fetchall()
     con.close()
     # explain runs on it, as on a v2 store
-    out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "explain", "--db", str(path)],
+    out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "explain", "--db", str(path), "--full"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "cudaStreamSynchronize" in out.stdout + out.stderr, out.stderr[-2000:]
 
