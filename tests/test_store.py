@@ -201,7 +201,7 @@ def test_v1_store_reads_in_the_v2_shape(path: Path) -> None:
     con.close()
     # explain runs on it, as on a v2 store
     out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "explain", "--db", str(path), "--full"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "120"})
     assert out.returncode == 0 and "cudaStreamSynchronize" in out.stdout + out.stderr, out.stderr[-2000:]
 
 
