@@ -941,25 +941,6 @@ def _sleep_without_waker(ctx: Ctx, f: Finding, io: bool, sql: str) -> Explained:
                      confident=False)
 
 
-def _thread_account(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> Account | None:
-    k0, k1 = _k_range(ctx, w)
-    fields = [f for f in Account.model_fields if f != "iterations"]  # the process's progress: not a thread column
-    cols = ", ".join(f"sum({c})::BIGINT" for c in fields)
-    got = rows(ctx.con, f"SELECT {cols} FROM {SECONDS_TABLE} WHERE pid = {pid} AND tid = {tid} AND k BETWEEN {k0} AND {k1}")
-    if not got or got[0][0] is None:
-        return None
-    return Account(**{c: int(v or 0) for c, v in zip(fields, got[0], strict=True)})
-
-
-def _doing(a: Account | None) -> str:
-    if a is None or not a.wall_ns:
-        return "not traced (what it did is unknown)"
-    run = (a.run_outside_ns + a.run_inside_ns) / a.wall_ns
-    wait = a.cpu_wait_ns / a.wall_ns
-    sleep = (a.sleep_outside_ns + a.sleep_inside_ns) / a.wall_ns
-    return f"running {100 * run:.0f}% of that time, waiting for a CPU {100 * wait:.0f}%, sleeping {100 * sleep:.0f}%"
-
-
 def call_class_sql(pid: int, tid: int, ks: tuple[int, int], t0: int) -> str:
     """In-call time of a thread by kind of call (call_spans.call_class) over seconds ks, with bytes moved."""
     lo, hi = t0 + ks[0] * SECOND_NS, t0 + (ks[1] + 1) * SECOND_NS

@@ -92,7 +92,7 @@ def marks_filter(op: str, sig: str) -> str:
         cond.append(f"kernel_handle = {int(sig[1:])}")
     elif sig.startswith("b"):
         size, _, kind = sig[1:].partition("/")
-        cond += [f"kernel_handle IS NULL", f"bytes = {int(size)}",
+        cond += ["kernel_handle IS NULL", f"bytes = {int(size)}",
                  f"memcpy_kind = '{kind}'" if kind else "memcpy_kind IS NULL"]
     else:
         cond += ["kernel_handle IS NULL", "bytes IS NULL"]
@@ -113,14 +113,16 @@ def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
     tried = 0
     for group in groups:
         kept: list[tuple] = []
-        for op, sig, kind, n, _first, _last in sorted(group, key=lambda r: (int(r[2]), int(r[3]))):  # syncs, copies first
+        # syncs and copies first
+        for op, sig, kind, n, _first, _last in sorted(group, key=lambda r: (int(r[2]), int(r[3]))):
             if len(kept) >= MIN_RHYTHM or tried >= MAX_TRIED:
                 break
             tried += 1
             cover, gap, long_gap, busy = rows(con, cover_sql(pid, str(op), str(sig)))[0]
             if long_gap is not None and long_gap >= QUIET_GAP_NS and busy is not None and float(busy) >= BUSY_IN_GAP:
                 continue  # it stopped while the process kept working: a phase's call (a bulk copy), not the step's
-            if cover is not None and float(cover) >= MIN_COVER:  # bursts (an evaluation pass) cover little of their span
+            # bursts (an evaluation pass) cover little of their span
+            if cover is not None and float(cover) >= MIN_COVER:
                 kept.append((str(op), str(sig), int(kind), int(n), float(cover), gap))
         if len(kept) >= MIN_RHYTHM:
             fallback = kept

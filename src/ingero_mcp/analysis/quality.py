@@ -15,7 +15,8 @@ def data_quality_sql(overlaps: bool = True) -> str:
         SELECT 'intervals that end before they start' AS what, count(*) AS n FROM sched_intervals WHERE on_ns < off_ns
         UNION ALL SELECT 'intervals with a negative sleep or CPU wait', count(*) FROM sched_intervals
             WHERE sleep_ns < 0 OR cpu_wait_ns < 0 OR wakeup_ns < off_ns OR wakeup_ns > on_ns
-        UNION ALL SELECT 'CUDA calls with a negative duration', count(*) FROM cuda_calls WHERE duration_ns < 0""" + (f"""
+        UNION ALL SELECT 'CUDA calls with a negative duration', count(*) FROM cuda_calls
+            WHERE duration_ns < 0""" + (f"""
         UNION ALL SELECT '{OVERLAPS}', count(*) FROM (
             SELECT off_ns, lag(on_ns) OVER (PARTITION BY session_id, pid, tid ORDER BY off_ns, on_ns) AS prev_on
             FROM sched_intervals WHERE on_ns IS NOT NULL) WHERE off_ns < prev_on""" if overlaps else "")

@@ -27,7 +27,8 @@ WAIT_KINDS: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
     ("gpu", r"\[nvidia", ()),
     ("fsync", r"(^| )(do_fsync|vfs_fsync_range|ksys_sync|sync_file_range|file_write_and_wait_range|jbd2_log_wait)",
      ("fsync", "fdatasync")),
-    ("reclaim", r"(^| )(shrink_node|try_to_free_pages|throttle_direct_reclaim|balance_dirty_pages|mem_cgroup_handle_over)",
+    ("reclaim",
+     r"(^| )(shrink_node|try_to_free_pages|throttle_direct_reclaim|balance_dirty_pages|mem_cgroup_handle_over)",
      ()),
     ("disk", r"(^| )(io_schedule|folio_wait|wait_on_page|bit_wait_io|submit_bio_wait|blk_mq|filemap_fault)", ()),
     ("pipe", r"pipe_(read|write|wait)", ()),
@@ -67,7 +68,8 @@ def wait_kind_sql(frames: str = "st.frames", syscall: str = "i.syscall", sleep_s
         arms.append(f"WHEN {' OR '.join(cond)} THEN '{kind}'")
     arms.append(f"WHEN {sleep_state} = 'D' THEN 'disk'")
     arms.append(f"WHEN {frames} IS NULL AND {syscall} IN ('read', 'readv', 'pread64', 'preadv', 'preadv2') THEN 'read'")
-    arms.append(f"WHEN {frames} IS NULL AND {syscall} IN ('write', 'writev', 'pwrite64', 'pwritev', 'pwritev2') THEN 'write'")
+    arms.append(f"WHEN {frames} IS NULL AND {syscall} IN ('write', 'writev', 'pwrite64', 'pwritev', 'pwritev2') "
+                "THEN 'write'")
     return "CASE " + " ".join(arms) + " ELSE 'other' END"
 
 
@@ -174,7 +176,8 @@ def first_intervals(pid: int, tid: int, w: TimeWindow, waker_pid: int, waker_tid
 def summary_sql(hop_sql: str, intervals: str) -> str:
     """What a hop's thread did, as shares of the intervals: 'running' (what its off-CPU rows leave), 'waiting for a
     CPU', 'asleep <kind>' (KIND_LABEL), each at least 5 %, largest first."""
-    label = "CASE kind " + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in KIND_LABEL.items()) + " ELSE 'in the kernel' END"
+    label = ("CASE kind " + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in KIND_LABEL.items())
+             + " ELSE 'in the kernel' END")
     return " ".join(f"""
         WITH r AS ({hop_sql}), tot AS (SELECT sum(b - a) AS ns FROM ({intervals})),
         parts AS (SELECT CASE state WHEN 'cpu_wait' THEN 'waiting for a CPU' WHEN 'sleeping' THEN 'asleep ' || {label}
@@ -203,7 +206,8 @@ def hop(con: duckdb.DuckDBPyConnection, intervals: str, pid: int, tid: int, w: T
         if state == "cpu_wait":
             h.cpu_wait_ns += ns
         elif state == "sleeping":
-            h.sleeping.append((str(kind or "other"), None if wpid is None else int(wpid), None if wtid is None else int(wtid),
+            h.sleeping.append((str(kind or "other"), None if wpid is None else int(wpid),
+                               None if wtid is None else int(wtid),
                                wcomm, wctx, ns))
         else:
             h.unknown_ns += ns
