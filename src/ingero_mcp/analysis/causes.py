@@ -134,7 +134,10 @@ class Ctx:
     cache: dict[tuple, list[tuple]] = field(default_factory=dict)  # query results reused by explainers
 
     def family(self, pid: int) -> set[int]:
-        """The process and its descendants (forked workers)."""
+        """The process and its descendants (forked workers); worked out once per process (relation() asks often)."""
+        key = ("family", pid)
+        if key in self.cache:
+            return set(self.cache[key])  # type: ignore[arg-type]
         out, todo = {pid}, [pid]
         kids: dict[int, list[int]] = defaultdict(list)
         for p, (pp, _c, _m) in self.procs.items():
@@ -145,6 +148,7 @@ class Ctx:
                 if k not in out:
                     out.add(k)
                     todo.append(k)
+        self.cache[key] = list(out)  # type: ignore[assignment]
         return out
 
     def alive_children(self, pid: int, w: TimeWindow) -> list[int]:

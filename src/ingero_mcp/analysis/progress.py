@@ -54,22 +54,26 @@ def signatures_sql(pid: int, launches: bool = True) -> str:
 
 
 def cover_sql(pid: int, op: str, sig: str) -> str:
-    """One signature's median gap, the share of its span its gaps cover (each capped at GAP_CAP x the median), and
-    how much the rest of the process did in its longest gap, in iterations' worth: its CUDA calls then over its calls
-    per mark across the span (a call that stops while the process goes on working does not mark iterations)."""
+    """One signature's median gap, the share of its span its gaps cover (each capped at GAP_CAP x the median), its
+    longest gap (where it ended) and its marks and span, read from its own calls only."""
     return " ".join(f"""
         WITH g AS (SELECT ts_ns - lag(ts_ns) OVER (ORDER BY ts_ns) AS gap, ts_ns FROM cuda_calls
                    WHERE pid = {int(pid)} AND {marks_filter(op, sig)}),
         m AS (SELECT median(gap) AS median_gap, min(ts_ns) AS lo, max(ts_ns) AS hi, arg_max(ts_ns, gap) AS long_end,
-                     max(gap) AS long_gap, count(*) AS marks FROM g),
-        busy AS (SELECT count(*) FILTER (WHERE c.ts_ns > m.long_end - m.long_gap AND c.ts_ns < m.long_end) AS in_gap,
-                        count(*) / greatest(m.marks, 1) AS per_mark
-                 FROM cuda_calls c, m WHERE c.pid = {int(pid)} AND c.ts_ns BETWEEN m.lo AND m.hi
-                 GROUP BY m.long_end, m.long_gap, m.marks)
+                     max(gap) AS long_gap, count(*) AS marks FROM g)
         SELECT sum(least(g.gap, {GAP_CAP} * m.median_gap)) / greatest(any_value(m.hi - m.lo), 1) AS cover,
-               any_value(m.median_gap) AS median_gap, any_value(m.long_gap) AS long_gap,
-               any_value(busy.in_gap) / nullif(any_value(busy.per_mark), 0) AS iterations_in_gap
-        FROM g, m, busy WHERE g.gap IS NOT NULL""".split())
+               any_value(m.median_gap), any_value(m.long_gap), any_value(m.long_end), any_value(m.marks),
+               any_value(m.lo), any_value(m.hi)
+        FROM g, m WHERE g.gap IS NOT NULL""".split())
+
+
+def gap_work_sql(pid: int, gap_start: int, gap_end: int, lo: int, hi: int, marks: int) -> str:
+    """How much the rest of the process did in a marker's longest gap, in iterations' worth: its CUDA calls then
+    over its calls per mark across the marker's span (a call that stops while the process goes on working does not
+    mark iterations)."""
+    return (f"SELECT count(*) FILTER (WHERE ts_ns > {int(gap_start)} AND ts_ns < {int(gap_end)}) "
+            f"/ nullif(count(*) / {max(int(marks), 1)}, 0) FROM cuda_calls "
+            f"WHERE pid = {int(pid)} AND ts_ns BETWEEN {int(lo)} AND {int(hi)}")
 
 
 QUIET_GAP_NS = 1_000_000_000  # a marker's gap this long ...
@@ -118,9 +122,11 @@ def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
             if len(kept) >= MIN_RHYTHM or tried >= MAX_TRIED:
                 break
             tried += 1
-            cover, gap, long_gap, busy = rows(con, cover_sql(pid, str(op), str(sig)))[0]
-            if long_gap is not None and long_gap >= QUIET_GAP_NS and busy is not None and float(busy) >= BUSY_IN_GAP:
-                continue  # it stopped while the process kept working: a phase's call (a bulk copy), not the step's
+            cover, gap, long_gap, long_end, marks, lo, hi = rows(con, cover_sql(pid, str(op), str(sig)))[0]
+            if long_gap is not None and long_gap >= QUIET_GAP_NS:
+                busy = rows(con, gap_work_sql(pid, long_end - long_gap, long_end, lo, hi, marks))[0][0]
+                if busy is not None and float(busy) >= BUSY_IN_GAP:
+                    continue  # it stopped while the process kept working: a phase's call (a bulk copy), not the step's
             # bursts (an evaluation pass) cover little of their span
             if cover is not None and float(cover) >= MIN_COVER:
                 kept.append((str(op), str(sig), int(kind), int(n), float(cover), gap))
