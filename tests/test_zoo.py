@@ -49,6 +49,11 @@ CAUSES = {
     "excess_sync": {"excess-sync"},
     "own_threads_cpu": {"own-threads-cpu"},
     "timed_sleep": {"timed-sleep"},
+    # The sixth group's causes (held out: this mapping was written before any of them was recorded or read).
+    "subprocess_wait": {"waiting-on-process"},  # a child the loop spawns and waits for
+    "file_lock": {"gil-or-lock", "waiting-on-process"},  # a lock another process holds: the lock or its holder
+    "stopped_by_signal": {"stopped-by-signal", "waiting-on-process"},  # stopped (T), continued by the sender
+    "lock_held_over_io": {"io-wait", "waiting-on-thread", "gil-or-lock"},  # a lock whose holder waits on the disk
 }
 WEAK_RATIO = 1.3  # a staged cause that slowed the job less than this is weak: no other cause may be named for it
 
