@@ -208,3 +208,51 @@ def test_damaged_rows_are_mended_and_reported_not_a_traceback(tmp_path: Path) ->
     out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "explain", "--db", str(db)], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0 and "Traceback" not in out.stderr and "data quality" in out.stdout, out.stderr[-2000:]
+
+
+def spawn_store(path: Path, *, fresh_child_each_step: bool) -> Path:
+    """20 s of a loop at 100 steps/s whose main thread, from +8 s to +16 s, waits ~60 ms a step in wait4()/read() for
+    a child to do a job: a new short-lived child `hook` each step (pids 1000...), or one long-lived child `helper`
+    (pid 600, alive all along) that the thread asks each time."""
+    calls = _cols(*CALL_COLS)
+    ivs = _cols(*IV_COLS)
+    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
+    steps = _loop(T0 + 8 * S, T0 + 16 * S, 70 * MS, calls)
+    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    procs = {"pid": [PID], "ppid": [1], "comm": ["python3"], "traced": [True], "first_seen_ns": [T0],
+             "exit_ns": [None]}
+    if not fresh_child_each_step:
+        for k, v in (("pid", 600), ("ppid", PID), ("comm", "helper"), ("traced", True), ("first_seen_ns", T0),
+                     ("exit_ns", None)):
+            procs[k].append(v)
+    for k, t in enumerate(steps):
+        child, comm = (1000 + k, "hook") if fresh_child_each_step else (600, "helper")
+        if fresh_child_each_step:
+            for key, v in (("pid", child), ("ppid", PID), ("comm", comm), ("traced", True),
+                           ("first_seen_ns", t + 2 * MS), ("exit_ns", t + 62 * MS)):
+                procs[key].append(v)
+        _iv(ivs, PID, t + 2 * MS, t + 63 * MS, "sleeping", wake=t + 62 * MS, waker=(child, comm, "task"),
+            syscall="wait4" if fresh_child_each_step else "read", kstack=None)
+    with TraceWriter(path) as w:
+        _session(w)
+        w.replace("processes", procs)
+        w.append("cuda_calls", calls)
+        w.append("sched_intervals", ivs)
+    return path
+
+
+def test_a_child_started_every_step_is_spawning_and_a_long_lived_one_is_not(tmp_path: Path) -> None:
+    """The same wait on a child: started afresh each step it is spawning-processes (the children, their rate and
+    median life from the process rows, recomputed by the evidence SQL); one child alive all along is not."""
+    db = spawn_store(tmp_path / "spawn.duckdb", fresh_child_each_step=True)
+    report = build_report(open_store(db))
+    top = next(c for c in report.chains if c.severity in ("HIGH", "MEDIUM"))
+    assert top.root_cause == "spawning-processes", top.summary
+    assert "child processes in that window (hook[1000-11" in top.summary and "median 60 ms" in top.summary
+    assert top.culprits[0].comm == "hook" and top.culprits[0].pid >= 1000
+    fresh = open_store(db)
+    install_views(fresh)
+    assert check_evidence_sql(fresh, [top]) >= 3
+    kept = build_report(open_store(spawn_store(tmp_path / "kept.duckdb", fresh_child_each_step=False)))
+    top = next(c for c in kept.chains if c.severity in ("HIGH", "MEDIUM"))
+    assert top.root_cause != "spawning-processes" and top.culprits[0].pid == 600, top.summary

@@ -34,6 +34,8 @@ CPU_THROTTLED = "cpu-throttled"
 LAUNCH_BOUND = "launch-bound"
 EXCESS_SYNC = "excess-sync"
 CPU_IDLE_WAIT = "runnable-while-idle"
+# Named from the process lifecycle: children started again and again in a slow phase.
+SPAWNING = "spawning-processes"
 
 CATALOGUE: dict[str, list[str]] = {
     OWN_WORKERS_CPU: [
@@ -153,6 +155,12 @@ CATALOGUE: dict[str, list[str]] = {
         "The host synchronised with the GPU {per_iteration} times per iteration ({window}) vs {base_per_iteration} in "
         "the healthy baseline: each sync empties the GPU's queue. Remove per-layer torch.cuda.synchronize(), "
         ".item(), .cpu() and print(tensor) from the loop (log every N steps), or use CUDA events for timing.",
+    ],
+    SPAWNING: [
+        "{who} started {spawned} child processes ({child}, {spawn_rate}/s, each living a median {life_ms} ms) in "
+        "{window} and paid for each (fork, start-up, waiting for it): start them once and keep them. A DataLoader: "
+        "persistent_workers=True and one iterator across epochs; a command run per step (nvidia-smi, a shell hook): "
+        "read the value in-process (NVML through nvidia-ml-py, psutil) or every N steps.",
     ],
     UNEXPLAINED: [
         "The store does not say what {who} was doing off-CPU ({window}): record with the current collector (it "
