@@ -296,3 +296,18 @@ def test_full_wraps_at_columns_when_set() -> None:
     assert 100 < max(map(len, lines)) <= 140
     lines = explain(BUNDLED, columns=None).splitlines()  # piped, no $COLUMNS: 100
     assert max(map(len, lines)) <= 100
+
+
+def test_explain_on_a_finished_store_loads_neither_pyarrow_nor_numpy() -> None:
+    """Start-up: reading a finished store needs DuckDB and pydantic only; pyarrow (the writer's) and numpy (the
+    span builder's, for stores without derived tables) cost ~0.3 s of imports that explain must not pay."""
+    code = ("import contextlib, io, sys\n"
+            "from ingero_mcp.cli import main\n"
+            f"sys.argv = ['ingero-mcp', 'explain', '--db', {str(BUNDLED)!r}]\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            "    try:\n        main()\n    except SystemExit as exc:\n        assert not exc.code, exc.code\n"
+            "assert 'verdict' in out.getvalue().lower() or 'fed the GPU' in out.getvalue(), out.getvalue()[:200]\n"
+            "print(sorted(m for m in ('pyarrow', 'numpy') if m in sys.modules))\n")
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.strip() == "[]", got.stdout

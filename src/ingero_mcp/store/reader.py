@@ -20,8 +20,7 @@ import duckdb
 
 from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import DERIVED_PREFIX, REPLACE_TABLES, SCHEMA_VERSION, TABLES, V1_AS_V2, current_version, ddl, migrate
-from ingero_mcp.store.segments import insert_segments, list_segments, remember_skipped
-from ingero_mcp.store.writer import segment_dir
+from ingero_mcp.store.segments import insert_segments, list_segments, remember_skipped, segment_dir
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _LOCK_RETRY_S = 10.0

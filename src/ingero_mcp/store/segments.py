@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ingero_mcp.store")
 
+
+def segment_dir(db_path: str | os.PathLike[str]) -> Path:
+    """Where a live recording of `db_path` keeps its segments."""
+    return Path(f"{os.fspath(db_path)}.segments")
+
+
 Bad = tuple[Path, str]
 """A segment no reader can use, and why."""
 

@@ -24,17 +24,12 @@ import pyarrow.parquet as pq
 
 from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import REPLACE_TABLES, TABLES, migrate
-from ingero_mcp.store.segments import insert_segments, list_segments, quarantine
+from ingero_mcp.store.segments import insert_segments, list_segments, quarantine, segment_dir
 
 if TYPE_CHECKING:
     import duckdb
 
 Batch = pa.Table | pa.RecordBatch | Mapping[str, Sequence[Any]]
-
-
-def segment_dir(db_path: str | os.PathLike[str]) -> Path:
-    """Where a live recording of `db_path` keeps its segments."""
-    return Path(f"{os.fspath(db_path)}.segments")
 
 
 def _as_table(data: Batch) -> pa.Table:
