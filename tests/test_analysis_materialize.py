@@ -1,4 +1,4 @@
-"""The tables views.materialize makes (once per connection) hold exactly the rows of the views they stand for.
+"""The tables views.materialize makes (once per store content) hold exactly the rows of the views they stand for.
 
 call_spans' table is made by analysis/spans.py (numpy) rather than by the view's SQL: both must agree on nested and
 overlapping calls, calls out of order in the store, zero-length calls, several threads and processes, first launches.
@@ -30,7 +30,7 @@ def _check(path: Path) -> None:
         assert con.execute(f"DESCRIBE SELECT * FROM {TABLES[v]}").fetchall() == types[v], v
         assert _rows(con, f"SELECT * FROM {TABLES[v]}") == want[v], v
         assert _rows(con, f"SELECT * FROM {v}") == want[v], v  # the view now reads the table
-    materialize(con)  # once per connection: a second call keeps the tables
+    materialize(con)  # once per store content: a second call keeps the tables
     con.close()
 
 
@@ -64,3 +64,24 @@ def test_materialized_tables_equal_the_views_random(tmp_path: Path) -> None:
 
 def test_materialize_on_an_empty_store(tmp_path: Path) -> None:
     _check(write_store(tmp_path / "e.duckdb", [], []))
+
+
+def test_every_cursor_reads_the_rows_one_connection_made(tmp_path: Path) -> None:
+    """A store without derived tables (here a v2-shaped test store) is derived once for the process: a cursor (each
+    MCP tool call has its own connection) reads the cached rows, not views that would compute them again; once the
+    store's rows change (a live recording's new segment), the fingerprint no longer matches."""
+    path = write_store(tmp_path / "t.duckdb", [sched(T0 + 12 * MS, T0 + 15 * MS, "sleeping", wakeup=T0 + 14 * MS)],
+                       [call(T0 + 10 * MS, 2 * MS, "cudaMemcpy")])
+    con = open_store(path)
+    materialize(con)
+    want = {v: _rows(con, f"SELECT * FROM {v}") for v in VIEWS}
+    cur = con.cursor()
+    install_views(cur)
+    for v in VIEWS:
+        sql = cur.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [v]).fetchall()[0][0]
+        assert "ingero_cache." in sql, (v, sql)
+        assert _rows(cur, f"SELECT * FROM {v}") == want[v], v
+    materialize(cur)  # nothing to make: the cursor already reads the cache
+    assert cur.execute("SELECT count(*) FROM ingero_cache.fingerprint").fetchall() == [(1,)]
+    cur.close()
+    con.close()

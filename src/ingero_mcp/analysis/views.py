@@ -1,4 +1,5 @@
-"""The accounting's named SQL views (analysis/sql/*.sql), laid on a reader connection as temporary views.
+"""The accounting's named SQL views (analysis/sql/*.sql), laid on a reader connection as temporary views, and the
+tables of their rows made once (stored in a finished store, or cached for the process).
 
 DuckDB allows temporary views on read-only, locked connections, so `explain`, `query`, `run_sql` and
 the SQL attached to evidence all see the same `thread_state`, `call_spans` and `thread_seconds`.
@@ -7,6 +8,7 @@ the SQL attached to evidence all see the same `thread_state`, `call_spans` and `
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from functools import cache
 from importlib import resources
@@ -23,14 +25,18 @@ def view_sql(name: str) -> str:
     return (resources.files("ingero_mcp.analysis") / "sql" / f"{name}.sql").read_text()
 
 
-# The views computed once per connection. A view is recomputed by every query that reads it (call_spans: window
-# passes over every CUDA call; thread_seconds: four ASOF joins on call_spans), and a filter pushed into one can turn
-# its ASOF joins into slow plans. `materialize` fills a temporary table per view and points the connection's view at
-# it, so every later query on this connection (the accounting's, the chains', cold starts) reads the rows once made;
-# the views keep their names and rows, and a cursor (`run_sql`, evidence SQL) gets the plain views (its own
-# connection). DuckDB allows temporary tables on read-only, locked connections.
+# The views computed once per store content, for every connection of the process. A view is recomputed by every
+# query that reads it (call_spans: window passes over every CUDA call; thread_seconds: four ASOF joins on call_spans),
+# and a filter pushed into one can turn its ASOF joins into slow plans. `materialize` fills a table per view in
+# CACHE, an in-memory catalog attached to the store's database instance (writable even when the store is read-only,
+# and seen by every cursor of that instance: each MCP tool call has its own), and points the connection's views at
+# them; any later connection whose store rows still match the cache's fingerprint reads them too, so a store
+# without derived tables (v1/v2, an import, a live recording) is derived once, not on every call.
 TABLES = {name: f"{name}_t" for name in VIEWS}
 SECONDS_TABLE = TABLES["thread_seconds"]
+CACHE = "ingero_cache"
+CACHE_META = "fingerprint"
+_CACHE_LOCK = threading.Lock()  # cursors run tool calls in parallel: one of them derives, the others wait and read
 
 
 # v3 stores (schemas/v3.sql): the views' rows made once when the store was finished, in stored tables. A reader
@@ -72,12 +78,16 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
     if not _has_meta(con):
         return False
     con.execute("SET enable_progress_bar = false").fetchall()  # the collector's fold, a demo: no bars on stderr
-    con.execute("BEGIN TRANSACTION").fetchall()
     try:
-        con.execute(f"DELETE FROM {DERIVED_META}").fetchall()  # stale or absent: the views compute
+        _make_cache(con)  # from the store's tables, whatever derived rows it holds (one transaction writes one catalog)
+        con.execute("BEGIN TRANSACTION").fetchall()
+    except BaseException:
+        _drop_cache(con)
+        raise
+    try:
+        con.execute(f"DELETE FROM {DERIVED_META}").fetchall()
         for name in VIEWS:
             con.execute(f"DELETE FROM {DERIVED[name]}").fetchall()
-        materialize(con)
         for name in VIEWS:
             con.execute(f"INSERT INTO {DERIVED[name]} BY NAME SELECT * FROM {TABLES[name]}").fetchall()
         con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({_SOURCE})", [time.time_ns(), views_hash()]).fetchall()
@@ -86,41 +96,90 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
         con.execute("ROLLBACK").fetchall()
         raise
     finally:
-        for name in VIEWS:  # the connection's own tables and views go: later readers see the stored ones
-            con.execute(f"DROP TABLE IF EXISTS temp.{TABLES[name]}").fetchall()
-            con.execute(f"DROP VIEW IF EXISTS temp.{name}").fetchall()
+        _drop_cache(con)
     return True
 
 
+def _drop_cache(con: duckdb.DuckDBPyConnection) -> None:
+    """The connection's views and the cache go: later readers see the stored tables."""
+    for name in VIEWS:
+        con.execute(f"DROP VIEW IF EXISTS temp.{TABLES[name]}").fetchall()
+        con.execute(f"DROP VIEW IF EXISTS temp.{name}").fetchall()
+    con.execute(f"DETACH DATABASE IF EXISTS {CACHE}").fetchall()
+
+
 def _derived_views(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the connection's views read the stored tables (install_views decided so)."""
+    """Whether the connection's views read rows already made: the store's derived tables or the process's cache."""
     got = con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [VIEWS[0]]).fetchall()
-    return bool(got) and DERIVED[VIEWS[0]] in got[0][0]
+    return bool(got) and (DERIVED[VIEWS[0]] in got[0][0] or f"{CACHE}." in got[0][0])
+
+
+def _fingerprint(con: duckdb.DuckDBPyConnection) -> str:
+    """What the views' rows would be made from: the store's row counts and session span, and the views' SQL."""
+    return f"{con.execute(_SOURCE).fetchall()[0]!r} {views_hash()}"
+
+
+def _attach_cache(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {CACHE} (READ_ONLY false)").fetchall()
+
+
+def _cache_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether this process's cache holds the views' rows for the store's rows as they are now."""
+    has = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?",
+                      [CACHE, CACHE_META]).fetchall()[0][0]
+    if not has:
+        return False
+    made = con.execute(f"SELECT fingerprint FROM {CACHE}.{CACHE_META}").fetchall()
+    return len(made) == 1 and made[0][0] == _fingerprint(con)
+
+
+def _read_from(con: duckdb.DuckDBPyConnection, source: dict[str, str]) -> None:
+    """Point the connection's views and per-view table names at made rows (`source`: view -> qualified table)."""
+    for name in VIEWS:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {source[name]}").fetchall()
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {source[name]}").fetchall()
 
 
 def materialize(con: duckdb.DuckDBPyConnection) -> None:
-    """Make (once per connection) a table holding each view's rows, and point the view at it."""
+    """Make (once per store content, for every connection of the process) a table holding each view's rows, and
+    point the connection's views at them."""
     install_views(con)
     if _derived_views(con):
-        return  # the store's own tables: nothing to make
-    have = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE temporary AND table_name IN ?",
-                                      [list(TABLES.values())]).fetchall()}
-    in_call = None
-    for name in VIEWS:  # in dependency order: thread_seconds is made from the tables before it
-        table = TABLES[name]
-        if table in have:
-            continue
-        made = False
-        if name == "call_spans":
-            in_call = _materialize_spans(con, table)
-            made = in_call is not None
-        elif name == "thread_seconds" and in_call is not None:
-            made = _materialize_seconds(con, table, in_call)
-        elif name == "thread_sleeps" and in_call is not None:
-            made = _materialize_sleeps(con, table, in_call)
-        if not made:
-            con.execute(f"CREATE TEMP TABLE {table} AS SELECT * FROM {name}").fetchall()
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {table}").fetchall()
+        return  # the store's own tables, or the cache made by another connection: nothing to make
+    _make_cache(con)
+
+
+def _make_cache(con: duckdb.DuckDBPyConnection) -> None:
+    """The views' rows made from the store's tables into CACHE (unless another connection just did), the
+    connection's views pointed at them."""
+    cached = {name: f"{CACHE}.{TABLES[name]}" for name in VIEWS}
+    with _CACHE_LOCK:
+        _attach_cache(con)
+        if _cache_current(con):
+            _read_from(con, cached)
+            return
+        fingerprint = _fingerprint(con)
+        con.execute(f"DROP TABLE IF EXISTS {CACHE}.{CACHE_META}").fetchall()
+        for name in VIEWS:  # the plain views again: the rows are made from the store's tables
+            con.execute(f"DROP VIEW IF EXISTS temp.{TABLES[name]}").fetchall()
+            con.execute(f"DROP TABLE IF EXISTS {cached[name]}").fetchall()
+            con.execute(view_sql(name)).fetchall()
+        in_call = None
+        for name in VIEWS:  # in dependency order: thread_seconds is made from the tables before it
+            table = TABLES[name]
+            made = False
+            if name == "call_spans":
+                in_call = _materialize_spans(con, cached[name])
+                made = in_call is not None
+            elif name == "thread_seconds" and in_call is not None:
+                made = _materialize_seconds(con, cached[name], in_call)
+            elif name == "thread_sleeps" and in_call is not None:
+                made = _materialize_sleeps(con, cached[name], in_call)
+            if not made:
+                con.execute(f"CREATE TABLE {cached[name]} AS SELECT * FROM {name}").fetchall()
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM {cached[name]}").fetchall()
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {table}").fetchall()
+        con.execute(f"CREATE TABLE {CACHE}.{CACHE_META} AS SELECT ? AS fingerprint", [fingerprint]).fetchall()
 
 
 # thread_seconds.sql's in-call lookups (an ASOF join of every boundary against call_spans, then joins back), and
@@ -148,7 +207,7 @@ def _materialize_seconds(con: duckdb.DuckDBPyConnection, table: str, in_call: ob
     con.create_function(_UDF, in_call, [duckdb.sqltypes.BIGINT] * 3,
                         duckdb.sqltypes.BIGINT, type="arrow", side_effects=False)
     try:
-        con.execute(f"CREATE TEMP TABLE {table} AS {body.rstrip().rstrip(';')}").fetchall()
+        con.execute(f"CREATE TABLE {table} AS {body.rstrip().rstrip(';')}").fetchall()
     finally:
         con.remove_function(_UDF)
     return True
@@ -165,7 +224,7 @@ def _materialize_sleeps(con: duckdb.DuckDBPyConnection, table: str, in_call: obj
     con.create_function(_UDF, in_call, [duckdb.sqltypes.BIGINT] * 3,
                         duckdb.sqltypes.BIGINT, type="arrow", side_effects=False)
     try:
-        con.execute(f"CREATE TEMP TABLE {table} AS SELECT {', '.join(cols)} FROM {TABLES['thread_state']} "
+        con.execute(f"CREATE TABLE {table} AS SELECT {', '.join(cols)} FROM {TABLES['thread_state']} "
                     "WHERE state = 'sleeping'").fetchall()
     finally:
         con.remove_function(_UDF)
@@ -191,14 +250,14 @@ def _materialize_spans(con: duckdb.DuckDBPyConnection, table: str) -> object | N
     name = "_ingero_call_span_rows"
     con.register(name, got)
     try:
-        con.execute(f"CREATE TEMP TABLE {table} AS SELECT {', '.join(cols)} FROM {name}").fetchall()
+        con.execute(f"CREATE TABLE {table} AS SELECT {', '.join(cols)} FROM {name}").fetchall()
     finally:
         con.unregister(name)
     return in_call
 
 
 def materialize_seconds(con: duckdb.DuckDBPyConnection) -> str:
-    """Make (once per connection) the tables behind the views (see `materialize`); returns thread_seconds' table."""
+    """Make (once per store content) the tables behind the views (see `materialize`); returns thread_seconds' table."""
     materialize(con)
     return SECONDS_TABLE
 
@@ -211,9 +270,11 @@ def install_views(con: duckdb.DuckDBPyConnection) -> None:
     if have == set(VIEWS):
         return
     if has_derived(con):
-        for name in VIEWS:
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {DERIVED[name]}").fetchall()
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {DERIVED[name]}").fetchall()
+        _read_from(con, DERIVED)
+        return
+    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?", [CACHE]).fetchall()[0][0] \
+            and _cache_current(con):
+        _read_from(con, {name: f"{CACHE}.{TABLES[name]}" for name in VIEWS})
         return
     for name in VIEWS:
         con.execute(view_sql(name)).fetchall()
