@@ -47,6 +47,7 @@ from ingero_mcp.analysis.models import (
     Evidence,
     Phase,
     Progress,
+    SEVERITY_RANK,
     SecondAccount,
     ThreadAccount,
     TimeWindow,
@@ -1341,7 +1342,7 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
             if lost and f.mode == "steady" and chain.severity == "HIGH":
                 chain.severity = "MEDIUM"
             chains.append((min(rank, 1) * 2 + (f.mode == "steady" and lost), chain))
-    order = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
+    order = SEVERITY_RANK
     # contrast before steady context (odd keys), then severity, the job before other GPU users, seconds explained
     return [c for _, c in sorted(chains, key=lambda kc: (kc[0] % 2, order[kc[1].severity], kc[0],
                                                           -(kc[1].seconds_lost or 0)))], minor
@@ -1377,7 +1378,7 @@ def _raise(into: CausalChain, wall_s: float, f: Finding) -> None:
     """A chain that took another's seconds: the severity of the sum (never lowered; start-up stays as it was)."""
     share = (into.seconds_lost or 0) / wall_s if wall_s else 0.0
     level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
-    if {"HIGH": 0, "MEDIUM": 1, "LOW": 2}[level] < {"HIGH": 0, "MEDIUM": 1, "LOW": 2}[into.severity] and not f.startup:
+    if SEVERITY_RANK[level] < SEVERITY_RANK[into.severity] and not f.startup:
         into.severity = level  # type: ignore[assignment]
 
 
@@ -1500,5 +1501,5 @@ def _spawning(ctx: Ctx, f: Finding, baseline: list[TimeWindow], ex: Explained) -
 
 def _merge_same(chains: list[CausalChain]) -> list[CausalChain]:
     """Order by severity, then seconds explained."""
-    rank = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
+    rank = SEVERITY_RANK
     return sorted(chains, key=lambda c: (rank[c.severity], -(c.seconds_lost or 0)))

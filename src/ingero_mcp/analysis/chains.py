@@ -17,12 +17,11 @@ from ingero_mcp.analysis.calls import CallGroup
 from ingero_mcp.analysis.causes import _PART_LABEL as PART_LABEL
 from ingero_mcp.analysis.causes import accounting_chains, pace_threads
 from ingero_mcp.analysis.imported import imported_chains
-from ingero_mcp.analysis.models import Accounting, CausalChain, Culprit, Evidence, TimeWindow
+from ingero_mcp.analysis.models import SEVERITY_RANK, Accounting, CausalChain, Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.views import install_views
 from ingero_mcp.analysis.window import window_or_trace
 
 COLD_FACTOR = 10  # a first launch this many times the median launch counts as cold
-RANK = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
 
 
 # Both cold-start queries end the same way once `s` holds (pid, call_class, start_ns, ns) of launches: the first
@@ -304,8 +303,8 @@ def causal_chains(
                      + driver_lock_chains(con, whole, acc, minor))
             # the accounting's chains come ranked (the job first); these join by severity, then seconds
             for chain in sorted(extra, key=lambda c: -(c.seconds_lost or 0)):
-                at = next((i for i, c in enumerate(own) if RANK[c.severity] > RANK[chain.severity]
-                           or (RANK[c.severity] == RANK[chain.severity] and (c.seconds_lost or 0) < (chain.seconds_lost or 0))),
+                at = next((i for i, c in enumerate(own) if SEVERITY_RANK[c.severity] > SEVERITY_RANK[chain.severity]
+                           or (SEVERITY_RANK[c.severity] == SEVERITY_RANK[chain.severity] and (c.seconds_lost or 0) < (chain.seconds_lost or 0))),
                           len(own))
                 own.insert(at, chain)
     elif acc.imported is not None:  # an import: its feeding threads accounted from their complete scheduler rows

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 Severity = Literal["HIGH", "MEDIUM", "LOW"]
+SEVERITY_RANK: dict[str, int] = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}  # the one order of severities, most severe first
 
 
 class TimeWindow(BaseModel):

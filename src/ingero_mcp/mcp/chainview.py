@@ -17,9 +17,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ingero_mcp.analysis.models import SEVERITY_RANK
 from ingero_mcp.sanitize import clean, clean_data
 
-SEVERITY_RANK = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
 
 # Per level of detail: (timeline entries, evidence items, recommendations, explanation chars,
 # summary chars, root cause chars, items of other lists, keep other fields).
