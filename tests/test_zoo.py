@@ -55,6 +55,8 @@ CAUSES = {
     "file_lock": {"gil-or-lock", "waiting-on-process"},  # a lock another process holds: the lock or its holder
     "stopped_by_signal": {"stopped-by-signal", "waiting-on-process"},  # stopped (T), continued by the sender
     "lock_held_over_io": {"io-wait", "waiting-on-thread", "gil-or-lock"},  # a lock whose holder waits on the disk
+    # The seventh group's (held out in turn: written before any of its scenarios was recorded or read).
+    "pinning_churn": {"allocator-churn", "driver-lock"},  # host memory page-locked and unlocked every step
 }
 WEAK_RATIO = 1.3  # a staged cause that slowed the job less than this is weak: no other cause may be named for it
 

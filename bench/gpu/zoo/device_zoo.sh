@@ -13,6 +13,8 @@
 #                                                 sleep_in_loop many_small_copies healthy_dataloader
 #   bash bench/gpu/zoo/device_zoo.sh sixth        shell_out_per_step flock_shared_cache profiler_sigstop mmap_cold_reads
 #                                                 respawned_workers lock_over_fsync eval_pass healthy_heartbeat
+#   bash bench/gpu/zoo/device_zoo.sh seventh      pin_thread_starved logging_lock_pipe host_register_per_step
+#                                                 affinity_narrowed json_gil_thread healthy_disk_neighbor
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -37,6 +39,7 @@ THIRD="microbatch slow_pipe_reader cgroup_quota checkpoint_fsync slow_data_serve
 FOURTH="gc_pause slow_workers queue_producer rt_neighbor sync_every_op omp_oversub idle_server decoy_hog fsync_logging"
 FIFTH="producer_thread tcp_metrics_sink workers_disk_reads workers_quota sleep_in_loop many_small_copies healthy_dataloader"
 SIXTH="shell_out_per_step flock_shared_cache profiler_sigstop mmap_cold_reads respawned_workers lock_over_fsync eval_pass healthy_heartbeat"
+SEVENTH="pin_thread_starved logging_lock_pipe host_register_per_step affinity_narrowed json_gil_thread healthy_disk_neighbor"
 names=()
 for a in "$@"; do
   case $a in
@@ -46,11 +49,12 @@ for a in "$@"; do
     fourth) names+=($FOURTH) ;;
     fifth) names+=($FIFTH) ;;
     sixth) names+=($SIXTH) ;;
-    all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH) ;;
+    seventh) names+=($SEVENTH) ;;
+    all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
