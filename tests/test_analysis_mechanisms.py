@@ -256,3 +256,45 @@ def test_a_child_started_every_step_is_spawning_and_a_long_lived_one_is_not(tmp_
     kept = build_report(open_store(spawn_store(tmp_path / "kept.duckdb", fresh_child_each_step=False)))
     top = next(c for c in kept.chains if c.severity in ("HIGH", "MEDIUM"))
     assert top.root_cause != "spawning-processes" and top.culprits[0].pid == 600, top.summary
+
+
+def two_hop_store(path: Path) -> Path:
+    """pipe_store's slow reader, one hop further: from +8 s to +16 s the main thread waits on a futex (a logging lock)
+    that thread 502 (`telemetry`) releases only once its own blocked write() into the pipe went through, when the
+    reader (logsink, pid 501) took the data after sleeping on its timer."""
+    calls = _cols(*CALL_COLS)
+    ivs = _cols(*IV_COLS)
+    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
+    steps = _loop(T0 + 8 * S, T0 + 16 * S, 80 * MS, calls)
+    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    for t in steps:
+        _iv(ivs, PID, t + 2 * MS, t + 72 * MS, "sleeping", wake=t + 71 * MS, waker=(502, "telemetry", "task"),
+            syscall="futex", kstack=9)
+        _iv(ivs, 502, t + 1 * MS, t + 71 * MS - 20 * US, "sleeping", wake=t + 71 * MS - 40 * US,
+            waker=(READER, "logsink", "task"), syscall="write", kstack=7, cpu=2)
+        _iv(ivs, READER, t, t + 71 * MS - 50 * US, "sleeping", wake=t + 71 * MS - 60 * US, waker=(0, "swapper/1", "irq"),
+            syscall="clock_nanosleep", kstack=8, pid=READER, cpu=1)
+    ivs["waker_pid"] = [PID if tid == 502 else p for p, tid in zip(ivs["waker_pid"], ivs["waker_tid"])]  # a thread
+    with TraceWriter(path) as w:
+        _session(w)
+        w.replace("processes", {"pid": [PID, READER], "ppid": [1, PID], "comm": ["python3", "logsink"],
+                                "traced": [True, True]})
+        w.replace("threads", {"pid": [PID, PID, READER], "tid": [PID, 502, READER],
+                              "comm": ["python3", "telemetry", "logsink"]})
+        w.append("cuda_calls", calls)
+        w.append("sched_intervals", ivs)
+        w.append("stacks", {"stack_id": [7, 8, 9], "kind": ["kernel"] * 3, "frames": [
+            ["__schedule", "schedule", "anon_pipe_write", "vfs_write", "ksys_write"],
+            ["__schedule", "schedule", "do_nanosleep", "hrtimer_nanosleep", "__x64_sys_clock_nanosleep"],
+            ["__schedule", "schedule", "futex_wait_queue", "__futex_wait", "futex_wait", "do_futex"]]})
+    return path
+
+
+def test_a_lock_whose_holder_is_blocked_on_a_slow_pipe_blames_the_reader(tmp_path: Path) -> None:
+    """What decides the cause at the end of a wait-for path is what its last waiting thread waited in (the pipe), not
+    what the first one did (a futex): slow-consumer and the reader, not 'the reader held the lock'."""
+    report = build_report(open_store(two_hop_store(tmp_path / "hop2.duckdb")))
+    top = next(c for c in report.chains if c.severity in ("HIGH", "MEDIUM"))
+    assert top.root_cause == "slow-consumer", top.summary
+    assert top.culprits[0].pid == READER and "itself blocked on a pipe until logsink[501]" in top.summary
+    assert "held the lock" not in top.summary

@@ -870,12 +870,19 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         return Explained(cause=rc.WAITING_ON_PROCESS, culprits=culprits, evidence=ev, numbers=numbers,
                          reason=f"{woke}{via}; {end_who} ({end_rel}) was {doing}: that process sets the pace")
     if path.stop == "timer":
-        if kind == "pipe":
+        # what the last waiting thread waited in when the end woke it: the first thread's own kind on a direct edge
+        channel = kind if end is first else _channel(path)
+        if channel == "pipe" and end is first:
             return Explained(cause=rc.SLOW_CONSUMER, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"blocked on a pipe ({100 * share:.0f}% of the sleep) until {who} took its data"
-                                    f"{via}; {end_who} was {doing}: the other end sleeps on its own timer and keeps the "
+                                    f"; {end_who} was {doing}: the other end sleeps on its own timer and keeps the "
                                     "thread waiting")
-        if kind == "futex":
+        if channel == "pipe":
+            return Explained(cause=rc.SLOW_CONSUMER, culprits=culprits, evidence=ev, numbers=numbers,
+                             reason=f"woken by {who} ({100 * share:.0f}% of the sleep;{in_what}), which was itself "
+                                    f"blocked on a pipe until {end_who} took its data; {end_who} was {doing}: the other "
+                                    "end sleeps on its own timer and keeps both waiting")
+        if channel == "futex":
             return Explained(cause=rc.LOCK_OR_GIL, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"{woke}{via}; {end_who} was {doing} while the thread waited: {end_who} held the "
                                     "lock (or the queue) the thread needed while it slept")
@@ -908,6 +915,14 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
     turns = f"; it waits on {ctx.who(t.pid, t.tid)} in turn" if path.stop == "sleeper" else ""
     return Explained(cause=cause, culprits=culprits, evidence=ev, numbers=numbers, confident=path.stop != "mixed",
                      reason=f"{woke}{via}; {end_who} was {doing}{turns}")
+
+
+def _channel(path: WaitPath) -> str | None:
+    """What the last waiting thread of a path waited in when its end woke it (a pipe the end drained, a futex the end
+    released): the end's part in the wait, whatever the first thread itself waited in."""
+    before, end = path.hops[-2], path.hops[-1]
+    woken = [s for s in before.sleeping if s[2] == end.tid]
+    return max(woken, key=lambda s: s[5])[0] if woken else None
 
 
 def worker_share_sql(pids: list[int], ks: tuple[int, int]) -> str:
