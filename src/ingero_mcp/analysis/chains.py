@@ -8,6 +8,8 @@ stats: a heavy tail is a fact, not a cause.
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 
 from ingero_mcp.analysis import recommend as rc
@@ -166,6 +168,18 @@ def churn_sql(pid: int, tid: int, window: TimeWindow, t0: int) -> str:
         GROUP BY ALL ORDER BY k""".split())
 
 
+PINNING_OPS = re.compile(r"egister|Host")  # cudaHostRegister, cuMemHostRegister_v2, cudaHostAlloc, cuMemFreeHost...
+
+
+def churn_ops_sql(pid: int, tid: int, w: TimeWindow) -> str:
+    """A thread's allocation calls in a window by op: count and time, largest first."""
+    return " ".join(f"""
+        SELECT op, count(*) AS calls, sum(end_ns - start_ns)::BIGINT AS ns FROM call_spans
+        WHERE pid = {int(pid)} AND tid = {int(tid)} AND call_class = 'alloc'
+          AND start_ns BETWEEN {w.start_ns} AND {w.end_ns}
+        GROUP BY op ORDER BY ns DESC, op""".split())
+
+
 def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting) -> list[CausalChain]:
     """Allocator churn: stretches of 2 s or more in which the job's pace thread allocated and freed memory at least
     CHURN_MIN_PER_S times a second, spending at least CHURN_MIN_SHARE of its time in those calls."""
@@ -189,20 +203,32 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
                 severity = "MEDIUM"
             w = TimeWindow(start_ns=t0 + run[0] * 1_000_000_000, end_ns=t0 + (run[-1] + 1) * 1_000_000_000)
             who = f"{t.process_comm or names.get(t.pid, '?')}[{t.pid}]'s " + ("main thread" if t.tid == t.pid else f"thread {t.tid}")
+            osql = churn_ops_sql(t.pid, t.tid, w)
+            ops = rows(con, osql)
+            pin_ns = sum(int(o_ns) for op, _n, o_ns in ops if PINNING_OPS.search(str(op)))
+            named = ", ".join(str(op) for op, _n, _ns in ops[:3])
+            if pin_ns >= 0.5 * sum(int(o_ns) for _op, _n, o_ns in ops):  # host memory page-locked and released
+                what = (f"page-locked and released host memory {calls / secs:,.0f} times a second ({named})",
+                        "pinning is slow: the driver locks (and unlocks) every page of the buffer each time")
+                fixes = rc.recommend(rc.PINNING_FIX, {})
+            else:
+                what = (f"allocated and freed memory {calls / secs:,.0f} times a second ({named})",
+                        "the caching allocator is being emptied and refilled (empty_cache(), changing shapes)")
+                fixes = rc.recommend(rc.ALLOCATOR_CHURN, {})
             out.append(CausalChain(
                 id=f"{rc.ALLOCATOR_CHURN}:{t.pid}/{t.tid}@{run[0]}s", op=rc.ALLOCATOR_CHURN, severity=severity,  # type: ignore[arg-type]
                 root_cause=rc.ALLOCATOR_CHURN,
-                summary=(f"{who} allocated and freed memory {calls / secs:,.0f} times a second from "
-                         f"+{run[0]:,.1f} s to +{run[-1] + 1:,.1f} s, {100 * share:.0f}% of its time in those calls "
-                         f"({ns / 1e9:.2f} s): the caching allocator is being emptied and refilled (empty_cache(), "
-                         "changing shapes)"),
+                summary=(f"{who} {what[0]} from +{run[0]:,.1f} s to +{run[-1] + 1:,.1f} s, {100 * share:.0f}% of its "
+                         f"time in those calls ({ns / 1e9:.2f} s): {what[1]}"),
                 explanation=("Read from the CUDA calls: memory allocations and frees (cudaMalloc/cudaFree and the driver's "
-                             "cuMemAlloc/cuMemFree, host allocations) of the thread, per second. PyTorch's caching "
-                             "allocator normally makes them rare after warm-up."),
+                             "cuMemAlloc/cuMemFree, host allocations and registrations) of the thread, per second. "
+                             "PyTorch's caching allocators normally make them rare after warm-up."),
                 seconds_lost=round(ns / 1e9, 3), window=w, pids=[t.pid],
                 evidence=[Evidence(name="allocations and frees per second, and the time in them", value=f"{calls / secs:,.0f}/s, "
-                                   f"{ns / 1e9:.3f} s", sql=sql)],
-                recommendations=rc.recommend(rc.ALLOCATOR_CHURN, {}),
+                                   f"{ns / 1e9:.3f} s", sql=sql),
+                          Evidence(name="which calls (count, ns), largest first",
+                                   value="; ".join(f"{op} {n} {o_ns}" for op, n, o_ns in ops[:5]), sql=osql)],
+                recommendations=fixes,
             ))
     return out
 

@@ -34,6 +34,8 @@ CPU_THROTTLED = "cpu-throttled"
 LAUNCH_BOUND = "launch-bound"
 EXCESS_SYNC = "excess-sync"
 CPU_IDLE_WAIT = "runnable-while-idle"
+# Not a root cause: the fix for allocator churn that is host memory pinned and unpinned (chains.churn_chains).
+PINNING_FIX = "pinning-churn-fix"
 # Named from the process lifecycle: children started again and again in a slow phase.
 SPAWNING = "spawning-processes"
 
@@ -71,6 +73,11 @@ CATALOGUE: dict[str, list[str]] = {
     PAGEABLE_COPIES: [
         "Copy from pinned host memory: pin_memory=True in the DataLoader, tensor.pin_memory() once for reused "
         "buffers, and .to('cuda', non_blocking=True); pageable copies ran at {gbs} GB/s here.",
+    ],
+    PINNING_FIX: [
+        "Pin host memory once and reuse it: allocate the staging buffer pinned (torch.empty(..., pin_memory=True), "
+        "DataLoader pin_memory=True) or register it once before the loop (cudaHostRegister), instead of pinning and "
+        "unpinning it around every transfer.",
     ],
     ALLOCATOR_CHURN: [
         "Keep the caching allocator warm: remove torch.cuda.empty_cache() from the loop, reuse buffers, use fixed or "
