@@ -149,7 +149,7 @@ def v5_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_v5_zoo_is_split_and_holds_every_new_cause() -> None:
-    parts = [SPLIT["development"], SPLIT["held_out"], SPLIT["held_out_2"], SPLIT["held_out_3"]]
+    parts = [SPLIT["development"], SPLIT["held_out"], SPLIT["held_out_2"], SPLIT["held_out_3"], SPLIT["held_out_4"]]
     assert sorted(sum(parts, [])) == V5_NAMES and len(set(sum(parts, []))) == len(V5_NAMES)
     causes = {json.loads((ZOO_V5 / f"{n}.truth.json").read_text())["cause"] for n in V5_NAMES}
     assert set(CAUSES) - {"lazy_module_loading", "page_faults", "allocator_churn", "host_bound_prep", "lock_contention"} \
@@ -224,3 +224,12 @@ def test_a_process_started_per_step_is_named_with_its_children_and_recomputed(v5
         con.close()
     assert comm == "nvidia-smi" and count >= 200 and str(ev.value).startswith(f"{count}, nvidia-smi")
     assert 0 < life_ns < 2_000_000_000 and {c.pid for c in chain.culprits} & set(pids)
+
+
+def test_host_memory_pinned_every_step_is_named_by_its_calls(v5_stores: Path) -> None:
+    """host_register_per_step: the churn is host memory page-locked and released (the calls named, the fix is to pin
+    once), not the caching allocator emptied."""
+    chain = _top(_report(v5_stores, "host_register_per_step"))[0]
+    assert chain.root_cause == "allocator-churn" and "page-locked and released host memory" in chain.summary
+    assert "cuMemHostRegister" in chain.summary and "empty_cache" not in chain.summary
+    assert any("Pin host memory once" in r for r in chain.recommendations)
