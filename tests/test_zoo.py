@@ -57,6 +57,8 @@ CAUSES = {
     "lock_held_over_io": {"io-wait", "waiting-on-thread", "gil-or-lock"},  # a lock whose holder waits on the disk
     # The seventh group's (held out in turn: written before any of its scenarios was recorded or read).
     "pinning_churn": {"allocator-churn", "driver-lock"},  # host memory page-locked and unlocked every step
+    # The eighth group's (held out in turn: written before any of its scenarios was recorded or read).
+    "straggler": {"network-wait", "waiting-on-process"},  # a collective waiting on a slow peer rank
 }
 WEAK_RATIO = 1.3  # a staged cause that slowed the job less than this is weak: no other cause may be named for it
 

@@ -15,7 +15,7 @@ CAUSES = {"cpu_contention", "own_workers_cpu", "gpu_shared", "gil_contention", "
           "host_bound_prep", "lazy_module_loading", "disk_io", "page_faults", "lock_contention", "launch_bound",
           "slow_consumer", "cpu_throttled", "network_wait", "input_bound", "python_gc", "excess_sync",
           "own_threads_cpu", "timed_sleep", "subprocess_wait", "file_lock", "stopped_by_signal",
-          "lock_held_over_io", "pinning_churn", "none"}
+          "lock_held_over_io", "pinning_churn", "straggler", "none"}
 KEYS = {"scenario", "cause", "description", "feeder", "culprits", "window_ns", "baseline_ns", "cpus", "steps",
         "throughput_ratio", "torch", "notes"}
 # scenario -> (culprit comm expected, None: any; at least how many); scenarios not listed must name none
@@ -28,10 +28,11 @@ CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "g
             "flock_shared_cache": ("cachelockd", 1), "profiler_sigstop": ("pyspyd", 1),
             "respawned_workers": ("pt_data_worker", 4), "lock_over_fsync": ("ckpt_saver", 1),
             "pin_thread_starved": ("hogd", 3), "logging_lock_pipe": ("logsink", 1), "affinity_narrowed": (None, 1),
-            "json_gil_thread": ("ckpt_meta", 1)}
+            "json_gil_thread": ("ckpt_meta", 1), "gloo_straggler": ("peer_rank1", 1),
+            "threadpool_pure_python": ("prep_pool", 1)}
 # culprits that are threads of the feeder's own process
 SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub", "producer_thread", "lock_over_fsync",
-                "affinity_narrowed", "json_gil_thread"}
+                "affinity_narrowed", "json_gil_thread", "threadpool_pure_python"}
 # scenario -> extra fields its truth must carry
 EXTRA = {"checkpoint_fsync": ("episodes_ns",), "gc_pause": ("episodes_ns",), "eval_pass": ("episodes_ns",), "cgroup_quota": ("cgroup",),
          "workers_quota": ("cgroup",),

@@ -15,6 +15,7 @@
 #                                                 respawned_workers lock_over_fsync eval_pass healthy_heartbeat
 #   bash bench/gpu/zoo/device_zoo.sh seventh      pin_thread_starved logging_lock_pipe host_register_per_step
 #                                                 affinity_narrowed json_gil_thread healthy_disk_neighbor
+#   bash bench/gpu/zoo/device_zoo.sh eighth       gloo_straggler healthy_gloo_pair sqlite_commit_per_step threadpool_pure_python
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -40,6 +41,7 @@ FOURTH="gc_pause slow_workers queue_producer rt_neighbor sync_every_op omp_overs
 FIFTH="producer_thread tcp_metrics_sink workers_disk_reads workers_quota sleep_in_loop many_small_copies healthy_dataloader"
 SIXTH="shell_out_per_step flock_shared_cache profiler_sigstop mmap_cold_reads respawned_workers lock_over_fsync eval_pass healthy_heartbeat"
 SEVENTH="pin_thread_starved logging_lock_pipe host_register_per_step affinity_narrowed json_gil_thread healthy_disk_neighbor"
+EIGHTH="gloo_straggler healthy_gloo_pair sqlite_commit_per_step threadpool_pure_python"
 names=()
 for a in "$@"; do
   case $a in
@@ -50,11 +52,12 @@ for a in "$@"; do
     fifth) names+=($FIFTH) ;;
     sixth) names+=($SIXTH) ;;
     seventh) names+=($SEVENTH) ;;
-    all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH) ;;
+    eighth) names+=($EIGHTH) ;;
+    all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
