@@ -298,3 +298,54 @@ def test_a_lock_whose_holder_is_blocked_on_a_slow_pipe_blames_the_reader(tmp_pat
     assert top.root_cause == "slow-consumer", top.summary
     assert top.culprits[0].pid == READER and "itself blocked on a pipe until logsink[501]" in top.summary
     assert "held the lock" not in top.summary
+
+
+PEER = 700
+
+
+def polled_store(path: Path, *, packets: bool) -> Path:
+    """From +8 s to +16 s the main thread waits (a futex) on its thread 503, which polls sockets with a 10 ms timeout
+    (epoll_wait): most of its polls end on the timeout (a hardirq on an idle CPU); the rest end when data arrives,
+    from a peer process's packets (softirq in the peer's context on loopback) or, as the control, from a thread of
+    its own process writing an eventfd (a task)."""
+    calls = _cols(*CALL_COLS)
+    ivs = _cols(*IV_COLS)
+    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
+    steps = _loop(T0 + 8 * S, T0 + 16 * S, 80 * MS, calls)
+    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    for t in steps:
+        _iv(ivs, PID, t + 2 * MS, t + 72 * MS, "sleeping", wake=t + 71 * MS, waker=(503, "pt_gloo_loop", "task"),
+            syscall="futex", kstack=9)
+        for k in range(6):  # six polls that time out, then one that data ends
+            a = t + 1 * MS + k * 10 * MS
+            _iv(ivs, 503, a, a + 10 * MS - 20 * US, "sleeping", wake=a + 10 * MS - 40 * US, waker=(0, "swapper/2", "irq"),
+                syscall="epoll_wait", kstack=10, cpu=2)
+        a = t + 61 * MS
+        ender = (PEER, "peer_rank1", "softirq") if packets else (504, "pt_notifier", "task")
+        _iv(ivs, 503, a, a + 10 * MS - 20 * US, "sleeping", wake=a + 10 * MS - 40 * US, waker=ender,
+            syscall="epoll_wait", kstack=10, cpu=2)
+    ivs["waker_pid"] = [PID if tid in (503, 504) else p for p, tid in zip(ivs["waker_pid"], ivs["waker_tid"])]
+    with TraceWriter(path) as w:
+        _session(w)
+        w.replace("processes", {"pid": [PID, PEER], "ppid": [1, 1], "comm": ["python3", "peer_rank1"],
+                                "traced": [True, False]})
+        w.replace("threads", {"pid": [PID, PID, PID], "tid": [PID, 503, 504],
+                              "comm": ["python3", "pt_gloo_loop", "pt_notifier"]})
+        w.append("cuda_calls", calls)
+        w.append("sched_intervals", ivs)
+        w.append("stacks", {"stack_id": [9, 10], "kind": ["kernel"] * 2, "frames": [
+            ["__schedule", "schedule", "futex_wait_queue", "__futex_wait", "futex_wait", "do_futex"],
+            ["__schedule", "schedule", "schedule_hrtimeout_range", "ep_poll", "do_epoll_wait"]]})
+    return path
+
+
+def test_a_poll_that_packets_end_is_a_network_wait_and_its_timeouts_do_not_count(tmp_path: Path) -> None:
+    """The thread waited on polls six of seven times ended by their timeout: what ended the rest says what it waited
+    for. Packets from a peer: network-wait, the peer named. An eventfd written by its own thread: not the network."""
+    top = next(c for c in build_report(open_store(polled_store(tmp_path / "net.duckdb", packets=True))).chains
+               if c.severity in ("HIGH", "MEDIUM"))
+    assert top.root_cause == "network-wait", top.summary
+    assert top.culprits[0].pid == PEER and "landed on peer_rank1" in top.summary
+    local = next(c for c in build_report(open_store(polled_store(tmp_path / "local.duckdb", packets=False))).chains
+                 if c.severity in ("HIGH", "MEDIUM"))
+    assert local.root_cause != "network-wait" and PEER not in {c.pid for c in local.culprits}, local.summary

@@ -222,6 +222,18 @@ def _by_kind(h: Hop) -> dict[str, int]:
     return out
 
 
+NET_EVENT_SHARE = 0.1  # packets must end at least this share of a poll's sleeps to say what it waits on
+
+
+def _network_ended(sleeps: list[tuple[str, int | None, int | None, str | None, str | None, int]]) -> bool:
+    """Whether what ended these poll/epoll sleeps, leaving out their timeouts (the hardirq timer: a loop that polls
+    with a timeout wakes on it whatever it waits for), was mostly packets arriving (softirq) rather than a task (a
+    pipe or an eventfd written), and packets ended NET_EVENT_SHARE of the sleeps at least."""
+    soft = sum(s[5] for s in sleeps if s[4] == "softirq")
+    task = sum(s[5] for s in sleeps if s[4] == "task")
+    return soft >= task and soft >= NET_EVENT_SHARE * sum(s[5] for s in sleeps)
+
+
 def follow(con: duckdb.DuckDBPyConnection, sleeper: tuple[int, int], waker: tuple[int, int], w: TimeWindow,
            traced: set[tuple[int, int]]) -> WaitPath:
     """The wait-for path from a thread's sleeps ended by `waker` (see the module's docstring). `traced`: the threads
@@ -248,11 +260,15 @@ def follow(con: duckdb.DuckDBPyConnection, sleeper: tuple[int, int], waker: tupl
             return WaitPath(hops=hops, stop="running" if h.running_ns >= h.sleeping_ns else "mixed")
         kind = max(kinds, key=lambda k: kinds[k])
         of_kind = [s for s in h.sleeping if s[0] == kind]
+        if kind == "poll" and _network_ended(of_kind):
+            kind = "socket"  # an epoll/select wait that arriving packets end is a wait on the network
         if kind in STOP_KINDS:
             peer = None
             if kind == "socket":  # a packet's softirq runs in the sender's context on loopback: the peer, if one task
-                irq = [s for s in of_kind if s[4] in ("irq", "softirq")]
-                if irq and irq[0][5] >= 0.5 * sum(s[5] for s in of_kind):
+                # packets arrive in softirq context; a hardirq (a poll's timeout) names no sender
+                soft = [s for s in of_kind if s[4] == "softirq"]
+                irq = soft or [s for s in of_kind if s[4] == "irq"]
+                if irq and irq[0][5] >= 0.5 * sum(s[5] for s in (irq if soft else of_kind)):
                     peer = (irq[0][1], irq[0][2], irq[0][3])
             return WaitPath(hops=hops, stop=kind, stop_kind=kind, peer=peer)
         # who ended the sleeps of that kind: a task of its own (follow it), the first thread (they take turns), an
