@@ -16,6 +16,7 @@
 #   bash bench/gpu/zoo/device_zoo.sh seventh      pin_thread_starved logging_lock_pipe host_register_per_step
 #                                                 affinity_narrowed json_gil_thread healthy_disk_neighbor
 #   bash bench/gpu/zoo/device_zoo.sh eighth       gloo_straggler healthy_gloo_pair sqlite_commit_per_step threadpool_pure_python
+#   bash bench/gpu/zoo/device_zoo.sh ninth        workers_cpu_hogged lock_convoy blas_threads_in_workers healthy_many_threads
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -42,6 +43,7 @@ FIFTH="producer_thread tcp_metrics_sink workers_disk_reads workers_quota sleep_i
 SIXTH="shell_out_per_step flock_shared_cache profiler_sigstop mmap_cold_reads respawned_workers lock_over_fsync eval_pass healthy_heartbeat"
 SEVENTH="pin_thread_starved logging_lock_pipe host_register_per_step affinity_narrowed json_gil_thread healthy_disk_neighbor"
 EIGHTH="gloo_straggler healthy_gloo_pair sqlite_commit_per_step threadpool_pure_python"
+NINTH="workers_cpu_hogged lock_convoy blas_threads_in_workers healthy_many_threads"
 names=()
 for a in "$@"; do
   case $a in
@@ -53,11 +55,12 @@ for a in "$@"; do
     sixth) names+=($SIXTH) ;;
     seventh) names+=($SEVENTH) ;;
     eighth) names+=($EIGHTH) ;;
-    all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH) ;;
+    ninth) names+=($NINTH) ;;
+    all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
