@@ -6,7 +6,7 @@ threads they wait on are those that woke them from their sleeps outside CUDA cal
 CUDA calls, sleeping inside or outside them, waiting for a CPU, and off-CPU of unknown kind; the parts
 sum to the wall time, which `check_sums` asserts. Phases come from the feeding process's work rate
 per second: where it falls to two thirds of its healthy rate or less for two seconds or more, that stretch
-is a slow phase, compared with the healthy baseline by the chains (causes.py).
+is a slow phase, compared with the healthy baseline by the chains (causes/).
 
 Stalls shorter than that (a 1 s allocator refill every 5 s, another GPU user's 0.6 s bursts) are found where the
 per-second rate deviates: those seconds alone are read again in sub-second bins from cuda_calls (`episodes_sql`), and

@@ -1,4 +1,4 @@
-"""Causal chains: the time accounting's causes (causes.py), cold starts, then the imported chains.
+"""Causal chains: the time accounting's causes (causes/), cold starts, then the imported chains.
 
 Own chains are ranked by severity, then by the feeding time they explain (seconds lost); what
 explains under 1 % of the feeding time goes to a one-line "minor" list. Imported chains (origin

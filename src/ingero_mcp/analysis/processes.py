@@ -24,7 +24,7 @@ from ingero_mcp.analysis.imported import only_imported_sql
 from ingero_mcp.analysis.models import ProcessBreakdown, ProcessOp, TimeWindow
 from ingero_mcp.analysis.stats import agg_bucket_ns, bucket_inside, reconcile_sql
 
-# The collector's own command line (the same pattern as analysis/causes.py's Ctx.is_collector).
+# The collector's own command line (the same pattern as analysis/causes/context.py's Ctx.is_collector).
 _COLLECTOR = re.compile(r"ingero[-_]mcp(\.cli)?\s+trace|ingero_mcp\.cli\s+trace")
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-# Root-cause ids (causes.py, chains.py).
+# Root-cause ids (causes/, chains.py).
 CPU_CONTENTION = "cpu-contention"
 GPU_SHARED = "gpu-shared"
 COLD_START = "cold-start"
 UNEXPLAINED = "unexplained"
 HOST_BOUND = "host-bound"
 INPUT_WAIT = "waiting-on-workers"
-# Causes read off the time accounting (causes.py).
+# Causes read off the time accounting (causes/).
 OWN_WORKERS_CPU = "own-workers-cpu"
 OWN_THREADS_CPU = "own-threads-cpu"
 LOCK_OR_GIL = "gil-or-lock"

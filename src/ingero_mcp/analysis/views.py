@@ -40,7 +40,7 @@ _CACHE_LOCK = threading.Lock()  # cursors run tool calls in parallel: one of the
 
 
 # v3 stores (schemas/v3.sql): the views' rows made once when the store was finished, in stored tables. A reader
-# points the views (and the per-connection table names above, which causes.py names) at them while acct_meta says
+# points the views (and the per-connection table names above, which causes/ names) at them while acct_meta says
 # they were made from the rows the store holds now, with these view definitions; else everything is computed as
 # before (v1/v2 stores, live recordings, a store appended to since).
 DERIVED = {name: f"acct_{name}" for name in VIEWS}

@@ -1,0 +1,247 @@
+"""Who took the time: the tasks that held the CPU a thread waited for (or the cgroup quota that held it off an
+idle one), grouped and named; the explanation of CPU waits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import re
+
+from ingero_mcp.analysis import recommend as rc
+from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.causes.context import Ctx, Finding, part_ns
+from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
+
+def holders_sql(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> str:
+    """Who held the CPU while the thread waited for one: its waits on each CPU in each 1 s bucket, shared among
+    the other tasks by their on-CPU time on that CPU in that bucket (host_aggregates, kept per thread and CPU)."""
+    return f"""
+        WITH w AS (SELECT cpu, end_ns, dur_ns FROM thread_state
+                   WHERE pid = {pid} AND tid = {tid} AND state = 'cpu_wait' AND cpu IS NOT NULL
+                     AND end_ns > {w.start_ns} AND end_ns <= {w.end_ns}),
+        occ AS (SELECT cpu, bucket_start_ns, bucket_ns, pid, tid, comm, sum_duration_ns AS on_ns FROM host_aggregates
+                WHERE op = 'sched_switch' AND cpu IS NOT NULL AND pid <> 0 AND tid IS DISTINCT FROM {tid}
+                  AND bucket_start_ns < {w.end_ns} AND bucket_start_ns + bucket_ns > {w.start_ns} - 1000000000),
+        b AS (SELECT DISTINCT cpu, bucket_start_ns, bucket_ns FROM occ),
+        wb AS (SELECT b.cpu, b.bucket_start_ns, sum(w.dur_ns) AS wait_ns
+               FROM w ASOF JOIN b ON w.cpu = b.cpu AND b.bucket_start_ns <= w.end_ns
+               WHERE w.end_ns < b.bucket_start_ns + b.bucket_ns GROUP BY ALL),
+        tot AS (SELECT cpu, bucket_start_ns, sum(on_ns) AS all_on FROM occ GROUP BY ALL)
+        SELECT o.pid, o.tid, min(o.comm) AS comm, sum(wb.wait_ns * o.on_ns / tot.all_on)::BIGINT AS ns,
+               list(DISTINCT o.cpu ORDER BY o.cpu) AS cpus
+        FROM wb JOIN occ o USING (cpu, bucket_start_ns) JOIN tot USING (cpu, bucket_start_ns)
+        WHERE tot.all_on > 0
+        GROUP BY o.pid, o.tid ORDER BY ns DESC LIMIT 50"""
+
+
+def idle_during_waits_sql(pid: int, tid: int, w: TimeWindow) -> str:
+    """The share of a thread's CPU waits during which the CPU it waited on was idle: each wait weighted by its CPU's
+    idle time (host_aggregates pid 0, that CPU's idle task) in its 1 s bucket over all time on that CPU then. A
+    runnable thread whose CPU was idle was not waiting behind anyone (a quota, an affinity, the scheduler)."""
+    return " ".join(f"""
+        WITH w AS (SELECT cpu, end_ns, dur_ns FROM thread_state
+                   WHERE pid = {pid} AND tid = {tid} AND state = 'cpu_wait' AND cpu IS NOT NULL
+                     AND end_ns > {w.start_ns} AND end_ns <= {w.end_ns}),
+        occ AS (SELECT cpu, bucket_start_ns, bucket_ns, sum(sum_duration_ns) AS on_ns,
+                       sum(sum_duration_ns) FILTER (WHERE pid = 0) AS idle_ns FROM host_aggregates
+                WHERE op = 'sched_switch' AND cpu IS NOT NULL AND tid IS DISTINCT FROM {tid}
+                  AND bucket_start_ns < {w.end_ns} AND bucket_start_ns + bucket_ns > {w.start_ns} - 1000000000
+                GROUP BY ALL),
+        wb AS (SELECT o.cpu, o.bucket_start_ns, sum(w.dur_ns) AS wait_ns
+               FROM w ASOF JOIN occ o ON w.cpu = o.cpu AND o.bucket_start_ns <= w.end_ns
+               WHERE w.end_ns < o.bucket_start_ns + o.bucket_ns GROUP BY ALL)
+        SELECT round(100.0 * sum(wb.wait_ns * coalesce(o.idle_ns, 0) / o.on_ns) / sum(wb.wait_ns), 1) AS idle_pct
+        FROM wb JOIN occ o USING (cpu, bucket_start_ns) WHERE o.on_ns > 0""".split())
+
+
+def throttling_sql(pid: int, w: TimeWindow) -> str:
+    """The process's cgroup CPU quota and throttling over the window (cgroup_samples: counters are cumulative, so a
+    window's throttling is the last sample's less the first's), its own cgroup and ancestors with a quota."""
+    return " ".join(f"""
+        SELECT cgroup, own, min(quota_us) AS quota_us, any_value(period_us) AS period_us,
+               round((max(throttled_usec) - min(throttled_usec)) / 1e6, 2) AS throttled_s,
+               max(nr_throttled) - min(nr_throttled) AS throttled_periods
+        FROM cgroup_samples WHERE pid = {int(pid)}
+          AND ts_ns BETWEEN {w.start_ns - 1_000_000_000} AND {w.end_ns + 1_000_000_000}
+        GROUP BY cgroup, own ORDER BY throttled_s DESC NULLS LAST, own DESC""".split())
+
+
+def _throttled(ctx: Ctx, f: Finding, job: int, idle_pct: float, idle_sql: str) -> Explained | None:
+    """A thread runnable while its CPU was mostly idle: its cgroup's CPU quota, where the cgroup samples say it
+    throttled the process; else nothing (the caller says the waits were not behind other tasks)."""
+    t = f.thread
+    sql = throttling_sql(t.pid, f.window)  # the waiting thread's own process: a worker's cgroup is not the job's
+    got = rows(ctx.con, sql)
+    if not got or got[0][4] is None or float(got[0][4]) <= 0:
+        return None
+    cgroup, _own, quota, period, throttled_s, periods = got[0]
+    wait_s = part_ns(f.thread.total, "cpu_wait") / 1e9 if f.thread.total.wall_ns else None
+    if wait_s is not None and wait_s > 0 and float(throttled_s) < 0.2 * min(wait_s, f.window.duration_ns / 1e9):
+        return None
+    limit = (f"{quota:,} us per {period:,} us ({100 * quota / period:.0f}% of one CPU)" if quota and period
+             else "no quota on its own cgroup (an ancestor's, or a change within the window)")
+    ev = [Evidence(name="share of the CPU waits during which that CPU was idle", value=idle_pct, unit="%", sql=idle_sql),
+          Evidence(name=f"seconds cgroup {cgroup} was throttled in the window (cpu.stat)", value=float(throttled_s),
+                   unit="s", sql=f"SELECT throttled_s FROM ({sql}) LIMIT 1"),
+          Evidence(name="the cgroup and its CPU quota (the tightest in the window: us per period)",
+                   value=f"{cgroup}: {quota or 'max'} / {period or '?'}", sql=sql)]
+    return Explained(cause=rc.CPU_THROTTLED, evidence=ev, culprits=[Culprit(comm=f"cgroup {cgroup}", relation="cgroup quota",
+                                                                          ns=int(float(throttled_s) * 1e9))],
+                     numbers={"cgroup": cgroup, "quota": limit, "throttled_s": f"{float(throttled_s):.1f}"},
+                     reason=(f"held off the CPU by its cgroup's CPU quota: {cgroup} allows {limit} and was throttled "
+                             f"{float(throttled_s):.1f} s in {int(periods or 0):,} periods of this window, while the CPU "
+                             f"it waited on was idle {idle_pct:.0f}% of that time"))
+
+
+def first_holders_sql(pid: int, tid: int, w: TimeWindow) -> str:
+    """Fallback without per-CPU aggregates: the task that took the CPU when the thread was preempted, or that
+    left it as the thread came back, weighted by the wait."""
+    return f"""
+        SELECT coalesce(first_holder_pid, last_holder_pid) AS hpid, coalesce(first_holder_tid, last_holder_tid) AS htid,
+               min(coalesce(first_holder_comm, last_holder_comm)) AS comm, sum(dur_ns)::BIGINT AS ns,
+               list(DISTINCT cpu ORDER BY cpu) AS cpus
+        FROM thread_state WHERE pid = {pid} AND tid = {tid} AND state = 'cpu_wait'
+          AND end_ns > {w.start_ns} AND end_ns <= {w.end_ns}
+          AND coalesce(first_holder_pid, last_holder_pid) IS NOT NULL
+        GROUP BY ALL ORDER BY ns DESC LIMIT 50"""
+
+
+def _group_culprits(ctx: Ctx, job: int, got: list[tuple]) -> list[Culprit]:
+    """Holder rows (pid, tid, comm, ns, cpus) -> culprits, largest first: a thread of the job each, the job's child
+    processes by name, other processes each (merged by name later), kernel threads by name."""
+    by: dict[tuple, Culprit] = {}
+    for pid, tid, comm, ns, _cpus in got:
+        pid = None if pid is None else int(pid)
+        tid = None if tid is None else int(tid)
+        # names as they ended up (renames followed: threads, then processes), not the aggregate's first comm
+        comm = (ctx.names.get(tid) if tid is not None else None) or ctx.procs.get(pid or -1, (None, None, None))[1] or comm
+        rel = ctx.relation(job, pid, tid, comm)
+        if rel == "same process":
+            key: tuple = (rel, tid)
+            c = by.setdefault(key, Culprit(pid=pid, tids=[tid] if tid is not None else [], comm=comm, relation=rel))
+        elif rel == "child process":
+            c = by.setdefault((rel, comm), Culprit(pid=None, comm=comm, relation=rel))
+            if pid is not None and pid not in c.tids:
+                c.tids.append(pid)
+        elif rel in ("other process", "the collector"):
+            c = by.setdefault((rel, pid), Culprit(pid=pid, tids=[], comm=comm, relation=rel))
+        else:
+            c = by.setdefault((rel, comm), Culprit(pid=None, comm=comm, relation=rel))
+        c.ns += int(ns or 0)
+    return sorted(by.values(), key=lambda c: -c.ns)
+
+
+def _culprit_text(ctx: Ctx, culprits: list[Culprit], limit: int = 3) -> str:
+    parts = []
+    for c in culprits[:limit]:
+        if c.relation == "child process":
+            ids = sorted(c.tids) or ([c.pid] if c.pid is not None else [])
+            parts.append(f"{c.comm}[{_id_range(ids)}] (child process{'es' if len(ids) > 1 else ''})")
+        elif c.relation == "same process":
+            parts.append(f"{ctx.who(c.pid, c.tids[0] if len(c.tids) == 1 else None, c.comm)}"
+                         + (f" threads {_id_range(sorted(c.tids))}" if len(c.tids) > 1 else "") + " (same process)")
+        elif c.pid is not None:
+            parts.append(f"{c.comm}[{c.pid}]" + (f" ({c.relation})" if c.relation != "other process" else ""))
+        else:
+            parts.append(f"{c.comm} ({c.relation})")
+    return ", ".join(parts) if parts else "no task recorded"
+
+
+ID_LIST_MAX = 8  # ids listed one by one at most; a longer scattered list is cut and counted
+
+
+def _id_range(ids: list[int]) -> str:
+    """Ids as a range (3-7), a list (3,5,9), or the first few and how many in all."""
+    if not ids:
+        return ""
+    if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 2:
+        return f"{ids[0]}-{ids[-1]}"
+    if len(ids) > ID_LIST_MAX:
+        return ",".join(map(str, ids[:ID_LIST_MAX])) + f",... ({len(ids)} in all)"
+    return ",".join(map(str, ids))
+
+
+def _merge_hogs(culprits: list[Culprit]) -> list[Culprit]:
+    """Other processes with the same name are one culprit (three `hogd` processes: hogd[609-611])."""
+    out: list[Culprit] = []
+    by_name: dict[str, Culprit] = {}
+    for c in culprits:
+        if c.relation == "other process" and c.comm:
+            if c.comm in by_name:
+                m = by_name[c.comm]
+                m.ns += c.ns
+                m.tids = sorted(set(m.tids) | {c.pid} | set()) if c.pid is not None else m.tids
+                continue
+            c = c.model_copy(update={"tids": [c.pid] if c.pid is not None else []})
+            by_name[c.comm] = c
+        out.append(c)
+    return sorted(out, key=lambda c: -c.ns)
+
+
+def _culprit_names(culprits: list[Culprit], ctx: Ctx, limit: int = 3) -> str:
+    parts = []
+    for c in culprits[:limit]:
+        if c.relation == "other process":
+            parts.append(f"{c.comm}[{_id_range(sorted(c.tids))}]" if c.tids else f"{c.comm}")
+        else:
+            parts.append(_culprit_text(ctx, [c], 1))
+    return ", ".join(parts) if parts else "no task recorded"
+
+
+@dataclass
+class Explained:
+    """A cause for a finding: id, the one-line reason, culprits, extra evidence and recommendation numbers."""
+
+    cause: str
+    reason: str
+    culprits: list[Culprit] = field(default_factory=list)
+    evidence: list[Evidence] = field(default_factory=list)
+    numbers: dict[str, object] = field(default_factory=dict)
+    confident: bool = True
+
+
+def _is_data_worker(comm: str | None) -> bool:
+    """A DataLoader worker as PyTorch names it (pt_data_worker), or a worker of another loader by its name."""
+    return bool(comm) and bool(re.search(r"data_?worker|dataloader|loader", comm or "", re.I))
+
+
+def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
+    """Waiting for a CPU: who held it (named from the rows) decides between other processes and the job's own."""
+    t = f.thread
+    job = t.pid if job is None else job
+    w = f.window
+    if ctx.has_cpu_aggregates:
+        idle_sql = idle_during_waits_sql(t.pid, t.tid, w)
+        idle = rows(ctx.con, idle_sql)[0][0]
+        if idle is not None and float(idle) >= 50:
+            throttled = _throttled(ctx, f, job, float(idle), idle_sql)
+            if throttled is not None:
+                return throttled
+            return Explained(cause=rc.CPU_IDLE_WAIT, confident=False, evidence=[Evidence(
+                name="share of the CPU waits during which that CPU was idle", value=float(idle), unit="%", sql=idle_sql)],
+                reason=(f"runnable while the CPU it waited on was idle {float(idle):.0f}% of that time: not behind "
+                        "other tasks; a CPU quota would explain it, but no cgroup throttling was recorded (the store "
+                        "has no cgroup samples, or they show none)"))
+    sql = holders_sql(ctx, t.pid, t.tid, w) if ctx.has_cpu_aggregates else first_holders_sql(t.pid, t.tid, w)
+    got = rows(ctx.con, sql)
+    method = "per-CPU on-CPU time in the same second" if ctx.has_cpu_aggregates else "the task that took the CPU at each preemption"
+    culprits = _merge_hogs(_group_culprits(ctx, job, got))
+    cpus = sorted({int(c) for r in got for c in (r[4] or [])})
+    total = sum(c.ns for c in culprits) or 1
+    own_threads = sum(c.ns for c in culprits if c.relation == "same process")
+    data_workers = sum(c.ns for c in culprits if c.relation == "child process" and _is_data_worker(c.comm))
+    if data_workers >= 0.5 * total:
+        cause = rc.OWN_WORKERS_CPU
+    elif own_threads >= 0.5 * total:
+        cause = rc.OWN_THREADS_CPU
+    else:
+        cause = rc.CPU_CONTENTION
+    names = _culprit_names(culprits, ctx)
+    cpu_text = f" on CPU {','.join(map(str, cpus[:8]))}" if cpus and len(cpus) <= 4 else ""
+    reason = f"behind {names}{cpu_text}"
+    ev = [Evidence(name="CPU holders (share of the wait)", value="; ".join(
+        f"{_culprit_names([c], ctx, 1)} {100 * c.ns / total:.0f}%" for c in culprits[:5]) or "none recorded",
+        sql=" ".join(sql.split())),
+        Evidence(name="how the holders were found", value=method)]
+    return Explained(cause=cause, reason=reason, culprits=culprits[:5], evidence=ev,
+                     numbers={"holders": names, "cpus": ",".join(map(str, cpus)) or "?"})

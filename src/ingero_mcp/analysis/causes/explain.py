@@ -1,0 +1,111 @@
+"""Which explainer reads which part of the accounting (_PART_CAUSE), and the refinements applied after it: calls
+per iteration that grew, children started again and again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ingero_mcp.analysis import recommend as rc
+from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.causes.context import Ctx, Finding
+from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
+from ingero_mcp.analysis.causes.in_calls import _grew_per_iteration, explain_in_calls, explain_run_outside
+from ingero_mcp.analysis.causes.sleeps import explain_sleep
+from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
+
+# The part of the accounting -> the explainer that names its cause (and the refinements applied after it: calls per
+# iteration that grew, children started again and again).
+_PART_CAUSE: dict[str, Callable[[Ctx, Finding, list[TimeWindow]], Explained]] = {
+    "cpu_wait": lambda ctx, f, base: explain_cpu_wait(ctx, f),
+    "sleep_outside": lambda ctx, f, base: _spawning(ctx, f, base, _per_iteration(ctx, f, base, explain_sleep(ctx, f))),
+    "io": lambda ctx, f, base: _spawning(ctx, f, base, _per_iteration(ctx, f, base, explain_sleep(ctx, f, io=True))),
+    "gpu_wait": lambda ctx, f, base: _per_iteration(ctx, f, base, explain_in_calls(ctx, f, base)),
+    "run_inside": lambda ctx, f, base: _per_iteration(ctx, f, base, explain_in_calls(ctx, f, base)),
+    "run_outside": lambda ctx, f, base: _spawning(ctx, f, base, explain_run_outside(ctx, f, base)),
+}
+
+
+def _explain(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
+    """The finding's cause, from the explainer of its part (_PART_CAUSE)."""
+    explainer = _PART_CAUSE.get(f.part)
+    if explainer is None:
+        return Explained(cause=rc.UNEXPLAINED, reason="the store does not say what the thread was doing off-CPU",
+                         confident=False)
+    return explainer(ctx, f, baseline)
+
+
+# Explanations that say whose work or wait filled the time, not why there was more of it: where the process's calls
+# per iteration grew, that is why (the same progress in more pieces, or more syncs per step).
+_REFINED = {rc.WAITING_ON_THREAD: ("sync", "work"), rc.GPU_SLOWER: ("sync", "work"), rc.LAUNCH_OVERHEAD: ("sync", "work")}
+
+
+def _per_iteration(ctx: Ctx, f: Finding, baseline: list[TimeWindow], ex: Explained) -> Explained:
+    """ex, or LAUNCH_BOUND / EXCESS_SYNC carrying ex's culprits and evidence where the calls per iteration grew."""
+    for what in _REFINED.get(ex.cause, ()):
+        grew = _grew_per_iteration(ctx, f, baseline, what)
+        if grew is not None:
+            return Explained(cause=grew.cause, reason=f"{ex.reason}; {grew.reason}", culprits=ex.culprits,
+                             evidence=ex.evidence + grew.evidence, numbers={**ex.numbers, **grew.numbers})
+    return ex
+
+
+SPAWN_MIN, SPAWN_RATE = 10, 1.0  # children started in a window: at least this many, and this many a second
+
+
+SPAWN_LIFE_NS = 2_000_000_000  # ... living a median under this: started for a step or an epoch, then gone
+
+
+SPAWN_OVER_BASE = 4  # ... at this many times the healthy baseline's rate at least
+
+
+# What a thread that starts processes again and again shows as: sleeping until they ran (and exited), or running
+# (fork copies its page tables; its next writes fault copy-on-write while the children live).
+_SPAWN_SHOWS = frozenset({rc.INPUT_WAIT, rc.WAITING_ON_PROCESS, rc.PAGE_FAULTS, rc.HOST_BOUND})
+
+
+def spawned_sql(pid: int, w: TimeWindow) -> str:
+    """The child processes a process started in a window: how many, their commonest name, how long each lived
+    (median, to its exit or its last sighting) and their pids in order of birth."""
+    return " ".join(f"""
+        WITH kids AS (SELECT pid, any_value(comm) AS comm, min(first_seen_ns) AS born,
+                             max(coalesce(exit_ns, last_seen_ns)) AS gone
+                      FROM processes WHERE ppid = {int(pid)} GROUP BY pid)
+        SELECT count(*), mode(comm), median(gone - born)::BIGINT, list(pid ORDER BY born) FROM kids
+        WHERE born >= {int(w.start_ns)} AND born < {int(w.end_ns)}""".split())
+
+
+def _spawning(ctx: Ctx, f: Finding, baseline: list[TimeWindow], ex: Explained) -> Explained:
+    """ex, or SPAWNING where the thread's process started short-lived children again and again in the window (a
+    command run per step, DataLoader workers forked every epoch): the sleep they ended, or the running that forking
+    costs, is the price of starting them."""
+    if ex.cause not in _SPAWN_SHOWS or not f.window:
+        return ex
+    t = f.thread
+    sql = spawned_sql(t.pid, f.window)
+    n, comm, life_ns, kids = rows(ctx.con, sql)[0]
+    seconds = f.window.duration_ns / 1e9
+    if not n or n < SPAWN_MIN or n / seconds < SPAWN_RATE or life_ns is None or life_ns >= SPAWN_LIFE_NS:
+        return ex
+    base_n = sum(int(rows(ctx.con, spawned_sql(t.pid, w))[0][0] or 0) for w in baseline)
+    base_s = sum(w.duration_ns for w in baseline) / 1e9
+    if base_s and base_n / base_s * SPAWN_OVER_BASE > n / seconds:
+        return ex  # as many before: the loop's habit all along, not what changed
+    kidset = set(kids)
+    if ex.cause in (rc.INPUT_WAIT, rc.WAITING_ON_PROCESS) and not kidset & {c.pid for c in ex.culprits}:
+        return ex  # it waited on someone else
+    named = [c for c in ex.culprits if c.pid in kidset] or [
+        Culprit(pid=p, tids=[p], comm=ctx.procs.get(p, (None, comm, None))[1] or comm, relation="child process")
+        for p in kids[:5]]
+    rate = n / seconds
+    before = "" if not base_s else ", none before" if not base_n else f", vs {base_n / base_s:.1f}/s before"
+    reason = (f"{ex.reason.removesuffix(': they do not keep up')}; it started {n} child processes in that window "
+              f"({comm}[{_id_range(list(kids))}], {rate:.0f}/s{before}), each living a median {life_ns / 1e6:.0f} ms: "
+              "processes started again and again, each paid for (the fork: page tables copied, then each page written "
+              "while a child lives copied; the child's start-up) and waited for")
+    return Explained(cause=rc.SPAWNING, reason=reason, culprits=named + [c for c in ex.culprits if c not in named],
+                     evidence=ex.evidence + [Evidence(name="child processes started in the window (count, name, "
+                                                           "median life ns, pids)", value=f"{n}, {comm}, {life_ns}",
+                                                      sql=sql)],
+                     numbers={**ex.numbers, "spawned": n, "child": comm, "spawn_rate": f"{rate:.0f}",
+                              "life_ms": f"{life_ns / 1e6:.0f}"})

@@ -1,0 +1,209 @@
+"""Finding the parts of a feeding thread's time that lost it: contrast (a slow or recurrent phase against the
+healthy baseline) and steady (time the GPU sat idle while the thread did something else).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ingero_mcp.analysis.accounting import SECOND_NS, second_runs, sum_seconds
+from ingero_mcp.analysis.causes.context import (
+    Ctx,
+    Finding,
+    IDLE_GPU,
+    MIN_EXCESS,
+    MIN_GROWTH,
+    PARTS,
+    STEADY_MIN_SHARE,
+    part_ns,
+)
+from ingero_mcp.analysis.models import Account, Phase, SecondAccount, ThreadAccount, TimeWindow
+
+def work_done(a: Account) -> float:
+    """The progress an account holds: its process's iterations where a marker counts them (progress.py), else the
+    launches and copies it started (the last resort)."""
+    return a.iterations if a.iterations is not None else float(a.work_calls)
+
+
+def _shares(a: Account) -> dict[str, float]:
+    return {p: (part_ns(a, p) / a.wall_ns if a.wall_ns else 0.0) for p in PARTS}
+
+
+def _k_range(ctx: Ctx, w: TimeWindow) -> tuple[int, int]:
+    return (w.start_ns - ctx.t0) // SECOND_NS, (w.end_ns - 1 - ctx.t0) // SECOND_NS
+
+
+def in_startup(w: TimeWindow, steady_from: int | None) -> bool:
+    """Whether a window lies mostly in the process's start-up: before it first reached its steady rate (accounting's
+    steady_from_ns). A window after that is never start-up, however late the first baseline phase began."""
+    if steady_from is None:
+        return False
+    return min(w.end_ns, steady_from) - w.start_ns >= 0.5 * w.duration_ns
+
+
+def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase], steady_from: int | None = None) -> list[Finding]:
+    """In each slow phase, the parts whose time per unit of CUDA work grew against the baseline.
+
+    If every launch or copy had cost what it cost in the baseline, the phase would have lasted
+    work_calls x (baseline wall / baseline work_calls); the difference is the time lost, and each part's
+    excess over its own baseline cost per unit of work says how much of it that part explains.
+    """
+    baseline = [p.window for p in phases if p.kind == "baseline"]
+    if not baseline:
+        return []
+    base = _sum_windows(thread.seconds, baseline)
+    if base.wall_ns <= 0 or work_done(base) <= 0:
+        return []
+    base_share = _shares(base)
+    # the cost per unit of work is read from the busy time: idle waits for input (accounting.idle_sql) are no cost
+    base_busy = _minus_idle(base, sum(_idle(thread.seconds, w) for w in baseline))
+    found = []
+    base_phases = [p for p in phases if p.kind == "baseline"]
+    base_rate = sum(p.work_rate * p.window.duration_ns for p in base_phases) / max(
+        1, sum(p.window.duration_ns for p in base_phases))
+    for phase in (p for p in phases if p.kind in ("slow", "recurrent")):
+        if phase.kind == "recurrent":
+            found += [replace(f, rates=(base_rate, phase.work_rate), unit=phase.unit)
+                      for f in _recurrent_findings(ctx, thread, phase, base_busy)]
+            continue
+        acc = sum_seconds(thread.seconds, phase.window)
+        if acc.wall_ns <= 0:
+            continue
+        startup = in_startup(phase.window, steady_from)
+        busy = _minus_idle(acc, _idle(thread.seconds, phase.window))
+        expected = {p: work_done(acc) * part_ns(base_busy, p) / work_done(base) for p in PARTS}
+        excess = {p: part_ns(busy, p) - expected[p] for p in PARTS}
+        lost_ns = busy.wall_ns - work_done(acc) * base_busy.wall_ns / work_done(base)
+        # a part counts when its cost per unit of work grew enough to explain a share of the loss; its share of
+        # wall time need not grow (a copy-bound loop stays copy-bound when its copies get slower)
+        grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns
+                 and e >= MIN_GROWTH * acc.wall_ns}
+        if lost_ns <= 0 or not grown:
+            continue
+        total = sum(grown.values())
+        for p, e in grown.items():
+            ks = _part_seconds(ctx, thread.seconds, phase.window, p, base_share[p])
+            w = TimeWindow(start_ns=ctx.t0 + ks[0] * SECOND_NS, end_ns=ctx.t0 + (ks[1] + 1) * SECOND_NS)
+            sub = sum_seconds(thread.seconds, w)
+            found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost_ns * e / total / 1e9, mode="contrast",
+                                 share=_shares(sub)[p], base_share=base_share[p], slowdown=phase.slowdown,
+                                 stopped=phase.slowdown is None, gpu_util=_util(thread.seconds, w), ks=ks,
+                                 startup=startup, rates=(base_rate, phase.work_rate), unit=phase.unit))
+    return found
+
+
+def _idle(seconds: list[SecondAccount], w: TimeWindow) -> int:
+    """A thread's idle time in the seconds starting in a window (accounting.idle_sql)."""
+    return sum(s.idle_ns for s in seconds if w.start_ns <= s.start_ns < w.end_ns)
+
+
+def _minus_idle(a: Account, idle: int) -> Account:
+    """An account without its idle time (of its sleep outside CUDA calls): the busy time the contrast compares."""
+    return a if not idle else a.model_copy(update={"wall_ns": a.wall_ns - idle, "sleep_outside_ns": a.sleep_outside_ns - idle})
+
+
+def episode_seconds(ctx: Ctx, phase: Phase) -> list[tuple[int, int]]:
+    """The seconds (first, last) that hold each episode of a recurrent phase."""
+    return [_k_range(ctx, w) for w in phase.episodes]
+
+
+def _recurrent_findings(ctx: Ctx, thread: ThreadAccount, phase: Phase, base: Account) -> list[Finding]:
+    """The contrast over the seconds that hold a recurrent phase's short episodes: as for a slow phase, the parts
+    whose cost per unit of work grew against the baseline share the time lost; each part is then explained in the
+    episode where it grew most (the culprits of one episode, named from its rows)."""
+    spans = episode_seconds(ctx, phase)
+    kset = sorted({k for a, b in spans for k in range(a, b + 1)})
+    inside = [s for s in thread.seconds if s.k in set(kset) and s.wall_ns > 0]
+    acc = sum_seconds(inside)
+    if acc.wall_ns <= 0:
+        return []
+    busy = _minus_idle(acc, sum(s.idle_ns for s in inside))
+    excess = {p: part_ns(busy, p) - work_done(acc) * part_ns(base, p) / work_done(base) for p in PARTS}
+    lost_ns = busy.wall_ns - work_done(acc) * base.wall_ns / work_done(base)
+    grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns and e >= MIN_GROWTH * acc.wall_ns}
+    if lost_ns <= 0 or not grown:
+        return []
+    total = sum(grown.values())
+    by_k = {s.k: s for s in inside}
+    found = []
+    for p, e in grown.items():
+        def grew(span: tuple[int, int], part: str = p) -> float:
+            got = [by_k[k] for k in range(span[0], span[1] + 1) if k in by_k]
+            a = _minus_idle(sum_seconds(got), sum(s.idle_ns for s in got))
+            return part_ns(a, part) - work_done(a) * part_ns(base, part) / work_done(base)
+        worst = max(spans, key=grew)
+        found.append(Finding(thread=thread, part=p, window=phase.window, seconds_lost=lost_ns * e / total / 1e9,
+                             mode="contrast", share=_shares(acc)[p], base_share=_shares(base)[p], slowdown=phase.slowdown,
+                             gpu_util=_util(inside, TimeWindow(start_ns=0, end_ns=2**62)), ks=(kset[0], kset[-1]),
+                             phase=phase, kset=tuple(kset), worst=worst))
+    return found
+
+
+def _sum_windows(seconds: list[SecondAccount], windows: list[TimeWindow]) -> Account:
+    total = Account()
+    for w in windows:
+        part = sum_seconds(seconds, w)
+        iterations = None if total.iterations is None and part.iterations is None else \
+            (total.iterations or 0.0) + (part.iterations or 0.0)
+        total = Account(**{f: getattr(total, f) + getattr(part, f) for f in Account.model_fields if f != "iterations"},
+                        iterations=iterations)
+    return total
+
+
+def _part_seconds(ctx: Ctx, seconds: list[SecondAccount], w: TimeWindow, part: str, base_share: float) -> tuple[int, int]:
+    """The seconds of a window in which a part stood out (its share at least midway between the baseline's and
+    the window's): a phase can hold two causes one after the other."""
+    inside = [s for s in seconds if w.start_ns <= s.start_ns < w.end_ns and s.wall_ns > 0]
+    acc = sum_seconds(inside)
+    mid = base_share + 0.5 * (_shares(acc)[part] - base_share)
+    member = [s.k for s in inside if part_ns(s, part) >= max(mid, 0.05) * s.wall_ns]
+    if not member:
+        member = [s.k for s in inside]
+    return min(member), max(member)
+
+
+def _util(seconds: list[SecondAccount], w: TimeWindow) -> float | None:
+    got = [s.gpu_util_percent for s in seconds if w.start_ns <= s.start_ns < w.end_ns and s.gpu_util_percent is not None]
+    return sum(got) / len(got) if got else None
+
+
+def _busy_part(s: SecondAccount, part: str) -> int:
+    """A part of a second less the thread's idle time in it (an idle wait for input is no part of the feeding)."""
+    return part_ns(s, part) - (s.idle_ns if part == "sleep_outside" else 0)
+
+
+def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase], steady_from: int | None = None) -> list[Finding]:
+    """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""
+    # a recurrent phase's seconds stay in: short episodes must not cut a steady stretch into pieces
+    slow = [p.window for p in phases if p.kind == "slow"]
+    seconds = [s for s in thread.seconds if not any(w.start_ns <= s.start_ns < w.end_ns for w in slow)]
+    if not seconds:
+        return []
+    util_known = any(s.gpu_util_percent is not None for s in seconds)
+    wall = sum(s.wall_ns - s.idle_ns for s in seconds)
+    by_k = {s.k: s for s in seconds}
+    found = []
+    for p in PARTS:
+        if p == "gpu_wait":
+            continue
+        member = []
+        for s in seconds:
+            util = s.gpu_util_percent
+            if util_known and (util is None or util >= IDLE_GPU):
+                continue
+            if _busy_part(s, p) >= 0.2 * s.wall_ns:
+                member.append(s.k)
+        for run in second_runs(member):
+            if run[-1] - run[0] + 1 < 2:
+                continue
+            lost = sum(_busy_part(by_k[k], p) * (1.0 - (by_k[k].gpu_util_percent or 0.0) / 100.0) for k in run if k in by_k)
+            if lost < STEADY_MIN_SHARE * wall:
+                continue
+            ks = (run[0], run[-1])
+            w = TimeWindow(start_ns=ctx.t0 + ks[0] * SECOND_NS, end_ns=ctx.t0 + (ks[1] + 1) * SECOND_NS)
+            acc = sum_seconds(seconds, w)
+            found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost / 1e9, mode="steady",
+                                 share=part_ns(acc, p) / acc.wall_ns if acc.wall_ns else 0.0,
+                                 gpu_util=_util(seconds, w), util_known=util_known, ks=ks,
+                                 startup=in_startup(w, steady_from)))
+    return found

@@ -1,0 +1,233 @@
+"""Explaining time in CUDA calls (which kind of call grew: copies, allocations, syncs, another GPU user) and time
+running outside them (its own work, page faults, more calls per iteration).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import duckdb
+
+from ingero_mcp.analysis import recommend as rc
+from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.accounting import SECOND_NS
+from ingero_mcp.analysis.causes.context import Ctx, Finding
+from ingero_mcp.analysis.causes.culprits import Explained, _culprit_names
+from ingero_mcp.analysis.causes.findings import _k_range
+from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
+from ingero_mcp.analysis.progress import per_second_sql
+
+def call_class_sql(pid: int, tid: int, ks: tuple[int, int], t0: int) -> str:
+    """In-call time of a thread by kind of call (call_spans.call_class) over seconds ks, with bytes moved."""
+    lo, hi = t0 + ks[0] * SECOND_NS, t0 + (ks[1] + 1) * SECOND_NS
+    return (f"SELECT call_class, count(*) AS spans, sum(least(end_ns, {hi}) - greatest(start_ns, {lo}))::BIGINT AS ns, "
+            f"sum(bytes)::BIGINT AS bytes FROM call_spans WHERE pid = {pid} AND tid = {tid} "
+            f"AND end_ns > {lo} AND start_ns < {hi} GROUP BY call_class ORDER BY ns DESC")
+
+
+def baseline_class_sql(pid: int, tid: int, spans: list[tuple[int, int]], t0: int) -> str:
+    """call_class_sql's in-call time by kind, summed over several spans of seconds in one query: each call span cut
+    into the seconds it touches, those of the spans kept (a hash lookup; a range join over the windows was slower)."""
+    ks = ", ".join(str(k) for a, b in spans for k in range(a, b + 1))
+    return " ".join(f"""
+        WITH c AS (SELECT call_class, start_ns, end_ns,
+                          unnest(range((start_ns - {t0}) // {SECOND_NS}, (greatest(end_ns, start_ns + 1) - 1 - {t0}) // {SECOND_NS} + 1)) AS k
+                   FROM call_spans WHERE pid = {pid} AND tid = {tid})
+        SELECT call_class, sum(least(end_ns, {t0} + (k + 1) * {SECOND_NS}) - greatest(start_ns, {t0} + k * {SECOND_NS}))::BIGINT AS ns
+        FROM c WHERE k IN ({ks}) GROUP BY call_class""".split())
+
+
+def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
+    """Time inside CUDA calls grew (or filled idle GPU time): which kind of call, and whether another process
+    used the GPU meanwhile."""
+    t = f.thread
+    sql = call_class_sql(t.pid, t.tid, f.ks, ctx.t0)
+    now = {r[0]: (int(r[1]), int(r[2] or 0), r[3]) for r in rows(ctx.con, sql)}
+    wall = max(1, (f.ks[1] - f.ks[0] + 1) * SECOND_NS)
+    base: dict[str, int] = defaultdict(int)
+    base_wall = 0
+    spans = [_k_range(ctx, w) for w in baseline]
+    base_wall = sum((b - a + 1) * SECOND_NS for a, b in spans)
+    if spans:  # one query for every baseline window (short episodes cut the baseline into many), once per thread
+        key = (t.pid, t.tid, tuple(spans))
+        if key not in ctx.cache:
+            ctx.cache[key] = rows(ctx.con, baseline_class_sql(t.pid, t.tid, spans, ctx.t0))
+        for r in ctx.cache[key]:
+            base[r[0]] += int(r[1] or 0)
+    # Contrast: the kind whose share grew against the baseline. Steady: the baseline is the same time seen whole
+    # (the window lies inside it), so every growth is ~0 and the largest kind is the answer.
+    growth = {c: v[1] / wall - (base[c] / base_wall if base_wall and f.mode == "contrast" else 0.0) for c, v in now.items()}
+    top = max(growth, key=lambda c: growth[c]) if growth else "other"
+    ev = [Evidence(name="time in CUDA calls by kind (share of the window)", value="; ".join(
+        f"{c} {100 * v[1] / wall:.1f}%" + (f" (baseline {100 * base[c] / base_wall:.1f}%)" if base_wall else "")
+        for c, v in sorted(now.items(), key=lambda kv: -kv[1][1])[:5]), sql=sql)]
+    others = _other_gpu_users(ctx, t.pid, f)
+    if others and top in ("sync", "launch", "other", "copy_pinned", "copy") and f.part in ("gpu_wait", "run_inside"):
+        culprits, text, osql = others
+        ev.append(Evidence(name="other processes' CUDA work in the window", value=text, sql=osql))
+        return Explained(cause=rc.GPU_SHARED, culprits=culprits, evidence=ev,
+                         reason=f"the GPU was shared with {_culprit_names(culprits, ctx)} ({text})")
+    if top == "copy_pageable" or (top == "copy" and _slow_copies(now)):
+        n, ns, nbytes = now.get(top, (0, 0, None))
+        gbs = (nbytes or 0) / ns if ns else 0.0
+        return Explained(cause=rc.PAGEABLE_COPIES, evidence=ev, confident=top == "copy_pageable",
+                         reason=(f"{n} host<->device copies from pageable memory ({(nbytes or 0) / 1e9:.2f} GB at "
+                                 f"{gbs:.1f} GB/s)" if top == "copy_pageable" else
+                                 f"{n} host<->device copies at {gbs:.1f} GB/s (pinned or not: not recorded)"),
+                         numbers={"gbs": f"{gbs:.1f}"})
+    if top == "alloc" and f.startup:
+        context = _context_creation(ctx, f, now["alloc"][1])
+        if context:
+            return context
+    if top == "alloc":
+        n, ns, _b = now["alloc"]
+        return Explained(cause=rc.ALLOCATOR_CHURN, evidence=ev,
+                         reason=f"{n} memory allocations and frees took {ns / 1e9:.2f} s ({100 * ns / wall:.0f}% of the window)")
+    if top == "launch_first":
+        n, ns, _b = now["launch_first"]
+        return Explained(cause=rc.COLD_START, evidence=ev,
+                         reason=f"{n} first launches of distinct kernels took {ns / 1e9:.2f} s (module loading)")
+    if top == "sync" or f.part == "gpu_wait":
+        return Explained(cause=rc.GPU_SLOWER, evidence=ev, confident=False,
+                         reason="its synchronising calls waited longer for the GPU, with no other process seen using it: "
+                                "the GPU work per step grew, or a GPU user the tracer cannot see")
+    return Explained(cause=rc.LAUNCH_OVERHEAD, evidence=ev,
+                     reason=f"CPU time inside {top} calls")
+
+
+def _context_creation(ctx: Ctx, f: Finding, alloc_ns: int) -> Explained | None:
+    """At start-up, allocation time that is mostly the process's first CUDA call: the CUDA context created on first
+    use (driver initialisation), a cold start, not the caching allocator churning."""
+    sql = (f"SELECT op, ts_ns, round(duration_ns / 1e9, 3) AS s FROM cuda_calls WHERE pid = {f.thread.pid} "
+           f"ORDER BY ts_ns LIMIT 1")
+    got = rows(ctx.con, sql)
+    if not got or got[0][2] is None:
+        return None
+    op, ts, secs = got[0][0], int(got[0][1]), float(got[0][2])
+    if not (f.window.start_ns <= ts < f.window.end_ns) or secs * 1e9 < 0.5 * alloc_ns:
+        return None
+    # the first recorded call: the collector may have attached after the process's own first call, hence 'likely'
+    return Explained(cause=rc.COLD_START, numbers={"slowest_ms": f"{secs * 1e3:.0f}"}, confident=False,
+                     evidence=[Evidence(name=f"the process's first recorded CUDA call ({op}), seconds", value=secs, unit="s",
+                                        sql=f"SELECT s FROM ({sql})")],
+                     reason=(f"its first recorded CUDA call ({op}) took {secs:.2f} s of it: likely the CUDA context being "
+                             "created on first use (driver initialisation), a start-up cost"))
+
+
+def _slow_copies(now: dict[str, tuple[int, int, object]]) -> bool:
+    n, ns, nbytes = now.get("copy", (0, 0, None))
+    return bool(nbytes) and ns > 0 and (nbytes or 0) / ns < 15.0 and (nbytes or 0) / max(n, 1) >= 1 << 20
+
+
+def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str, str] | None:
+    fam = {pid}  # a child process with CUDA work of its own shares the GPU like any other process
+    lo, hi = f.window.start_ns, f.window.end_ns
+    # the process's name in the rows, so that the evidence's text (comm[pid] n CUDA calls) is recomputed by its SQL
+    sql = (f"SELECT c.pid, (SELECT any_value(p.comm) FROM processes p WHERE p.pid = c.pid) AS comm, count(*) AS calls, "
+           f"sum(duration_ns)::BIGINT AS in_calls_ns FROM cuda_calls c "
+           f"WHERE ts_ns BETWEEN {lo} AND {hi} AND c.pid NOT IN ({', '.join(map(str, sorted(fam)))}) "
+           f"GROUP BY c.pid ORDER BY calls DESC")
+    got = [r for r in rows(ctx.con, sql) if not ctx.is_collector(int(r[0]))]
+    gsql = (f"SELECT pid, max(used_memory_bytes) AS mem, avg(sm_util_percent) AS sm FROM gpu_processes "
+            f"WHERE ts_ns BETWEEN {lo} AND {hi} AND pid NOT IN ({', '.join(map(str, sorted(fam)))}) GROUP BY pid")
+    try:
+        nvml = [r for r in rows(ctx.con, gsql) if not ctx.is_collector(int(r[0]))]
+    except duckdb.Error:
+        nvml = []
+    if not got and not nvml:
+        return None
+    culprits = [Culprit(pid=int(p), tids=[], comm=ctx.procs.get(int(p), (None, None, None))[1],
+                        relation=ctx.relation(pid, int(p), None, None), ns=int(ns or 0)) for p, _c, _n, ns in got[:3]]
+    seen = {c.pid for c in culprits}
+    culprits += [Culprit(pid=int(p), comm=ctx.procs.get(int(p), (None, None, None))[1] or "?", relation="other process")
+                 for p, _m, _s in nvml if int(p) not in seen][:3]
+    text = "; ".join(f"{c.comm or '?'}[{c.pid}] {n:,} CUDA calls" for c, (_p, _c, n, _ns) in zip(culprits, got, strict=False))
+    if nvml:
+        text += ("; " if text else "") + "on the GPU per NVML: " + ", ".join(f"pid {int(p)}" for p, _m, _s in nvml[:3])
+    return culprits, text, sql
+
+
+MORE_PER_ITERATION = 2.0  # launches+copies (or syncs) per iteration grew this many times: the work came in pieces
+
+
+def per_iteration_sql(ctx: Ctx, pid: int, ks: list[tuple[int, int]], what: str) -> str | None:
+    """A process's launches+copies ('work': thread_seconds.work_calls, launches scaled where the probes were detached)
+    or synchronising calls ('sync': cuda_calls' synchronize ops) per iteration over spans of seconds (progress.py's
+    marker counts the iterations); None without a marker."""
+    marker = ctx.progress.get(pid)
+    if marker is None or not ks:
+        return None
+    which = " OR ".join(f"k BETWEEN {a} AND {b}" for a, b in ks)
+    if what == "work":
+        num = f"SELECT sum(work_calls) FROM thread_seconds WHERE pid = {int(pid)} AND ({which})"
+    else:
+        num = (f"SELECT count(*) FROM cuda_calls, (SELECT min(started_ns) AS t0 FROM sessions) o WHERE pid = {int(pid)} "
+               f"AND contains(op, 'ynchronize') AND ({which.replace('k BETWEEN', '(ts_ns - o.t0) // 1000000000 BETWEEN')})")
+    den = f"SELECT sum(iterations) FROM ({per_second_sql(marker, ctx.t0)}) WHERE {which}"
+    return f"SELECT round(({num}) / nullif(({den}), 0), 1)"
+
+
+def _grew_per_iteration(ctx: Ctx, f: Finding, baseline: list[TimeWindow], what: str) -> Explained | None:
+    """LAUNCH_BOUND ('work') or EXCESS_SYNC ('sync') where the process issued MORE_PER_ITERATION times as many per
+    iteration in the window as in the baseline: the same progress came in more, smaller pieces."""
+    if f.mode != "contrast" or not baseline:
+        return None
+    pid = f.thread.pid
+    now_sql = per_iteration_sql(ctx, pid, [f.ks], what)
+    base_sql = per_iteration_sql(ctx, pid, [_k_range(ctx, w) for w in baseline], what)
+    if now_sql is None or base_sql is None:
+        return None
+    now, base = rows(ctx.con, now_sql)[0][0], rows(ctx.con, base_sql)[0][0]
+    if now is None or base is None or float(now) < MORE_PER_ITERATION * max(float(base), 0.5) \
+            or float(now) - float(base) < (10 if what == "work" else 2):
+        return None
+    gpu = f"{f.gpu_util:.0f}" if f.gpu_util is not None else "?"
+    marker = ctx.progress[pid]
+    label = "launches+copies" if what == "work" else "synchronising calls"
+    ev = [Evidence(name=f"{label} per iteration in the window (an iteration: one {marker.label})", value=float(now),
+                   sql=now_sql),
+          Evidence(name=f"{label} per iteration in the healthy baseline", value=float(base), sql=base_sql)]
+    numbers = {"per_iteration": f"{float(now):,.1f}", "base_per_iteration": f"{float(base):,.1f}", "gpu": gpu}
+    if what == "work":
+        return Explained(cause=rc.LAUNCH_BOUND, evidence=ev, numbers=numbers,
+                         reason=(f"the host issued {float(now):,.0f} launches+copies per iteration vs {float(base):,.0f} in "
+                                 f"the healthy baseline (GPU {gpu}% busy): the same progress came in more, smaller pieces, "
+                                 "and launching them is the work"))
+    return Explained(cause=rc.EXCESS_SYNC, evidence=ev, numbers=numbers,
+                     reason=(f"it synchronised with the GPU {float(now):,.1f} times per iteration vs {float(base):,.1f} in "
+                             "the healthy baseline: each sync drains the GPU's queue and the host waits for it"))
+
+
+def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
+    """Running outside CUDA calls: the feeding thread's own Python/data work; page faults when allocations surged."""
+    t = f.thread
+    k0, k1 = f.ks
+    sql = (f"WITH o AS (SELECT min(started_ns) AS t0 FROM sessions) SELECT sum(count)::BIGINT AS pages, "
+           f"count(DISTINCT bucket_start_ns) AS seconds FROM host_aggregates, o WHERE op = 'mm_page_alloc' AND pid = {t.pid} "
+           f"AND (bucket_start_ns - o.t0) // 1000000000 BETWEEN {k0} AND {k1}")
+    pages, _secs = rows(ctx.con, sql)[0]
+    rate = int(pages or 0) / max(1, k1 - k0 + 1)
+    base_rate = None
+    if baseline:
+        tot = n = 0
+        for w in baseline:
+            b0, b1 = _k_range(ctx, w)
+            p, _s = rows(ctx.con, sql.replace(f"BETWEEN {k0} AND {k1}", f"BETWEEN {b0} AND {b1}"))[0]
+            tot += int(p or 0)
+            n += b1 - b0 + 1
+        base_rate = tot / max(n, 1)
+    rate_sql = f"SELECT round(coalesce(pages, 0) / {k1 - k0 + 1})::BIGINT FROM ({' '.join(sql.split())})"
+    ev = [Evidence(name="pages allocated by the process per second", value=int(rows(ctx.con, rate_sql)[0][0]), sql=rate_sql)]
+    if rate >= 20_000 and (base_rate is None or rate >= 4 * max(base_rate, 1)):
+        return Explained(cause=rc.PAGE_FAULTS, evidence=ev,
+                         reason=(f"allocating {rate:,.0f} pages/s ({rate * 4096 / 1e9:.1f} GB/s of fresh memory"
+                                 + (f", vs {base_rate:,.0f}/s before" if base_rate is not None else "")
+                                 + "): the time goes to page faults on new memory"))
+    for what in ("sync", "work"):  # more syncs or more pieces per iteration: why its own work per step grew
+        grew = _grew_per_iteration(ctx, f, baseline, what)
+        if grew is not None:
+            return grew
+    kids = ctx.alive_children(t.pid, f.window)
+    note = "no child process (worker) alive then" if not kids else f"{len(kids)} child processes alive"
+    return Explained(cause=rc.HOST_BOUND, evidence=ev,
+                     reason=f"its own work between CUDA calls (Python, data preparation; {note}): the GPU waits on it")

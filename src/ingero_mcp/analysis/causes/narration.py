@@ -1,0 +1,283 @@
+"""From findings and their explanations to ranked causal chains: severity, summary, evidence with SQL, one story
+per cause.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+import duckdb
+
+from ingero_mcp.analysis import recommend as rc
+from ingero_mcp.analysis._sql import rows, sql_round
+from ingero_mcp.analysis.accounting import (
+    HEALTHY_FRACTION,
+    MIN_EPISODE_LOSS_S,
+    SCAN_FRACTION,
+    SECOND_NS,
+    gpu_util_sql,
+)
+from ingero_mcp.analysis.causes.context import (
+    Ctx,
+    Finding,
+    HIGH_SHARE,
+    MEDIUM_SHARE,
+    MINOR_SHARE,
+    _PART_LABEL,
+    _context,
+    _seconds_sql,
+    part_sql,
+)
+from ingero_mcp.analysis.causes.culprits import Explained
+from ingero_mcp.analysis.causes.explain import _explain
+from ingero_mcp.analysis.causes.findings import contrast_findings, steady_findings
+from ingero_mcp.analysis.models import Accounting, CausalChain, Evidence, SEVERITY_RANK, ThreadAccount, TimeWindow
+
+def _severity(seconds: float, wall_s: float, f: Finding, confident: bool) -> str:
+    if f.startup or not confident and f.mode == "steady":
+        return "LOW"
+    share = seconds / wall_s if wall_s else 0.0
+    level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
+    if f.mode == "steady" and (not f.util_known or not confident) and level != "LOW":
+        level = "LOW" if not f.util_known else "MEDIUM"
+    if not confident and level == "HIGH":
+        level = "MEDIUM"
+    return level
+
+
+def _worst(ctx: Ctx, f: Finding) -> Finding:
+    """A recurrent finding narrowed to its worst episode's seconds, for the explainers (they read one window)."""
+    if f.worst is None:
+        return f
+    w = TimeWindow(start_ns=ctx.t0 + f.worst[0] * SECOND_NS, end_ns=ctx.t0 + (f.worst[1] + 1) * SECOND_NS)
+    return replace(f, window=w, ks=f.worst)
+
+
+def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> CausalChain:
+    t = f.thread
+    who = f"{t.process_comm or t.comm or '?'}[{t.pid}]'s " + ("main thread" if t.tid == t.pid else f"thread {ctx.who(t.pid, t.tid)}")
+    label = _PART_LABEL[f.part]
+    pct = 100 * f.share
+    if f.startup:
+        who = "during start-up, " + who
+    ph = f.phase
+    if ph is not None and f.worst is not None:
+        n = len(ph.episodes)
+        mean = sum(w.duration_ns for w in ph.episodes) / n / 1e9
+        every = f", every {ph.period_s:.1f} s" if ph.period_s else ""
+        worst = f"+{f.worst[0]:,.1f} s to +{f.worst[1] + 1:,.1f} s"
+        drop = f"{_fell(f)} in them" if f.slowdown else "its CUDA work stopped in them"
+        summary = (f"{who} stalled {n} time{'s' if n != 1 else ''} from {ctx.span(f.window)} ({mean:.2f} s each{every}; "
+                   f"{drop}): in those seconds it was {label} {pct:.0f}% of the time (vs {100 * (f.base_share or 0):.0f}% "
+                   f"in the healthy baseline), {ex.reason} (read in the worst episode, {worst})")
+    elif f.mode == "contrast":
+        before = f" (vs {100 * (f.base_share or 0):.0f}% in the healthy baseline)"
+        drop = ("its CUDA work stopped" if f.stopped else _fell(f)) if f.slowdown or f.stopped else ""
+        summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{before}, {ex.reason}; {drop}"
+    else:
+        gpu = f", GPU {f.gpu_util:.0f}% busy" if f.gpu_util is not None else ", GPU utilisation not recorded"
+        summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{gpu}: {ex.reason}"
+    ev = []
+    if ph is not None and ph.sql:
+        ev.append(Evidence(name=f"short slow episodes (runs of {(ph.bin_ns or SECOND_NS) / 1e6:.0f} ms bins under "
+                                f"{100 * SCAN_FRACTION:.0f}% of the healthy work rate, one under {100 * HEALTHY_FRACTION:.0f}%, "
+                                f"each costing {MIN_EPISODE_LOSS_S} s or more)", value=len(ph.episodes),
+                           sql=f"SELECT count(*) FROM ({ph.sql})"))
+        if ph.period_s is not None:
+            ev.append(Evidence(name="mean time from one episode's start to the next's", value=float(ph.period_s), unit="s",
+                               sql=f"SELECT round((max(start_s) - min(start_s)) / (count(*) - 1), 2) FROM ({ph.sql})"))
+        if ph.lost_s is not None:
+            ev.append(Evidence(name="the process's work lost in the episodes (their length less their work at the healthy "
+                                    "rate)", value=float(ph.lost_s), unit="s", sql=f"SELECT round(sum(lost_s), 3) FROM ({ph.sql})"))
+    ev.append(Evidence(name=f"share of the thread's time {label}" + (" in the seconds holding the episodes" if f.kset else ""),
+                       value=sql_round(pct, 1), unit="%",
+                       sql=_seconds_sql(t.pid, t.tid, f.ks, f"round(100 * sum({part_sql(f.part)}) / sum(wall_ns), 1)",
+                                        f.kset)))
+    if f.base_share is not None:
+        ev.append(Evidence(name="the same in the healthy baseline", value=round(100 * f.base_share, 1), unit="%"))
+    if f.slowdown and not f.kset:
+        # per second whose launches are known (work_calls NULL: the launch probes were detached all that second)
+        rate_sql = (f"SELECT round(sum(work_calls) / count(DISTINCT k) FILTER (WHERE work_calls IS NOT NULL), 1) "
+                    f"FROM thread_seconds WHERE pid = {t.pid} AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
+        ev.append(Evidence(name="work rate in this window (launches+copies per second)",
+                           value=float(rows(ctx.con, rate_sql)[0][0] or 0.0), sql=rate_sql))
+    if f.slowdown:
+        ev.append(Evidence(name="work rate, healthy baseline / this slow phase" + (" (its episodes)" if f.kset else ""),
+                           value=round(f.slowdown, 2), unit="x"))
+    if f.gpu_util is not None and f.kset:
+        ev.append(Evidence(name="GPU utilisation in the seconds holding the episodes (mean of the per-second means)",
+                           value=sql_round(f.gpu_util, 1), unit="%",
+                           sql=f"SELECT avg(gpu_util_percent) FROM ({gpu_util_sql()}) WHERE k IN ({', '.join(map(str, f.kset))})"))
+    elif f.gpu_util is not None:
+        ev.append(Evidence(name="GPU utilisation in the window", value=sql_round(f.gpu_util, 1), unit="%",
+                           sql=f"SELECT avg(gpu_util_percent) FROM snapshots WHERE ts_ns BETWEEN {f.window.start_ns} AND {f.window.end_ns}"))
+    ev.append(Evidence(name="feeding time explained (s)", value=round(f.seconds_lost, 2), unit="s"))
+    ev += ex.evidence
+    numbers = {"who": who, "share": f"{pct:.0f}", "window": ctx.span(f.window), "cpus_total": "?", **ex.numbers}
+    return CausalChain(
+        id=f"{ex.cause}:{t.pid}/{t.tid}@{f.ks[0]}s", op=ex.cause,
+        severity=_severity(f.seconds_lost, wall_s, f, ex.confident),  # type: ignore[arg-type]
+        summary=summary, root_cause=ex.cause, explanation=_explanation(f, ex),
+        seconds_lost=round(f.seconds_lost, 3), window=f.window, culprits=ex.culprits, pids=[t.pid],
+        evidence=ev, recommendations=rc.recommend(ex.cause, numbers))
+
+
+def _fell(f: Finding) -> str:
+    """'iterations/s fell 4.7x (83 -> 18)': the drop, in its unit, with the two rates."""
+    if f.rates is None:
+        return f"throughput fell {f.slowdown:.1f}x"
+    base, now = f.rates
+    digits = 0 if base >= 10 else 1 if base >= 1 else 2
+    return f"{f.unit} fell {f.slowdown:.1f}x ({base:,.{digits}f} -> {now:,.{digits}f})"
+
+
+def _explanation(f: Finding, ex: Explained) -> str:
+    if f.phase is not None:
+        return (f"Read from the time accounting: in the seconds holding {len(f.phase.episodes)} short slow episodes (the "
+                f"process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, read in sub-second "
+                f"bins), the part of the feeding thread's time {_PART_LABEL[f.part]} grew from "
+                f"{100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}% of its time; its cost per unit of CUDA work "
+                f"against the baseline explains {f.seconds_lost:.2f} s of the time lost in them. The culprits are read in "
+                f"the episode where it grew most: " + ex.reason + ".")
+    if f.mode == "contrast":
+        return (f"Read from the time accounting: in this slow phase the part of the feeding thread's time "
+                f"{_PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}%; "
+                f"{f.seconds_lost:.2f} s of the time lost to the slowdown is attributed to it. " + ex.reason + ".")
+    return (f"Read from the time accounting: while the GPU was idle, the feeding thread was {_PART_LABEL[f.part]} "
+            f"{100 * f.share:.1f}% of the time; {f.seconds_lost:.2f} s of GPU-idle time is attributed to it. " + ex.reason + ".")
+
+
+def pace_threads(acc: Accounting) -> list[ThreadAccount]:
+    """Per feeding process, the thread that sets its pace: the main thread when it starts CUDA work (it runs the
+    training loop; PyTorch's autograd thread launches the backward kernels but sleeps until the main thread hands
+    it work), else the busiest feeding thread. Processes come busiest first."""
+    by_pid: dict[int, list[ThreadAccount]] = defaultdict(list)
+    for t in acc.threads:
+        if t.role == "feeder":
+            by_pid[t.pid].append(t)
+    out = []
+    for pid, threads in by_pid.items():
+        main = next((t for t in threads if t.tid == pid), None)
+        out.append(main or threads[0])
+    work = {pid: sum(t.total.work_calls for t in ts) for pid, ts in by_pid.items()}
+    return sorted(out, key=lambda t: -work[t.pid])
+
+
+def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: TimeWindow,
+                      names: dict[int, str]) -> tuple[list[CausalChain], list[str]]:
+    """Chains from the accounting, ranked by the seconds they explain, and the minor ones as lines.
+
+    The process doing the most CUDA work is the job; the chains of other GPU processes rank after its own
+    within a severity, and never above MEDIUM (they are context: another job's idle time is not this one's loss).
+    """
+    if not acc.complete or not acc.threads:
+        return [], []
+    ctx = _context(con, window, names)
+    ctx.progress = {m.pid: m for m in acc.progress}
+    chains: list[tuple[int, CausalChain]] = []
+    minor: list[str] = []
+    paces = [t for t in pace_threads(acc) if not ctx.is_collector(t.pid)]
+    for rank, t in enumerate(paces):
+        phases = [p for p in acc.phases if p.pid == t.pid]
+        baseline = [p.window for p in phases if p.kind == "baseline"]
+        wall_s = t.busy_ns / 1e9  # the feeding time: an idle wait for input is not (accounting.idle_sql)
+        steady_from = acc.steady_from_ns.get(t.pid)
+        found: list[tuple[Finding, CausalChain]] = []
+        for i, f in enumerate(contrast_findings(ctx, t, phases, steady_from) + steady_findings(ctx, t, phases, steady_from)):
+            ex = _explain(ctx, _worst(ctx, f), baseline)
+            chain = _chain(ctx, f, ex, wall_s, i)
+            if rank > 0 and chain.severity == "HIGH":
+                chain.severity = "MEDIUM"
+            found.append((f, chain))
+        found = _one_story(found, wall_s)
+        # a phase that lost progress leads: the steady state around it (host-bound all along, say) is its context
+        lost = any(f.mode == "contrast" and c.severity != "LOW" for f, c in found)
+        for f, chain in found:
+            if wall_s and chain.seconds_lost is not None and chain.seconds_lost / wall_s < MINOR_SHARE:
+                minor.append(f"{chain.root_cause}: {chain.summary} ({chain.seconds_lost:.2f} s)")
+                continue
+            if lost and f.mode == "steady" and chain.severity == "HIGH":
+                chain.severity = "MEDIUM"
+            chains.append((min(rank, 1) * 2 + (f.mode == "steady" and lost), chain))
+    order = SEVERITY_RANK
+    # contrast before steady context (odd keys), then severity, the job before other GPU users, seconds explained
+    return [c for _, c in sorted(chains, key=lambda kc: (kc[0] % 2, order[kc[1].severity], kc[0],
+                                                          -(kc[1].seconds_lost or 0)))], minor
+
+
+def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[tuple[Finding, CausalChain]]:
+    """Findings of one thread that name the same cause over overlapping windows are one story (a launch-bound step
+    shows as running and as waiting on the autograd thread): the largest keeps its words and takes the others'
+    seconds, their summaries as evidence, and the severity of the sum."""
+    out: list[tuple[Finding, CausalChain]] = []
+    for f, chain in sorted(found, key=lambda fc: -(fc[1].seconds_lost or 0)):
+        # the steady state is one story wherever it shows (host-bound before a slowdown and after it); a phase's
+        # findings are one where their windows meet
+        into = next((c for g, c in out if c.root_cause == chain.root_cause and g.mode == f.mode and c.window
+                     and chain.window and (f.mode == "steady" and g.startup == f.startup
+                                           or c.window.start_ns < chain.window.end_ns
+                                           and chain.window.start_ns < c.window.end_ns)), None)
+        if into is None:
+            out.append((f, chain))
+            continue
+        into.seconds_lost = round((into.seconds_lost or 0) + (chain.seconds_lost or 0), 3)
+        into.evidence.append(Evidence(name="also part of this story (another part of the thread's time)",
+                                      value=f"{chain.summary} [{chain.seconds_lost or 0:.2f} s]"))
+        into.culprits += [c for c in chain.culprits if c not in into.culprits]
+        if f.mode == "steady" and into.window and chain.window:  # the steady state: from its first stretch to its last
+            into.window = TimeWindow(start_ns=min(into.window.start_ns, chain.window.start_ns),
+                                     end_ns=max(into.window.end_ns, chain.window.end_ns))
+        _raise(into, wall_s, f)
+    return _io_story(out, wall_s)
+
+
+def _raise(into: CausalChain, wall_s: float, f: Finding) -> None:
+    """A chain that took another's seconds: the severity of the sum (never lowered; start-up stays as it was)."""
+    share = (into.seconds_lost or 0) / wall_s if wall_s else 0.0
+    level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
+    if SEVERITY_RANK[level] < SEVERITY_RANK[into.severity] and not f.startup:
+        into.severity = level  # type: ignore[assignment]
+
+
+# What a thread does when it writes data out (a checkpoint, a log flush, a dataset cache): copies to host memory,
+# page faults on the fresh buffers and page cache, its own serialising, and the disk IO that ends it.
+_DATA_OUT = frozenset({rc.PAGE_FAULTS, rc.PAGEABLE_COPIES, rc.HOST_BOUND})
+
+
+IO_SHARE = 0.2  # disk IO must explain this share of the stall's seconds to lead it
+
+
+def _io_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[tuple[Finding, CausalChain]]:
+    """Disk IO of a thread in a slow phase, with page faults, pageable copies and its own running in the same stall,
+    is one story: the thread writing data out. The IO chain leads (its wait on the device is what the others lead up
+    to) and takes the others' seconds; each stays as evidence with its own numbers."""
+    io = [(f, c) for f, c in found if c.root_cause == rc.IO_WAIT and f.mode == "contrast"]
+    if not io:
+        return found
+    out = list(found)
+    for f, chain in io:
+        parts = [(g, c) for g, c in out if c is not chain and g.mode == "contrast" and c.root_cause in _DATA_OUT
+                 and c.window and chain.window and c.window.start_ns < chain.window.end_ns
+                 and chain.window.start_ns < c.window.end_ns]
+        total = (chain.seconds_lost or 0) + sum(c.seconds_lost or 0 for _g, c in parts)
+        if not parts or (chain.seconds_lost or 0) < IO_SHARE * total:
+            continue
+        for g, c in parts:
+            out.remove((g, c))
+            chain.evidence.append(Evidence(name=f"in the same stalls ({c.root_cause})",
+                                           value=f"{c.summary} [{c.seconds_lost or 0:.2f} s]"))
+        chain.seconds_lost = round(total, 3)
+        chain.summary += "; in the same stalls: " + "; ".join(
+            f"{_PART_LABEL[g.part]} {100 * g.share:.0f}% ({c.root_cause}) [{c.seconds_lost or 0:.1f} s]" for g, c in parts)
+        start = min([chain.window.start_ns] + [c.window.start_ns for _g, c in parts if c.window])
+        end = max([chain.window.end_ns] + [c.window.end_ns for _g, c in parts if c.window])
+        chain.window = TimeWindow(start_ns=start, end_ns=end)
+        _raise(chain, wall_s, f)
+    return out
+
+
+def _merge_same(chains: list[CausalChain]) -> list[CausalChain]:
+    """Order by severity, then seconds explained."""
+    rank = SEVERITY_RANK
+    return sorted(chains, key=lambda c: (rank[c.severity], -(c.seconds_lost or 0)))

@@ -1,0 +1,339 @@
+"""Explaining sleeps: what the thread waited in and who ended its sleeps, followed along the wait-for graph
+(waits.py) to where the wait began, through a pool of wakers where no one waker did it alone.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from ingero_mcp.analysis import recommend as rc
+from ingero_mcp.analysis._sql import rows, sql_round
+from ingero_mcp.analysis.accounting import wakers_sql
+from ingero_mcp.analysis.causes.context import Ctx, Finding, _seconds_sql
+from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
+from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
+from ingero_mcp.analysis.views import SECONDS_TABLE
+from ingero_mcp.analysis.waits import KIND_LABEL, WaitPath, doing_text, follow, sleep_kinds_sql
+
+TIMED_SLEEPS = frozenset({"nanosleep", "clock_nanosleep"})
+
+
+def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> tuple[str, list[tuple]]:
+    sql = " ".join(wakers_sql(pid, tid, w).split())
+    return sql, rows(ctx.con, sql)
+
+
+def _is_timed(syscall: str | None, wctx: str | None, rel: str) -> bool:
+    """A sleep the thread chose (time.sleep): a timer syscall ended by the kernel, not by another task of the job."""
+    return (syscall or "") in TIMED_SLEEPS and (wctx in ("irq", "softirq") or rel in ("kernel", "unknown"))
+
+
+def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
+    """Futex waits ended by their timeout (the GIL is asked for every 5 ms; locks with timeouts): the waiter is not
+    woken by the holder, so name the thread of the same process that kept running meanwhile."""
+    t = f.thread
+    got = rows(ctx.con, f"""
+        SELECT tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS wall_ns
+        FROM {SECONDS_TABLE} WHERE pid = {t.pid} AND tid <> {t.tid} AND k BETWEEN {f.ks[0]} AND {f.ks[1]}
+        GROUP BY tid ORDER BY run_ns DESC LIMIT 3""")
+    if not got or not got[0][2] or int(got[0][1]) < 0.5 * int(got[0][2]):
+        return None
+    tid, run_ns, wall_ns = int(got[0][0]), int(got[0][1]), int(got[0][2])
+    timed = int(known[0][5] or 0)
+    who = ctx.who(t.pid, tid)
+    ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
+              f"{'a timer interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
+              f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:4]), sql=sql),
+          Evidence(name=f"share of the window {who} was running", value=sql_round(100 * run_ns / wall_ns, 1), unit="%",
+                   sql=_seconds_sql(t.pid, tid, f.ks, "100.0 * sum(run_outside_ns + run_inside_ns) / sum(wall_ns)"))]
+    return Explained(
+        cause=rc.LOCK_OR_GIL, evidence=ev,
+        culprits=[Culprit(pid=t.pid, tids=[tid], comm=ctx.names.get(tid), relation="same process", ns=timed)],
+        numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
+        reason=(f"asleep in futex() waits that ended on their timeout ({100 * timed / total:.0f}% of the sleep: a lock "
+                f"or the GIL, asked for again every few ms) while {who} of the same process ran "
+                f"{100 * run_ns / wall_ns:.0f}% of that time: {who} holds the GIL (or the lock)"))
+
+
+def _own_kind(ctx: Ctx, f: Finding) -> tuple[str, str | None, float, str]:
+    """What the thread's own sleeps outside CUDA calls waited in (waits.WAIT_KINDS), its system call, the kind's share
+    of the sleep, and the SQL."""
+    t = f.thread
+    sql = sleep_kinds_sql(t.pid, t.tid, f.window)
+    got = rows(ctx.con, sql)
+    total = sum(int(r[3] or 0) for r in got) or 1
+    if not got:
+        return "other", None, 0.0, sql
+    return str(got[0][0]), got[0][1], int(got[0][3] or 0) / total, sql
+
+
+def _path_evidence(ctx: Ctx, path: WaitPath, label: str) -> list[Evidence]:
+    ev = []
+    for h in path.hops:
+        if not h.sql:
+            continue
+        ev.append(Evidence(name=f"what {ctx.who(h.pid, h.tid)} did while {label} (share of that time)",
+                           value=doing_text(ctx.con, h), sql=h.summary_sql))
+    return ev
+
+
+def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
+    """Sleeping outside CUDA calls: what the thread waited in (its sleeps' kernel stacks or system calls) and who ended
+    the sleeps, followed along the wait-for graph (waits.py) to where the wait began: a thread that ran (the work
+    waited for), one starved of CPU, a timer, a disk, the network, a process outside the job."""
+    t = f.thread
+    sql, got = _wakers(ctx, t.pid, t.tid, f.window)
+    total = sum(int(r[5] or 0) for r in got) or 1
+    known = [r for r in got if r[0] is not None]
+    if not known:
+        return _sleep_without_waker(ctx, f, io, sql)
+    kind, own_syscall, kind_share, kind_sql = _own_kind(ctx, f)
+    tasks = [r for r in known if r[3] not in ("irq", "softirq")]
+    if known[0][3] in ("irq", "softirq") and known[0][7] in ("futex", "futex_waitv"):
+        holder = _timed_lock_holder(ctx, f, sql, known, total)
+        if holder:
+            return holder
+    if known[0][3] in ("irq", "softirq") and known[0][7] in ("futex", "futex_waitv") and tasks \
+            and int(tasks[0][5] or 0) >= 0.2 * total:
+        # a lock wait with a timeout (the GIL waits 5 ms, then asks for the lock): the timer ends the wait, the task
+        # that releases the lock is the one it waits on
+        known = tasks + [r for r in known if r not in tasks]
+    wpid, wtid, wcomm, wctx, _n, wns, io_ns, syscall = known[0]
+    wpid, wtid = int(wpid), int(wtid)
+    rel = "interrupt" if wctx in ("irq", "softirq") else ctx.relation(t.pid, wpid, wtid, wcomm)
+    culprits = []
+    for r in known[:5]:
+        if r[3] in ("irq", "softirq"):
+            continue  # the task an interrupt landed on did not wake anyone
+        culprits.append(Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2],
+                                relation=ctx.relation(t.pid, int(r[0]), int(r[1]), r[2]), ns=int(r[5] or 0)))
+    share = int(wns or 0) / total
+    ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
+        f"{'an interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
+        f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:5]), sql=sql),
+        Evidence(name="what the sleeps waited in (kernel stack at switch-out, or the system call)",
+                 value=f"{kind}: {KIND_LABEL.get(kind, kind)} {100 * kind_share:.0f}%", sql=kind_sql)]
+    in_what = f" {KIND_LABEL.get(kind, kind)}" + (f" ({own_syscall}())" if own_syscall else "")
+    if _is_timed(syscall, wctx, rel) or (kind == "timer" and rel in ("interrupt", "kernel")):
+        return Explained(cause=rc.TIMED_SLEEP, evidence=ev, confident=False,
+                         reason=f"asleep{in_what} until its timer fired ({100 * share:.0f}% of the sleep): "
+                                "the program sleeps on purpose (time.sleep, a rate limit, polling)")
+    if rel in ("interrupt", "kernel") or (io_ns or 0) >= 0.5 * int(wns or 1):
+        by = "an interrupt" if rel == "interrupt" else f"the kernel ({wcomm})"
+        named = ([Culprit(comm=f"{wctx} (landed on {wcomm})", relation="interrupt", ns=int(wns or 0))] if rel == "interrupt"
+                 else [Culprit(pid=wpid, tids=[wtid], comm=wcomm, relation="kernel", ns=int(wns or 0))])
+        if kind == "socket":
+            peer = f"; the packets' interrupts landed on {wcomm}[{wpid}]" if rel == "interrupt" else ""
+            landed = ctx.relation(t.pid, wpid, wtid, wcomm) if rel == "interrupt" else "kernel"
+            if rel == "interrupt" and landed not in ("kernel", "unknown") and wpid not in (0, t.pid):
+                # on loopback a packet's softirq runs in the context of the task at the other end: the peer
+                named = [Culprit(pid=wpid, tids=[wtid], comm=ctx.procs.get(wpid, (None, wcomm, None))[1] or wcomm,
+                                 relation=landed, ns=int(wns or 0))] + named
+            return Explained(cause=rc.NETWORK_WAIT, culprits=named, evidence=ev, numbers={"syscall": own_syscall or "?"},
+                             confident=f.mode == "contrast",
+                             reason=f"asleep{in_what}, woken by {by} ({100 * share:.0f}% of the sleep){peer}: "
+                                    "it waited on the network")
+        cause = rc.IO_WAIT if (io_ns or 0) > 0 or io or kind in ("disk", "fsync", "reclaim") else rc.SLEEP_KERNEL
+        reason = (f"asleep{in_what}, woken by {by}"
+                  + (f": {100 * (io_ns or 0) / max(int(wns or 1), 1):.0f}% uninterruptible (IO)" if io_ns else ""))
+        # Outside a slowdown, a sleep the kernel ends (a packet, a device) is the job waiting for its input: the pace
+        # of what feeds it, not lost time, unless it is IO (D state) or it grew in a slow phase.
+        return Explained(cause=cause, reason=reason, culprits=named, evidence=ev, numbers={"syscall": own_syscall or "?"},
+                         confident=cause == rc.IO_WAIT or f.mode == "contrast")
+    traced = {(int(p), int(x)) for p, x in ctx.traced_threads()}
+    pool = _waker_pool(ctx, t.pid, known, total)
+    if pool is not None and share < POOL_SHARE:
+        return _explain_pool(ctx, f, pool, traced, ev, culprits, total, kind, in_what)
+    path = follow(ctx.con, (t.pid, t.tid), (wpid, wtid), f.window, traced)
+    ev += _path_evidence(ctx, path, f"{ctx.who(t.pid, t.tid)} slept")
+    return _explain_path(ctx, f, path, ev, culprits, share, kind, in_what)
+
+
+POOL_SHARE = 0.5  # no one waker ended this share of the sleep, but threads of one name together did: a pool
+
+
+POOL_MIN, POOL_FOLLOWED = 3, 8  # a pool has this many members at least; the walk is taken from this many at most
+
+
+def _waker_pool(ctx: Ctx, job: int, known: list[tuple], total: int) -> list[tuple[int, int, int]] | None:
+    """The wakers that together ended most of the sleep though none did alone: threads of one name and relation
+    (an OpenMP or intra-op pool, the DataLoader's workers), as (pid, tid, ns), largest first; None where there is
+    no such pool."""
+    groups: dict[tuple[str, str | None], list[tuple[int, int, int]]] = defaultdict(list)
+    for wpid, wtid, wcomm, wctx, _n, wns, _io, _sc in known:
+        if wctx in ("irq", "softirq") or wpid is None or wtid is None:
+            continue
+        comm = ctx.names.get(int(wtid)) or wcomm
+        groups[(ctx.relation(job, int(wpid), int(wtid), comm), comm)].append((int(wpid), int(wtid), int(wns or 0)))
+    best = max(groups.values(), key=lambda g: sum(m[2] for m in g), default=[])
+    if len(best) < POOL_MIN or sum(m[2] for m in best) < POOL_SHARE * total:
+        return None
+    return sorted(best, key=lambda m: -m[2])
+
+
+def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced: set[tuple[int, int]],
+                  ev: list[Evidence], culprits: list[Culprit], total: int, kind: str, in_what: str) -> Explained:
+    """A sleep ended by a pool of threads: the wait-for path from each member (the largest POOL_FOLLOWED), where they
+    stopped weighted by the sleep each ended; the cause is the one most of the pool's share stopped at, explained
+    through its largest member's path."""
+    t = f.thread
+    weight: dict[str, int] = defaultdict(int)
+    paths: list[tuple[WaitPath, int]] = []
+    for pid, tid, ns in pool[:POOL_FOLLOWED]:
+        path = follow(ctx.con, (t.pid, t.tid), (pid, tid), f.window, traced)
+        paths.append((path, ns))
+        weight[path.stop] += ns
+    stop = max(weight, key=lambda k: weight[k])
+    path, _ns = max(((p, ns) for p, ns in paths if p.stop == stop), key=lambda pn: pn[1])
+    pool_ns = sum(m[2] for m in pool)
+    followed = sum(ns for _p, ns in paths)
+    name = ctx.names.get(pool[0][1]) or "?"
+    ids = _id_range(sorted(m[1] for m in pool))
+    ev.append(Evidence(name=f"where the wait-for walks from the {len(paths)} busiest of {len(pool)} waking threads named "
+                            f"{name} stopped (share of the sleep they ended)",
+                       value="; ".join(f"{k} {100 * v / max(followed, 1):.0f}%"
+                                       for k, v in sorted(weight.items(), key=lambda kv: -kv[1]))))
+    ev += _path_evidence(ctx, path, f"{ctx.who(t.pid, t.tid)} slept")
+    seen = {c.tids[0] for c in culprits if c.tids}
+    culprits += [Culprit(pid=pid, tids=[tid], comm=ctx.names.get(tid) or name,
+                         relation=ctx.relation(t.pid, pid, tid, ctx.names.get(tid)), ns=ns)
+                 for pid, tid, ns in pool if tid not in seen]
+    ex = _explain_path(ctx, f, path, ev, culprits, pool_ns / total, kind, in_what)
+    pooled = f"woken by {len(pool)} threads named {name} ({ids}, {100 * pool_ns / total:.0f}% of the sleep together)"
+    return replace(ex, reason=f"{pooled}; {ex.reason}")
+
+
+def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culprits: list[Culprit], share: float,
+                  kind: str, in_what: str) -> Explained:
+    """The cause where the wait-for path stopped (waits.follow), named from what its last thread did."""
+    t = f.thread
+    first, end = path.hops[0], path.end
+    who, end_who = ctx.who(first.pid, first.tid), ctx.who(end.pid, end.tid)
+    end_rel = ctx.relation(t.pid, end.pid, end.tid, ctx.names.get(end.tid))
+    via = "" if end is first else f", itself waiting on {end_who}"
+    if end is not first:
+        ev.append(Evidence(name="wait chain (who woke whom)", value=" <- ".join(ctx.who(h.pid, h.tid) for h in path.hops)))
+        culprits.insert(0, Culprit(pid=end.pid, tids=[end.tid], comm=ctx.names.get(end.tid), relation=end_rel,
+                                   ns=end.total_ns))
+    woke = f"woken by {who} ({100 * share:.0f}% of the sleep{';' if not via else ''}{in_what if not via else ''})"
+    doing = doing_text(ctx.con, end)
+    numbers = {"waker": end_who, "doing": doing}
+    if path.stop == "cpu_wait":
+        starved = explain_cpu_wait(ctx, Finding(thread=ThreadAccount(pid=end.pid, tid=end.tid, role="waited-on",
+                                                                     total=Account()), part="cpu_wait", window=f.window,
+                                                seconds_lost=0.0, mode=f.mode, share=0.0, ks=f.ks), job=t.pid)
+        what = "worker processes" if end_rel == "child process" else "thread"
+        return Explained(cause=starved.cause, culprits=starved.culprits, evidence=ev + starved.evidence,
+                         numbers={**starved.numbers, "waker": end_who, "doing": doing},
+                         reason=(f"waiting on its {what} {end_who} ({100 * share:.0f}% of the sleep,{in_what}), which were "
+                                 f"{doing}: they waited for a CPU {starved.reason}"))
+    if path.stop == "running":
+        if end_rel == "child process":
+            kids = [c for c in culprits if c.relation == "child process"]
+            names = f"{kids[0].comm}[{_id_range(sorted({c.pid for c in kids if c.pid}))}]" if kids else end_who
+            return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
+                             reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the sleep,{in_what}"
+                                    f"{via}), which were {doing}: they do not keep up")
+        if end_rel == "same process":
+            return Explained(cause=rc.WAITING_ON_THREAD, culprits=culprits, evidence=ev, numbers=numbers,
+                             reason=f"{woke}{via}; {end_who} was {doing} while it waited: the thread waited on "
+                                    f"{end_who}'s work")
+        return Explained(cause=rc.WAITING_ON_PROCESS, culprits=culprits, evidence=ev, numbers=numbers,
+                         reason=f"{woke}{via}; {end_who} ({end_rel}) was {doing}: that process sets the pace")
+    if path.stop == "timer":
+        # what the last waiting thread waited in when the end woke it: the first thread's own kind on a direct edge
+        channel = kind if end is first else _channel(path)
+        if channel == "pipe" and end is first:
+            return Explained(cause=rc.SLOW_CONSUMER, culprits=culprits, evidence=ev, numbers=numbers,
+                             reason=f"blocked on a pipe ({100 * share:.0f}% of the sleep) until {who} took its data"
+                                    f"; {end_who} was {doing}: the other end sleeps on its own timer and keeps the "
+                                    "thread waiting")
+        if channel == "pipe":
+            return Explained(cause=rc.SLOW_CONSUMER, culprits=culprits, evidence=ev, numbers=numbers,
+                             reason=f"woken by {who} ({100 * share:.0f}% of the sleep;{in_what}), which was itself "
+                                    f"blocked on a pipe until {end_who} took its data; {end_who} was {doing}: the other "
+                                    "end sleeps on its own timer and keeps both waiting")
+        if channel == "futex":
+            return Explained(cause=rc.LOCK_OR_GIL, culprits=culprits, evidence=ev, numbers=numbers,
+                             reason=f"{woke}{via}; {end_who} was {doing} while the thread waited: {end_who} held the "
+                                    "lock (or the queue) the thread needed while it slept")
+        return Explained(cause=rc.WAITING_ON_PROCESS if end_rel != "same process" else rc.WAITING_ON_THREAD,
+                         culprits=culprits, evidence=ev, numbers=numbers,
+                         reason=f"{woke}{via}; {end_who} was {doing}: it paces the thread with its own sleeps")
+    if path.stop in ("disk", "fsync", "reclaim"):
+        return Explained(cause=rc.IO_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
+                         reason=f"{woke}{via}; {end_who} was {doing}: the wait began in its IO")
+    if path.stop == "socket":
+        peer = ""
+        if path.peer and path.peer[1] is not None:
+            peer = f"; its packets' interrupts landed on {ctx.who(path.peer[0], path.peer[1], path.peer[2])}"
+            ppid = path.peer[0]
+            if ppid is not None and ppid not in ctx.family(t.pid) or ppid is not None:
+                culprits.insert(0, Culprit(pid=ppid, tids=[], comm=ctx.procs.get(ppid, (None, path.peer[2], None))[1]
+                                           or path.peer[2], relation=ctx.relation(t.pid, ppid, None, path.peer[2]),
+                                           ns=end.total_ns))
+        return Explained(cause=rc.NETWORK_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
+                         reason=f"{woke}{via}; {end_who} was {doing}: the wait began on the network{peer}")
+    if path.stop == "gpu":
+        return Explained(cause=rc.GPU_SLOWER, culprits=culprits, evidence=ev, numbers=numbers, confident=False,
+                         reason=f"{woke}{via}; {end_who} was {doing}: the wait began in the GPU driver")
+    if path.stop == "untraced":
+        return Explained(cause=rc.WAITING_ON_PROCESS, culprits=culprits, evidence=ev, numbers=numbers, confident=False,
+                         reason=f"{woke}{via}; {end_who} is not traced, so what it did is not recorded")
+    # 'sleeper' (they take turns), 'interrupt', 'mixed', 'depth': the last thread's own share is the answer
+    cause = rc.INPUT_WAIT if end_rel == "child process" else rc.WAITING_ON_THREAD if end_rel == "same process" \
+        else rc.WAITING_ON_PROCESS
+    turns = f"; it waits on {ctx.who(t.pid, t.tid)} in turn" if path.stop == "sleeper" else ""
+    return Explained(cause=cause, culprits=culprits, evidence=ev, numbers=numbers, confident=path.stop != "mixed",
+                     reason=f"{woke}{via}; {end_who} was {doing}{turns}")
+
+
+def _channel(path: WaitPath) -> str | None:
+    """What the last waiting thread of a path waited in when its end woke it (a pipe the end drained, a futex the end
+    released): the end's part in the wait, whatever the first thread itself waited in."""
+    before, end = path.hops[-2], path.hops[-1]
+    woken = [s for s in before.sleeping if s[2] == end.tid]
+    return max(woken, key=lambda s: s[5])[0] if woken else None
+
+
+def worker_share_sql(pids: list[int], ks: tuple[int, int]) -> str:
+    """How much of the window worker processes ran, per role: each process's busiest thread (the one doing its work)
+    and, apart, its other threads (queue feeders, pin-memory and other helpers that mostly sleep and would dilute the
+    share); columns role, threads, run %."""
+    return " ".join(f"""
+        WITH t AS (SELECT pid, tid, sum(run_outside_ns + run_inside_ns) AS run_ns, sum(wall_ns) AS wall_ns
+                   FROM thread_seconds WHERE pid IN ({', '.join(map(str, pids))}) AND k BETWEEN {ks[0]} AND {ks[1]}
+                   GROUP BY pid, tid),
+        w AS (SELECT pid, arg_max(tid, run_ns) AS tid FROM t GROUP BY pid)
+        SELECT CASE WHEN w.tid IS NULL THEN 'helper threads' ELSE 'worker threads' END AS role, count(*) AS threads,
+               round(100.0 * sum(t.run_ns) / nullif(sum(t.wall_ns), 0)) AS run_pct
+        FROM t LEFT JOIN w USING (pid, tid) GROUP BY 1 ORDER BY 1 DESC""".split())
+
+
+def _sleep_without_waker(ctx: Ctx, f: Finding, io: bool, sql: str) -> Explained:
+    """No waker recorded (a v1 store): what the job's child processes did meanwhile, per role: each one's busiest
+    thread (its work) apart from its helper threads."""
+    t = f.thread
+    kids = sorted(ctx.family(t.pid) - {t.pid})
+    ev = [Evidence(name="wakers", value="not recorded (a v1 store): who woke the thread is unknown", sql=sql)]
+    if kids:
+        share_sql = worker_share_sql(kids, f.ks)
+        roles = {str(r): (int(n), None if pct is None else float(pct)) for r, n, pct in rows(ctx.con, share_sql)}
+        workers = roles.get("worker threads")
+        if workers and workers[1] is not None and workers[1] >= 30:
+            pids = sorted({int(p) for (p,) in rows(ctx.con, f"SELECT DISTINCT pid FROM {SECONDS_TABLE} WHERE pid IN "
+                                                             f"({', '.join(map(str, kids))}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")})
+            comm = ctx.names.get(pids[0]) or ctx.procs.get(pids[0], (None, "?", None))[1]
+            helpers = roles.get("helper threads")
+            aside = f"; their {helpers[0]} helper threads ran {helpers[1]:.0f}%" if helpers and helpers[1] is not None else ""
+            ev.append(Evidence(name="the workers' share of the window on a CPU, per role (each process's busiest thread; "
+                                    "its other threads apart)", value=f"worker threads {workers[1]:.0f}%{aside}",
+                               sql=share_sql))
+            culprits = [Culprit(pid=None, tids=pids, comm=comm, relation="child process", ns=0)]
+            return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, confident=False,
+                             reason=(f"while its child processes {comm}[{_id_range(pids)}] ran on-CPU {workers[1]:.0f}% of "
+                                     f"that time (their busiest threads{aside}; waker not recorded: likely waiting on them)"))
+    cause = rc.IO_WAIT if io else rc.SLEEP_UNKNOWN
+    return Explained(cause=cause, reason="on something the store does not name (waker not recorded)", evidence=ev,
+                     confident=False)
