@@ -349,3 +349,49 @@ def test_a_poll_that_packets_end_is_a_network_wait_and_its_timeouts_do_not_count
     local = next(c for c in build_report(open_store(polled_store(tmp_path / "local.duckdb", packets=False))).chains
                  if c.severity in ("HIGH", "MEDIUM"))
     assert local.root_cause != "network-wait" and PEER not in {c.pid for c in local.culprits}, local.summary
+
+
+def convoy_store(path: Path, *, members_queue: bool) -> Path:
+    """From +8 s to +16 s the main thread sleeps on a futex every 80 ms step until one of four threads `metric_w`
+    (601-604, in turn) lets it go, having run through that step. With members_queue, the other three slept that step
+    on the futex too, woken by the one that ran (a convoy on one lock); without, they ran (producers of their own)."""
+    calls = _cols(*CALL_COLS)
+    ivs = _cols(*IV_COLS)
+    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
+    steps = _loop(T0 + 8 * S, T0 + 16 * S, 80 * MS, calls)
+    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    members = [601, 602, 603, 604]
+    for m in members:  # traced: a moment off the CPU before the window
+        _iv(ivs, m, T0 + 1 * S, T0 + 1 * S + 50 * US, "preempted", cpu=1 + m % 3)
+    for k, t in enumerate(steps):
+        holder = members[k % 4]
+        _iv(ivs, PID, t + 2 * MS, t + 72 * MS, "sleeping", wake=t + 71 * MS, waker=(holder, "metric_w", "task"),
+            syscall="futex", kstack=9)
+        if members_queue:
+            for other in members:
+                if other != holder:
+                    _iv(ivs, other, t, t + 78 * MS, "sleeping", wake=t + 77 * MS, waker=(holder, "metric_w", "task"),
+                        syscall="futex", kstack=9, cpu=1 + other % 3)
+    ivs["waker_pid"] = [PID if tid in members else p for p, tid in zip(ivs["waker_pid"], ivs["waker_tid"])]
+    with TraceWriter(path) as w:
+        _session(w)
+        w.replace("processes", {"pid": [PID], "ppid": [1], "comm": ["python3"], "traced": [True]})
+        w.replace("threads", {"pid": [PID] * 5, "tid": [PID] + members, "comm": ["python3"] + ["metric_w"] * 4})
+        w.append("cuda_calls", calls)
+        w.append("sched_intervals", ivs)
+        w.append("stacks", {"stack_id": [9], "kind": ["kernel"], "frames": [
+            ["__schedule", "schedule", "futex_wait_queue", "__futex_wait", "futex_wait", "do_futex"]]})
+    return path
+
+
+def test_a_pool_that_takes_turns_at_a_lock_is_a_lock_not_work_waited_for(tmp_path: Path) -> None:
+    """The main thread waits on a futex that four threads release in turn after running. Where they also sleep on
+    futexes each other releases (a convoy on one lock), the cause is the lock; where they only run, the thread waited
+    on their work."""
+    top = next(c for c in build_report(open_store(convoy_store(tmp_path / "convoy.duckdb", members_queue=True))).chains
+               if c.severity in ("HIGH", "MEDIUM"))
+    assert top.root_cause == "gil-or-lock", top.summary
+    assert "they hold one lock in turn" in top.summary and {c.tids[0] for c in top.culprits if c.tids} >= {601, 602}
+    work = next(c for c in build_report(open_store(convoy_store(tmp_path / "work.duckdb", members_queue=False))).chains
+                if c.severity in ("HIGH", "MEDIUM"))
+    assert work.root_cause == "waiting-on-thread" and "lock in turn" not in work.summary, work.summary

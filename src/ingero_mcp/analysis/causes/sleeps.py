@@ -201,7 +201,32 @@ def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced
                  for pid, tid, ns in pool if tid not in seen]
     ex = _explain_path(ctx, f, path, ev, culprits, pool_ns / total, kind, in_what)
     pooled = f"woken by {len(pool)} threads named {name} ({ids}, {100 * pool_ns / total:.0f}% of the sleep together)"
+    if kind == "futex" and ex.cause == rc.WAITING_ON_THREAD:
+        # the work waited for ran under a lock the pool itself queues for: a convoy, not a producer to wait on
+        sql = convoy_sql(t.pid, [m[1] for m in pool], f.window)
+        queued = float(rows(ctx.con, sql)[0][0] or 0.0)
+        if queued >= CONVOY_SHARE:
+            ev.append(Evidence(name=f"share of the window the {len(pool)} threads named {name} slept on futexes "
+                                    "that one of them ended", value=sql_round(queued, 3), sql=sql))
+            return replace(ex, cause=rc.LOCK_OR_GIL, evidence=ev,
+                           reason=f"{pooled}; they hold one lock in turn: each slept {100 * queued:.0f}% of the window "
+                                  "on a futex one of the others released, and the thread queued behind them")
     return replace(ex, reason=f"{pooled}; {ex.reason}")
+
+
+CONVOY_SHARE = 0.3  # a pool whose members sleep this share of the window, woken by one another, queue for one lock
+
+
+def convoy_sql(pid: int, tids: list[int], w: TimeWindow) -> str:
+    """The share of a pool's window time its threads slept on futexes that another member ended (taking turns at one
+    lock), per member on average."""
+    members = ", ".join(str(int(x)) for x in sorted(set(tids)))
+    return " ".join(f"""
+        SELECT sum(least(end_ns, {w.end_ns}) - greatest(start_ns, {w.start_ns}))::DOUBLE
+               / ({len(set(tids))} * {w.duration_ns}) AS share
+        FROM thread_state WHERE pid = {int(pid)} AND tid IN ({members}) AND state = 'sleeping'
+          AND waker_tid IN ({members}) AND waker_tid <> tid AND waker_context = 'task'
+          AND end_ns > {w.start_ns} AND start_ns < {w.end_ns}""".split())
 
 
 def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culprits: list[Culprit], share: float,
