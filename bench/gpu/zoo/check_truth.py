@@ -30,11 +30,12 @@ CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "g
             "pin_thread_starved": ("hogd", 3), "logging_lock_pipe": ("logsink", 1), "affinity_narrowed": (None, 1),
             "json_gil_thread": ("ckpt_meta", 1), "gloo_straggler": ("peer_rank1", 1),
             "threadpool_pure_python": ("prep_pool", 1), "workers_cpu_hogged": ("hogd", 4),
-            "lock_convoy": ("metric_w", 1), "blas_threads_in_workers": ("pt_data_worker", 2)}
+            "lock_convoy": ("metric_w", 1), "blas_threads_in_workers": ("pt_data_worker", 2),
+            "gil_pool": ("py_task", 1)}
 # culprits that are threads of the feeder's own process
 SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub", "producer_thread", "lock_over_fsync",
                 "affinity_narrowed", "json_gil_thread", "threadpool_pure_python",
-                "lock_convoy"}
+                "lock_convoy", "gil_pool"}
 # scenario -> extra fields its truth must carry
 EXTRA = {"checkpoint_fsync": ("episodes_ns",), "gc_pause": ("episodes_ns",), "eval_pass": ("episodes_ns",), "cgroup_quota": ("cgroup",),
          "workers_quota": ("cgroup",),

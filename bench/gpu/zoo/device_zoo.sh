@@ -17,6 +17,7 @@
 #                                                 affinity_narrowed json_gil_thread healthy_disk_neighbor
 #   bash bench/gpu/zoo/device_zoo.sh eighth       gloo_straggler healthy_gloo_pair sqlite_commit_per_step threadpool_pure_python
 #   bash bench/gpu/zoo/device_zoo.sh ninth        workers_cpu_hogged lock_convoy blas_threads_in_workers healthy_many_threads
+#   bash bench/gpu/zoo/device_zoo.sh tenth        d2h_cpu_copy_per_step gil_pool healthy_prefetch_thread
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -44,6 +45,7 @@ SIXTH="shell_out_per_step flock_shared_cache profiler_sigstop mmap_cold_reads re
 SEVENTH="pin_thread_starved logging_lock_pipe host_register_per_step affinity_narrowed json_gil_thread healthy_disk_neighbor"
 EIGHTH="gloo_straggler healthy_gloo_pair sqlite_commit_per_step threadpool_pure_python"
 NINTH="workers_cpu_hogged lock_convoy blas_threads_in_workers healthy_many_threads"
+TENTH="d2h_cpu_copy_per_step gil_pool healthy_prefetch_thread"
 names=()
 for a in "$@"; do
   case $a in
@@ -56,11 +58,12 @@ for a in "$@"; do
     seventh) names+=($SEVENTH) ;;
     eighth) names+=($EIGHTH) ;;
     ninth) names+=($NINTH) ;;
-    all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH) ;;
+    tenth) names+=($TENTH) ;;
+    all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
