@@ -395,3 +395,46 @@ def test_a_pool_that_takes_turns_at_a_lock_is_a_lock_not_work_waited_for(tmp_pat
     work = next(c for c in build_report(open_store(convoy_store(tmp_path / "work.duckdb", members_queue=False))).chains
                 if c.severity in ("HIGH", "MEDIUM"))
     assert work.root_cause == "waiting-on-thread" and "lock in turn" not in work.summary, work.summary
+
+
+def gil_pool_store(path: Path) -> Path:
+    """From +8 s to +16 s the main thread asks for the GIL every 5 ms (futex waits that end on their timeout, a
+    hardirq) while three threads `py_task` (611-613) run pure Python in turn, each ~1/3 of the time; every fourth
+    wait ends when the running one drops the GIL (a task wake-up)."""
+    calls = _cols(*CALL_COLS)
+    ivs = _cols(*IV_COLS)
+    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
+    steps = _loop(T0 + 8 * S, T0 + 16 * S, 80 * MS, calls)
+    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    pool = [611, 612, 613]
+    for k, t in enumerate(steps):
+        for j in range(14):  # 14 waits of 5 ms: 70 ms of the 80 ms step
+            a = t + 2 * MS + j * 5 * MS
+            by = (pool[(k + j) % 3], "py_task", "task") if j % 4 == 3 else (0, "swapper/6", "irq")
+            _iv(ivs, PID, a, a + 5 * MS - 10 * US, "sleeping", wake=a + 5 * MS - 20 * US, waker=by, syscall="futex",
+                kstack=9)
+        for i, m in enumerate(pool):  # each py_task waits for the GIL two thirds of the step, then runs
+            a = t + ((k + i) % 3) * 26 * MS
+            _iv(ivs, m, a, a + 52 * MS, "sleeping", wake=a + 52 * MS - 20 * US, waker=(pool[(i + 1) % 3], "py_task",
+                                                                                       "task"),
+                syscall="futex", kstack=9, cpu=6 + i)
+    ivs["waker_pid"] = [PID if tid in pool else p for p, tid in zip(ivs["waker_pid"], ivs["waker_tid"])]
+    with TraceWriter(path) as w:
+        _session(w)
+        w.replace("processes", {"pid": [PID], "ppid": [1], "comm": ["python3"], "traced": [True]})
+        w.replace("threads", {"pid": [PID] * 4, "tid": [PID] + pool, "comm": ["python3"] + ["py_task"] * 3})
+        w.append("cuda_calls", calls)
+        w.append("sched_intervals", ivs)
+        w.append("stacks", {"stack_id": [9], "kind": ["kernel"], "frames": [
+            ["__schedule", "schedule", "futex_wait_queue", "__futex_wait", "futex_wait", "do_futex"]]})
+    return path
+
+
+def test_timed_out_gil_waits_behind_a_pool_name_the_pool(tmp_path: Path) -> None:
+    """GIL waits that end on their timeout while no one thread ran most of the time, but three threads of one name
+    did together: the pool holds the GIL in turn (all three named), not an interrupt."""
+    top = next(c for c in build_report(open_store(gil_pool_store(tmp_path / "gil.duckdb"))).chains
+               if c.severity in ("HIGH", "MEDIUM"))
+    assert top.root_cause == "gil-or-lock", top.summary
+    assert "3 threads named py_task (611-613)" in top.summary and "in turn" in top.summary
+    assert set(top.culprits[0].tids) == {611, 612, 613}

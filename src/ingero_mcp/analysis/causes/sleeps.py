@@ -31,29 +31,45 @@ def _is_timed(syscall: str | None, wctx: str | None, rel: str) -> bool:
 
 def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
     """Futex waits ended by their timeout (the GIL is asked for every 5 ms; locks with timeouts): the waiter is not
-    woken by the holder, so name the thread of the same process that kept running meanwhile."""
+    woken by the holder, so name the threads of the same process that kept running meanwhile: one thread, or threads
+    of one name that ran in turn (a pool holding the GIL), together at least half of the window."""
     t = f.thread
-    got = rows(ctx.con, f"""
-        SELECT tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS wall_ns
-        FROM {SECONDS_TABLE} WHERE pid = {t.pid} AND tid <> {t.tid} AND k BETWEEN {f.ks[0]} AND {f.ks[1]}
-        GROUP BY tid ORDER BY run_ns DESC LIMIT 3""")
-    if not got or not got[0][2] or int(got[0][1]) < 0.5 * int(got[0][2]):
+    run_sql = (f"SELECT tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS wall_ns "
+               f"FROM {SECONDS_TABLE} WHERE pid = {t.pid} AND tid <> {t.tid} AND k BETWEEN {f.ks[0]} AND {f.ks[1]} "
+               f"GROUP BY tid ORDER BY run_ns DESC")
+    groups: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for tid, run_ns, wall_ns in rows(ctx.con, run_sql):
+        groups[ctx.names.get(int(tid)) or "?"].append((int(tid), int(run_ns or 0), int(wall_ns or 0)))
+    if not groups:
         return None
-    tid, run_ns, wall_ns = int(got[0][0]), int(got[0][1]), int(got[0][2])
+    name, members = max(groups.items(), key=lambda kv: sum(m[1] for m in kv[1]))
+    run_ns, wall_ns = sum(m[1] for m in members), max(m[2] for m in members)
+    if not wall_ns or run_ns < 0.5 * wall_ns:
+        return None
+    tids = sorted(m[0] for m in members if m[1] > 0)
     timed = int(known[0][5] or 0)
-    who = ctx.who(t.pid, tid)
+    who = ctx.who(t.pid, tids[0]) if len(tids) == 1 else f"{len(tids)} threads named {name} ({_id_range(tids)})"
+    kset = ", ".join(map(str, tids))
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
               f"{'a timer interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
               f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:4]), sql=sql),
-          Evidence(name=f"share of the window {who} was running", value=sql_round(100 * run_ns / wall_ns, 1), unit="%",
-                   sql=_seconds_sql(t.pid, tid, f.ks, "100.0 * sum(run_outside_ns + run_inside_ns) / sum(wall_ns)"))]
+          Evidence(name=f"share of the window {who} ran (together; of one thread's wall time)",
+                   value=sql_round(100 * run_ns / wall_ns, 1), unit="%",
+                   sql=f"SELECT 100.0 * sum(run_outside_ns + run_inside_ns) / max(w) FROM thread_seconds, "
+                       f"(SELECT max(s) AS w FROM (SELECT sum(wall_ns) AS s FROM thread_seconds WHERE pid = {t.pid} "
+                       f"AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]} GROUP BY tid)) "
+                       f"WHERE pid = {t.pid} AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")]
+    holds = (f"{who} holds the GIL (or the lock)" if len(tids) == 1
+             else "they hold the GIL (or the lock) in turn")
     return Explained(
         cause=rc.LOCK_OR_GIL, evidence=ev,
-        culprits=[Culprit(pid=t.pid, tids=[tid], comm=ctx.names.get(tid), relation="same process", ns=timed)],
+        culprits=[Culprit(pid=t.pid, tids=tids, comm=name, relation="same process", ns=timed)],
         numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
         reason=(f"asleep in futex() waits that ended on their timeout ({100 * timed / total:.0f}% of the sleep: a lock "
                 f"or the GIL, asked for again every few ms) while {who} of the same process ran "
-                f"{100 * run_ns / wall_ns:.0f}% of that time: {who} holds the GIL (or the lock)"))
+                + (f"{100 * run_ns / wall_ns:.0f}% of that time" if len(tids) == 1 else
+                   f"{run_ns / 1e9:.1f} thread-seconds in those {wall_ns / 1e9:.1f} s")
+                + f": {holds}"))
 
 
 def _own_kind(ctx: Ctx, f: Finding) -> tuple[str, str | None, float, str]:
