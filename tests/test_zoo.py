@@ -152,7 +152,7 @@ def v5_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_v5_zoo_is_split_and_holds_every_new_cause() -> None:
     parts = [SPLIT["development"], SPLIT["held_out"], SPLIT["held_out_2"], SPLIT["held_out_3"], SPLIT["held_out_4"],
-             SPLIT["held_out_5"], SPLIT["held_out_6"]]
+             SPLIT["held_out_5"], SPLIT["held_out_6"], SPLIT["held_out_7"]]
     assert sorted(sum(parts, [])) == V5_NAMES and len(set(sum(parts, []))) == len(V5_NAMES)
     causes = {json.loads((ZOO_V5 / f"{n}.truth.json").read_text())["cause"] for n in V5_NAMES}
     assert set(CAUSES) - {"lazy_module_loading", "page_faults", "allocator_churn", "host_bound_prep", "lock_contention"} \
