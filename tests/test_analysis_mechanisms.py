@@ -70,14 +70,20 @@ def _session(w: TraceWriter, end_s: int = 20) -> None:
     w.replace("sessions", {"source": ["test"], "cpu_count": [4], "started_ns": [T0], "stopped_ns": [T0 + end_s * S]})
 
 
+def _slowed_loop(slow_step_ns: int) -> tuple[dict[str, list], dict[str, list], list[int]]:
+    """The calls of a loop at 100 steps/s slowed to one step per slow_step_ns from +8 s to +16 s, empty interval
+    columns, and the slow steps' starts (each store below adds what slowed them)."""
+    calls = _cols(*CALL_COLS)
+    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
+    steps = _loop(T0 + 8 * S, T0 + 16 * S, slow_step_ns, calls)
+    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    return calls, _cols(*IV_COLS), steps
+
+
 def pipe_store(path: Path) -> Path:
     """20 s of a loop at 100 steps/s whose main thread, from +8 s to +16 s, blocks writing its log into a pipe: a
     reader (logsink, pid 501) takes the data only after sleeping on its own timer, 70 ms a step (~12 steps/s)."""
-    calls = _cols(*CALL_COLS)
-    ivs = _cols(*IV_COLS)
-    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
-    steps = _loop(T0 + 8 * S, T0 + 16 * S, 80 * MS, calls)
-    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    calls, ivs, steps = _slowed_loop(80 * MS)
     for t in steps:  # the writer sleeps 70 ms in pipe_write; the reader slept on its timer, then read (waking it)
         _iv(ivs, PID, t + 2 * MS, t + 72 * MS, "sleeping", wake=t + 71 * MS, waker=(READER, "logsink", "task"),
             syscall="write", kstack=7)
@@ -125,11 +131,7 @@ def test_a_writer_blocked_on_a_pipe_is_blamed_on_its_timer_sleeping_reader(tmp_p
 def throttled_store(path: Path, *, samples: bool) -> Path:
     """A loop slowed from +8 s to +16 s by CPU waits during which its CPU was idle (the idle task held it); with
     `samples`, its cgroup's cpu.stat says it was throttled 7 s under a 10 % quota."""
-    calls = _cols(*CALL_COLS)
-    ivs = _cols(*IV_COLS)
-    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
-    steps = _loop(T0 + 8 * S, T0 + 16 * S, 90 * MS, calls)
-    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    calls, ivs, steps = _slowed_loop(90 * MS)
     for t in steps:
         _iv(ivs, PID, t + 2 * MS, t + 82 * MS, "preempted", syscall=None)
     agg = _cols("bucket_start_ns", "bucket_ns", "pid", "tid", "cpu", "comm", "source", "op", "count", "sum_duration_ns")
@@ -214,11 +216,7 @@ def spawn_store(path: Path, *, fresh_child_each_step: bool) -> Path:
     """20 s of a loop at 100 steps/s whose main thread, from +8 s to +16 s, waits ~60 ms a step in wait4()/read() for
     a child to do a job: a new short-lived child `hook` each step (pids 1000...), or one long-lived child `helper`
     (pid 600, alive all along) that the thread asks each time."""
-    calls = _cols(*CALL_COLS)
-    ivs = _cols(*IV_COLS)
-    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
-    steps = _loop(T0 + 8 * S, T0 + 16 * S, 70 * MS, calls)
-    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    calls, ivs, steps = _slowed_loop(70 * MS)
     procs = {"pid": [PID], "ppid": [1], "comm": ["python3"], "traced": [True], "first_seen_ns": [T0],
              "exit_ns": [None]}
     if not fresh_child_each_step:
@@ -262,11 +260,7 @@ def two_hop_store(path: Path) -> Path:
     """pipe_store's slow reader, one hop further: from +8 s to +16 s the main thread waits on a futex (a logging lock)
     that thread 502 (`telemetry`) releases only once its own blocked write() into the pipe went through, when the
     reader (logsink, pid 501) took the data after sleeping on its timer."""
-    calls = _cols(*CALL_COLS)
-    ivs = _cols(*IV_COLS)
-    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
-    steps = _loop(T0 + 8 * S, T0 + 16 * S, 80 * MS, calls)
-    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    calls, ivs, steps = _slowed_loop(80 * MS)
     for t in steps:
         _iv(ivs, PID, t + 2 * MS, t + 72 * MS, "sleeping", wake=t + 71 * MS, waker=(502, "telemetry", "task"),
             syscall="futex", kstack=9)
@@ -308,11 +302,7 @@ def polled_store(path: Path, *, packets: bool) -> Path:
     (epoll_wait): most of its polls end on the timeout (a hardirq on an idle CPU); the rest end when data arrives,
     from a peer process's packets (softirq in the peer's context on loopback) or, as the control, from a thread of
     its own process writing an eventfd (a task)."""
-    calls = _cols(*CALL_COLS)
-    ivs = _cols(*IV_COLS)
-    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
-    steps = _loop(T0 + 8 * S, T0 + 16 * S, 80 * MS, calls)
-    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    calls, ivs, steps = _slowed_loop(80 * MS)
     for t in steps:
         _iv(ivs, PID, t + 2 * MS, t + 72 * MS, "sleeping", wake=t + 71 * MS, waker=(503, "pt_gloo_loop", "task"),
             syscall="futex", kstack=9)
@@ -355,11 +345,7 @@ def convoy_store(path: Path, *, members_queue: bool) -> Path:
     """From +8 s to +16 s the main thread sleeps on a futex every 80 ms step until one of four threads `metric_w`
     (601-604, in turn) lets it go, having run through that step. With members_queue, the other three slept that step
     on the futex too, woken by the one that ran (a convoy on one lock); without, they ran (producers of their own)."""
-    calls = _cols(*CALL_COLS)
-    ivs = _cols(*IV_COLS)
-    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
-    steps = _loop(T0 + 8 * S, T0 + 16 * S, 80 * MS, calls)
-    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    calls, ivs, steps = _slowed_loop(80 * MS)
     members = [601, 602, 603, 604]
     for m in members:  # traced: a moment off the CPU before the window
         _iv(ivs, m, T0 + 1 * S, T0 + 1 * S + 50 * US, "preempted", cpu=1 + m % 3)
@@ -401,11 +387,7 @@ def gil_pool_store(path: Path) -> Path:
     """From +8 s to +16 s the main thread asks for the GIL every 5 ms (futex waits that end on their timeout, a
     hardirq) while three threads `py_task` (611-613) run pure Python in turn, each ~1/3 of the time; every fourth
     wait ends when the running one drops the GIL (a task wake-up)."""
-    calls = _cols(*CALL_COLS)
-    ivs = _cols(*IV_COLS)
-    _loop(T0 + 100 * MS, T0 + 8 * S, 10 * MS, calls)
-    steps = _loop(T0 + 8 * S, T0 + 16 * S, 80 * MS, calls)
-    _loop(T0 + 16 * S, T0 + 20 * S - 100 * MS, 10 * MS, calls)
+    calls, ivs, steps = _slowed_loop(80 * MS)
     pool = [611, 612, 613]
     for k, t in enumerate(steps):
         for j in range(14):  # 14 waits of 5 ms: 70 ms of the 80 ms step
