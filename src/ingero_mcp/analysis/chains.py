@@ -207,7 +207,7 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
             ops = rows(con, osql)
             pin_ns = sum(int(o_ns) for op, _n, o_ns in ops if PINNING_OPS.search(str(op)))
             named = ", ".join(str(op) for op, _n, _ns in ops[:3])
-            if pin_ns >= 0.5 * sum(int(o_ns) for _op, _n, o_ns in ops):  # host memory page-locked and released
+            if ops and pin_ns >= 0.5 * sum(int(o_ns) for _op, _n, o_ns in ops):  # host memory locked and released
                 what = (f"page-locked and released host memory {calls / secs:,.0f} times a second ({named})",
                         "pinning is slow: the driver locks (and unlocks) every page of the buffer each time")
                 fixes = rc.recommend(rc.PINNING_FIX, {})

@@ -272,8 +272,7 @@ def install_views(con: duckdb.DuckDBPyConnection) -> None:
     if has_derived(con):
         _read_from(con, DERIVED)
         return
-    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?", [CACHE]).fetchall()[0][0] \
-            and _cache_current(con):
+    if _cache_current(con):  # another connection of this process made them (no cache attached: not current)
         _read_from(con, {name: f"{CACHE}.{TABLES[name]}" for name in VIEWS})
         return
     for name in VIEWS:
