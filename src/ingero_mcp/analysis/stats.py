@@ -174,7 +174,7 @@ def trace_stats(
         ops = [o.model_copy(update={"nested": nested.get(o.op, 0)}) for o in ops]
         if nested:
             notes.append("one logical call made in both API layers is counted once: "
-                         + ", ".join(f"{n:,} {op}" for op, n in sorted(nested.items(), key=lambda kv: -kv[1]))
+                         + ", ".join(f"{n:,} {op}" for op, n in sorted(nested.items(), key=lambda kv: (-kv[1], kv[0])))
                          + " started inside another call of their thread (a runtime call's driver call; both layers "
                          "were probed) and are that call's own work, not more of it")
     if window is not None and rows(con, f"SELECT 1 FROM host_aggregates {where(bucket_in(window), pid_in(pids))} "
