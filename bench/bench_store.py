@@ -153,7 +153,7 @@ def bench_explain(events: int, tmp: Path, repeats: int) -> dict[str, float]:
     # per-thread totals, wakers and phases), and the chains read off it, each on a fresh connection.
     from ingero_mcp.analysis.accounting import accounting
     from ingero_mcp.analysis.chains import causal_chains
-    from ingero_mcp.analysis.views import materialize_seconds
+    from ingero_mcp.analysis.derive import materialize_seconds
 
     con = open_store(db)
     t3 = time.perf_counter()

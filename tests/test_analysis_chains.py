@@ -19,7 +19,7 @@ from ingero_mcp.analysis.accounting import PARTS, accounting, check_sums, idle_s
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.models import Account, CausalChain, TimeWindow
 from ingero_mcp.analysis.report import build_report
-from ingero_mcp.analysis.views import install_views
+from ingero_mcp.store.views import lay_views
 from ingero_mcp.demo import EXPECTED, SCENARIOS, generate
 from ingero_mcp.store import open_store
 
@@ -72,7 +72,7 @@ def _open(which: tuple[str, str], stores: dict[str, Path]) -> duckdb.DuckDBPyCon
 @pytest.mark.parametrize("which", _every_store())
 def test_every_thread_second_adds_up(which: tuple[str, str], stores: dict[str, Path]) -> None:
     con = _open(which, stores)
-    install_views(con)
+    lay_views(con)
     got = con.execute(f"SELECT pid, tid, k, wall_ns, {', '.join(PARTS)} FROM thread_seconds").fetchall()
     assert len(got) >= 19  # every traced thread, every second it was seen
     for pid, tid, k, wall, *parts in got:
@@ -157,7 +157,7 @@ def test_an_idle_wait_for_input_is_not_feeding_time(stores: dict[str, Path]) -> 
     left out of the feeding time; dataloader: the main thread's sleeps are ended by its workers, none is idle."""
     for name, pid, least, most in (("cold-start", 5300, 14.0, 16.0), ("dataloader", 4100, 0.0, 0.0)):
         con = open_store(stores[name])
-        install_views(con)
+        lay_views(con)
         t = next(t for t in accounting(con).threads if t.pid == pid and t.tid == pid)
         assert least * S <= t.idle_ns <= most * S, (name, t.idle_ns)
         assert t.idle_ns == sum(s.idle_ns for s in t.seconds) <= t.total.sleep_outside_ns
@@ -188,7 +188,7 @@ def test_memcpy_bottleneck_is_pageable_copies(chains: dict[str, list[CausalChain
 def test_every_evidence_sql_recomputes_its_value(name: str, stores: dict[str, Path],
                                                  chains: dict[str, list[CausalChain]]) -> None:
     fresh = open_store(stores[name])  # read-only, as `ingero-mcp query` and the MCP server's run_sql open it
-    install_views(fresh)
+    lay_views(fresh)
     own = [c for c in chains[name] if c.origin == "ingero-mcp"]
     n = check_evidence_sql(fresh, own)
     fresh.close()
@@ -210,7 +210,7 @@ def test_a_window_and_a_pid_filter_narrow_the_chains(stores: dict[str, Path]) ->
             assert c.culprits and all(x.relation == "interrupt" for x in c.culprits), c.culprits
     assert causal_chains(con, window, [4242]) == []  # no such process
     fresh = open_store(stores["cpu-contention"])
-    install_views(fresh)
+    lay_views(fresh)
     assert check_evidence_sql(fresh, got) > 0
     fresh.close()
     con.close()
@@ -274,7 +274,7 @@ def test_h200_report_leads_with_a_verdict_and_its_evidence_recomputes(path: Path
     assert report.verdict and f"[{main}]'s main thread fed the GPU" in report.verdict[0]
     assert any(line.startswith("HIGH: ") for line in report.verdict[1:])
     fresh = open_store(path)
-    install_views(fresh)
+    lay_views(fresh)
     assert check_evidence_sql(fresh, [c for c in report.chains if c.origin == "ingero-mcp"]) >= 10
     fresh.close()
 
@@ -296,6 +296,6 @@ def test_the_bundled_trace_reads_host_bound_then_waiting_on_the_workers() -> Non
     assert top[1].window.start_ns >= w0 - 2 * S and top[1].culprits[0].relation == "child process"
     assert "iterations/s fell" in top[0].summary
     fresh = open_store(path)
-    install_views(fresh)
+    lay_views(fresh)
     assert check_evidence_sql(fresh, top) >= 10
     fresh.close()

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import duckdb
 
-from ingero_mcp.analysis.views import DERIVED, TABLES, VIEWS, has_derived, install_views, materialize, store_derived
+from ingero_mcp.analysis.derive import materialize, store_derived
+from ingero_mcp.store.views import DERIVED, TABLES, VIEWS, has_derived, lay_views
 from ingero_mcp.store import TraceWriter, open_store
 
 from test_analysis_views import CALL_COLUMNS, MS, PID, S, SCHED_COLUMNS, T0, call, columns, random_calls, sched, write_store
@@ -23,7 +24,7 @@ def _rows(con, sql: str) -> list[tuple]:
 def _computed(path: Path) -> tuple[dict, dict]:
     con = open_store(path)
     assert not has_derived(con)
-    install_views(con)
+    lay_views(con)
     want = {v: _rows(con, f"SELECT * FROM {v}") for v in VIEWS}
     types = {v: con.execute(f"DESCRIBE SELECT * FROM {v}").fetchall() for v in VIEWS}
     con.close()
@@ -39,7 +40,7 @@ def _derive(path: Path) -> None:
 def _check_derived(path: Path, want: dict, types: dict) -> None:
     con = open_store(path)
     assert has_derived(con)
-    install_views(con)
+    lay_views(con)
     for v in VIEWS:
         assert DERIVED[v] in con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [v]).fetchall()[0][0]
         assert con.execute(f"DESCRIBE SELECT * FROM {v}").fetchall() == types[v], v
@@ -49,7 +50,7 @@ def _check_derived(path: Path, want: dict, types: dict) -> None:
     for v in VIEWS:
         assert _rows(con, f"SELECT * FROM {TABLES[v]}") == want[v], v
     cur = con.cursor()  # a cursor (run_sql, evidence SQL) gets them too
-    install_views(cur)
+    lay_views(cur)
     assert _rows(cur, "SELECT * FROM call_spans") == want["call_spans"]
     con.close()
 
@@ -88,7 +89,7 @@ def test_an_append_after_deriving_falls_back(tmp_path: Path) -> None:
 
 def test_collector_fold_stores_them(tmp_path: Path) -> None:
     db = tmp_path / "live.duckdb"
-    w = TraceWriter(db, live=True)
+    w = TraceWriter(db, live=True, derive=store_derived)  # as the collector makes it
     w.replace("sessions", {"source": ["demo:golden"], "started_ns": [T0], "stopped_ns": [T0 + 3 * S]})
     w.append("sched_intervals", columns(STATE, SCHED_COLUMNS))
     w.append("cuda_calls", columns(random_calls(3), CALL_COLUMNS))
@@ -136,7 +137,7 @@ def test_wakers_read_thread_sleeps_as_the_old_query_computed(tmp_path: Path) -> 
     state = [dict(r, waker_pid=100, waker_tid=100 + k % 3, waker_comm=f"w{k % 3}") for k, r in enumerate(STATE)]
     db = write_store(tmp_path / "w.duckdb", state, random_calls())
     con = open_store(db)
-    install_views(con)
+    lay_views(con)
     cases = [(11, None, False), (11, None, True), (12, TimeWindow(start_ns=T0 + 100 * MS, end_ns=T0 + 400 * MS), False), (13, None, False)]
     want = {}
     for tid, w, inside in cases:
@@ -151,13 +152,13 @@ def test_wakers_read_thread_sleeps_as_the_old_query_computed(tmp_path: Path) -> 
             assert _rows(con, wakers_sql(PID, tid, w, inside)) == want[(tid, inside, lo)]
 
     con = open_store(db)
-    install_views(con)
+    lay_views(con)
     check(con)
     materialize(con)
     check(con)
     con.close()
     _derive(db)
     con = open_store(db)
-    install_views(con)
+    lay_views(con)
     check(con)
     con.close()

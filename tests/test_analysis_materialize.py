@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ingero_mcp.analysis.views import TABLES, VIEWS, install_views, materialize
+from ingero_mcp.analysis.derive import materialize
+from ingero_mcp.store.views import TABLES, VIEWS, lay_views
 from ingero_mcp.store import open_store
 
 from test_analysis_views import MS, S, T0, US, call, random_calls, sched, write_store
@@ -20,7 +21,7 @@ def _rows(con, sql: str) -> list[tuple]:
 
 def _check(path: Path) -> None:
     plain = open_store(path)
-    install_views(plain)
+    lay_views(plain)
     want = {v: _rows(plain, f"SELECT * FROM {v}") for v in VIEWS}
     types = {v: plain.execute(f"DESCRIBE SELECT * FROM {v}").fetchall() for v in VIEWS}
     plain.close()
@@ -76,7 +77,7 @@ def test_every_cursor_reads_the_rows_one_connection_made(tmp_path: Path) -> None
     materialize(con)
     want = {v: _rows(con, f"SELECT * FROM {v}") for v in VIEWS}
     cur = con.cursor()
-    install_views(cur)
+    lay_views(cur)
     for v in VIEWS:
         sql = cur.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [v]).fetchall()[0][0]
         assert "ingero_cache." in sql, (v, sql)

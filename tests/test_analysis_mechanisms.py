@@ -13,7 +13,7 @@ from analysis_fixtures import check_evidence_sql
 from ingero_mcp.analysis.accounting import accounting
 from ingero_mcp.analysis.info import trace_info
 from ingero_mcp.analysis.report import build_report
-from ingero_mcp.analysis.views import install_views
+from ingero_mcp.store.views import lay_views
 from ingero_mcp.store import TraceWriter, open_store
 
 T0 = 1_700_000_000_000_000_000
@@ -124,7 +124,7 @@ def test_a_writer_blocked_on_a_pipe_is_blamed_on_its_timer_sleeping_reader(tmp_p
     assert top.culprits[0].pid == READER and "timer" in top.summary and "fell" in top.summary
     assert "iterations/s fell" in top.summary
     fresh = open_store(db)
-    install_views(fresh)
+    lay_views(fresh)
     assert check_evidence_sql(fresh, [top]) >= 3
 
 
@@ -164,7 +164,7 @@ def test_waiting_for_an_idle_cpu_is_the_quota_where_the_cgroup_says_so(tmp_path:
     top = next(c for c in with_samples.chains if c.severity in ("HIGH", "MEDIUM"))
     assert top.root_cause == "cpu-throttled" and "/job" in top.summary and "10% of one CPU" in top.summary, top.summary
     fresh = open_store(tmp_path / "q.duckdb")
-    install_views(fresh)
+    lay_views(fresh)
     assert check_evidence_sql(fresh, [top]) >= 2
     # without cgroup samples: not contention, and the report says what it cannot tell
     without = build_report(open_store(throttled_store(tmp_path / "n.duckdb", samples=False)))
@@ -249,7 +249,7 @@ def test_a_child_started_every_step_is_spawning_and_a_long_lived_one_is_not(tmp_
     assert "child processes in that window (hook[1000-11" in top.summary and "median 60 ms" in top.summary
     assert top.culprits[0].comm == "hook" and top.culprits[0].pid >= 1000
     fresh = open_store(db)
-    install_views(fresh)
+    lay_views(fresh)
     assert check_evidence_sql(fresh, [top]) >= 3
     kept = build_report(open_store(spawn_store(tmp_path / "kept.duckdb", fresh_child_each_step=False)))
     top = next(c for c in kept.chains if c.severity in ("HIGH", "MEDIUM"))

@@ -14,7 +14,7 @@ import pytest
 
 from ingero_mcp.analysis.accounting import PARTS, check_sums
 from ingero_mcp.analysis.models import Account
-from ingero_mcp.analysis.views import install_views
+from ingero_mcp.store.views import lay_views
 from ingero_mcp.store import TraceWriter, open_store
 
 S = 1_000_000_000
@@ -77,7 +77,7 @@ def write_store(path: Path, sched_rows: list[dict], call_rows: list[dict], stop:
 
 def query(path: Path, sql: str) -> list[tuple]:
     con = open_store(path)
-    install_views(con)
+    lay_views(con)
     try:
         return con.execute(sql).fetchall()
     finally:

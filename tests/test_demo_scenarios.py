@@ -357,7 +357,7 @@ def test_v2_cold_start_context_creation_reads_files_in_d_state(stores: dict[str,
 def test_demo_stores_keep_their_accounting(scenario: str, stores: dict[str, Path], tmp_path: Path) -> None:
     """A demo store is finished when written: it holds the accounting's derived tables (schemas/v3.sql), and they
     equal what a reader computes from the trace rows (the same file with acct_meta emptied)."""
-    from ingero_mcp.analysis.views import VIEWS, has_derived, install_views
+    from ingero_mcp.store.views import VIEWS, has_derived, lay_views
 
     copy = tmp_path / "copy.duckdb"
     copy.write_bytes(stores[scenario].read_bytes())
@@ -368,7 +368,7 @@ def test_demo_stores_keep_their_accounting(scenario: str, stores: dict[str, Path
     for path, derived in ((stores[scenario], True), (copy, False)):
         c = open_store(path)
         assert has_derived(c) is derived
-        install_views(c)
+        lay_views(c)
         got[derived] = {v: c.execute(f"SELECT * FROM {v}").fetchall() for v in VIEWS}
         c.close()
     for v in VIEWS:

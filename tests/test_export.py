@@ -25,7 +25,7 @@ from analysis_fixtures import MS, T0
 from hostile import NASTY, bad_chars, hostile_store
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from ingero_mcp.analysis.views import install_views
+from ingero_mcp.store.views import lay_views
 from ingero_mcp.cli import main
 from ingero_mcp.demo import generate
 from ingero_mcp.store import TraceWriter, open_store
@@ -121,7 +121,7 @@ def sql_counts(db: Path, pids: list[int] | None = None) -> dict:
     """What the store says the timeline must hold (queries written for the test, not the exporter's)."""
     con = open_store(db)
     try:
-        install_views(con)
+        lay_views(con)
         pid_filter = f"WHERE pid IN ({', '.join(map(str, pids))})" if pids else ""
         one = lambda sql: con.execute(sql).fetchall()[0][0]  # noqa: E731
         tids = {r[0] for r in con.execute(f"SELECT tid FROM cuda_calls {pid_filter} UNION "

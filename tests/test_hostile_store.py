@@ -23,7 +23,7 @@ from hostile import (
 from mcp import Client
 
 from ingero_mcp.mcp.server import build_server
-from ingero_mcp.analysis.views import install_views
+from ingero_mcp.store.views import lay_views
 from ingero_mcp.store import open_store
 
 CALLS: list[tuple[str, dict[str, Any]]] = [
@@ -94,7 +94,7 @@ def test_explain_text_sql_and_json_are_clean(store: Path) -> None:
     printed = [lines[i + 1].strip() for i, line in enumerate(lines) if line.startswith("  recompute ")]
     assert len(printed) == len(sqls) and max(map(len, printed)) > 120
     con = open_store(store)
-    install_views(con)  # as run_sql does: the accounting's views the evidence names
+    lay_views(con)  # as run_sql does: the accounting's views the evidence names
     try:
         for sql in printed:  # each is whole, on one line: it runs (it was cut at ~120 characters)
             assert "…[+" not in sql

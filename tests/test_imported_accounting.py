@@ -16,7 +16,7 @@ from analysis_fixtures import check_evidence_sql
 
 from ingero_mcp.analysis.models import ImportedThread, Report
 from ingero_mcp.analysis.report import build_report
-from ingero_mcp.analysis.views import install_views
+from ingero_mcp.store.views import lay_views
 from ingero_mcp.cli import main
 from ingero_mcp.store import open_store
 
@@ -28,7 +28,7 @@ def _report(db: Path) -> tuple[Report, int]:
     con = open_store(db)
     try:
         report = build_report(con)
-        install_views(con)
+        lay_views(con)
         return report, check_evidence_sql(con, report.chains)
     finally:
         con.close()

@@ -187,7 +187,7 @@ async def test_evidence_sql_of_a_crafted_trace_recomputes_the_value_shown(
     gives back each number, where the op holds a quote, a line break, ESC, bidi and tag characters."""
     from hostile import assert_clean_data, assert_clean_text
 
-    from ingero_mcp.analysis.views import install_views
+    from ingero_mcp.store.views import lay_views
     from ingero_mcp.store import open_store
 
     server = build_server(hostile)
@@ -198,7 +198,7 @@ async def test_evidence_sql_of_a_crafted_trace_recomputes_the_value_shown(
     finally:
         server.store.close()
     con = open_store(hostile)
-    install_views(con)
+    lay_views(con)
     checked = 0
     try:
         for chain, result in zip(chains, evidence, strict=True):

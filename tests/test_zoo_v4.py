@@ -199,7 +199,8 @@ def test_no_unknown_duration_becomes_zero(v4_stores: Path, tmp_path: Path) -> No
 def test_the_views_the_tables_and_the_stored_rows_agree_on_a_v4_store(v4_stores: Path, tmp_path: Path) -> None:
     import duckdb
 
-    from ingero_mcp.analysis.views import TABLES, VIEWS, install_views, materialize, store_derived
+    from ingero_mcp.analysis.derive import materialize, store_derived
+    from ingero_mcp.store.views import TABLES, VIEWS, lay_views
 
     db = tmp_path / "d.duckdb"
     shutil.copyfile(v4_stores / "cpu_hog.gaps.duckdb", db)
@@ -208,7 +209,7 @@ def test_the_views_the_tables_and_the_stored_rows_agree_on_a_v4_store(v4_stores:
         return sorted(con.execute(sql).fetchall(), key=repr)
 
     con = open_store(db)
-    install_views(con)
+    lay_views(con)
     want = {v: rows(con, f"SELECT * FROM {v}") for v in VIEWS}
     assert {x[-1] for x in want["thread_seconds"]} - {None}  # work_calls: scaled estimates (NULL where uncovered)
     materialize(con)
@@ -219,7 +220,7 @@ def test_the_views_the_tables_and_the_stored_rows_agree_on_a_v4_store(v4_stores:
     assert store_derived(w)
     w.close()
     con = open_store(db)
-    install_views(con)
+    lay_views(con)
     for v in VIEWS:
         assert rows(con, f"SELECT * FROM {v}") == want[v], v
     con.close()

@@ -30,6 +30,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 import duckdb  # noqa: E402
 
+from ingero_mcp.analysis.derive import store_derived  # noqa: E402
 from ingero_mcp.store import TABLES, fold_segments  # noqa: E402
 from ingero_mcp.store.schema import migrate  # noqa: E402
 
@@ -141,7 +142,7 @@ def fold_one(archive: Path, out: Path, tmp: Path, max_mb: float, block_size: int
     db = root / f"{name}.duckdb"
     segments = Path(f"{db}.segments")
     if segments.is_dir():
-        rows = fold_segments(db)
+        rows = fold_segments(db, derive=store_derived)
         print(f"{name}: folded {rows:,} rows from the segments")
     if not db.exists():
         print(f"{name}: no store and no segments in {archive}: skipped")

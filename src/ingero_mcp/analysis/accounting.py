@@ -25,7 +25,8 @@ import duckdb
 from ingero_mcp.analysis._sql import rows, table_complete
 from ingero_mcp.analysis.models import Account, Accounting, Phase, Progress, SecondAccount, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.progress import find_marker, iterations_per_second, per_bin_sql
-from ingero_mcp.analysis.views import SECONDS_TABLE, materialize_seconds
+from ingero_mcp.analysis.derive import materialize_seconds
+from ingero_mcp.store.views import SECONDS_TABLE
 
 SECOND_NS = 1_000_000_000
 MAX_PROCESSES = 4  # feeding processes accounted, by CUDA work

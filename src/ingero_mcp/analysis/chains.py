@@ -20,7 +20,6 @@ from ingero_mcp.analysis.causes import _PART_LABEL as PART_LABEL
 from ingero_mcp.analysis.causes import accounting_chains, pace_threads
 from ingero_mcp.analysis.imported import imported_chains
 from ingero_mcp.analysis.models import SEVERITY_RANK, Accounting, CausalChain, Culprit, Evidence, TimeWindow
-from ingero_mcp.analysis.views import install_views
 from ingero_mcp.analysis.window import window_or_trace
 
 COLD_FACTOR = 10  # a first launch this many times the median launch counts as cold
@@ -99,7 +98,6 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
     """First launches of distinct kernels that were slow (lazy module loading): a fact of the rows, not a guess."""
     if not rows(con, "SELECT 1 FROM cuda_calls WHERE kernel_handle IS NOT NULL LIMIT 1"):
         return []
-    install_views(con)
     names = thread_names(con)
     walls = {}
     for t in acc.threads:
@@ -183,7 +181,6 @@ def churn_ops_sql(pid: int, tid: int, w: TimeWindow) -> str:
 def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting) -> list[CausalChain]:
     """Allocator churn: stretches of 2 s or more in which the job's pace thread allocated and freed memory at least
     CHURN_MIN_PER_S times a second, spending at least CHURN_MIN_SHARE of its time in those calls."""
-    install_views(con)
     t0 = origin_ns(con) or window.start_ns
     names = thread_names(con)
     out = []
@@ -256,7 +253,6 @@ def driver_lock_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: 
                        minor: list[str] | None) -> list[CausalChain]:
     """Slow calls of the pace thread that waited while another thread of the process allocated memory through the
     driver (pinned host memory above all): named with the other thread and its call."""
-    install_views(con)
     names = thread_names(con)
     out = []
     for t in pace_threads(acc)[:2]:

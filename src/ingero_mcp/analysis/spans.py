@@ -1,7 +1,7 @@
 """The rows of the call_spans view (sql/call_spans.sql), computed in one linear pass with numpy.
 
 The view is the definition (evidence SQL and `run_sql` read it); this makes the same rows for the once-per-connection
-table behind it (views.materialize), because DuckDB's window functions sort every CUDA call again for each window
+table behind it (derive.materialize), because DuckDB's window functions sort every CUDA call again for each window
 (2-4 s per million calls on the 2-core development machine, ~60 ms here). tests/test_analysis_views.py checks that
 the two give the same rows.
 

@@ -63,12 +63,10 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, limit: int) -> tuple[lis
 
 def run(args: argparse.Namespace) -> int:
     """Print the result as a table (or JSON)."""
-    from ingero_mcp.analysis.views import install_views
     from ingero_mcp.store import open_store
 
     con = open_store(args.db)
     try:
-        install_views(con)  # the accounting's views, which the evidence SQL of `explain --sql` names
         columns, got, truncated = run_query(con, args.sql, args.limit)
     finally:
         con.close()

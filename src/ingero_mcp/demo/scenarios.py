@@ -587,7 +587,10 @@ def generate(name: str, db: Path, *, seed: int = 0, scale: float = 1.0) -> int:
     build, base_s = _BUILDERS[name]
     start = T0_NS
     end = start + int(base_s * scale * SEC)
-    with TraceWriter(db) as writer:
+    from ingero_mcp.analysis.derive import store_derived
+
+    # the session is complete when the writer closes: its accounting is stored with it
+    with TraceWriter(db, derive=store_derived) as writer:
         b = TraceBuilder(writer, start, end, seed=seed * 1000 + SCENARIOS.index(name))
         cpus, mem, gpu, description = build(b)
         b.write_session(name, seed, scale, cpus, mem, gpu, notes=f"synthetic demo scenario {name!r}: {description}")

@@ -704,7 +704,6 @@ class TraceBuilder:
         """sessions, processes, process_events, collector_stats and table_coverage rows."""
         from ingero_mcp import __version__
 
-        self.w.derive_on_close = True  # the session is complete when the writer closes: store its accounting
         self.write_aggregates(cpu_count)
         threads = {(p.pid, p.pid): (p.comm, p.first_seen_ns) for p in self.procs.values() if p.traced}
         threads.update(self.threads)

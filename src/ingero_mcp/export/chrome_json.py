@@ -65,9 +65,6 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
                 continue
             emit({"ph": "X", "name": op, "cat": "cuda", "pid": pid_of[tid], "tid": tid, "ts": us(ts), "dur": dur / 1000.0, "args": args})
             counts["call_slices"] += 1
-    from ingero_mcp.analysis.views import install_views
-
-    install_views(con)
     ev.make_wakeups(con, scope)
     for batch in ev.batches(con, ev.states_sql(scope)):
         for tid, state, start, dur, syscall, waker, holder, pid, _flow in batch:

@@ -52,12 +52,9 @@ def script_json(data: object) -> str:
 
 def _culprits(con: duckdb.DuckDBPyConnection, threads: list[ThreadAccount], t0: int) -> dict:
     """Per (tid, second): who held the CPU while it waited, who woke it, by time (the top few)."""
-    from ingero_mcp.analysis.views import install_views
-
     tids = [t.tid for t in threads]
     if not tids:
         return {}
-    install_views(con)
     got = con.execute(f"""
         SELECT tid, (start_ns - {int(t0)}) // {NS} AS k, state,
                CASE WHEN state = 'cpu_wait' THEN coalesce(first_holder_comm, last_holder_comm) ELSE waker_comm END AS who,

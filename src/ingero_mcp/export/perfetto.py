@@ -127,8 +127,6 @@ def _lookup(tids: np.ndarray, table: dict[int, int]) -> np.ndarray:
 
 def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope: ev.Scope, out: IO[bytes]) -> dict[str, int]:
     """Write the timeline; returns what it wrote (tracks, slices, flows, counter points, instants, chains)."""
-    from ingero_mcp.analysis.views import install_views
-
     w = _Writer(out)
     counts = {"process_tracks": 0, "thread_tracks": 0, "call_slices": 0, "call_instants": 0, "state_slices": 0, "flows": 0,
               "counter_points": 0, "process_events": 0, "chains": 0}
@@ -177,7 +175,6 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
                 w.bulk(ts, BEGIN, tracks, iids, *args)
                 counts["call_slices"] += len(ts)
 
-        install_views(con)
         counts["flows"] = ev.make_wakeups(con, scope)
         for b in _arrow_batches(con, f"SELECT * FROM {ev.WAKEUPS} ORDER BY flow_id"):
             ts, _ = _int(b, "wakeup_ns")

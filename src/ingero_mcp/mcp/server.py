@@ -50,9 +50,8 @@ from ingero_mcp.mcp.results import (
 )
 from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_COLUMNS, MAX_LIMIT, SqlError, describe_schema
 from ingero_mcp.mcp.sqlworker import Limits, SqlWorker
-from ingero_mcp.analysis.views import install_views
 from ingero_mcp.sanitize import DATA_NOTE, clean, clean_data, clean_lines
-from ingero_mcp.store.reader import lay_current_views
+from ingero_mcp.store.reader import cursor as store_cursor
 from ingero_mcp.store import StoreError, open_store, segment_dir
 from ingero_mcp.store.segments import describe, skipped_segments
 
@@ -128,11 +127,8 @@ class StoreHandle:
                     self._con = None
                 self._con = _open(self.path)
                 self._stamp, self._opened_at = stamp, time.monotonic()
-            cursor = self._con.cursor()
-            # a cursor is a connection of its own: an older store's current-shape views and the accounting's views
-            # are laid on it again, so every tool reads what the report reads
-            lay_current_views(cursor)
-            install_views(cursor)
+            # a connection of its own, laid out as the store's: every tool reads what the report reads
+            cursor = store_cursor(self._con)
             self._active += 1
         try:
             yield cursor

@@ -166,15 +166,10 @@ def run_query(
     started = time.monotonic()
     deadline = started + timeout_s
     timeout = f"query stopped after the {timeout_s:g} s timeout; aggregate or filter more"
-    cursor = con.cursor()
-    # A cursor is a connection of its own: the temporary views of `con` (an older store's current-shape views, the
-    # accounting's thread_state / call_spans / thread_seconds) are laid on it again, so that the SQL a report cites
-    # runs here as it ran there.
-    from ingero_mcp.analysis.views import install_views
-    from ingero_mcp.store.reader import lay_current_views
+    from ingero_mcp.store.reader import cursor as store_cursor
 
-    lay_current_views(cursor)
-    install_views(cursor)
+    # a connection of its own, laid out as the store's: the SQL a report cites runs here as it ran there
+    cursor = store_cursor(con)
     fired = threading.Event()
 
     def stop() -> None:

@@ -21,6 +21,7 @@ import duckdb
 from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import DERIVED_PREFIX, REPLACE_TABLES, SCHEMA_VERSION, TABLES, V1_AS_V2, current_version, ddl, migrate
 from ingero_mcp.store.segments import insert_segments, list_segments, remember_skipped, segment_dir
+from ingero_mcp.store.views import lay_views
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _LOCK_RETRY_S = 10.0
@@ -175,7 +176,7 @@ def lay_current_views(con: duckdb.DuckDBPyConnection) -> None:
     stored = _stored_columns(con, db)
     for table, columns in _current_shape().items():
         if table == "schema_version" or table.startswith(DERIVED_PREFIX):
-            continue  # an older store has no derived tables: the accounting computes its views (analysis/views.py)
+            continue  # an older store has no derived tables: its views are computed (store/views.py)
         have = stored.get(table, set())
         if have == {c for c, _ in columns}:
             continue
@@ -205,8 +206,25 @@ def _stored_columns(con: duckdb.DuckDBPyConnection, db: str) -> dict[str, set[st
 
 
 def open_store(db_path: str | os.PathLike[str], settings: dict[str, str] | None = None) -> duckdb.DuckDBPyConnection:
-    """A read-only connection on the trace at `db_path`, live segments included. `settings`: DuckDB settings
-    (memory_limit, temp_directory, ...) made before the configuration is locked, for a process's first open."""
+    """A read-only connection on the trace at `db_path`, live segments included, in the current shape and with the
+    store's views laid (store/views.py). `settings`: DuckDB settings (memory_limit, temp_directory, ...) made before
+    the configuration is locked, for a process's first open."""
+    return _with_views(_open(db_path, settings))
+
+
+def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A new cursor of an open store (a connection of its own: one per MCP tool call), laid out as `open_store`
+    lays its connection: temporary views belong to one connection."""
+    return _with_views(con.cursor())
+
+
+def _with_views(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    lay_current_views(con)
+    lay_views(con)
+    return con
+
+
+def _open(db_path: str | os.PathLike[str], settings: dict[str, str] | None) -> duckdb.DuckDBPyConnection:
     path = Path(db_path)
     segments = segment_dir(path)
     has_segments = segments.is_dir() and any(segments.glob("*/*.parquet"))
@@ -218,7 +236,6 @@ def open_store(db_path: str | os.PathLike[str], settings: dict[str, str] | None 
         remember_skipped(path, [])
         con = _connect_read_only(path)
         _check_version(con, path)
-        lay_current_views(con)
         return _lock_down(con, settings)
     for attempt in range(4):
         # The collector replaces latest-*.parquet every second and deletes the segments when it
@@ -231,7 +248,7 @@ def open_store(db_path: str | os.PathLike[str], settings: dict[str, str] | None 
                 raise
             time.sleep(0.2)
             if not (segments.is_dir() and any(segments.glob("*/*.parquet"))):
-                return open_store(path, settings)  # folded meanwhile
+                return _open(path, settings)  # folded meanwhile
     raise AssertionError("unreachable")
 
 

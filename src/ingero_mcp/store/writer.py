@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import duckdb
 
 Batch = pa.Table | pa.RecordBatch | Mapping[str, Sequence[Any]]
+Derive = Callable[["duckdb.DuckDBPyConnection"], object]  # stores a finished store's derived rows
 
 
 def _as_table(data: Batch) -> pa.Table:
@@ -90,6 +91,7 @@ class TraceWriter:
         *,
         live: bool = False,
         session_id: int | None = None,
+        derive: Derive | None = None,
     ) -> None:
         self.path = Path(path)
         self.live = live
@@ -97,10 +99,11 @@ class TraceWriter:
         self._pending: dict[str, list[pa.Table]] = defaultdict(list)
         self._latest: dict[str, pa.Table] = {}
         self._closed = False
-        # Direct mode: make the accounting's derived tables (schemas/v3.sql) on close, as the collector's fold does.
-        # Set by whoever knows the store is complete when this writer closes (the demo scenarios); an import holds
-        # a sample, which the accounting refuses, so it leaves this off.
-        self.derive_on_close = False
+        # What makes the accounting's derived tables (schemas/v3.sql) when the store is finished (the direct writer's
+        # close, the live writer's fold), passed in by whoever knows the store is complete then (the collector, the
+        # demo scenarios; analysis.derive.store_derived): the store itself knows nothing of the analysis. An import
+        # holds a sample, which the accounting refuses, so it passes none.
+        self.derive = derive
         self.rows_written: dict[str, int] = defaultdict(int)
         if live:
             self.segments = segment_dir(self.path)
@@ -177,11 +180,11 @@ class TraceWriter:
         if self.live:
             self.flush()
             if self.fold_on_close:
-                fold_segments(self.path)
+                fold_segments(self.path, derive=self.derive)
         elif self._con is not None:
             try:
-                if self.derive_on_close:
-                    _derive(self._con)
+                if self.derive is not None:
+                    _derive(self._con, self.derive)
             finally:
                 self._con.close()
 
@@ -244,13 +247,15 @@ def _last_segment_seq(segments: Path) -> int:
     return max(seqs, default=0)
 
 
-def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] | None = None) -> int:
+def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] | None = None,
+                  derive: Derive | None = None) -> int:
     """Move a recording's Parquet segments into its DuckDB file, in one transaction, then delete them.
 
     Also recovers a recording whose collector was killed: whatever segments it left are folded. A
     segment that cannot be read (partial, empty, garbage, another schema, an unknown table folder)
     does not stop the fold: it is moved to `<db>.quarantine/` and appended to `bad` with the reason.
-    Returns the number of rows folded.
+    `derive` (analysis.derive.store_derived) stores the accounting's rows once the fold is committed; without it
+    readers compute them. Returns the number of rows folded.
     """
     import duckdb
 
@@ -305,20 +310,19 @@ def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] |
         raise
     try:
         # The store is finished: its accounting is computed once here, not by every reader (schemas/v3.sql).
-        _derive(con)
+        if derive is not None:
+            _derive(con, derive)
     finally:
         con.close()
     shutil.rmtree(segments)
     return folded
 
 
-def _derive(con: duckdb.DuckDBPyConnection) -> None:
+def _derive(con: duckdb.DuckDBPyConnection, derive: Derive) -> None:
     """Store the accounting's derived tables; a failure there leaves the store as it was (readers compute them)."""
     import logging
 
-    from ingero_mcp.analysis.views import store_derived
-
     try:
-        store_derived(con)
+        derive(con)
     except Exception as exc:  # the trace itself is committed: never lose it over a derived table
         logging.getLogger(__name__).warning("derived accounting tables not stored: %s", exc)

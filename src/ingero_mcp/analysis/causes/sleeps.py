@@ -13,7 +13,7 @@ from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding, _seconds_sql
 from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
-from ingero_mcp.analysis.views import SECONDS_TABLE
+from ingero_mcp.store.views import SECONDS_TABLE
 from ingero_mcp.analysis.waits import KIND_LABEL, WaitPath, doing_text, follow, sleep_kinds_sql
 
 TIMED_SLEEPS = frozenset({"nanosleep", "clock_nanosleep"})

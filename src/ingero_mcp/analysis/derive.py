@@ -1,81 +1,45 @@
-"""The accounting's named SQL views (analysis/sql/*.sql), laid on a reader connection as temporary views, and the
-tables of their rows made once (stored in a finished store, or cached for the process).
+"""The accounting views' rows made once: into the store's derived tables when a finished store is written
+(`store_derived`, which the writer is handed by whoever finishes a store), or into the process's cache
+(`materialize`) for a store without them (v1/v2, an import, a live recording, a store appended to since).
 
-DuckDB allows temporary views on read-only, locked connections, so `explain`, `query`, `run_sql` and
-the SQL attached to evidence all see the same `thread_state`, `call_spans` and `thread_seconds`.
+A view is recomputed by every query that reads it (call_spans: window passes over every CUDA call; thread_seconds:
+ASOF joins on call_spans), and a filter pushed into one can turn its ASOF joins into slow plans: the analysis reads
+made rows. Where the store's views are and where their rows are read from is store/views.py's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import threading
 import time
-from functools import cache
-from importlib import resources
 
 import duckdb
 
-# In dependency order: each view reads only the store's tables and the views before it.
-VIEWS: tuple[str, ...] = ("thread_state", "call_spans", "thread_seconds", "thread_sleeps")
-
-
-@cache
-def view_sql(name: str) -> str:
-    """The text of one view's SQL file."""
-    return (resources.files("ingero_mcp.analysis") / "sql" / f"{name}.sql").read_text()
-
-
-# The views computed once per store content, for every connection of the process. A view is recomputed by every
-# query that reads it (call_spans: window passes over every CUDA call; thread_seconds: four ASOF joins on call_spans),
-# and a filter pushed into one can turn its ASOF joins into slow plans. `materialize` fills a table per view in
-# CACHE, an in-memory catalog attached to the store's database instance (writable even when the store is read-only,
-# and seen by every cursor of that instance: each MCP tool call has its own), and points the connection's views at
-# them; any later connection whose store rows still match the cache's fingerprint reads them too, so a store
-# without derived tables (v1/v2, an import, a live recording) is derived once, not on every call.
-TABLES = {name: f"{name}_t" for name in VIEWS}
-SECONDS_TABLE = TABLES["thread_seconds"]
-CACHE = "ingero_cache"
-CACHE_META = "fingerprint"
-_CACHE_LOCK = threading.Lock()  # cursors run tool calls in parallel: one of them derives, the others wait and read
-
-
-# v3 stores (schemas/v3.sql): the views' rows made once when the store was finished, in stored tables. A reader
-# points the views (and the per-connection table names above, which causes/ names) at them while acct_meta says
-# they were made from the rows the store holds now, with these view definitions; else everything is computed as
-# before (v1/v2 stores, live recordings, a store appended to since).
-DERIVED = {name: f"acct_{name}" for name in VIEWS}
-DERIVED_META = "acct_meta"
-_SOURCE = ("SELECT (SELECT count(*) FROM cuda_calls), (SELECT count(*) FROM sched_intervals), (SELECT count(*) FROM sessions), "
-           "(SELECT min(started_ns) FROM sessions), (SELECT max(stopped_ns) FROM sessions)")
-
-
-@cache
-def views_hash() -> str:
-    """What the stored tables were made with: the three view definitions."""
-    return hashlib.sha256("\n".join(view_sql(name) for name in VIEWS).encode()).hexdigest()[:16]
-
-
-def _has_meta(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool(con.execute(
-        "SELECT count(*) FROM duckdb_tables() WHERE NOT temporary AND schema_name = 'main' AND table_name = ? "
-        "AND database_name = current_database()", [DERIVED_META]).fetchall()[0][0])
-
-
-def has_derived(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the store behind `con` holds the views' rows, made from exactly the rows it holds now."""
-    if not _has_meta(con):
-        return False
-    made = con.execute(f"SELECT cuda_calls_n, sched_intervals_n, sessions_n, sessions_start_ns, sessions_stop_ns, views_sql_hash "
-                       f"FROM {DERIVED_META}").fetchall()
-    if len(made) != 1 or made[0][5] != views_hash():
-        return False
-    return tuple(made[0][:5]) == tuple(con.execute(_SOURCE).fetchall()[0])
+from ingero_mcp.store.views import (
+    CACHE,
+    CACHE_LOCK,
+    CACHE_META,
+    DERIVED,
+    DERIVED_META,
+    SECONDS_TABLE,
+    SOURCE_SQL,
+    TABLES,
+    VIEWS,
+    attach_cache,
+    cache_current,
+    cached_tables,
+    fingerprint,
+    has_meta,
+    lay_views,
+    read_from,
+    reads_made_rows,
+    view_sql,
+    views_hash,
+)
 
 
 def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
     """On a writable v3 store: compute the views' rows and store them in the acct_* tables (replacing any), with
     acct_meta recording what they were made from. One transaction. Returns False where the store has no such tables."""
-    if not _has_meta(con):
+    if not has_meta(con):
         return False
     con.execute("SET enable_progress_bar = false").fetchall()  # the collector's fold, a demo: no bars on stderr
     try:
@@ -90,7 +54,7 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
             con.execute(f"DELETE FROM {DERIVED[name]}").fetchall()
         for name in VIEWS:
             con.execute(f"INSERT INTO {DERIVED[name]} BY NAME SELECT * FROM {TABLES[name]}").fetchall()
-        con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({_SOURCE})", [time.time_ns(), views_hash()]).fetchall()
+        con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({SOURCE_SQL})", [time.time_ns(), views_hash()]).fetchall()
         con.execute("COMMIT").fetchall()
     except BaseException:
         con.execute("ROLLBACK").fetchall()
@@ -108,43 +72,11 @@ def _drop_cache(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"DETACH DATABASE IF EXISTS {CACHE}").fetchall()
 
 
-def _derived_views(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the connection's views read rows already made: the store's derived tables or the process's cache."""
-    got = con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [VIEWS[0]]).fetchall()
-    return bool(got) and (DERIVED[VIEWS[0]] in got[0][0] or f"{CACHE}." in got[0][0])
-
-
-def _fingerprint(con: duckdb.DuckDBPyConnection) -> str:
-    """What the views' rows would be made from: the store's row counts and session span, and the views' SQL."""
-    return f"{con.execute(_SOURCE).fetchall()[0]!r} {views_hash()}"
-
-
-def _attach_cache(con: duckdb.DuckDBPyConnection) -> None:
-    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {CACHE} (READ_ONLY false)").fetchall()
-
-
-def _cache_current(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether this process's cache holds the views' rows for the store's rows as they are now."""
-    has = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?",
-                      [CACHE, CACHE_META]).fetchall()[0][0]
-    if not has:
-        return False
-    made = con.execute(f"SELECT fingerprint FROM {CACHE}.{CACHE_META}").fetchall()
-    return len(made) == 1 and made[0][0] == _fingerprint(con)
-
-
-def _read_from(con: duckdb.DuckDBPyConnection, source: dict[str, str]) -> None:
-    """Point the connection's views and per-view table names at made rows (`source`: view -> qualified table)."""
-    for name in VIEWS:
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {source[name]}").fetchall()
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {source[name]}").fetchall()
-
-
 def materialize(con: duckdb.DuckDBPyConnection) -> None:
     """Make (once per store content, for every connection of the process) a table holding each view's rows, and
     point the connection's views at them."""
-    install_views(con)
-    if _derived_views(con):
+    lay_views(con)
+    if reads_made_rows(con):
         return  # the store's own tables, or the cache made by another connection: nothing to make
     _make_cache(con)
 
@@ -152,13 +84,13 @@ def materialize(con: duckdb.DuckDBPyConnection) -> None:
 def _make_cache(con: duckdb.DuckDBPyConnection) -> None:
     """The views' rows made from the store's tables into CACHE (unless another connection just did), the
     connection's views pointed at them."""
-    cached = {name: f"{CACHE}.{TABLES[name]}" for name in VIEWS}
-    with _CACHE_LOCK:
-        _attach_cache(con)
-        if _cache_current(con):
-            _read_from(con, cached)
+    cached = cached_tables()
+    with CACHE_LOCK:
+        attach_cache(con)
+        if cache_current(con):
+            read_from(con, cached)
             return
-        fingerprint = _fingerprint(con)
+        made_from = fingerprint(con)
         con.execute(f"DROP TABLE IF EXISTS {CACHE}.{CACHE_META}").fetchall()
         for name in VIEWS:  # the plain views again: the rows are made from the store's tables
             con.execute(f"DROP VIEW IF EXISTS temp.{TABLES[name]}").fetchall()
@@ -179,7 +111,7 @@ def _make_cache(con: duckdb.DuckDBPyConnection) -> None:
                 con.execute(f"CREATE TABLE {cached[name]} AS SELECT * FROM {name}").fetchall()
             con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM {cached[name]}").fetchall()
             con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {table}").fetchall()
-        con.execute(f"CREATE TABLE {CACHE}.{CACHE_META} AS SELECT ? AS fingerprint", [fingerprint]).fetchall()
+        con.execute(f"CREATE TABLE {CACHE}.{CACHE_META} AS SELECT ? AS fingerprint", [made_from]).fetchall()
 
 
 # thread_seconds.sql's in-call lookups (an ASOF join of every boundary against call_spans, then joins back), and
@@ -260,20 +192,3 @@ def materialize_seconds(con: duckdb.DuckDBPyConnection) -> str:
     """Make (once per store content) the tables behind the views (see `materialize`); returns thread_seconds' table."""
     materialize(con)
     return SECONDS_TABLE
-
-
-def install_views(con: duckdb.DuckDBPyConnection) -> None:
-    """Create (or refresh) the accounting views on `con`; cheap, and safe to call on every request. On a store
-    holding the views' rows (v3, made when it was finished, still current) the views read those."""
-    have = {r[0] for r in con.execute(
-        "SELECT view_name FROM duckdb_views() WHERE temporary AND view_name IN ?", [list(VIEWS)]).fetchall()}
-    if have == set(VIEWS):
-        return
-    if has_derived(con):
-        _read_from(con, DERIVED)
-        return
-    if _cache_current(con):  # another connection of this process made them (no cache attached: not current)
-        _read_from(con, {name: f"{CACHE}.{TABLES[name]}" for name in VIEWS})
-        return
-    for name in VIEWS:
-        con.execute(view_sql(name)).fetchall()

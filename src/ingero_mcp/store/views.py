@@ -1,0 +1,125 @@
+"""The store's vocabulary: the accounting's named SQL views (store/sql/*.sql, one file per view, its dependencies in
+its header), laid on every reader connection by `open_store` and `cursor`, and where their rows are read from.
+
+A view's rows are read, in order of preference, from the store's own derived tables (acct_*, made when a finished
+store was written, while acct_meta says they match the rows it holds now), from this process's cache (made once per
+store content by analysis.derive, which every connection and cursor of the process sees), or else computed by the
+view's SQL. DuckDB allows temporary views on read-only, locked connections, so `explain`, `query`, `run_sql` and the
+SQL attached to evidence all see the same `thread_state`, `call_spans`, `thread_seconds` and `thread_sleeps`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from functools import cache
+from importlib import resources
+
+import duckdb
+
+# In dependency order: each view reads only the store's tables and the views before it.
+VIEWS: tuple[str, ...] = ("thread_state", "call_spans", "thread_seconds", "thread_sleeps")
+
+# Per view, a second name for its rows that the analysis reads where it must not recompute a view (accounting,
+# causes): a view over the made rows once they are made.
+TABLES = {name: f"{name}_t" for name in VIEWS}
+SECONDS_TABLE = TABLES["thread_seconds"]
+
+# The process's cache: an in-memory catalog attached to the store's database instance (writable even when the store
+# is read-only, and seen by every cursor of that instance), holding each view's rows and the fingerprint of the
+# store rows they were made from.
+CACHE = "ingero_cache"
+CACHE_META = "fingerprint"
+CACHE_LOCK = threading.Lock()  # cursors run tool calls in parallel: one of them derives, the others wait and read
+
+# v3 stores (schemas/v3.sql): the views' rows made once when the store was finished, in stored tables.
+DERIVED = {name: f"acct_{name}" for name in VIEWS}
+DERIVED_META = "acct_meta"
+SOURCE_SQL = ("SELECT (SELECT count(*) FROM cuda_calls), (SELECT count(*) FROM sched_intervals), "
+              "(SELECT count(*) FROM sessions), (SELECT min(started_ns) FROM sessions), "
+              "(SELECT max(stopped_ns) FROM sessions)")
+
+
+@cache
+def view_sql(name: str) -> str:
+    """The text of one view's SQL file (a CREATE OR REPLACE TEMP VIEW statement)."""
+    return (resources.files("ingero_mcp.store") / "sql" / f"{name}.sql").read_text()
+
+
+@cache
+def views_hash() -> str:
+    """What derived rows were made with: the view definitions."""
+    return hashlib.sha256("\n".join(view_sql(name) for name in VIEWS).encode()).hexdigest()[:16]
+
+
+def has_meta(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the store behind `con` has the derived tables (v3 and later)."""
+    return bool(con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE NOT temporary AND schema_name = 'main' AND table_name = ? "
+        "AND database_name = current_database()", [DERIVED_META]).fetchall()[0][0])
+
+
+def has_derived(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the store behind `con` holds the views' rows, made from exactly the rows it holds now."""
+    if not has_meta(con):
+        return False
+    made = con.execute("SELECT cuda_calls_n, sched_intervals_n, sessions_n, sessions_start_ns, sessions_stop_ns, "
+                       f"views_sql_hash FROM {DERIVED_META}").fetchall()
+    if len(made) != 1 or made[0][5] != views_hash():
+        return False
+    return tuple(made[0][:5]) == tuple(con.execute(SOURCE_SQL).fetchall()[0])
+
+
+def fingerprint(con: duckdb.DuckDBPyConnection) -> str:
+    """What the views' rows would be made from: the store's row counts and session span, and the views' SQL."""
+    return f"{con.execute(SOURCE_SQL).fetchall()[0]!r} {views_hash()}"
+
+
+def attach_cache(con: duckdb.DuckDBPyConnection) -> None:
+    """The process's cache catalog, attached to the store's database instance if it is not yet."""
+    con.execute(f"ATTACH IF NOT EXISTS ':memory:' AS {CACHE} (READ_ONLY false)").fetchall()
+
+
+def cache_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether this process's cache holds the views' rows for the store's rows as they are now."""
+    has = con.execute("SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?",
+                      [CACHE, CACHE_META]).fetchall()[0][0]
+    if not has:
+        return False
+    made = con.execute(f"SELECT fingerprint FROM {CACHE}.{CACHE_META}").fetchall()
+    return len(made) == 1 and made[0][0] == fingerprint(con)
+
+
+def cached_tables() -> dict[str, str]:
+    """view -> its table in the process's cache."""
+    return {name: f"{CACHE}.{TABLES[name]}" for name in VIEWS}
+
+
+def read_from(con: duckdb.DuckDBPyConnection, source: dict[str, str]) -> None:
+    """Point the connection's views and per-view table names at made rows (`source`: view -> qualified table)."""
+    for name in VIEWS:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {source[name]}").fetchall()
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {source[name]}").fetchall()
+
+
+def reads_made_rows(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the connection's views read rows already made: the store's derived tables or the process's cache."""
+    got = con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [VIEWS[0]]).fetchall()
+    return bool(got) and (DERIVED[VIEWS[0]] in got[0][0] or f"{CACHE}." in got[0][0])
+
+
+def lay_views(con: duckdb.DuckDBPyConnection) -> None:
+    """The views on `con` (unless it has them), reading made rows where the store or the process has them; cheap.
+    `open_store` and `cursor` call it: nothing else needs to."""
+    have = {r[0] for r in con.execute(
+        "SELECT view_name FROM duckdb_views() WHERE temporary AND view_name IN ?", [list(VIEWS)]).fetchall()}
+    if have == set(VIEWS):
+        return
+    if has_derived(con):
+        read_from(con, DERIVED)
+        return
+    if cache_current(con):  # another connection of this process made them (no cache attached: not current)
+        read_from(con, cached_tables())
+        return
+    for name in VIEWS:
+        con.execute(view_sql(name)).fetchall()
