@@ -14,7 +14,8 @@ from mcp import Client
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.window import resolve_window
 from ingero_mcp.mcp.render import TEXT_BUDGET
-from ingero_mcp.mcp.server import STRUCTURED_BUDGET, build_server
+from ingero_mcp.mcp.budget import STRUCTURED_BUDGET
+from ingero_mcp.mcp.server import build_server
 from ingero_mcp.sanitize import DATA_NOTE
 from ingero_mcp.store import open_store
 

@@ -14,7 +14,8 @@ import pytest
 from mcp import Client
 
 from ingero_mcp.mcp.render import fmt_ns
-from ingero_mcp.mcp.server import STRING_CAP, build_server
+from ingero_mcp.mcp.budget import STRING_CAP
+from ingero_mcp.mcp.server import build_server
 from ingero_mcp.sanitize import clean_data
 
 REPO = Path(__file__).resolve().parents[1]

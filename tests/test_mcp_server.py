@@ -24,7 +24,8 @@ from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
 from ingero_mcp.demo.scenarios import EXPECTED, generate
 from ingero_mcp.mcp.render import TEXT_BUDGET, fmt_ns, fmt_wall
-from ingero_mcp.mcp.server import STRUCTURED_BUDGET, build_server
+from ingero_mcp.mcp.budget import STRUCTURED_BUDGET
+from ingero_mcp.mcp.server import build_server
 from ingero_mcp.mcp.sqlworker import GRACE_S, Limits
 from ingero_mcp.sanitize import DATA_NOTE, clean
 from ingero_mcp.store import TraceWriter, open_store

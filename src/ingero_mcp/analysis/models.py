@@ -528,6 +528,17 @@ class Accounting(BaseModel):
         return self.launch_coverage is not None and self.launch_coverage < 1
 
 
+class Diagnosis(BaseModel):
+    """Where the feeding threads' time went and why: the accounting, the chains built on it and the verdict. The
+    report holds the same fields; the MCP tool get_time_accounting serves this alone."""
+
+    accounting: Accounting
+    chains: list[CausalChain]
+    minor: list[str] = Field([], description="causes explaining under 1% of the feeding time, a line each")
+    gpu_util_percent: float | None = Field(None, description="mean GPU utilisation of the window's snapshots")
+    verdict: list[str] = Field([], description="the few lines a user reads first")
+
+
 class Report(BaseModel):
     """The incident report: what `explain --json` prints."""
 

@@ -10,10 +10,10 @@ import duckdb
 
 from ingero_mcp.analysis._sql import rows, ts_in, where
 from ingero_mcp.analysis.accounting import accounting, recording_notes
-from ingero_mcp.analysis.calls import call_groups
+from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.info import data_quality, events_lost, trace_info
-from ingero_mcp.analysis.models import Report, TimeWindow
+from ingero_mcp.analysis.models import Diagnosis, Report, TimeWindow
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
 from ingero_mcp.analysis.verdict import verdict
@@ -28,11 +28,9 @@ def build_report(
     groups = call_groups(con, window, pids)
     stats = trace_stats(con, window, pids, groups=groups)
     processes = per_process_breakdown(con, window, pids, groups=groups)
-    acc = accounting(con, window, pids)
-    minor: list[str] = []
-    chains = causal_chains(con, window, pids, groups=groups, acc=acc, minor=minor)
+    found = diagnosis(con, window, pids, groups=groups)
+    acc = found.accounting
     whole = window_or_trace(con, window)
-    gpu_mean = rows(con, f"SELECT avg(gpu_util_percent) FROM snapshots {where(ts_in(window))}")[0][0]
     notes = list(stats.notes)
     if info.live:
         notes.append("the trace is still being recorded (or its collector stopped without closing it)")
@@ -55,6 +53,17 @@ def build_report(
     notes += [f"data quality: {q.count:,} {q.what} (SQL: {q.sql})" for q in info.data_quality]
     notes += [f"data quality: {line}" for line in acc.data_quality]
     notes += recording_notes(acc)
-    return Report(window=whole, info=info, verdict=verdict(acc, chains, None if gpu_mean is None else float(gpu_mean)),
-                  stats=stats.ops, host=stats.host, processes=processes, chains=chains, minor=minor, accounting=acc,
-                  notes=notes)
+    return Report(window=whole, info=info, verdict=found.verdict, stats=stats.ops, host=stats.host, processes=processes,
+                  chains=found.chains, minor=found.minor, accounting=acc, notes=notes)
+
+
+def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, pids: list[int] | None = None,
+              groups: list[CallGroup] | None = None) -> Diagnosis:
+    """The accounting, the chains built on it (`groups`: the report's one cuda_calls pass, else made here) and the
+    verdict over them: what `build_report` and the MCP tool get_time_accounting both say."""
+    acc = accounting(con, window, pids)
+    minor: list[str] = []
+    chains = causal_chains(con, window, pids, groups=groups, acc=acc, minor=minor)
+    gpu_mean = rows(con, f"SELECT avg(gpu_util_percent) FROM snapshots {where(ts_in(window))}")[0][0]
+    gpu = None if gpu_mean is None else float(gpu_mean)
+    return Diagnosis(accounting=acc, chains=chains, minor=minor, gpu_util_percent=gpu, verdict=verdict(acc, chains, gpu))

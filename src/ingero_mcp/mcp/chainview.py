@@ -20,7 +20,6 @@ from pydantic import BaseModel
 from ingero_mcp.analysis.models import SEVERITY_RANK
 from ingero_mcp.sanitize import clean, clean_data
 
-
 # Per level of detail: (timeline entries, evidence items, recommendations, explanation chars,
 # summary chars, root cause chars, items of other lists, keep other fields).
 _LEVELS: list[tuple[int, int, int, int, int, int, int, bool]] = [

@@ -12,14 +12,23 @@ from __future__ import annotations
 
 import os
 import tempfile
-from functools import cache
 import time
+from functools import cache
 from pathlib import Path
 
 import duckdb
 
 from ingero_mcp.store.errors import StoreError
-from ingero_mcp.store.schema import DERIVED_PREFIX, REPLACE_TABLES, SCHEMA_VERSION, TABLES, V1_AS_V2, current_version, ddl, migrate
+from ingero_mcp.store.schema import (
+    DERIVED_PREFIX,
+    REPLACE_TABLES,
+    SCHEMA_VERSION,
+    TABLES,
+    V1_AS_V2,
+    current_version,
+    ddl,
+    migrate,
+)
 from ingero_mcp.store.segments import insert_segments, list_segments, remember_skipped, segment_dir
 from ingero_mcp.store.views import lay_views
 

@@ -7,7 +7,6 @@ import time
 from functools import cache
 from importlib import resources
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

@@ -1,0 +1,108 @@
+"""The store a server serves: one read-only connection that the tool calls share, a cursor each, reopened when the
+store changes on disk (a live recording)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from ingero_mcp.store import StoreError, open_store, segment_dir
+from ingero_mcp.store.reader import cursor as store_cursor
+
+REOPEN_MIN_S = 1.0
+
+
+class StoreHandle:
+    """The read-only connection the tools share, reopened when the store changes on disk (a live trace)."""
+
+    def __init__(self, path: str | Path, reopen_min_s: float = REOPEN_MIN_S) -> None:
+        self.path = Path(path)
+        self.reopen_min_s = reopen_min_s
+        self._lock = threading.Lock()
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._stamp: tuple[Any, ...] | None = None
+        self._opened_at = 0.0
+        self._active = 0  # tool calls using the connection now
+        self.on_close: list[Callable[[], None]] = []  # what else holds the store (run_sql's process)
+        self.unreadable: str | None = None  # why the store could not be opened at start (None: it could)
+        try:
+            with self.connection():
+                pass
+        except StoreError as exc:  # served anyway: every tool says why, and a store that appears later is read
+            self.unreadable = str(exc)
+
+    def _fingerprint(self) -> tuple[Any, ...]:
+        parts: list[Any] = []
+        try:
+            st = self.path.stat()
+            parts.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            parts.append(None)
+        segments = segment_dir(self.path)
+        if segments.is_dir():
+            files = sorted(segments.glob("*/*.parquet"))
+            stamps = []
+            for f in files:
+                try:
+                    stamps.append(f.stat().st_mtime_ns)
+                except OSError:  # folded or replaced since the listing: the next call sees it
+                    continue
+            parts.append((len(files), max(stamps, default=0), str(files[-1]) if files else ""))
+        return tuple(parts)
+
+    @contextmanager
+    def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor of the shared connection, for one tool call; a changed store is reopened first.
+
+        The lock is held only to pick the connection, not while the call runs, so a slow run_sql does
+        not hold up the other tools (each call has its own cursor: DuckDB runs them in parallel). A
+        changed store is reopened when no call is using the old connection."""
+        with self._lock:
+            stamp = self._fingerprint()
+            changed = stamp != self._stamp and time.monotonic() - self._opened_at >= self.reopen_min_s
+            if self._con is None or (changed and self._active == 0):
+                # Close first: DuckDB keeps one instance per file while any connection to it is
+                # open, so opening before closing would hand back the old, unchanged instance.
+                if self._con is not None:
+                    self._con.close()
+                    self._con = None
+                self._con = _open(self.path)
+                self._stamp, self._opened_at = stamp, time.monotonic()
+            # a connection of its own, laid out as the store's: every tool reads what the report reads
+            cursor = store_cursor(self._con)
+            self._active += 1
+        try:
+            yield cursor
+        finally:
+            try:
+                cursor.close()
+            except duckdb.Error:
+                pass
+            with self._lock:
+                self._active -= 1
+
+    def close(self) -> None:
+        """Close the connection and stop what else holds the store (tests; the process exit does it otherwise)."""
+        for stop in self.on_close:
+            stop()
+        with self._lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+
+
+def _open(path: Path) -> duckdb.DuckDBPyConnection:
+    """open_store, with every way a file can fail to open (unreadable, damaged past the checks) as a StoreError."""
+    try:
+        return open_store(path)
+    except StoreError:
+        raise
+    except (duckdb.Error, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreError(f"cannot read the trace store {path}: {first}") from exc
