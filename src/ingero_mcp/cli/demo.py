@@ -55,7 +55,7 @@ def _list() -> int:
 
 def _clear_old_demo(db: Path) -> None:
     """Remove a previous demo store at `db`; refuse to touch anything else."""
-    from ingero_mcp.analysis.info import trace_info
+    from ingero_mcp.analysis import trace_info
     from ingero_mcp.store import StoreError, open_store
 
     if not db.exists():
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     """Write the scenario's store, say where, and print its report."""
     if args.list:
         return _list()
-    from ingero_mcp.analysis.info import trace_info
+    from ingero_mcp.analysis import trace_info
     from ingero_mcp.demo import SCENARIOS, generate
     from ingero_mcp.store import StoreError, open_store
 

@@ -7,7 +7,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ingero_mcp.analysis.models import Report
+    from ingero_mcp.analysis import Report
 
 DESCRIPTION = """\
 Explain why a GPU job was slow. By default the answer on one screen: what happened (who fed the
@@ -59,8 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Build the report over the requested window and print it."""
-    from ingero_mcp.analysis.report import build_report
-    from ingero_mcp.analysis.window import resolve_window
+    from ingero_mcp.analysis import diagnose
+    from ingero_mcp.analysis import resolve_window
     from ingero_mcp.store import open_store
 
     con = open_store(args.db)
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         window = None
         if args.since or args.start or args.end:
             window = resolve_window(con, since=args.since, start=args.start, end=args.end)
-        report = build_report(con, window=window, pids=args.pid or None)
+        report = diagnose(con, window=window, pids=args.pid or None)
     finally:
         con.close()
     from ingero_mcp.store.segments import describe, skipped_segments

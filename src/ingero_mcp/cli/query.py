@@ -44,7 +44,7 @@ def run_query(con: duckdb.DuckDBPyConnection, sql: str, limit: int) -> tuple[lis
     """Run `sql` read-only; at most `limit` rows. Errors become one-line AnalysisErrors naming the tables."""
     import duckdb
 
-    from ingero_mcp.analysis._sql import AnalysisError
+    from ingero_mcp.analysis import AnalysisError
     from ingero_mcp.store.schema import TABLES
 
     if limit < 1:

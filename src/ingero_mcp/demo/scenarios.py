@@ -587,7 +587,7 @@ def generate(name: str, db: Path, *, seed: int = 0, scale: float = 1.0) -> int:
     build, base_s = _BUILDERS[name]
     start = T0_NS
     end = start + int(base_s * scale * SEC)
-    from ingero_mcp.analysis.derive import store_derived
+    from ingero_mcp.analysis import store_derived
 
     # the session is complete when the writer closes: its accounting is stored with it
     with TraceWriter(db, derive=store_derived) as writer:

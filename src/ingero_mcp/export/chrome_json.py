@@ -23,7 +23,7 @@ def write_chrome_json(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, sco
     Times are µs since the trace's start (otherData.trace_start_ns): µs since the epoch (~1.8e15) leave a
     double 0.25 µs of precision, too coarse for sub-µs CUDA calls; from the start they keep ns."""
     counts = {"call_slices": 0, "call_instants": 0, "state_slices": 0, "flows": 0, "counter_points": 0, "process_events": 0, "chains": 0}
-    from ingero_mcp.analysis.window import window_or_trace
+    from ingero_mcp.analysis import window_or_trace
 
     origin = window_or_trace(con, scope.window).start_ns
     out.write('{"displayTimeUnit":"ns","otherData":{"trace_start_ns":"%d","ts":"microseconds since trace_start_ns"},'

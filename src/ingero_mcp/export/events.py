@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from ingero_mcp.analysis._sql import interval_in, pid_in, rows, ts_in, where
-from ingero_mcp.analysis.models import CausalChain, TimeWindow
+from ingero_mcp.analysis import interval_in, pid_in, rows, ts_in, where
+from ingero_mcp.analysis import CausalChain, TimeWindow
 from ingero_mcp.sanitize import clean
 from ingero_mcp.store.errors import StoreError
 

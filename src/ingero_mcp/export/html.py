@@ -18,8 +18,8 @@ from pathlib import Path
 
 import duckdb
 
-from ingero_mcp.analysis.cost import cost_lines
-from ingero_mcp.analysis.models import CausalChain, ProcessBreakdown, Report, ThreadAccount, TimeWindow
+from ingero_mcp.analysis import cost_lines
+from ingero_mcp.analysis import CausalChain, ProcessBreakdown, Report, ThreadAccount, TimeWindow
 from ingero_mcp.export.output import check_output, write_whole
 from ingero_mcp.render.summary import cost_line
 from ingero_mcp.sanitize import clean
@@ -332,13 +332,13 @@ windows (<span class=shade style="background:{SHADE['HIGH']}">HIGH</span>
 
 def build_html(con: duckdb.DuckDBPyConnection, report: Report, db_name: str) -> str:
     """The report page of an analysed store (report from build_report on the same connection)."""
-    from ingero_mcp.analysis.accounting import origin_ns
+    from ingero_mcp.analysis import origin_ns
 
     t0 = origin_ns(con) or report.window.start_ns
     acc = report.accounting
     feeders = [t for t in (acc.threads if acc else []) if t.role == "feeder"]
     if acc and feeders:  # the thread the verdict names first (one per process, busiest first), then the others
-        from ingero_mcp.analysis.causes import pace_threads
+        from ingero_mcp.analysis import pace_threads
 
         paced = pace_threads(acc)
         feeders = paced + [t for t in feeders if t not in paced]
@@ -354,8 +354,8 @@ def write_report(db: str | os.PathLike[str], out: str | os.PathLike[str], pids: 
                  since: str | None = None, start: str | None = None, end: str | None = None,
                  window: TimeWindow | None = None) -> int:
     """Write the HTML report of `db` (window/pids as in explain); returns its size in bytes."""
-    from ingero_mcp.analysis.report import build_report
-    from ingero_mcp.analysis.window import resolve_window
+    from ingero_mcp.analysis import diagnose
+    from ingero_mcp.analysis import resolve_window
     from ingero_mcp.store import open_store
 
     check_output(out, reads=[db])
@@ -363,7 +363,7 @@ def write_report(db: str | os.PathLike[str], out: str | os.PathLike[str], pids: 
     try:
         if window is None and (since or start or end):
             window = resolve_window(con, since=since, start=start, end=end)
-        report = build_report(con, window=window, pids=pids)
+        report = diagnose(con, window=window, pids=pids)
         page = build_html(con, report, Path(db).name)
     finally:
         con.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.analysis import TimeWindow
 from ingero_mcp.export import events as ev
 from ingero_mcp.export.output import check_output, write_whole
 
@@ -13,8 +13,8 @@ def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt
                     window: TimeWindow | None = None, pids: list[int] | None = None,
                     since: str | None = None, start: str | None = None, end: str | None = None) -> dict[str, int]:
     """Write the timeline of `db` (window/pids as in explain) to `out`; returns the counts written."""
-    from ingero_mcp.analysis.report import build_report
-    from ingero_mcp.analysis.window import resolve_window
+    from ingero_mcp.analysis import diagnose
+    from ingero_mcp.analysis import resolve_window
     from ingero_mcp.store import open_store
 
     check_output(out, reads=[db])
@@ -22,7 +22,7 @@ def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt
     try:
         if window is None and (since or start or end):
             window = resolve_window(con, since=since, start=start, end=end)
-        chains = build_report(con, window=window, pids=pids).chains
+        chains = diagnose(con, window=window, pids=pids).chains
         scope = ev.Scope(window=window, pids=pids)
         timeline = ev.gather(con, scope, chains)
         if fmt == "json":

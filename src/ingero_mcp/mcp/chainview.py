@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ingero_mcp.analysis.models import SEVERITY_RANK
+from ingero_mcp.analysis import SEVERITY_RANK
 from ingero_mcp.sanitize import clean, clean_data
 
 # Per level of detail: (timeline entries, evidence items, recommendations, explanation chars,

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from ingero_mcp.analysis.cost import cost_lines
-from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.analysis import cost_lines
+from ingero_mcp.analysis import TimeWindow
 from ingero_mcp.mcp.chainview import chains_text, fmt_ns, fmt_rel
 from ingero_mcp.mcp.results import (
     AccountingResult,

@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, Field
 
-from ingero_mcp.analysis.models import (
+from ingero_mcp.analysis import (
     HostTotal,
     OpStats,
     ProcessBreakdown,

@@ -16,9 +16,9 @@ from rich.console import Console, Group
 from rich.panel import Panel
 from rich.text import Text
 
-from ingero_mcp.analysis.cost import cost_lines
-from ingero_mcp.analysis.imported_accounting import short_why
-from ingero_mcp.analysis.models import CausalChain, ImportedAccounting, OpStats, ProcessBreakdown, Report
+from ingero_mcp.analysis import cost_lines
+from ingero_mcp.analysis import short_why
+from ingero_mcp.analysis import CausalChain, ImportedAccounting, OpStats, ProcessBreakdown, Report
 from ingero_mcp.render import fmt
 from ingero_mcp.render.table import Column, layout
 from ingero_mcp.render.traced import traced_names

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from rich.text import Text
 
 from ingero_mcp.analysis import recommend
-from ingero_mcp.analysis.models import Accounting, CausalChain, Culprit, OpStats, Phase, Report, ThreadAccount
+from ingero_mcp.analysis import Accounting, CausalChain, Culprit, OpStats, Phase, Report, ThreadAccount
 from ingero_mcp.render import fmt
 from ingero_mcp.render.table import Column, layout
 from ingero_mcp.render.traced import traced_names
@@ -183,7 +183,7 @@ def what_happened(page: Page, report: Report, findings: list[CausalChain]) -> No
         page.para(fmt.clean(v, 2000), "  ")
     acc = report.accounting
     if acc is not None and acc.complete and acc.threads:
-        from ingero_mcp.analysis.causes import pace_threads
+        from ingero_mcp.analysis import pace_threads
 
         t0 = origin_ns(report)
         seen: set[int] = set()

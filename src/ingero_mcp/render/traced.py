@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ingero_mcp.analysis.models import Report
+from ingero_mcp.analysis import Report
 from ingero_mcp.render import fmt
 
 # Fields that hold text written on the traced host (or in an imported file), wherever they sit in the report.

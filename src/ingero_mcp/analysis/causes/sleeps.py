@@ -10,7 +10,7 @@ from dataclasses import replace
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, sql_round
 from ingero_mcp.analysis.accounting import wakers_sql
-from ingero_mcp.analysis.causes.context import Ctx, Finding, _seconds_sql
+from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.store.views import SECONDS_TABLE
