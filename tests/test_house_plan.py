@@ -138,6 +138,8 @@ def test_every_name_taken_from_the_facade_is_there() -> None:
 
     wrong = []
     for path in sorted(PACKAGE.rglob("*.py")):
+        if _room(path) == "analysis":
+            continue  # the analysis imports its own modules by name
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module == "ingero_mcp.analysis":
                 for alias in node.names:
