@@ -94,11 +94,12 @@ def uncovered_firsts_sql(pids: list[int] | None = None) -> str:
 
 
 def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting,
-                      pids: list[int] | None, minor: list[str] | None = None) -> list[CausalChain]:
+                      pids: list[int] | None, minor: list[str] | None = None,
+                      names: dict[int, str] | None = None) -> list[CausalChain]:
     """First launches of distinct kernels that were slow (lazy module loading): a fact of the rows, not a guess."""
     if not rows(con, "SELECT 1 FROM cuda_calls WHERE kernel_handle IS NOT NULL LIMIT 1"):
         return []
-    names = thread_names(con)
+    names = thread_names(con) if names is None else names
     walls = {}
     for t in acc.threads:
         walls.setdefault(t.pid, t.busy_ns)  # the feeding time, idle waits for input left out
@@ -178,11 +179,12 @@ def churn_ops_sql(pid: int, tid: int, w: TimeWindow) -> str:
         GROUP BY op ORDER BY ns DESC, op""".split())
 
 
-def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting) -> list[CausalChain]:
+def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting,
+                 names: dict[int, str] | None = None) -> list[CausalChain]:
     """Allocator churn: stretches of 2 s or more in which the job's pace thread allocated and freed memory at least
     CHURN_MIN_PER_S times a second, spending at least CHURN_MIN_SHARE of its time in those calls."""
     t0 = origin_ns(con) or window.start_ns
-    names = thread_names(con)
+    names = thread_names(con) if names is None else names
     out = []
     for rank, t in enumerate(pace_threads(acc)[:2]):
         sql = churn_sql(t.pid, t.tid, window, t0)
@@ -250,10 +252,10 @@ def driver_lock_sql(pid: int, tid: int, window: TimeWindow) -> str:
 
 
 def driver_lock_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accounting,
-                       minor: list[str] | None) -> list[CausalChain]:
+                       minor: list[str] | None, names: dict[int, str] | None = None) -> list[CausalChain]:
     """Slow calls of the pace thread that waited while another thread of the process allocated memory through the
     driver (pinned host memory above all): named with the other thread and its call."""
-    names = thread_names(con)
+    names = thread_names(con) if names is None else names
     out = []
     for t in pace_threads(acc)[:2]:
         sql = driver_lock_sql(t.pid, t.tid, window)
@@ -313,7 +315,8 @@ def causal_chains(
     acc = accounting(con, window, pids) if acc is None else acc
     own: list[CausalChain] = []
     if acc.complete:
-        found, small = accounting_chains(con, acc, whole, thread_names(con))
+        names = thread_names(con)  # once: every kind of chain names threads
+        found, small = accounting_chains(con, acc, whole, names)
         if acc.entry_only_launches:  # the launches' time is in run_outside: the chains' label says so
             found = [_say_entry_only(c) for c in found]
             small = [m.replace(_RUN_OUTSIDE, _RUN_OUTSIDE_EO) for m in small]
@@ -321,8 +324,8 @@ def causal_chains(
         if minor is not None:
             minor += small
         if table_complete(con, "cuda_calls"):
-            extra = (cold_start_chains(con, whole, acc, pids, minor) + churn_chains(con, whole, acc)
-                     + driver_lock_chains(con, whole, acc, minor))
+            extra = (cold_start_chains(con, whole, acc, pids, minor, names) + churn_chains(con, whole, acc, names)
+                     + driver_lock_chains(con, whole, acc, minor, names))
             # the accounting's chains come ranked (the job first); these join by severity, then seconds
             for chain in sorted(extra, key=lambda c: -(c.seconds_lost or 0)):
                 at = next((i for i, c in enumerate(own) if SEVERITY_RANK[c.severity] > SEVERITY_RANK[chain.severity]
