@@ -1,4 +1,4 @@
-"""Golden rows for the accounting's SQL views (analysis/sql/*.sql): a tiny trace, a query, the expected rows.
+"""Golden rows for the accounting's SQL views (store/sql/*.sql): a tiny trace, a query, the expected rows.
 
 Modelled on Perfetto's stdlib diff tests: each store below holds a handful of hand-written rows whose
 meaning is spelled out beside them, and the test states every row the view must give for them.

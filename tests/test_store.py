@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ingero_mcp.store.views import VIEWS
+from ingero_mcp.store.views import DEFINITIONS
 from ingero_mcp.store import StoreError, TraceWriter, fold_segments, open_store, segment_dir
 
 CALL = {"ts_ns": [1, 2], "duration_ns": [5, 6], "pid": [7, 7], "tid": [7, 8], "api": ["runtime"] * 2, "op": ["cudaMalloc"] * 2}
@@ -217,6 +217,6 @@ def test_writable_v1_store_migrates(tmp_path: Path) -> None:
     assert con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall() == [(1,), (2,), (3,), (4,), (5,)]
     # no current-shape views over it (the store's own views, laid on every reader, aside)
     assert con.execute("SELECT count(*) FROM information_schema.tables WHERE table_catalog = 'temp' "
-                       "AND table_name NOT IN ?", [list(VIEWS)]).fetchall() == [(0,)]
+                       "AND table_name NOT IN ?", [list(DEFINITIONS)]).fetchall() == [(0,)]
     assert _v1_split(con) == seen  # the same split as the read-only views give
     assert con.execute("SELECT count(*) FROM threads").fetchall() == [(1,)]

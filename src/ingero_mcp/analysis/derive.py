@@ -17,6 +17,7 @@ from ingero_mcp.store.views import (
     CACHE,
     CACHE_LOCK,
     CACHE_META,
+    DEFINITIONS,
     DERIVED,
     DERIVED_META,
     SECONDS_TABLE,
@@ -92,66 +93,79 @@ def _make_cache(con: duckdb.DuckDBPyConnection) -> None:
             return
         made_from = fingerprint(con)
         con.execute(f"DROP TABLE IF EXISTS {CACHE}.{CACHE_META}").fetchall()
-        for name in VIEWS:  # the plain views again: the rows are made from the store's tables
+        for name in VIEWS:
             con.execute(f"DROP VIEW IF EXISTS temp.{TABLES[name]}").fetchall()
             con.execute(f"DROP TABLE IF EXISTS {cached[name]}").fetchall()
+        for name in DEFINITIONS:  # the plain definitions again: the rows are made from the store's tables
             con.execute(view_sql(name)).fetchall()
         in_call = None
-        for name in VIEWS:  # in dependency order: thread_seconds is made from the tables before it
-            table = TABLES[name]
-            made = False
+        for name in VIEWS:  # in dependency order: each is made from the tables made before it
             if name == "call_spans":
-                in_call = _materialize_spans(con, cached[name])
-                made = in_call is not None
+                in_call = _make_spans(con, cached[name])
             elif name == "thread_seconds" and in_call is not None:
-                made = _materialize_seconds(con, cached[name], in_call)
+                _make_seconds(con, cached[name], in_call)
             elif name == "thread_sleeps" and in_call is not None:
-                made = _materialize_sleeps(con, cached[name], in_call)
-            if not made:
+                _make_sleeps(con, cached[name], in_call)
+            else:
                 con.execute(f"CREATE TABLE {cached[name]} AS SELECT * FROM {name}").fetchall()
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM {cached[name]}").fetchall()
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {table}").fetchall()
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {cached[name]}").fetchall()
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {TABLES[name]}").fetchall()
         con.execute(f"CREATE TABLE {CACHE}.{CACHE_META} AS SELECT ? AS fingerprint", [made_from]).fetchall()
 
 
-# thread_seconds.sql's in-call lookups (an ASOF join of every boundary against call_spans, then joins back), and
-# what the materialisation puts in their place: the same values from spans.InCall, a UDF over the spans in memory.
-_ASOF_FROM, _ASOF_TO = "bounds AS (", "off AS ("
+# The in-call lookup the views do with ASOF joins (thread_second_in_call, thread_sleeps), done instead by
+# spans.InCall, a function over the spans in memory: the in-call time of a thread up to a moment.
 _UDF = "_ingero_in_call"
-_BY_UDF = f"""secs_inb AS (
-    SELECT s.*, coalesce({_UDF}(s.pid, s.tid, s.b), 0)::HUGEINT - coalesce({_UDF}(s.pid, s.tid, s.a), 0)::HUGEINT AS in_call_ns
-    FROM secs s
-),
-pieces_inb AS (
-    SELECT p.*, coalesce({_UDF}(p.pid, p.tid, p.b), 0)::HUGEINT - coalesce({_UDF}(p.pid, p.tid, p.a), 0)::HUGEINT AS inside_ns
-    FROM pieces p
-),
-"""
 
 
-def _materialize_seconds(con: duckdb.DuckDBPyConnection, table: str, in_call: object) -> bool:
-    """thread_seconds' rows with the in-call lookups done by `in_call` (spans.InCall); False: not made."""
-    sql = view_sql("thread_seconds")
-    if _ASOF_FROM not in sql or _ASOF_TO not in sql:
-        return False
-    body = sql[sql.index("WITH origin AS"):]
-    body = body[:body.index(_ASOF_FROM)] + _BY_UDF + body[body.index(_ASOF_TO):]
+def _in_call_between(a: str, b: str) -> str:
+    return f"coalesce({_UDF}(pid, tid, {b}), 0)::HUGEINT - coalesce({_UDF}(pid, tid, {a}), 0)::HUGEINT"
+
+
+def _make_spans(con: duckdb.DuckDBPyConnection, table: str) -> object | None:
+    """call_spans' rows, from call_span_rows made by analysis/spans.py in one linear pass (the view's window
+    functions sort every call once per window), typed as the view types them. Returns the in-call lookup over them
+    (spans.InCall), or None: made by the view's SQL."""
+    from ingero_mcp.analysis.spans import span_rows
+
+    made = span_rows(con)
+    if made is None:
+        con.execute(f"CREATE TABLE {table} AS SELECT * FROM call_spans").fetchall()
+        return None
+    got, in_call = made
+    types = con.execute("DESCRIBE SELECT * FROM call_span_rows").fetchall()
+    name = "_ingero_call_span_rows"
+    con.register(name, got)
+    try:
+        cols = ", ".join(f"CAST({column} AS {kind}) AS {column}" for column, kind, *_ in types)
+        con.execute(f"CREATE OR REPLACE TEMP VIEW call_span_rows AS SELECT {cols} FROM {name}").fetchall()
+        con.execute(f"CREATE TABLE {table} AS SELECT * FROM call_spans").fetchall()
+    finally:
+        con.execute(view_sql("call_span_rows")).fetchall()
+        con.unregister(name)
+    return in_call
+
+
+def _make_seconds(con: duckdb.DuckDBPyConnection, table: str, in_call: object) -> None:
+    """thread_seconds' rows, with thread_second_in_call's lookups done by `in_call` (spans.InCall)."""
+    types = dict((c, k) for c, k, *_ in con.execute("DESCRIBE SELECT * FROM thread_second_in_call").fetchall())
     con.create_function(_UDF, in_call, [duckdb.sqltypes.BIGINT] * 3,
                         duckdb.sqltypes.BIGINT, type="arrow", side_effects=False)
     try:
-        con.execute(f"CREATE TABLE {table} AS {body.rstrip().rstrip(';')}").fetchall()
+        con.execute("CREATE OR REPLACE TEMP VIEW thread_second_in_call AS SELECT *, "
+                    f"CAST({_in_call_between('a', 'b')} AS {types['inside_ns']}) AS inside_ns "
+                    "FROM thread_second_spans").fetchall()
+        con.execute(f"CREATE TABLE {table} AS SELECT * FROM thread_seconds").fetchall()
     finally:
+        con.execute(view_sql("thread_second_in_call")).fetchall()
         con.remove_function(_UDF)
-    return True
 
 
-def _materialize_sleeps(con: duckdb.DuckDBPyConnection, table: str, in_call: object) -> bool:
-    """thread_sleeps' rows with its in-call lookups done by `in_call` (spans.InCall) instead of its ASOF join, cast
-    to the view's types."""
+def _make_sleeps(con: duckdb.DuckDBPyConnection, table: str, in_call: object) -> None:
+    """thread_sleeps' rows with its in-call lookups done by `in_call` (spans.InCall), cast to the view's types."""
     cols = []
     for column, kind, *_ in con.execute("DESCRIBE SELECT * FROM thread_sleeps").fetchall():
-        expr = (f"coalesce({_UDF}(pid, tid, end_ns), 0)::HUGEINT - coalesce({_UDF}(pid, tid, start_ns), 0)::HUGEINT"
-                if column == "inside_ns" else column)
+        expr = _in_call_between("start_ns", "end_ns") if column == "inside_ns" else column
         cols.append(f"CAST({expr} AS {kind}) AS {column}")
     con.create_function(_UDF, in_call, [duckdb.sqltypes.BIGINT] * 3,
                         duckdb.sqltypes.BIGINT, type="arrow", side_effects=False)
@@ -160,32 +174,6 @@ def _materialize_sleeps(con: duckdb.DuckDBPyConnection, table: str, in_call: obj
                     "WHERE state = 'sleeping'").fetchall()
     finally:
         con.remove_function(_UDF)
-    return True
-
-
-def _materialize_spans(con: duckdb.DuckDBPyConnection, table: str) -> object | None:
-    """call_spans' rows made by analysis/spans.py (one linear pass; the view's window functions sort every call once
-    per window), typed as the view types them, with the view's own call_class expression. Returns the in-call
-    lookup over them (spans.InCall), or None: not made."""
-    from ingero_mcp.analysis.spans import span_rows
-
-    made = span_rows(con)
-    if made is None:
-        return None
-    got, in_call = made
-    sql = view_sql("call_spans")
-    case = sql[sql.rindex("CASE WHEN contains(op, 'ynchronize')"):sql.rindex("AS call_class")]
-    cols = []
-    for column, kind, *_ in con.execute("DESCRIBE SELECT * FROM call_spans").fetchall():
-        expr = case if column == "call_class" else column
-        cols.append(f"CAST({expr} AS {kind}) AS {column}")
-    name = "_ingero_call_span_rows"
-    con.register(name, got)
-    try:
-        con.execute(f"CREATE TABLE {table} AS SELECT {', '.join(cols)} FROM {name}").fetchall()
-    finally:
-        con.unregister(name)
-    return in_call
 
 
 def materialize_seconds(con: duckdb.DuckDBPyConnection) -> str:

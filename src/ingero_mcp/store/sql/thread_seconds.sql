@@ -1,5 +1,6 @@
 -- thread_seconds: where each second of each traced thread went (feeder_time_per_second).
--- Needs: thread_state, call_spans, sessions (the trace's first second starts at the earliest session start).
+-- Needs: thread_second_in_call (the seconds and state pieces of each thread, with their in-call time), cuda_calls,
+-- sessions, probe_gaps.
 -- One row per (pid, tid, second k since the trace start), over the part of the second in which the
 -- thread was seen (its first event to its last). The parts sum to wall_ns exactly:
 --   wall_ns = run_outside_ns + run_inside_ns + sleep_inside_ns + sleep_outside_ns
@@ -20,44 +21,11 @@ CREATE OR REPLACE TEMP VIEW thread_seconds AS
 WITH origin AS (
     SELECT min(started_ns) AS t0 FROM sessions
 ),
-life AS (
-    SELECT pid, tid, min(lo) AS first_ns, max(hi) AS last_ns FROM (
-        SELECT pid, tid, min(ts_ns) AS lo, max(ts_ns + greatest(duration_ns, 0)) AS hi FROM cuda_calls GROUP BY ALL
-        UNION ALL
-        SELECT pid, tid, min(start_ns), max(end_ns) FROM thread_state GROUP BY ALL
-    ) GROUP BY ALL
-),
-secs AS (
-    SELECT pid, tid, k, greatest(first_ns, t0 + k * 1000000000) AS a, least(last_ns, t0 + (k + 1) * 1000000000) AS b
-    FROM (SELECT l.*, o.t0, unnest(range((l.first_ns - o.t0) // 1000000000, (l.last_ns - o.t0) // 1000000000 + 1)) AS k
-          FROM life l, origin o)
-),
-pieces AS (
-    SELECT pid, tid, state, sleep_state, k,
-           greatest(start_ns, t0 + k * 1000000000) AS a, least(end_ns, t0 + (k + 1) * 1000000000) AS b
-    FROM (SELECT st.*, o.t0,
-                 unnest(range((st.start_ns - o.t0) // 1000000000, (st.end_ns - 1 - o.t0) // 1000000000 + 1)) AS k
-          FROM thread_state st, origin o WHERE st.end_ns > st.start_ns)
-),
--- The in-call time up to each boundary of a second or a state piece: one ASOF join of the distinct boundaries
--- against call_spans (each join sorts the spans; four joins sorted them four times).
-bounds AS (
-    SELECT pid, tid, a AS t FROM secs UNION SELECT pid, tid, b FROM secs
-    UNION SELECT pid, tid, a FROM pieces UNION SELECT pid, tid, b FROM pieces
-),
-in_call AS (
-    SELECT x.pid, x.tid, x.t, coalesce(c.before_ns + least(x.t, c.end_ns) - c.start_ns, 0) AS in_ns
-    FROM bounds x ASOF LEFT JOIN call_spans c ON x.pid = c.pid AND x.tid = c.tid AND c.start_ns <= x.t
-),
 secs_inb AS (
-    SELECT s.*, ib.in_ns - ia.in_ns AS in_call_ns
-    FROM secs s JOIN in_call ia ON s.pid = ia.pid AND s.tid = ia.tid AND s.a = ia.t
-                JOIN in_call ib ON s.pid = ib.pid AND s.tid = ib.tid AND s.b = ib.t
+    SELECT pid, tid, k, a, b, inside_ns AS in_call_ns FROM thread_second_in_call WHERE state IS NULL
 ),
 pieces_inb AS (
-    SELECT p.*, ib.in_ns - ia.in_ns AS inside_ns
-    FROM pieces p JOIN in_call ia ON p.pid = ia.pid AND p.tid = ia.tid AND p.a = ia.t
-                  JOIN in_call ib ON p.pid = ib.pid AND p.tid = ib.tid AND p.b = ib.t
+    SELECT pid, tid, state, sleep_state, k, a, b, inside_ns FROM thread_second_in_call WHERE state IS NOT NULL
 ),
 off AS (
     SELECT pid, tid, k,
@@ -84,7 +52,7 @@ launch_gaps AS (
 ),
 gap_cover AS (
     SELECT s.pid, s.tid, s.k, sum(least(g.end_ns, s.b) - greatest(g.start_ns, s.a)) AS gap_ns
-    FROM secs s JOIN launch_gaps g ON g.pid = s.pid AND g.start_ns < s.b AND g.end_ns > s.a
+    FROM secs_inb s JOIN launch_gaps g ON g.pid = s.pid AND g.start_ns < s.b AND g.end_ns > s.a
     GROUP BY ALL
 )
 SELECT s.pid, s.tid, s.k, s.a AS start_ns, s.b - s.a AS wall_ns,
