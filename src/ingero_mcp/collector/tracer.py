@@ -52,8 +52,6 @@ from ingero_mcp.collector.discovery import (
     alive,
     auto_layer,
     descendants,
-    read_cmdline,
-    read_stat,
     resolve_library,
     runtime_version,
     scan_cuda_libraries,
@@ -61,10 +59,10 @@ from ingero_mcp.collector.discovery import (
 from ingero_mcp.collector.governor import Governor
 from ingero_mcp.collector.kstacks import KernelStacks, bcc_symbolizer
 from ingero_mcp.collector.ops import AUTO_RUNTIME_OPS, OP_NAMES, OPS, Op, entry_functions_c, ops_for
-from ingero_mcp.collector.pinned import PinnedRanges
 from ingero_mcp.collector.preflight import tracefs_dir
 from ingero_mcp.collector.ringbuf import RingReader
 from ingero_mcp.collector.sampler import Nvml, SystemSampler, host_info
+from ingero_mcp.collector.targets import Targets
 
 CUDA_RB_PAGES = 16384  # 64 MiB: ~760k call records, >2 s of headroom at 300k calls/s
 SCHED_RB_PAGES = 4096  # 16 MiB
@@ -176,9 +174,8 @@ class Tracer:
         self.argv = argv or []
         self.trace_all = not opts.pids
         self._stop_reason: str | None = None
+        self.targets = Targets(self.trace_all)
         self.libs: dict[tuple[int, int], AttachedLibrary] = {}
-        self.procs: dict[int, dict[str, Any]] = {}
-        self.live_targets: set[int] = set()
         self.cuda_only_pids: set[int] = set()  # libcuda mapped without libcudart: static runtime?
         self.layers: dict[int, tuple[str, str]] = {}  # pid -> (layer probed for it, why), as of the last scan
         self.mixed_runtimes: dict[tuple[int, int], str] = {}  # libcudart -> note on processes not on its layer
@@ -186,10 +183,6 @@ class Tracer:
         self.stored: dict[str, int] = {"cuda_calls": 0, "sched_intervals": 0, "process_events": 0,
                                        "host_aggregates": 0, "snapshots": 0}
         self.aggregated = {1: 0, 2: 0}
-        self.threads: dict[int, dict[str, Any]] = {}  # tid -> threads row (threads of traced processes)
-        self._threads_dirty = False
-        self.pinned = PinnedRanges()
-        self.pin_complete: dict[int, bool] = {}  # pid -> every pinned range it made can have been seen
         self.op_hist = np.zeros((len(OPS), HIST_BINS), np.int64)
         self.op_count = np.zeros(len(OPS), np.int64)
         self.op_max = np.zeros(len(OPS), np.int64)
@@ -201,7 +194,6 @@ class Tracer:
         self.cpu_at_start_s = 0.0  # the collector's CPU seconds when recording began (start-up's share)
         self.detach_s = 0.0  # how long the stop's detach took
         self.snapshot: dict[str, Any] = {}
-        self._procs_dirty = True
         self._drain_lock = threading.Lock()
         self._drain_stop = threading.Event()
         self._filled = FillSinceRead()  # what the rings received between two of the reader's reads
@@ -232,6 +224,16 @@ class Tracer:
         self.governor: Governor | None = None
         self._governor_thread: threading.Thread | None = None
         self._governor_stop = threading.Event()
+
+    @property
+    def procs(self) -> dict[int, dict[str, Any]]:
+        """The processes rows (Targets)."""
+        return self.targets.procs
+
+    @property
+    def traced_map(self) -> Any:
+        """The kernel's set of traced pids (Targets)."""
+        return self.targets.traced_map
 
     # ---- start ----------------------------------------------------------------------------
 
@@ -288,7 +290,7 @@ class Tracer:
         self.bpf["config"][self.bpf["config"].Key(0)] = self.bpf["config"].Leaf(1 if self.trace_all else 0)
         # every tracepoint is attached now: interrupt entries may count (their exits are there)
         self.bpf["config"][self.bpf["config"].Key(1)] = self.bpf["config"].Leaf(1)
-        self.traced_map = self.bpf["traced"]
+        self.targets.traced_map = self.bpf["traced"]
         self.kstacks = KernelStacks(self.bpf["kstacks"], bcc_symbolizer())
         self.agg = self.bpf["agg"]
         self.counters = self.bpf["counters"]
@@ -297,64 +299,6 @@ class Tracer:
             "sched": RingReader(self.bpf["sched_events"].map_fd, SCHED_RB_PAGES * 4096, R.SCHED_DTYPE),
             "proc": RingReader(self.bpf["proc_events"].map_fd, PROC_RB_PAGES * 4096, R.PROC_DTYPE),
         }
-
-    def _trace_pid(self, pid: int, *, target: bool) -> None:
-        """Mark a process traced in the kernel and remember it."""
-        self.traced_map[self.traced_map.Key(pid)] = self.traced_map.Leaf(1)
-        if target:
-            self.live_targets.add(pid)
-        self._note_proc(pid, traced=True)
-
-    def _note_proc(self, pid: int, **fields: Any) -> dict[str, Any]:
-        rec = self.procs.get(pid)
-        if rec is None:
-            rec = {"pid": pid, "ppid": None, "comm": None, "cmdline": None, "first_seen_ns": time.time_ns(),
-                   "last_seen_ns": None, "exit_ns": None, "exit_code": None, "traced": False}
-            st = read_stat(pid)
-            if st is not None:
-                rec["comm"], rec["ppid"] = st
-            self.procs[pid] = rec
-        for key, value in fields.items():
-            if value is not None:
-                rec[key] = value
-        if rec["traced"] and rec["cmdline"] is None and rec["exit_ns"] is None:
-            rec["cmdline"] = read_cmdline(pid)
-        if rec["traced"] and pid not in self.pin_complete:
-            self.pin_complete[pid] = _no_gpu_context(pid)
-            self._seed_threads(pid)
-        self._procs_dirty = True
-        return rec
-
-    def _seed_threads(self, pid: int) -> None:
-        """The threads a traced process has now, with their names (/proc/<pid>/task/*/comm)."""
-        now = time.time_ns()
-        try:
-            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        except (OSError, ValueError):
-            return
-        for tid in tids:
-            try:
-                comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n")
-            except OSError:
-                continue
-            self._note_thread(pid, tid, now, comm=comm)
-
-    def _note_thread(self, pid: int, tid: int, ts: int, *, comm: str | None = None, exit_ns: int | None = None,
-                     until: int | None = None) -> None:
-        rec = self.threads.get(tid)
-        if rec is None or rec["pid"] != pid:
-            rec = {"pid": pid, "tid": tid, "comm": None, "first_seen_ns": ts, "last_seen_ns": ts, "exit_ns": None}
-            self.threads[tid] = rec
-        rec["first_seen_ns"] = min(rec["first_seen_ns"], ts)
-        rec["last_seen_ns"] = max(rec["last_seen_ns"], until or ts)
-        if comm is not None:
-            rec["comm"] = comm
-        if exit_ns is not None:
-            rec["exit_ns"] = exit_ns
-        self._threads_dirty = True
-
-    def _pin_complete(self, pid: int) -> bool:
-        return self.pin_complete.get(pid, False)
 
     def _say(self, message: str) -> None:
         print(f"ingero-mcp trace: {message}", file=self.log, flush=True)
@@ -574,7 +518,7 @@ class Tracer:
         if self.trace_all:
             found = scan_cuda_libraries()
         else:
-            found = scan_cuda_libraries(sorted(self.live_targets))
+            found = scan_cuda_libraries(sorted(self.targets.live_targets))
         per_pid: dict[int, set[str]] = {}
         for lib in found:
             lib.pids.discard(os.getpid())  # never trace the collector itself
@@ -587,7 +531,7 @@ class Tracer:
             # a CUDA process found now may already have children (DataLoader workers): follow them too
             for pid in sorted(descendants(new)) if new else []:
                 if pid not in self.procs or not self.procs[pid]["traced"]:
-                    self._trace_pid(pid, target=False)
+                    self.targets.trace(pid, target=False)
         for pid, apis in per_pid.items():
             if apis == {"driver"}:
                 self.cuda_only_pids.add(pid)
@@ -704,7 +648,7 @@ class Tracer:
             if not alive(pid):
                 raise ProcessLookupError(f"no process {pid} (it exited while the collector started)")
         for pid in sorted(descendants(self.opts.pids)) if self.opts.pids else []:
-            self._trace_pid(pid, target=True)
+            self.targets.trace(pid, target=True)
         for lib in forced_libs:
             self.attach_library(lib, forced=True)
         self._discover()
@@ -773,8 +717,7 @@ class Tracer:
     def _take_sample(self) -> None:
         snap = self.sampler.sample()
         gpu = self.nvml.processes(snap["ts_ns"])
-        traced = [pid for pid, rec in list(self.procs.items()) if rec["traced"] and rec["exit_ns"] is None]
-        cgroups = self.cgroups.sample(snap["ts_ns"], traced)
+        cgroups = self.cgroups.sample(snap["ts_ns"], self.targets.traced_alive())
         with self._drain_lock:
             self._snapshots.append(snap)
             if gpu["pid"]:
@@ -843,7 +786,7 @@ class Tracer:
             rows["sum_bytes"].append(val.sum if key.kind == 2 else None)
             rows["sum_duration_ns"].append(val.sum if key.kind == 1 else None)  # on-CPU time of ended slices
             self.aggregated[key.kind] = self.aggregated.get(key.kind, 0) + val.count
-            if key.kind == 2 and self.procs.get(key.pid, {}).get("traced"):
+            if key.kind == 2 and self.targets.is_traced(key.pid):
                 self.traced_pages += val.count  # the live view's page-allocation estimate (explain: host_aggregates)
         if not done:
             return
@@ -860,8 +803,8 @@ class Tracer:
 
     def _process_cuda(self, ev: np.ndarray) -> None:
         table = R.cuda_table(ev, self.offset_ns)
-        pinned = self.pinned.annotate(ev["pid"], ev["op"], ev["ret"], ev["ts"], ev["kind"], ev["host_ptr"],
-                                      (ev["flags"] & R.F_HOSTPTR) != 0, ev["bytes"], self._pin_complete)
+        pinned = self.targets.pinned.annotate(ev["pid"], ev["op"], ev["ret"], ev["ts"], ev["kind"], ev["host_ptr"],
+                                              (ev["flags"] & R.F_HOSTPTR) != 0, ev["bytes"], self.targets.pins_seen)
         self.writer.append("cuda_calls", table.append_column("host_pinned", pinned))
         self.stored["cuda_calls"] += len(ev)
         self.op_count += np.bincount(ev["op"].astype(np.int64), minlength=len(OPS))
@@ -875,53 +818,14 @@ class Tracer:
         pre = ev["wait_ns"].astype(np.float64)
         for row, weights in enumerate((dur.astype(np.float64), pre + ev["sleep_ns"], pre)):
             self.op_sums[row] += np.bincount(op, weights=weights, minlength=len(OPS))
-        for pid in pids:
-            rec = self.procs.get(pid)
-            if rec is None or not rec["traced"]:
-                self._note_proc(pid, traced=True)
+        self.targets.note_cuda_pids(pids)
 
     def _process_proc(self, ev: np.ndarray) -> None:
         rows = ev[ev["kind"] != R.P_TEXIT]  # thread exits only end threads rows
         if len(rows):
             self.writer.append("process_events", R.proc_table(rows, self.offset_ns))
         self.stored["process_events"] += len(ev)
-        for row in ev.tolist():
-            ts = row[2] + self.offset_ns
-            kind, pid, tid, child, code, flags = row[3], row[4], row[5], row[6], row[7], row[8]
-            comm = row[9].decode("utf-8", "replace").rstrip("\0")
-            traced = bool(flags & 2)
-            if kind == R.P_THREAD:
-                self._note_thread(pid, tid, ts, comm=comm)
-            elif kind == R.P_RENAME:
-                self._note_thread(pid, tid, ts, comm=comm)
-                if tid == pid and pid in self.procs:  # the main thread's name is the process's
-                    self._note_proc(pid, comm=comm, last_seen_ns=ts)
-            elif kind == R.P_TEXIT:
-                self._note_thread(pid, tid, ts, exit_ns=ts)
-            elif kind == 1:  # fork
-                if traced or pid in self.procs:
-                    self._note_proc(child, ppid=pid, comm=comm, first_seen_ns=ts, traced=traced or None)
-                if traced:
-                    self._note_thread(child, child, ts, comm=comm)
-                if traced and (pid in self.live_targets or not self.trace_all):
-                    self.live_targets.add(child)
-            elif kind == 2:  # exec
-                if traced or pid in self.procs:
-                    self._note_proc(pid, comm=comm, traced=traced or None, last_seen_ns=ts)
-                    self.pinned.forget(pid)  # a new program: no pinned memory yet, all of it seen from here
-                    self.pin_complete[pid] = True
-                    if traced:
-                        self._note_thread(pid, pid, ts, comm=comm)
-                    if traced:
-                        self.procs[pid]["cmdline"] = read_cmdline(pid) or self.procs[pid]["cmdline"]
-            elif kind == 3:  # exit
-                if pid in self.procs or traced:
-                    self._note_proc(pid, comm=comm if pid not in self.procs else None, exit_ns=ts, last_seen_ns=ts,
-                                    exit_code=code if flags & 1 else None)
-                if traced:
-                    self._note_thread(pid, tid, ts, exit_ns=ts)
-                self.pinned.forget(pid)
-                self.live_targets.discard(pid)
+        self.targets.on_proc_events(ev, self.offset_ns)
 
     def _store_pending(self) -> None:
         """Decode and append what the drain thread queued: process events first (so that new pids are
@@ -938,7 +842,7 @@ class Tracer:
                 self.writer.append("sched_intervals", R.sched_table(ev, self.offset_ns, self.kstacks.column(ev["kstack"])))
                 self.stored["sched_intervals"] += len(ev)
                 self._store_stacks()
-                self._threads_from_intervals(ev)
+                self.targets.on_intervals(ev, self.offset_ns)
             else:
                 self._process_proc(ev)
 
@@ -948,29 +852,6 @@ class Tracer:
         if rows is not None:
             self.writer.append("stacks", rows)
             self.stored["stacks"] = self.stored.get("stacks", 0) + rows.num_rows
-
-    def _threads_from_intervals(self, ev: np.ndarray) -> None:
-        """Every traced thread that ran is a threads row, seen from its first switch-out to its last switch-in."""
-        tid = ev["tid"].astype(np.int64)
-        order = np.argsort(tid, kind="stable")
-        tids, first = np.unique(tid[order], return_index=True)
-        off = np.minimum.reduceat(ev["off_ts"][order].astype(np.int64), first) + self.offset_ns
-        on = np.maximum.reduceat(ev["on_ts"][order].astype(np.int64), first) + self.offset_ns
-        pids = ev["pid"][order][first]
-        for t, p, lo, hi in zip(tids.tolist(), pids.tolist(), off.tolist(), on.tolist(), strict=True):
-            rec = self.threads.get(t)
-            if rec is not None and rec["pid"] == p:
-                if lo < rec["first_seen_ns"] or hi > rec["last_seen_ns"]:
-                    rec["first_seen_ns"] = min(rec["first_seen_ns"], lo)
-                    rec["last_seen_ns"] = max(rec["last_seen_ns"], hi)
-                    self._threads_dirty = True
-                continue
-            comm = None
-            try:
-                comm = Path(f"/proc/{p}/task/{t}/comm").read_text().rstrip("\n")
-            except OSError:
-                pass
-            self._note_thread(p, t, lo, comm=comm, until=hi)
 
     def _store_costs(self, *, final: bool = False) -> None:
         """probe_costs once known, the governor's gaps and tracing_cost rows as they are made."""
@@ -1002,10 +883,7 @@ class Tracer:
     def _check_targets(self) -> None:
         if self.trace_all:
             return
-        for pid in list(self.live_targets):
-            if not alive(pid):
-                self.live_targets.discard(pid)
-        if not self.live_targets:
+        if not self.targets.prune_exited():
             self.request_stop("every traced process exited")
 
     def run(self) -> int:
@@ -1161,9 +1039,9 @@ class Tracer:
         if calls:
             ev = np.array([(0, 0, *c) for c in calls], dtype=R.CUDA_DTYPE)
             table = R.cuda_table(ev, self.offset_ns)
-            table = table.append_column("host_pinned", self.pinned.annotate(
+            table = table.append_column("host_pinned", self.targets.pinned.annotate(
                 ev["pid"], ev["op"], ev["ret"], ev["ts"], ev["kind"], ev["host_ptr"], (ev["flags"] & R.F_HOSTPTR) != 0,
-                ev["bytes"], self._pin_complete))
+                ev["bytes"], self.targets.pins_seen))
             table = table.set_column(table.schema.get_field_index("return_code"), "return_code",
                                      pa.nulls(len(calls), pa.int32()))
             self.writer.append("cuda_calls", table)
@@ -1315,16 +1193,12 @@ class Tracer:
         })
         self.writer.replace("collector_stats", self._stats_table(c))
         self.writer.replace("table_coverage", self._coverage_table(c))
-        if self._threads_dirty:
-            cols = ("pid", "tid", "comm", "first_seen_ns", "last_seen_ns", "exit_ns")
-            rows = list(self.threads.values())
-            self.writer.replace("threads", pa.table({c: [t[c] for t in rows] for c in cols}, schema=_THREAD_SCHEMA))
-            self._threads_dirty = False
-        if self._procs_dirty:
-            cols = ("pid", "ppid", "comm", "cmdline", "first_seen_ns", "last_seen_ns", "exit_ns", "exit_code", "traced")
-            procs = list(self.procs.values())
-            self.writer.replace("processes", pa.table({c: [p[c] for p in procs] for c in cols}, schema=_PROC_SCHEMA))
-            self._procs_dirty = False
+        if self.targets.threads_dirty:
+            self.writer.replace("threads", self.targets.threads_table())
+            self.targets.threads_dirty = False
+        if self.targets.procs_dirty:
+            self.writer.replace("processes", self.targets.procs_table())
+            self.targets.procs_dirty = False
 
     # ---- live view support ----------------------------------------------------------------
 
@@ -1456,32 +1330,6 @@ _CGROUP_SCHEMA = pa.schema([
 _GPU_PROC_SCHEMA = pa.schema([
     ("ts_ns", pa.int64()), ("gpu_id", pa.int32()), ("pid", pa.int32()), ("used_memory_bytes", pa.int64()),
     ("sm_util_percent", pa.float64()),
-])
-_THREAD_SCHEMA = pa.schema([
-    ("pid", pa.int32()), ("tid", pa.int32()), ("comm", pa.string()), ("first_seen_ns", pa.int64()),
-    ("last_seen_ns", pa.int64()), ("exit_ns", pa.int64()),
-])
-
-
-def _no_gpu_context(pid: int) -> bool:
-    """True when the process has no NVIDIA device open yet (/proc/<pid>/fd), so it cannot have made
-    pinned host memory: every pinned range it makes from now on is seen. False when unsure."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith(("/dev/nvidia", "/dev/dxg")):
-            return False
-    return True
-_PROC_SCHEMA = pa.schema([
-    ("pid", pa.int32()), ("ppid", pa.int32()), ("comm", pa.string()), ("cmdline", pa.string()),
-    ("first_seen_ns", pa.int64()), ("last_seen_ns", pa.int64()), ("exit_ns", pa.int64()), ("exit_code", pa.int32()),
-    ("traced", pa.bool_()),
 ])
 
 
