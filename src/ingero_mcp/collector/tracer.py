@@ -34,12 +34,25 @@ from ingero_mcp.collector import uprobelink
 from ingero_mcp.collector.cgroups import CgroupSampler
 from ingero_mcp.collector.calibrate import ProbeCost, defaults
 from ingero_mcp.collector.discovery import CudaLibrary, alive, descendants, resolve_library, runtime_version
+from ingero_mcp.collector.drain import (
+    AGG_ENTRIES,
+    BUCKET_NS,
+    CUDA_RB_PAGES,
+    DRAIN_FILL,
+    MIN_POLL_S,
+    OPEN_INTERVAL_SCHEMA,
+    PROC_RB_PAGES,
+    SCHED_RB_PAGES,
+    Drain,
+    FillSinceRead,
+    drain_wait,
+    unfinished_rows,
+)
 from ingero_mcp.collector.governor import Governor
 from ingero_mcp.collector.kstacks import KernelStacks, bcc_symbolizer
 from ingero_mcp.collector.ops import OP_NAMES, OPS, entry_functions_c
 from ingero_mcp.collector.preflight import tracefs_dir
 from ingero_mcp.collector.probes import ENDBR64, AttachedLibrary, Probes, bpf_prog_info, bpf_run_stats, probe_site
-from ingero_mcp.collector.ringbuf import RingReader
 from ingero_mcp.collector.sampler import Nvml, SystemSampler, host_info
 from ingero_mcp.collector.targets import Targets
 
@@ -49,22 +62,6 @@ __all__ = [
     "clock_offset_ns", "collectors_dir", "drain_wait", "install_signal_handlers", "probe_site",
 ]
 
-CUDA_RB_PAGES = 16384  # 64 MiB: ~760k call records, >2 s of headroom at 300k calls/s
-SCHED_RB_PAGES = 4096  # 16 MiB
-PROC_RB_PAGES = 256  # 1 MiB
-# Keys (pid, tid, cpu, second) for sched_switch, (pid, second) for mm_page_alloc; up to ~3 seconds
-# live before a harvest. A 16-CPU host with 4,000 threads running each second, each on ~2 CPUs:
-# ~24k switch keys a second, ~72k live; drops are counted (collector_stats 'sched_switch' lost).
-AGG_ENTRIES = 131072
-BUCKET_NS = 1_000_000_000
-DRAIN_NICE = -10  # the ring reader's nice value (its thread only)
-# The reader sleeps so that, at the rate it last saw, the fullest ring is at most DRAIN_FILL full when it wakes
-# (never less than MIN_POLL_S, never more than --poll-interval). Few wake-ups, because they may cost the job
-# too: on the H200 the training loop's blocks ran +6.7 % with this reader and +19.5 % with a 20 ms one in the
-# same call (bench/README.md; one call, not conclusive), and a process waking every 20 ms, no eBPF, slowed
-# them by 18 % in one set and not at all in another.
-DRAIN_FILL = 0.25
-MIN_POLL_S = 0.01
 HIST_BINS = 256  # log2 durations, 4 bins per octave (live view only; the store keeps every value)
 
 
@@ -120,10 +117,9 @@ class Tracer:
         self._stop_reason: str | None = None
         self.targets = Targets(self.trace_all)
         self.probes = Probes(opts, self.targets, self._say)
-        self.pending: dict[str, list[np.ndarray]] = {"cuda": [], "sched": [], "proc": []}
+        self.drain = Drain(self.probes.calibration_pids)
         self.stored: dict[str, int] = {"cuda_calls": 0, "sched_intervals": 0, "process_events": 0,
                                        "host_aggregates": 0, "snapshots": 0}
-        self.aggregated = {1: 0, 2: 0}
         self.op_hist = np.zeros((len(OPS), HIST_BINS), np.int64)
         self.op_count = np.zeros(len(OPS), np.int64)
         self.op_max = np.zeros(len(OPS), np.int64)
@@ -131,13 +127,9 @@ class Tracer:
         self.on_flush: Callable[[Tracer], None] | None = None
         self.started_ns = 0
         self.stopped_ns: int | None = None
-        self.last_record_ktime = 0  # the latest end of a CUDA call or off-CPU interval drained (kernel clock)
         self.cpu_at_start_s = 0.0  # the collector's CPU seconds when recording began (start-up's share)
         self.detach_s = 0.0  # how long the stop's detach took
         self.snapshot: dict[str, Any] = {}
-        self._drain_lock = threading.Lock()
-        self._drain_stop = threading.Event()
-        self._filled = FillSinceRead()  # what the rings received between two of the reader's reads
         self._wake = threading.Event()  # request_stop wakes the main loop
         self._drain_thread: threading.Thread | None = None
         self._sample_thread: threading.Thread | None = None
@@ -148,9 +140,7 @@ class Tracer:
         self.sample_errors = 0
         self.last_sample_error: str | None = None
         self._finished = False
-        self.traced_pages = 0  # page allocations of traced processes harvested so far
         self._costs_written = False
-        self.calibration_rows = {"cuda": 0, "sched": 0, "proc": 0}
         self.governor: Governor | None = None
         self._governor_thread: threading.Thread | None = None
         self._governor_stop = threading.Event()
@@ -189,6 +179,11 @@ class Tracer:
     def page_cost(self) -> ProbeCost:
         """What the page-allocation tracepoint adds to one page (Probes)."""
         return self.probes.page_cost
+
+    @property
+    def traced_pages(self) -> int:
+        """Page allocations of traced processes harvested so far (Drain)."""
+        return self.drain.traced_pages
 
     def attach_library(self, lib: CudaLibrary, *, forced: bool = False) -> AttachedLibrary | None:
         """Probe every known symbol of one library file, once per file (Probes.attach_library)."""
@@ -261,13 +256,7 @@ class Tracer:
         self.probes.bpf = self.bpf
         self.targets.traced_map = self.bpf["traced"]
         self.kstacks = KernelStacks(self.bpf["kstacks"], bcc_symbolizer())
-        self.agg = self.bpf["agg"]
-        self.counters = self.bpf["counters"]
-        self.rings = {
-            "cuda": RingReader(self.bpf["cuda_events"].map_fd, CUDA_RB_PAGES * 4096, R.CUDA_DTYPE),
-            "sched": RingReader(self.bpf["sched_events"].map_fd, SCHED_RB_PAGES * 4096, R.SCHED_DTYPE),
-            "proc": RingReader(self.bpf["proc_events"].map_fd, PROC_RB_PAGES * 4096, R.PROC_DTYPE),
-        }
+        self.drain.open(self.bpf)
 
     def _say(self, message: str) -> None:
         print(f"ingero-mcp trace: {message}", file=self.log, flush=True)
@@ -307,8 +296,8 @@ class Tracer:
         share = None if self.opts.max_overhead_pct is None else self.opts.max_overhead_pct / 100
         self.governor = Governor(self.probes.costs, share, self.probes.toggle_launch,
                                  windowed=self.opts.launch_probes == "entry", offset_ns=self.offset_ns, say=self._say,
-                                 refresh=self._drain)
-        self.probes.governor = self.governor
+                                 refresh=self.drain.read)
+        self.probes.governor = self.drain.governor = self.governor
         self.probes.calibrate_sched()
         for pid in self.opts.pids:
             if not alive(pid):
@@ -340,51 +329,11 @@ class Tracer:
             self._stop_reason = reason
         self._wake.set()
 
-    def _drain(self) -> float:
-        """Read every ring; returns the largest share of a ring that this read emptied."""
-        fill = 0.0
-        with self._drain_lock:
-            for name, ring in self.rings.items():
-                batch = ring.read()
-                share = len(batch) * ring.record / ring.size
-                fill = max(fill, share)
-                self._filled.add(name, share)
-                if len(batch) and self.probes.calibration_pids:
-                    mine = np.isin(batch["pid"], list(self.probes.calibration_pids))
-                    self.calibration_rows[name] += int(mine.sum())  # seen by the kernel, not the job's
-                    batch = batch[~mine]
-                if len(batch):
-                    self.pending[name].append(batch)
-                    end = batch["ts"] + batch["dur"] if name == "cuda" else batch["on_ts"] if name == "sched" else None
-                    if end is not None:
-                        self.last_record_ktime = max(self.last_record_ktime, int(end.max()))
-                    if name == "cuda" and self.governor is not None:
-                        self.governor.count(batch["ts"], batch["pid"], (batch["flags"] & R.F_NORET) != 0)
-        return fill
-
-    def _drain_loop(self) -> None:
-        # Its own thread, so that converting and writing a flush (which mostly releases the GIL)
-        # never leaves the rings unread for long. On a host whose CPUs are all busy (the contention
-        # we are there to record) a plain-priority reader waits behind the busy tasks until the ring
-        # fills: this thread alone runs at nice DRAIN_NICE (a larger CFS share, not real-time; its
-        # work per wakeup is bounded by what arrived in one poll interval).
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DRAIN_NICE)
-        except OSError:  # not root, or a container without CAP_SYS_NICE: drain at the default priority
-            pass
-        wait, last = MIN_POLL_S, time.monotonic()
-        while not self._drain_stop.wait(wait):
-            self._drain()
-            with self._drain_lock:
-                fill = self._filled.take()  # the governor's reads meanwhile included: the rings' rate, not this read's
-            now = time.monotonic()
-            wait, last = drain_wait(fill, now - last, self.opts.poll_interval_s), now
-
     def _take_sample(self) -> None:
         snap = self.sampler.sample()
         gpu = self.nvml.processes(snap["ts_ns"])
         cgroups = self.cgroups.sample(snap["ts_ns"], self.targets.traced_alive())
-        with self._drain_lock:
+        with self.drain.lock:
             self._snapshots.append(snap)
             if gpu["pid"]:
                 self._gpu_rows.append(gpu)
@@ -402,7 +351,7 @@ class Tracer:
 
 
     def _store_snapshots(self) -> None:
-        with self._drain_lock:
+        with self.drain.lock:
             snaps, self._snapshots = self._snapshots, []
             gpu, self._gpu_rows = self._gpu_rows, []
             cgroups, self._cgroup_rows = self._cgroup_rows, []
@@ -417,53 +366,11 @@ class Tracer:
             self.writer.append("snapshots", {k: [s[k] for s in snaps] for k in snaps[0]})
             self.stored["snapshots"] += len(snaps)
 
-    def _take_pending(self) -> dict[str, list[np.ndarray]]:
-        with self._drain_lock:
-            taken = self.pending
-            self.pending = {"cuda": [], "sched": [], "proc": []}
-        return taken
-
-    def _counters(self) -> np.ndarray:
-        out = np.zeros(R.N_COUNTERS, np.int64)
-        for i in range(R.N_COUNTERS):
-            out[i] = sum(self.counters[self.counters.Key(i)])
-        return out
-
     def _harvest(self, *, everything: bool = False) -> None:
         """Move finished (pid, second) buckets from the kernel map to host_aggregates."""
-        cutoff = (time.monotonic_ns() // BUCKET_NS) - 1
-        rows: dict[str, list[Any]] = {k: [] for k in ("bucket_start_ns", "pid", "tid", "cpu", "comm", "source", "op", "count",
-                                                      "sum_bytes", "sum_duration_ns")}
-        done = []
-        for key, val in self.agg.items_lookup_batch():
-            if not everything and key.sec >= cutoff:
-                continue
-            done.append(key)
-            source, op = R.AGG_KINDS.get(key.kind, ("?", "?"))
-            rows["bucket_start_ns"].append(key.sec * BUCKET_NS + self.offset_ns)
-            rows["pid"].append(key.pid)
-            per_thread = key.kind == 1  # sched_switch: per (pid, tid, cpu); mm_page_alloc: per pid
-            rows["tid"].append(key.tid if per_thread else None)
-            rows["cpu"].append(key.cpu if per_thread and key.cpu != R.AGG_NO_CPU else None)
-            rows["comm"].append(bytes(val.comm).rstrip(b"\0").decode("utf-8", "replace"))
-            rows["source"].append(source)
-            rows["op"].append(op)
-            rows["count"].append(val.count)
-            rows["sum_bytes"].append(val.sum if key.kind == 2 else None)
-            rows["sum_duration_ns"].append(val.sum if key.kind == 1 else None)  # on-CPU time of ended slices
-            self.aggregated[key.kind] = self.aggregated.get(key.kind, 0) + val.count
-            if key.kind == 2 and self.targets.is_traced(key.pid):
-                self.traced_pages += val.count  # the live view's page-allocation estimate (explain: host_aggregates)
-        if not done:
+        table = self.drain.harvest(self.offset_ns, self.targets.is_traced, everything=everything)
+        if table is None:
             return
-        keys = (self.agg.Key * len(done))(*done)
-        try:
-            self.agg.items_delete_batch(keys)
-        except Exception:  # noqa: BLE001 - kernels without batch ops
-            for key in done:
-                del self.agg[key]
-        table = pa.table({**rows, "bucket_ns": [BUCKET_NS] * len(done), "stored": [0] * len(done)},
-                         schema=_AGG_SCHEMA)
         self.writer.append("host_aggregates", table)
         self.stored["host_aggregates"] += table.num_rows
 
@@ -496,7 +403,7 @@ class Tracer:
     def _store_pending(self) -> None:
         """Decode and append what the drain thread queued: process events first (so that new pids are
         known), then CUDA calls, then scheduler intervals."""
-        taken = self._take_pending()
+        taken = self.drain.take_pending()
         for name in ("proc", "cuda", "sched"):
             parts = taken[name]
             if not parts:
@@ -558,7 +465,8 @@ class Tracer:
         start = time.monotonic()
         next_flush = start + self.opts.flush_interval_s
         next_scan = start + self.opts.rescan_interval_s
-        self._drain_thread = threading.Thread(target=self._drain_loop, name="ring-drain", daemon=True)
+        self._drain_thread = threading.Thread(target=self.drain.loop, args=(self.opts.poll_interval_s,),
+                                              name="ring-drain", daemon=True)
         self._drain_thread.start()
         self._sample_thread = threading.Thread(target=self._sample_loop, name="sampler", daemon=True)
         self._sample_thread.start()
@@ -619,17 +527,16 @@ class Tracer:
         detach_ns, t_detach = time.time_ns(), time.monotonic()
         self._detach()
         self.detach_s = time.monotonic() - t_detach
-        self._drain_stop.set()
+        self.drain.stop.set()
         if self._drain_thread is not None:
             self._drain_thread.join()
-        self._drain()
-        self.stopped_ns = max(detach_ns, self.last_record_ktime + self.offset_ns)
+        self.drain.read()
+        self.stopped_ns = max(detach_ns, self.drain.last_record_ktime + self.offset_ns)
         self._record_unfinished()
         self._flush_final()
         lost = self.lost()
         self.writer.close()
-        for ring in self.rings.values():
-            ring.close()
+        self.drain.close()
         self.bpf.cleanup()
         self._say(f"stopped ({self._stop_reason}): {self.stored['cuda_calls']:,} CUDA calls, "
                   f"{self.stored['sched_intervals']:,} scheduler intervals, "
@@ -641,47 +548,7 @@ class Tracer:
         thread states: a hung cudaStreamSynchronize is exactly what a user wants to see. Such calls get
         duration = entry to stop and a NULL return_code; such intervals a NULL on_ns."""
         now = (self.stopped_ns or time.time_ns()) - self.offset_ns  # the stop, on the kernel's clock
-        calls: list[tuple[int, ...]] = []
-        intervals: dict[str, list[Any]] = {f.name: [] for f in _OPEN_INTERVAL_SCHEMA}
-        states = 0
-        for key, st in self.bpf["tstate"].items():
-            states += 1
-            off_pre = off_blk = 0
-            if st.off_ts:
-                runnable = st.off_state in (R.S_PREEMPTED, R.S_NEW)
-                woke = not runnable and st.waker_ctx and st.wake_ts >= st.off_ts
-                if runnable:
-                    off_pre = now - st.off_ts
-                elif woke:
-                    off_blk, off_pre = st.wake_ts - st.off_ts, now - st.wake_ts
-                else:
-                    off_blk = now - st.off_ts  # not woken by the stop: asleep all along
-                new = st.off_state == R.S_NEW
-                row = {
-                    "pid": st.tgid, "tid": key.value, "off_ns": st.off_ts + self.offset_ns, "off_cpu_ns": now - st.off_ts,
-                    "prev_state": R.STATES[st.off_state] if st.off_state < len(R.STATES) else None,
-                    "preemptor_pid": None if new else st.preemptor_pid,
-                    "preemptor_tid": None if new else st.preemptor_tid,
-                    "preemptor_comm": None if new else bytes(st.preemptor_comm).rstrip(b"\0").decode("utf-8", "replace"),
-                    "cpu": st.cpu,
-                    "wakeup_ns": st.wake_ts + self.offset_ns if (woke or new) else None,
-                    "sleep_ns": off_blk, "cpu_wait_ns": off_pre,
-                    "waker_pid": st.waker_pid if (woke or new) else None,
-                    "waker_tid": st.waker_tid if (woke or new) else None,
-                    "waker_comm": bytes(st.waker_comm).rstrip(b"\0").decode("utf-8", "replace") if (woke or new) else None,
-                    "waker_context": R.WAKER_CONTEXTS[st.waker_ctx] if (woke or new) and st.waker_ctx < 4 else None,
-                    "syscall": R.syscall_names(np.array([st.syscall]))[0].as_py(),
-                    "kstack_id": None if new else self.kstacks.one(st.kstack),
-                }
-                for k, v in row.items():
-                    intervals[k].append(v)
-            for d in range(min(st.depth, len(st.fr))):
-                f = st.fr[d]
-                hptr_ok = f.flags & R.F_HOSTPTR
-                calls.append((f.ts, now - f.ts, f.bytes, f.stream, f.handle, f.hptr if hptr_ok else 0,
-                              st.wait_ns - f.wait0 + off_pre, st.sleep_ns - f.sleep0 + off_blk,
-                              st.pg_bytes - f.pgb0, st.tgid, key.value, st.switches - f.sw0, st.pages - f.pg0, 0,
-                              f.op, f.kind, f.flags & (R.F_BYTES | R.F_STREAM | R.F_HANDLE | R.F_HOSTPTR)))
+        calls, intervals, states = unfinished_rows(self.bpf["tstate"], now, self.offset_ns, self.kstacks)
         self.thread_states_left = states
         self.unfinished = {"calls_in_flight": len(calls), "threads_off_cpu": len(intervals["pid"])}
         if calls:
@@ -695,7 +562,7 @@ class Tracer:
             self.writer.append("cuda_calls", table)
             self.stored["cuda_calls"] += len(calls)
         if intervals["pid"]:
-            self.writer.append("sched_intervals", pa.table(intervals, schema=_OPEN_INTERVAL_SCHEMA))
+            self.writer.append("sched_intervals", pa.table(intervals, schema=OPEN_INTERVAL_SCHEMA))
             self.stored["sched_intervals"] += len(intervals["pid"])
             self._store_stacks()
 
@@ -714,7 +581,7 @@ class Tracer:
 
     def lost(self, c: np.ndarray | None = None) -> dict[str, int]:
         """Records lost per source so far (ring full, map full, call stack too deep)."""
-        c = self._counters() if c is None else c
+        c = self.drain.counters() if c is None else c
         return {
             "cuda_calls": int(c[R.C_CUDA_DROP] + c[R.C_CUDA_DEPTH]),
             "sched_intervals": int(c[R.C_SCHED_DROP]),
@@ -726,15 +593,16 @@ class Tracer:
     def _stats_table(self, c: np.ndarray) -> dict[str, list[Any]]:
         lost = self.lost(c)
         unfinished: dict[str, int] = getattr(self, "unfinished", {})
+        calibration, aggregated = self.drain.calibration_rows, self.drain.aggregated
         rows = [
             ("cuda_calls", int(c[R.C_CUDA_SEEN] + c[R.C_CUDA_DEPTH]) + unfinished.get("calls_in_flight", 0)
-             - self.calibration_rows["cuda"], self.stored["cuda_calls"], lost["cuda_calls"], 0),
-            ("sched_intervals", int(c[R.C_SCHED_SEEN]) + unfinished.get("threads_off_cpu", 0) - self.calibration_rows["sched"],
+             - calibration["cuda"], self.stored["cuda_calls"], lost["cuda_calls"], 0),
+            ("sched_intervals", int(c[R.C_SCHED_SEEN]) + unfinished.get("threads_off_cpu", 0) - calibration["sched"],
              self.stored["sched_intervals"], lost["sched_intervals"], 0),
-            ("process_events", int(c[R.C_PROC_SEEN]) - self.calibration_rows["proc"], self.stored["process_events"],
+            ("process_events", int(c[R.C_PROC_SEEN]) - calibration["proc"], self.stored["process_events"],
              lost["process_events"], 0),
-            ("sched_switch", int(c[R.C_SWITCH_TOTAL]), 0, lost["sched_switch"], self.aggregated.get(1, 0)),
-            ("mm_page_alloc", int(c[R.C_PAGE_TOTAL]), 0, lost["mm_page_alloc"], self.aggregated.get(2, 0)),
+            ("sched_switch", int(c[R.C_SWITCH_TOTAL]), 0, lost["sched_switch"], aggregated.get(1, 0)),
+            ("mm_page_alloc", int(c[R.C_PAGE_TOTAL]), 0, lost["mm_page_alloc"], aggregated.get(2, 0)),
             ("snapshots", self.sampler.samples, self.stored["snapshots"], 0, 0),
         ]
         self.counter_snapshot = c
@@ -780,7 +648,7 @@ class Tracer:
     def _write_latest(self) -> None:
         versions = sorted({v for rec in self.libs.values() if rec.lib.api == "runtime"
                            for v in [runtime_version(rec.lib.path)] if v})
-        c = self._counters()
+        c = self.drain.counters()
         flags = {
             "argv": self.argv, "db": str(self.opts.db), "duration_s": self.opts.duration_s, "pids": self.opts.pids,
             "cuda_libs": self.opts.cuda_libs, "apis": list(self.opts.apis), "layer": self.opts.layer,
@@ -857,48 +725,6 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-class FillSinceRead:
-    """How full each ring got since the ring reader's last read, counting what other threads drained meanwhile (the
-    governor reads the rings before each decision): the reader paces itself on the rings' rate, which its own reads
-    alone would understate."""
-
-    def __init__(self) -> None:
-        self._share: dict[str, float] = {}
-
-    def add(self, ring: str, share: float) -> None:
-        """A read that emptied `share` of `ring` (records x record size / ring size)."""
-        self._share[ring] = self._share.get(ring, 0.0) + share
-
-    def take(self) -> float:
-        """The fullest ring's share since the last take, then start over."""
-        fill = max(self._share.values(), default=0.0)
-        self._share = {}
-        return fill
-
-
-def drain_wait(fill: float, elapsed_s: float, max_s: float) -> float:
-    """How long the ring reader may sleep after a read that emptied `fill` of the fullest ring (a share) filled
-    over `elapsed_s`: until that ring would be DRAIN_FILL full at the same rate, within [MIN_POLL_S, max_s]."""
-    per_s = fill / max(elapsed_s, 1e-3)
-    if per_s <= 0:
-        return max_s
-    return min(max_s, max(MIN_POLL_S, DRAIN_FILL / per_s))
-
-
-_AGG_SCHEMA = pa.schema([
-    ("bucket_start_ns", pa.int64()), ("pid", pa.int32()), ("tid", pa.int32()), ("cpu", pa.int32()),
-    ("comm", pa.string()), ("source", pa.string()),
-    ("op", pa.string()), ("count", pa.int64()), ("sum_bytes", pa.int64()), ("sum_duration_ns", pa.int64()),
-    ("bucket_ns", pa.int64()),
-    ("stored", pa.int64()),
-])
-_OPEN_INTERVAL_SCHEMA = pa.schema([
-    ("pid", pa.int32()), ("tid", pa.int32()), ("off_ns", pa.int64()), ("off_cpu_ns", pa.int64()),
-    ("prev_state", pa.string()), ("preemptor_pid", pa.int32()), ("preemptor_tid", pa.int32()),
-    ("preemptor_comm", pa.string()), ("cpu", pa.int32()), ("wakeup_ns", pa.int64()), ("sleep_ns", pa.int64()),
-    ("cpu_wait_ns", pa.int64()), ("waker_pid", pa.int32()), ("waker_tid", pa.int32()), ("waker_comm", pa.string()),
-    ("waker_context", pa.string()), ("syscall", pa.string()), ("kstack_id", pa.int64()),
-])
 _CGROUP_SCHEMA = pa.schema([
     ("ts_ns", pa.int64()), ("pid", pa.int32()), ("cgroup", pa.string()), ("own", pa.bool_()), ("quota_us", pa.int64()),
     ("period_us", pa.int64()), ("usage_usec", pa.int64()), ("nr_periods", pa.int64()), ("nr_throttled", pa.int64()),
