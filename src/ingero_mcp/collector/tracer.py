@@ -8,6 +8,10 @@ rewrites the latest-state tables and flushes a store segment; every second or tw
 for CUDA libraries and traced processes. SIGINT, SIGTERM, --duration and the exit of every traced
 process all end the same way: probes detached, rings drained, everything written, the store folded
 and closed.
+
+The parts, each owning its state: targets.py (which processes and threads are traced), probes.py (the
+libraries attached, launch probes, probe costs), drain.py (the rings and the kernel's aggregates), sink.py
+(the store's rows). This module starts, runs and finishes one recording with them.
 """
 
 from __future__ import annotations
@@ -27,12 +31,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
-import pyarrow as pa
 
 from ingero_mcp.collector import records as R
 from ingero_mcp.collector import uprobelink
+from ingero_mcp.collector.calibrate import ProbeCost
 from ingero_mcp.collector.cgroups import CgroupSampler
-from ingero_mcp.collector.calibrate import ProbeCost, defaults
 from ingero_mcp.collector.discovery import CudaLibrary, alive, descendants, resolve_library, runtime_version
 from ingero_mcp.collector.drain import (
     AGG_ENTRIES,
@@ -40,20 +43,19 @@ from ingero_mcp.collector.drain import (
     CUDA_RB_PAGES,
     DRAIN_FILL,
     MIN_POLL_S,
-    OPEN_INTERVAL_SCHEMA,
     PROC_RB_PAGES,
     SCHED_RB_PAGES,
     Drain,
     FillSinceRead,
     drain_wait,
-    unfinished_rows,
 )
 from ingero_mcp.collector.governor import Governor
 from ingero_mcp.collector.kstacks import KernelStacks, bcc_symbolizer
-from ingero_mcp.collector.ops import OP_NAMES, OPS, entry_functions_c
+from ingero_mcp.collector.ops import entry_functions_c
 from ingero_mcp.collector.preflight import tracefs_dir
 from ingero_mcp.collector.probes import ENDBR64, AttachedLibrary, Probes, bpf_prog_info, bpf_run_stats, probe_site
 from ingero_mcp.collector.sampler import Nvml, SystemSampler, host_info
+from ingero_mcp.collector.sink import OpRow, Sink, lost_counts
 from ingero_mcp.collector.targets import Targets
 
 __all__ = [
@@ -61,8 +63,6 @@ __all__ = [
     "AttachedLibrary", "FillSinceRead", "TraceOptions", "Tracer", "bpf_prog_info", "bpf_run_stats",
     "clock_offset_ns", "collectors_dir", "drain_wait", "install_signal_handlers", "probe_site",
 ]
-
-HIST_BINS = 256  # log2 durations, 4 bins per octave (live view only; the store keeps every value)
 
 
 def collectors_dir() -> Path:
@@ -101,7 +101,7 @@ class TraceOptions:
     calibrate: bool = True  # measure the per-hit probe costs at start (else the documented defaults)
     quiet: bool = False
     flush_interval_s: float = 1.0
-    poll_interval_s: float = 0.25  # the longest the rings stay unread; sooner when they fill faster (_drain_loop)
+    poll_interval_s: float = 0.25  # the longest the rings stay unread; sooner when they fill faster (Drain.loop)
     rescan_interval_s: float = 1.0
     bpf_cache: bool = True  # load the compiled eBPF program from ~/.cache/ingero-mcp/bpf (--no-bpf-cache)
 
@@ -118,32 +118,24 @@ class Tracer:
         self.targets = Targets(self.trace_all)
         self.probes = Probes(opts, self.targets, self._say)
         self.drain = Drain(self.probes.calibration_pids)
-        self.stored: dict[str, int] = {"cuda_calls": 0, "sched_intervals": 0, "process_events": 0,
-                                       "host_aggregates": 0, "snapshots": 0}
-        self.op_hist = np.zeros((len(OPS), HIST_BINS), np.int64)
-        self.op_count = np.zeros(len(OPS), np.int64)
-        self.op_max = np.zeros(len(OPS), np.int64)
-        self.op_sums = np.zeros((3, len(OPS)), np.float64)  # duration, off-CPU, preempted (live view)
+        self.sink = Sink(self.drain, self.targets)
         self.on_flush: Callable[[Tracer], None] | None = None
         self.started_ns = 0
         self.stopped_ns: int | None = None
         self.cpu_at_start_s = 0.0  # the collector's CPU seconds when recording began (start-up's share)
         self.detach_s = 0.0  # how long the stop's detach took
-        self.snapshot: dict[str, Any] = {}
         self._wake = threading.Event()  # request_stop wakes the main loop
         self._drain_thread: threading.Thread | None = None
         self._sample_thread: threading.Thread | None = None
         self._sample_stop = threading.Event()
-        self._snapshots: list[dict[str, Any]] = []
-        self._gpu_rows: list[dict[str, list[Any]]] = []
-        self._cgroup_rows: list[dict[str, list[Any]]] = []
         self.sample_errors = 0
         self.last_sample_error: str | None = None
         self._finished = False
-        self._costs_written = False
         self.governor: Governor | None = None
         self._governor_thread: threading.Thread | None = None
         self._governor_stop = threading.Event()
+
+    # ---- the parts' state, under the names the live view and the benches read -------------
 
     @property
     def procs(self) -> dict[int, dict[str, Any]]:
@@ -185,6 +177,21 @@ class Tracer:
         """Page allocations of traced processes harvested so far (Drain)."""
         return self.drain.traced_pages
 
+    @property
+    def stored(self) -> dict[str, int]:
+        """Rows stored so far, per table (Sink)."""
+        return self.sink.stored
+
+    @property
+    def snapshot(self) -> dict[str, Any]:
+        """The latest system snapshot stored (Sink)."""
+        return self.sink.snapshot
+
+    @property
+    def counter_snapshot(self) -> np.ndarray:
+        """The kernel's counters as of the last collector_stats rows (Sink)."""
+        return self.sink.counter_snapshot
+
     def attach_library(self, lib: CudaLibrary, *, forced: bool = False) -> AttachedLibrary | None:
         """Probe every known symbol of one library file, once per file (Probes.attach_library)."""
         return self.probes.attach_library(lib, forced=forced)
@@ -197,9 +204,18 @@ class Tracer:
         """What was attached where, and what was not, for the sessions row (Probes.attached_json)."""
         return self.probes.attached_json()
 
+    def op_summary(self) -> list[OpRow]:
+        """Per op seen so far: calls, ~p50, ~p99, max, off-CPU and preempted shares (OpStats.summary)."""
+        return self.sink.ops.summary()
+
+    def lost(self, c: np.ndarray | None = None) -> dict[str, int]:
+        """Records lost per source so far (ring full, map full, call stack too deep)."""
+        return lost_counts(self.drain.counters() if c is None else c)
+
     # ---- start ----------------------------------------------------------------------------
 
     def _compile(self) -> None:
+        """Load the eBPF program (compiled, or from the cache) with the kernel's features; hand it to the parts."""
         from ingero_mcp.collector.bccload import import_bcc
         from ingero_mcp.collector.bpfcache import load_bpf
 
@@ -310,6 +326,7 @@ class Tracer:
         self.started_ns = time.time_ns()
         self.cpu_at_start_s = _cpu_seconds()  # compile/load, attach and calibration
         self.writer = TraceWriter(self.opts.db, live=True)
+        self.sink.open(self.writer, self.offset_ns, self.kstacks)
         self._write_latest()
         self.writer.flush()
         probes = sum(len(rec.attached) for rec in self.libs.values())
@@ -333,12 +350,7 @@ class Tracer:
         snap = self.sampler.sample()
         gpu = self.nvml.processes(snap["ts_ns"])
         cgroups = self.cgroups.sample(snap["ts_ns"], self.targets.traced_alive())
-        with self.drain.lock:
-            self._snapshots.append(snap)
-            if gpu["pid"]:
-                self._gpu_rows.append(gpu)
-            if cgroups["pid"]:
-                self._cgroup_rows.append(cgroups)
+        self.sink.queue_samples(snap, gpu, cgroups)
 
     def _sample_loop(self) -> None:
         # Its own thread: an NVML call on a wedged GPU can block for seconds; flushes must not wait.
@@ -349,106 +361,11 @@ class Tracer:
                 self.sample_errors += 1
                 self.last_sample_error = f"{type(exc).__name__}: {exc}"
 
-
-    def _store_snapshots(self) -> None:
-        with self.drain.lock:
-            snaps, self._snapshots = self._snapshots, []
-            gpu, self._gpu_rows = self._gpu_rows, []
-            cgroups, self._cgroup_rows = self._cgroup_rows, []
-        for rows in cgroups:
-            self.writer.append("cgroup_samples", pa.table(rows, schema=_CGROUP_SCHEMA))
-            self.stored["cgroup_samples"] = self.stored.get("cgroup_samples", 0) + len(rows["pid"])
-        for rows in gpu:
-            self.writer.append("gpu_processes", pa.table(rows, schema=_GPU_PROC_SCHEMA))
-            self.stored["gpu_processes"] = self.stored.get("gpu_processes", 0) + len(rows["pid"])
-        if snaps:
-            self.snapshot = snaps[-1]
-            self.writer.append("snapshots", {k: [s[k] for s in snaps] for k in snaps[0]})
-            self.stored["snapshots"] += len(snaps)
-
-    def _harvest(self, *, everything: bool = False) -> None:
-        """Move finished (pid, second) buckets from the kernel map to host_aggregates."""
-        table = self.drain.harvest(self.offset_ns, self.targets.is_traced, everything=everything)
-        if table is None:
-            return
-        self.writer.append("host_aggregates", table)
-        self.stored["host_aggregates"] += table.num_rows
-
-    def _process_cuda(self, ev: np.ndarray) -> None:
-        table = R.cuda_table(ev, self.offset_ns)
-        pinned = self.targets.pinned.annotate(ev["pid"], ev["op"], ev["ret"], ev["ts"], ev["kind"], ev["host_ptr"],
-                                              (ev["flags"] & R.F_HOSTPTR) != 0, ev["bytes"], self.targets.pins_seen)
-        self.writer.append("cuda_calls", table.append_column("host_pinned", pinned))
-        self.stored["cuda_calls"] += len(ev)
-        self.op_count += np.bincount(ev["op"].astype(np.int64), minlength=len(OPS))
-        pids = np.unique(ev["pid"]).tolist()
-        ev = ev[(ev["flags"] & R.F_NORET) == 0]  # the live view's latencies: calls whose end was seen
-        op = ev["op"].astype(np.int64)
-        dur = ev["dur"].astype(np.int64)
-        bins = np.clip((np.log2(np.maximum(dur, 1)) * 4).astype(np.int64), 0, HIST_BINS - 1)
-        self.op_hist += np.bincount(op * HIST_BINS + bins, minlength=len(OPS) * HIST_BINS).reshape(len(OPS), HIST_BINS)
-        np.maximum.at(self.op_max, op, dur)
-        pre = ev["wait_ns"].astype(np.float64)
-        for row, weights in enumerate((dur.astype(np.float64), pre + ev["sleep_ns"], pre)):
-            self.op_sums[row] += np.bincount(op, weights=weights, minlength=len(OPS))
-        self.targets.note_cuda_pids(pids)
-
-    def _process_proc(self, ev: np.ndarray) -> None:
-        rows = ev[ev["kind"] != R.P_TEXIT]  # thread exits only end threads rows
-        if len(rows):
-            self.writer.append("process_events", R.proc_table(rows, self.offset_ns))
-        self.stored["process_events"] += len(ev)
-        self.targets.on_proc_events(ev, self.offset_ns)
-
-    def _store_pending(self) -> None:
-        """Decode and append what the drain thread queued: process events first (so that new pids are
-        known), then CUDA calls, then scheduler intervals."""
-        taken = self.drain.take_pending()
-        for name in ("proc", "cuda", "sched"):
-            parts = taken[name]
-            if not parts:
-                continue
-            ev = np.concatenate(parts) if len(parts) > 1 else parts[0]
-            if name == "cuda":
-                self._process_cuda(ev)
-            elif name == "sched":
-                self.writer.append("sched_intervals", R.sched_table(ev, self.offset_ns, self.kstacks.column(ev["kstack"])))
-                self.stored["sched_intervals"] += len(ev)
-                self._store_stacks()
-                self.targets.on_intervals(ev, self.offset_ns)
-            else:
-                self._process_proc(ev)
-
-    def _store_stacks(self) -> None:
-        """The kernel stacks first seen in the intervals just stored."""
-        rows = self.kstacks.take_rows()
-        if rows is not None:
-            self.writer.append("stacks", rows)
-            self.stored["stacks"] = self.stored.get("stacks", 0) + rows.num_rows
-
-    def _store_costs(self, *, final: bool = False) -> None:
-        """probe_costs once known, the governor's gaps and tracing_cost rows as they are made."""
-        probes = self.probes
-        if (probes.costs_final or final) and not self._costs_written:
-            costs = probes.costs if probes.costs_final else defaults("not measured: no libcuda was attached")
-            rows = [c.row() for c in [*costs.values(), probes.sched_cost, probes.page_cost]]
-            self.writer.append("probe_costs", {k: [r[k] for r in rows] for k in rows[0]})
-            self._costs_written = True
-        if self.governor is None:
-            return
-        if final:
-            self.governor.finish()
-        gaps, rows = self.governor.take()
-        if gaps:
-            self.writer.append("probe_gaps", {k: [g[k] for g in gaps] for k in gaps[0]})
-        if rows:
-            self.writer.append("tracing_cost", {k: [r[k] for r in rows] for k in rows[0]})
-
     def _flush(self) -> None:
-        self._store_pending()
-        self._store_costs()
-        self._harvest()
-        self._store_snapshots()
+        self.sink.store_pending()
+        self.sink.store_costs(self.probes, self.governor)
+        self.sink.harvest()
+        self.sink.store_snapshots()
         self._write_latest()
         self.writer.flush()
         if self.on_flush:
@@ -544,111 +461,32 @@ class Tracer:
                   f"store {self.opts.db} (report: ingero-mcp explain --db {self.opts.db})")
 
     def _record_unfinished(self) -> None:
-        """Calls still in flight and threads still off-CPU when the recording stops, from the kernel's
-        thread states: a hung cudaStreamSynchronize is exactly what a user wants to see. Such calls get
-        duration = entry to stop and a NULL return_code; such intervals a NULL on_ns."""
+        """Calls still in flight and threads still off-CPU at the stop, as rows (Sink.store_unfinished)."""
         now = (self.stopped_ns or time.time_ns()) - self.offset_ns  # the stop, on the kernel's clock
-        calls, intervals, states = unfinished_rows(self.bpf["tstate"], now, self.offset_ns, self.kstacks)
-        self.thread_states_left = states
-        self.unfinished = {"calls_in_flight": len(calls), "threads_off_cpu": len(intervals["pid"])}
-        if calls:
-            ev = np.array([(0, 0, *c) for c in calls], dtype=R.CUDA_DTYPE)
-            table = R.cuda_table(ev, self.offset_ns)
-            table = table.append_column("host_pinned", self.targets.pinned.annotate(
-                ev["pid"], ev["op"], ev["ret"], ev["ts"], ev["kind"], ev["host_ptr"], (ev["flags"] & R.F_HOSTPTR) != 0,
-                ev["bytes"], self.targets.pins_seen))
-            table = table.set_column(table.schema.get_field_index("return_code"), "return_code",
-                                     pa.nulls(len(calls), pa.int32()))
-            self.writer.append("cuda_calls", table)
-            self.stored["cuda_calls"] += len(calls)
-        if intervals["pid"]:
-            self.writer.append("sched_intervals", pa.table(intervals, schema=OPEN_INTERVAL_SCHEMA))
-            self.stored["sched_intervals"] += len(intervals["pid"])
-            self._store_stacks()
+        self.sink.store_unfinished(self.bpf["tstate"], now)
 
     def _flush_final(self) -> None:
-        self._store_pending()
-        self._store_costs(final=True)
-        self._harvest(everything=True)
+        self.sink.store_pending()
+        self.sink.store_costs(self.probes, self.governor, final=True)
+        self.sink.harvest(everything=True)
         self._sample_stop.set()
         if self._sample_thread is not None:
             self._sample_thread.join(timeout=10)
         self._take_sample()
-        self._store_snapshots()
+        self.sink.store_snapshots()
         self._write_latest()
 
     # ---- latest-state tables --------------------------------------------------------------
 
-    def lost(self, c: np.ndarray | None = None) -> dict[str, int]:
-        """Records lost per source so far (ring full, map full, call stack too deep)."""
-        c = self.drain.counters() if c is None else c
-        return {
-            "cuda_calls": int(c[R.C_CUDA_DROP] + c[R.C_CUDA_DEPTH]),
-            "sched_intervals": int(c[R.C_SCHED_DROP]),
-            "process_events": int(c[R.C_PROC_DROP]),
-            "sched_switch": int(c[R.C_AGG_DROP_SWITCH]),
-            "mm_page_alloc": int(c[R.C_AGG_DROP_PAGE]),
-        }
-
-    def _stats_table(self, c: np.ndarray) -> dict[str, list[Any]]:
-        lost = self.lost(c)
-        unfinished: dict[str, int] = getattr(self, "unfinished", {})
-        calibration, aggregated = self.drain.calibration_rows, self.drain.aggregated
-        rows = [
-            ("cuda_calls", int(c[R.C_CUDA_SEEN] + c[R.C_CUDA_DEPTH]) + unfinished.get("calls_in_flight", 0)
-             - calibration["cuda"], self.stored["cuda_calls"], lost["cuda_calls"], 0),
-            ("sched_intervals", int(c[R.C_SCHED_SEEN]) + unfinished.get("threads_off_cpu", 0) - calibration["sched"],
-             self.stored["sched_intervals"], lost["sched_intervals"], 0),
-            ("process_events", int(c[R.C_PROC_SEEN]) - calibration["proc"], self.stored["process_events"],
-             lost["process_events"], 0),
-            ("sched_switch", int(c[R.C_SWITCH_TOTAL]), 0, lost["sched_switch"], aggregated.get(1, 0)),
-            ("mm_page_alloc", int(c[R.C_PAGE_TOTAL]), 0, lost["mm_page_alloc"], aggregated.get(2, 0)),
-            ("snapshots", self.sampler.samples, self.stored["snapshots"], 0, 0),
-        ]
-        self.counter_snapshot = c
-        return {
-            "source": [r[0] for r in rows],
-            "events_seen": [r[1] for r in rows],
-            "events_stored": [r[2] for r in rows],
-            "events_lost": [r[3] for r in rows],
-            "events_aggregated": [r[4] for r in rows],
-        }
-
-    def _coverage_table(self, c: np.ndarray) -> dict[str, list[Any]]:
-        lost = self.lost(c)
-        rows = [
-            ("cuda_calls", lost["cuda_calls"] == 0,
-             f"every call of traced processes to the attached symbols (see sessions.attached); lost {lost['cuda_calls']}; "
-             "return_code NULL: still in flight when the recording stopped (duration up to the stop), or an entry-only "
-             "launch (duration_ns NULL: its end is not seen, see sessions.attached entry_only); launches made while "
-             "the governor had detached the launch probes are not rows (probe_gaps)"),
-            ("sched_intervals", lost["sched_intervals"] == 0,
-             f"every switch-out/switch-in of threads of traced processes; lost {lost['sched_intervals']}; "
-             "on_ns NULL: still off-CPU when the recording stopped (off_cpu_ns up to the stop); kstack_id NULL: the "
-             "kernel stack at switch-out was not taken (sessions.notes kernel_stacks.not_taken)"),
-            ("stacks", True, "every distinct kernel stack that a kstack_id of sched_intervals names"),
-            ("host_aggregates", lost["sched_switch"] + lost["mm_page_alloc"] == 0,
-             "exact counts for every task on the host: sched_switch per (pid, tid, cpu, 1 s bucket), sum_duration_ns "
-             "the on-CPU time of the slices that ended in the bucket (pid 0: that CPU's idle); mm_page_alloc per "
-             "(pid, 1 s bucket), tid and cpu NULL"),
-            ("threads", True, "threads of traced processes: /proc at attach, thread creations, renames, exits and "
-             "scheduler intervals; comm the latest name"),
-            ("process_events", lost["process_events"] == 0, "every fork/exec/exit/oom_kill on the host; 'thread' (new "
-             "thread) and 'rename' (comm changed, old_comm the old name) for threads of traced processes"),
-            ("snapshots", True, "one system snapshot per second"),
-            ("cgroup_samples", self.cgroups.ctl is not None, "each traced process's cgroup (cpu controller) and its "
-             "ancestors with a quota, once a second: cpu.max / cfs quota and cpu.stat's throttling counters; empty where "
-             "no cgroup hierarchy has the cpu controller"),
-            ("gpu_processes", True, "every compute process NVML lists on each GPU, once a second (also processes not "
-             "traced); empty without NVML or a GPU"),
-            ("processes", True, "every traced process (targets, their children, CUDA users); other processes appear in host_aggregates and process_events"),
-        ]
-        return {"table_name": [r[0] for r in rows], "complete": [r[1] for r in rows], "note": [r[2] for r in rows]}
-
     def _write_latest(self) -> None:
+        """Replace the latest-state tables: the sessions row made here, the rest by the sink."""
         versions = sorted({v for rec in self.libs.values() if rec.lib.api == "runtime"
                            for v in [runtime_version(rec.lib.path)] if v})
         c = self.drain.counters()
+        self.sink.write_latest(self._session(versions, c), c, self.sampler, self.cgroups)
+
+    def _session(self, versions: list[str], c: np.ndarray) -> dict[str, list[Any]]:
+        """The sessions row: the host, the flags, what was attached, and notes on how the recording went."""
         flags = {
             "argv": self.argv, "db": str(self.opts.db), "duration_s": self.opts.duration_s, "pids": self.opts.pids,
             "cuda_libs": self.opts.cuda_libs, "apis": list(self.opts.apis), "layer": self.opts.layer,
@@ -671,11 +509,11 @@ class Tracer:
                  # their kstack_id is NULL; the interval itself is stored
                  "kernel_stacks": {"distinct": self.stored.get("stacks", 0),
                                    "not_taken": int(c[R.C_KSTACK_LOST]) + self.kstacks.unreadable},
-                 "thread_states_left": getattr(self, "thread_states_left", None),
+                 "thread_states_left": self.sink.thread_states_left,
                  "detach_s": round(self.detach_s, 3),
                  "snapshot_errors": self.sample_errors, "last_snapshot_error": self.last_sample_error,
-                 **getattr(self, "unfinished", {})}
-        self.writer.replace("sessions", {
+                 **self.sink.unfinished}
+        return {
             "source": ["collector"],
             **{k: [v] for k, v in self.host.items()},
             "cuda_runtime_version": [", ".join(versions) or None],
@@ -685,55 +523,12 @@ class Tracer:
             "started_ns": [self.started_ns or time.time_ns()],
             "stopped_ns": [self.stopped_ns],
             "notes": [json.dumps(notes)],
-        })
-        self.writer.replace("collector_stats", self._stats_table(c))
-        self.writer.replace("table_coverage", self._coverage_table(c))
-        if self.targets.threads_dirty:
-            self.writer.replace("threads", self.targets.threads_table())
-            self.targets.threads_dirty = False
-        if self.targets.procs_dirty:
-            self.writer.replace("processes", self.targets.procs_table())
-            self.targets.procs_dirty = False
-
-    # ---- live view support ----------------------------------------------------------------
-
-    def op_summary(self) -> list[tuple[str, int, float | None, float | None, int | None, float | None, float | None]]:
-        """Per op seen so far: (op, calls, ~p50 ns, ~p99 ns, max ns, off-CPU share, preempted share); the
-        latency columns None for entry-only ops (their end is not seen).
-
-        Percentiles come from log histograms (4 bins per octave), for the live view only.
-        """
-        out: list[tuple[str, int, float | None, float | None, int | None, float | None, float | None]] = []
-        for i in np.nonzero(self.op_count)[0].tolist():
-            hist = self.op_hist[i]
-            cum = np.cumsum(hist)
-            total = cum[-1]
-            if not total:
-                out.append((OP_NAMES[i], int(self.op_count[i]), None, None, None, None, None))
-                continue
-            p50 = 2 ** ((np.searchsorted(cum, 0.50 * total) + 0.5) / 4)
-            p99 = 2 ** ((np.searchsorted(cum, 0.99 * total) + 0.5) / 4)
-            mx = int(self.op_max[i])
-            total = self.op_sums[0, i] or 1.0
-            out.append((OP_NAMES[i], int(self.op_count[i]), min(float(p50), mx), min(float(p99), mx), mx,
-                        self.op_sums[1, i] / total, self.op_sums[2, i] / total))
-        return sorted(out, key=lambda r: -r[1])
+        }
 
 
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-_CGROUP_SCHEMA = pa.schema([
-    ("ts_ns", pa.int64()), ("pid", pa.int32()), ("cgroup", pa.string()), ("own", pa.bool_()), ("quota_us", pa.int64()),
-    ("period_us", pa.int64()), ("usage_usec", pa.int64()), ("nr_periods", pa.int64()), ("nr_throttled", pa.int64()),
-    ("throttled_usec", pa.int64()),
-])
-_GPU_PROC_SCHEMA = pa.schema([
-    ("ts_ns", pa.int64()), ("gpu_id", pa.int32()), ("pid", pa.int32()), ("used_memory_bytes", pa.int64()),
-    ("sm_util_percent", pa.float64()),
-])
 
 
 def install_signal_handlers(tracer: Tracer) -> None:
