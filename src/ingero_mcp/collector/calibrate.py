@@ -120,14 +120,15 @@ def calibrated(probe: str, cost_ns: float, calls: int, symbol: str, library: str
 
 def sched_calibrated(cost_ns: float) -> ProbeCost:
     """The scheduler tracepoints' cost per traced off-CPU interval, measured by Calibrator.measure_sched."""
-    return ProbeCost(SCHED_PROBE, cost_ns, f"calibrated: two threads passing a byte through pipes on one CPU, {SCHED_ROUNDS} x "
-                     f"{ROUND_TRIPS} round trips traced and untraced, median added time per context switch")
+    return ProbeCost(SCHED_PROBE, cost_ns, "calibrated: two threads passing a byte through pipes on one CPU, "
+                     f"{SCHED_ROUNDS} x {ROUND_TRIPS} round trips traced and untraced, median added time per context "
+                     "switch")
 
 
 def page_calibrated(cost_ns: float) -> ProbeCost:
-    """The mm_page_alloc tracepoint's cost per page allocated by a traced thread, measured by Calibrator.measure_pages."""
-    return ProbeCost(PAGE_PROBE, cost_ns, f"calibrated: a process faulting in {PAGES:,} fresh pages, {PAGE_ROUNDS} x with "
-                     "the page-allocation tracepoint detached and attached, median added time per page")
+    """The mm_page_alloc tracepoint's cost per page allocated by a traced thread (Calibrator.measure_pages)."""
+    return ProbeCost(PAGE_PROBE, cost_ns, f"calibrated: a process faulting in {PAGES:,} fresh pages, {PAGE_ROUNDS} x "
+                     "with the page-allocation tracepoint detached and attached, median added time per page")
 
 
 def page_unmeasured(why: str) -> ProbeCost:

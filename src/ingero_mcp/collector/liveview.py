@@ -61,7 +61,8 @@ class LiveView:
         cpu = snap.get("cpu_percent")
         mem = snap.get("mem_used_percent")
         gpu = snap.get("gpu_util_percent")
-        host = (f"{rates}CPU {cpu:.0f}%   " if cpu is not None else rates) + (f"mem {mem:.0f}%   " if mem is not None else "")
+        host = ((f"{rates}CPU {cpu:.0f}%   " if cpu is not None else rates)
+                + (f"mem {mem:.0f}%   " if mem is not None else ""))
         if gpu is not None:
             host += f"GPU {gpu:.0f}%"
         lost = tracer.lost(c)
@@ -87,14 +88,15 @@ def cost_line(tracer: Tracer) -> str:
     e, r = tracer.costs["entry"].cost_ns, tracer.costs["entry_return"].cost_ns
     intervals, per_interval = tracer.stored["sched_intervals"], tracer.sched_cost.cost_ns
     tracepoints = ("the scheduler records' share unknown (not measured)" if per_interval is None else
-                   f"+{intervals * per_interval / 1e9:.2f} s by the scheduler records ({intervals:,} off-CPU intervals x "
-                   f"{per_interval:.0f} ns)")
+                   f"+{intervals * per_interval / 1e9:.2f} s by the scheduler records ({intervals:,} off-CPU "
+                   f"intervals x {per_interval:.0f} ns)")
     pages, per_page = tracer.traced_pages, tracer.page_cost.cost_ns
     tracepoints += (", the page allocations' share unknown (not measured)" if per_page is None else
-                    f", +{pages * per_page / 1e9:.2f} s by the page-allocation tracepoint ({pages:,} pages x {per_page:.0f} ns)")
-    text = (f"tracing cost (estimated): {gov.total_added_ns / 1e9:.2f} s added by the CUDA probes so far, {tracepoints}; "
-            f"per hit {e:.0f} ns entry-only, {r:.0f} ns entry + return; launch probes attached {gov.duty:.0%} of the "
-            f"time")
+                    f", +{pages * per_page / 1e9:.2f} s by the page-allocation tracepoint ({pages:,} pages x "
+                    f"{per_page:.0f} ns)")
+    text = (f"tracing cost (estimated): {gov.total_added_ns / 1e9:.2f} s added by the CUDA probes so far, "
+            f"{tracepoints}; per hit {e:.0f} ns entry-only, {r:.0f} ns entry + return; launch probes attached "
+            f"{gov.duty:.0%} of the time")
     if worst is not None:
         text += f"; highest now pid {worst[0]} at {100 * worst[1]:.1f} % at full coverage"
     return text

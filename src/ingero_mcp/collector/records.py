@@ -134,7 +134,8 @@ def cuda_table(ev: np.ndarray, offset_ns: int) -> pa.Table:
     )
 
 
-def sched_split(state: np.ndarray, off: np.ndarray, on: np.ndarray, wake: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def sched_split(state: np.ndarray, off: np.ndarray, on: np.ndarray,
+                wake: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(sleep_ns, cpu_wait_ns, known) of intervals, as schemas/v2.sql defines them.
 
     Preempted or new: no sleep, waiting for a CPU from off_ns (new: the creation). Otherwise asleep
@@ -177,7 +178,8 @@ def sched_table(ev: np.ndarray, offset_ns: int, kstack_id: pa.Array | None = Non
             "off_cpu_ns": pa.array(on - off, pa.int64()),
             "prev_state": _names(state, _STATES),
             "preemptor_pid": _masked(ev["preemptor_pid"].astype(np.int32), ~is_new, pa.int32()),
-            "preemptor_comm": pc.if_else(pa.array(is_new), pa.scalar(None, pa.string()), comm_array(ev["preemptor_comm"])),
+            "preemptor_comm": pc.if_else(pa.array(is_new), pa.scalar(None, pa.string()),
+                                         comm_array(ev["preemptor_comm"])),
             "cpu": pa.array(ev["cpu"].astype(np.int32), pa.int32()),
             "wakeup_ns": _masked(wake + offset_ns, wake != 0, pa.int64()),
             "sleep_ns": _masked(sleep, known, pa.int64()),

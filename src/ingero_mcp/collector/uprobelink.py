@@ -84,7 +84,8 @@ def supported() -> tuple[bool, str]:
             try:
                 os.close(link_uprobe(prog, target.name.encode(), 0))
             except OSError as exc:
-                why = "not in this kernel" if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS) else exc.strerror
+                absent = exc.errno in (errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS)
+                why = "not in this kernel" if absent else exc.strerror
                 return False, f"uprobe_multi links: {why}"
     finally:
         os.close(prog)
