@@ -284,6 +284,9 @@ def test_nothing_lost_and_accounting_adds_up(recorded: dict[str, Any], con: Any)
     # every traced thread exited, so no per-thread kernel state may be left behind (no leak)
     assert notes["thread_states_left"] == 0 and notes["unreturned_calls"] == 0, notes
     assert _q(con, "SELECT count(*) FROM snapshots")[0][0] >= 2
+    from ingero_mcp.store.views import has_derived
+
+    assert has_derived(con)  # the fold stored the accounting's rows (trace hands the writer the derivation)
 
 
 def test_session_records_what_was_attached(recorded: dict[str, Any], con: Any, standin: StandIn) -> None:

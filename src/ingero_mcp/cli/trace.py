@@ -6,6 +6,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 EPILOG = """\
 examples:
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
     opts = TraceOptions(db=args.db, duration_s=args.duration, pids=args.pid, cuda_libs=args.cuda_lib, apis=apis,
                         layer="auto" if args.api == "auto" else "both", launch_probes=args.launch_probes,
                         max_overhead_pct=args.max_overhead, calibrate=not args.no_calibrate, quiet=args.quiet,
-                        bpf_cache=args.bpf_cache, poll_interval_s=args.poll_interval)
+                        bpf_cache=args.bpf_cache, poll_interval_s=args.poll_interval, derive=_store_accounting)
     tracer = Tracer(opts, argv=sys.argv[1:])
     install_signal_handlers(tracer)
     try:
@@ -159,3 +160,10 @@ def run(args: argparse.Namespace) -> int:
 
     with LiveView(tracer):
         return tracer.run()
+
+
+def _store_accounting(con: Any) -> object:
+    """The finished store's accounting, made once at the fold (imported then: recording needs no DuckDB)."""
+    from ingero_mcp.analysis import store_derived
+
+    return store_derived(con)

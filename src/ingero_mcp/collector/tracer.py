@@ -104,6 +104,9 @@ class TraceOptions:
     poll_interval_s: float = 0.25  # the longest the rings stay unread; sooner when they fill faster (Drain.loop)
     rescan_interval_s: float = 1.0
     bpf_cache: bool = True  # load the compiled eBPF program from ~/.cache/ingero-mcp/bpf (--no-bpf-cache)
+    # What stores a finished store's accounting when the segments are folded (`trace` passes the analysis's
+    # store_derived; the collector itself knows nothing of the analysis); None: readers compute it.
+    derive: Callable[[Any], object] | None = None
 
 
 class Tracer:
@@ -325,7 +328,7 @@ class Tracer:
         self._discover()
         self.started_ns = time.time_ns()
         self.cpu_at_start_s = _cpu_seconds()  # compile/load, attach and calibration
-        self.writer = TraceWriter(self.opts.db, live=True)
+        self.writer = TraceWriter(self.opts.db, live=True, derive=self.opts.derive)
         self.sink.open(self.writer, self.offset_ns, self.kstacks)
         self._write_latest()
         self.writer.flush()
