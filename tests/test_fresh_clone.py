@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import INGERO_DIR, REPO
+from paths import INGERO_DIR, REPO
 
 NOBODY = 65534
 SHIPPED = {  # Ingero's published files and their sha256, as tests/data/ingero/README.md lists them
