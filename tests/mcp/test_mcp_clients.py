@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from analysis_fixtures import contention_store
 from hostile import NASTY_CLEAN, assert_clean_data, assert_clean_text, hostile_store
+from paths import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 INSPECTOR = REPO / ".mcp-clients" / "node_modules" / ".bin" / "mcp-inspector"
 MCP1_PYTHON = REPO / ".venv-mcp1" / "bin" / "python"
 TOOLS = {
@@ -52,7 +52,7 @@ def config(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def hostile_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The same config serving a store written by a hostile host (tests/hostile.py)."""
+    """The same config serving a store written by a hostile host (tests/fixtures/hostile.py)."""
     tmp = tmp_path_factory.mktemp("hostile-clients")
     return _config_for(hostile_store(tmp / "hostile.duckdb"), tmp)
 

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 from hostile import bad_chars, hostile_store
+from paths import REPO
 
 from ingero_mcp.analysis.report import build_report
 from ingero_mcp.cli import main
 from ingero_mcp.demo import generate
 from ingero_mcp.store import open_store
 
-REPO = Path(__file__).resolve().parents[1]
 H200 = REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"
 BUNDLED = REPO / "investigations" / "h200-seed-benchmark.duckdb"
 CHROMIUM = os.environ.get("INGERO_CHROMIUM", "/usr/bin/chromium")

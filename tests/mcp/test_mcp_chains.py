@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from mcp import Client
+from paths import REPO
 
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.window import resolve_window
@@ -19,7 +20,6 @@ from ingero_mcp.mcp.server import build_server
 from ingero_mcp.sanitize import DATA_NOTE
 from ingero_mcp.store import open_store
 
-REPO = Path(__file__).resolve().parents[1]
 H200 = [REPO / "investigations" / "h200-seed-benchmark.duckdb", REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"]
 RANK = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
 

@@ -12,13 +12,13 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from paths import REPO
 
 from ingero_mcp.mcp.render import fmt_ns
 from ingero_mcp.mcp.budget import STRING_CAP
 from ingero_mcp.mcp.server import build_server
 from ingero_mcp.sanitize import clean_data
 
-REPO = Path(__file__).resolve().parents[1]
 INGERO_MCP = REPO / ".venv" / "bin" / "ingero-mcp"
 
 

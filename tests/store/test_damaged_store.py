@@ -13,11 +13,11 @@ import duckdb
 import pytest
 from analysis_fixtures import contention_store
 from mcp import Client, StdioServerParameters
+from paths import REPO
 
 from ingero_mcp.mcp.server import build_server
 from ingero_mcp.store import SCHEMA_VERSION
 
-REPO = Path(__file__).resolve().parents[1]
 H200 = REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"
 EXPLAIN = [sys.executable, "-m", "ingero_mcp.cli", "explain", "--db"]
 

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from ingero_mcp.analysis.report import build_report
 from ingero_mcp.store import open_store
 
-REPO = Path(__file__).resolve().parents[1]
 STORES = sorted((REPO / "investigations").glob("*.duckdb")) + sorted((REPO / "investigations").glob("zoo*/*.duckdb.xz"))
 INGERO = sorted((REPO / "tests" / "data" / "ingero").glob("*.db"))
 

@@ -13,6 +13,7 @@ import pytest
 
 from analysis_fixtures import S, contention_store
 from ingero_mcp.cli import main
+from paths import REPO
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +180,6 @@ def test_hostile_process_names_are_printed_as_data(tmp_path: Path, capsys: pytes
 
 # --- issue 19, item 2: the answer first, on one screen; --full keeps the detail; fitted to the width ----------------
 
-REPO = Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "investigations" / "h200-seed-benchmark.duckdb"
 BUNDLED_V1 = REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"
 BOX_DRAWING = {chr(c) for c in range(0x2500, 0x2580)}

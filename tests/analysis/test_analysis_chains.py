@@ -14,6 +14,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from analysis_fixtures import check_evidence_sql
+from paths import REPO
 
 from ingero_mcp.analysis.accounting import PARTS, accounting, check_sums, idle_sql, origin_ns
 from ingero_mcp.analysis.chains import causal_chains
@@ -24,7 +25,7 @@ from ingero_mcp.demo import EXPECTED, SCENARIOS, generate
 from ingero_mcp.store import open_store
 
 S = 1_000_000_000
-INVESTIGATIONS = Path(__file__).resolve().parents[1] / "investigations"
+INVESTIGATIONS = REPO / "investigations"
 H200 = [INVESTIGATIONS / "h200-seed-benchmark-v1.duckdb", INVESTIGATIONS / "h200-seed-benchmark-4cpu.duckdb"]  # v1
 
 # Scenarios staged realistically on which the engine does not (yet) give the staged cause: what it says instead.

@@ -19,10 +19,10 @@ import jsonschema
 import pytest
 from analysis_fixtures import contention_store
 from mcp import Client, StdioServerParameters
+from paths import REPO
 
 from ingero_mcp.sanitize import DATA_NOTE
 
-REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "examples" / "mcp-config.json"
 INGERO_MCP = REPO / ".venv" / "bin" / "ingero-mcp"
 

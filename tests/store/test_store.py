@@ -10,6 +10,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from paths import REPO
 
 from ingero_mcp.store.views import DEFINITIONS
 from ingero_mcp.store import StoreError, TraceWriter, fold_segments, open_store, segment_dir
@@ -161,7 +162,7 @@ def test_live_writer_without_duckdb_leaves_segments_that_fold_later(tmp_path: Pa
     assert open_store(db).execute("SELECT count(*) FROM cuda_calls").fetchall() == [(1,)]
 
 
-V1_STORES = [Path(__file__).resolve().parents[1] / "investigations" / f"h200-seed-benchmark-{v}.duckdb" for v in ("v1", "4cpu")]
+V1_STORES = [REPO / "investigations" / f"h200-seed-benchmark-{v}.duckdb" for v in ("v1", "4cpu")]
 V2_ONLY = {"cuda_calls": ["cpu_wait_ns", "sleep_ns", "kernel_handle", "host_ptr", "host_pinned"],
            "sched_intervals": ["sleep_ns", "cpu_wait_ns", "preemptor_tid", "on_cpu", "last_holder_pid", "last_holder_tid",
                                "last_holder_comm", "waker_pid", "waker_tid", "waker_comm", "waker_context", "syscall"],

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from paths import REPO
 
 from ingero_mcp.analysis.accounting import PARTS, check_sums
 from ingero_mcp.analysis.models import Account
@@ -127,7 +128,7 @@ def test_thread_state_leaves_out_an_open_interval_without_a_stop(tmp_path: Path)
 
 def v1_store(path: Path) -> Path:
     """A store written by schema v1 only (as the committed H200 traces are): 'blocked' rows, no split columns."""
-    v1 = (Path(__file__).resolve().parents[1] / "schemas" / "v1.sql").read_text()
+    v1 = (REPO / "schemas" / "v1.sql").read_text()
     con = duckdb.connect(str(path))
     con.execute(v1)
     con.execute("INSERT INTO schema_version VALUES (1, 0)")

@@ -1,6 +1,6 @@
 """The compiled-program cache (collector/bpfcache.py), for real: a cache hit must record what a compile records.
 
-Same requirements and stand-ins as tests/test_collector.py (root, BCC, kernel headers, tracefs). The
+Same requirements and stand-ins as tests/collector/test_collector.py (root, BCC, kernel headers, tracefs). The
 collector runs get their own cache directory through XDG_CACHE_HOME; the in-process tests pass one.
 """
 
@@ -9,15 +9,11 @@ from __future__ import annotations
 import base64
 import json
 import struct
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
-
-from harness import StandIn, Workload, build_standin, mix_expected, record, require_ebpf  # noqa: E402
+from harness import StandIn, Workload, build_standin, mix_expected, record, require_ebpf
 
 pytestmark = pytest.mark.ebpf
 

@@ -2,7 +2,7 @@
 entry-only, one probe layer per logical call, probe costs measured at start, the overhead governor's
 gaps and its per-process estimate, and a probe site that starts with endbr64.
 
-Needs root, BCC, kernel headers and tracefs, like tests/test_collector.py (which keeps the old mode:
+Needs root, BCC, kernel headers and tracefs, like tests/collector/test_collector.py (which keeps the old mode:
 both layers, entry + return everywhere, no governor).
 """
 
@@ -11,17 +11,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
-
-from harness import STANDIN, Collector, Hog, StandIn, Workload, build_standin, mix_expected, record, require_ebpf  # noqa: E402
+from harness import STANDIN, Collector, Hog, StandIn, Workload, build_standin, mix_expected, record, require_ebpf
 
 pytestmark = pytest.mark.ebpf
 

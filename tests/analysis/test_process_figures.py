@@ -7,11 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.store import open_store
 
-H200 = Path(__file__).resolve().parents[1] / "investigations" / "h200-seed-benchmark-v1.duckdb"
+H200 = REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"
 
 
 @pytest.fixture(scope="module")

@@ -26,10 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
-
-from harness import Collector, Hog, StandIn, Workload, build_standin, mix_expected, record, require_ebpf  # noqa: E402
+from harness import Collector, Hog, StandIn, Workload, build_standin, mix_expected, record, require_ebpf
 
 pytestmark = pytest.mark.ebpf
 

@@ -14,12 +14,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from ingero_mcp.analysis.models import CausalChain, Report
 from ingero_mcp.analysis.report import build_report
 from ingero_mcp.store import open_store
 
-ZOO = Path(__file__).resolve().parents[1] / "investigations" / "zoo"
+ZOO = REPO / "investigations" / "zoo"
 NAMES = sorted(p.name.removesuffix(".truth.json") for p in ZOO.glob("*.truth.json"))
 # The same scenarios recorded again with the collector's always-on defaults (one probe layer, launches entry-only,
 # the overhead governor at 2 %): schema v4 stores whose launches have no duration.

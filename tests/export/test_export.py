@@ -23,6 +23,7 @@ import duckdb
 import pytest
 from analysis_fixtures import MS, T0
 from hostile import NASTY, bad_chars, hostile_store
+from paths import REPO
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ingero_mcp.store.views import lay_views
@@ -30,7 +31,6 @@ from ingero_mcp.cli import main
 from ingero_mcp.demo import generate
 from ingero_mcp.store import TraceWriter, open_store
 
-REPO = Path(__file__).resolve().parents[1]
 H200 = REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"
 ZOO = REPO / "investigations" / "zoo"
 TE = pb.TrackEvent

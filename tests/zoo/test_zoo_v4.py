@@ -1,7 +1,7 @@
-"""The zoo rewritten as the v4 collector's defaults would have recorded it (tests/zoo_v4.py): one probe layer per
+"""The zoo rewritten as the v4 collector's defaults would have recorded it (tests/fixtures/zoo_v4.py): one probe layer per
 logical call and kernel launches entry-only ('eo'), and the same with the launch probes detached for the last 70 % of
 each second ('gaps', duty 0.3). The report must still name each staged cause, its culprit and window, and stay quiet on
-the controls (tests/test_zoo.py's checks), and never turn an unknown duration into 0.
+the controls (tests/zoo/test_zoo.py's checks), and never turn an unknown duration into 0.
 """
 
 from __future__ import annotations
