@@ -33,10 +33,12 @@ def contradicted(ingero_dataloader: Path, tmp_path_factory: pytest.TempPathFacto
     try:
         con.execute(f"UPDATE host_aggregates SET count = 0, sum_duration_ns = 218000, max_duration_ns = 218000 "
                     f"WHERE op = 'cudaMemcpyAsync' AND bucket_start_ns = {MINUTE}")
-        con.execute(f"DELETE FROM host_aggregates WHERE op = 'sched_switch' AND pid = 2233 AND bucket_start_ns = {MINUTE} "
-                    f"AND rowid NOT IN (SELECT min(rowid) FROM host_aggregates WHERE op = 'sched_switch' AND pid = 2233 "
-                    f"AND bucket_start_ns = {MINUTE})")
-        con.execute(f"UPDATE host_aggregates SET count = 100 WHERE op = 'sched_switch' AND pid = 2233 AND bucket_start_ns = {MINUTE}")
+        con.execute(f"DELETE FROM host_aggregates WHERE op = 'sched_switch' AND pid = 2233 "
+                    f"AND bucket_start_ns = {MINUTE} "
+                    f"AND rowid NOT IN (SELECT min(rowid) FROM host_aggregates WHERE op = 'sched_switch' "
+                    f"AND pid = 2233 AND bucket_start_ns = {MINUTE})")
+        con.execute(f"UPDATE host_aggregates SET count = 100 WHERE op = 'sched_switch' AND pid = 2233 "
+                    f"AND bucket_start_ns = {MINUTE}")
     finally:
         con.close()
     return out
@@ -67,8 +69,8 @@ def test_a_bucket_never_counts_fewer_than_its_rows(contradicted: Path) -> None:
         assert memcpy.total_count == rows_n + later_n and memcpy.total_ns == rows_ns + later_ns
         assert memcpy.lower_bound and memcpy.contradicted_buckets == 1 and memcpy.aggregate_count == later_n
         assert any("fewer calls than the rows" in n and "cudaMemcpyAsync" in n for n in stats.notes)
-        switches_rows = con.sql(f"SELECT count(*) FROM sched_intervals WHERE pid = 2233 AND on_ns < {MINUTE + 60_000_000_000}"
-                                ).fetchall()[0][0]
+        switches_rows = con.sql(f"SELECT count(*) FROM sched_intervals WHERE pid = 2233 "
+                                f"AND on_ns < {MINUTE + 60_000_000_000}").fetchall()[0][0]
         later = con.sql(f"SELECT sum(count) FROM host_aggregates WHERE op = 'sched_switch' AND pid = 2233 "
                         f"AND bucket_start_ns > {MINUTE}").fetchall()[0][0]
         main = {p.pid: p for p in per_process_breakdown(con)}[2233]

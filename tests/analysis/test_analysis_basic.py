@@ -137,7 +137,8 @@ def test_report_reads_a_trace_while_it_is_recorded(tmp_path: Path) -> None:
     con.close()
     assert report.info.live and any("still being recorded" in note for note in report.notes)
     assert report.stats[0].count == n and report.stats[0].max_ns == 5 * MS
-    w.replace("sessions", {"source": ["collector"], "started_ns": [T0], "stopped_ns": [T0 + S]})  # as the collector does
+    # as the collector does
+    w.replace("sessions", {"source": ["collector"], "started_ns": [T0], "stopped_ns": [T0 + S]})
     w.close()
     con = open_store(db)
     assert not build_report(con).info.live

@@ -59,7 +59,8 @@ def chains(stores: dict[str, Path]) -> dict[str, list[CausalChain]]:
 
 
 def _every_store() -> list[object]:
-    return [pytest.param(("demo", n), id=n) for n in SCENARIOS] + [pytest.param(("file", str(p)), id=p.name) for p in H200]
+    return ([pytest.param(("demo", n), id=n) for n in SCENARIOS]
+            + [pytest.param(("file", str(p)), id=p.name) for p in H200])
 
 
 def _open(which: tuple[str, str], stores: dict[str, Path]) -> duckdb.DuckDBPyConnection:
@@ -120,7 +121,8 @@ def _names(chain: CausalChain) -> set[str]:
 
 
 @pytest.mark.parametrize("name", [_scenario_param(n) for n in SCENARIOS])
-def test_the_top_chain_is_the_staged_cause(name: str, stores: dict[str, Path], chains: dict[str, list[CausalChain]]) -> None:
+def test_the_top_chain_is_the_staged_cause(name: str, stores: dict[str, Path],
+                                           chains: dict[str, list[CausalChain]]) -> None:
     exp = EXPECTED[name]
     con = open_store(stores[name])
     t0 = con.execute("SELECT min(started_ns) FROM sessions").fetchall()[0][0]
@@ -227,7 +229,8 @@ def _h200(path: Path) -> tuple[duckdb.DuckDBPyConnection, int, int, int, int]:
     con = open_store(path)
     t0 = con.execute("SELECT min(started_ns) FROM sessions").fetchall()[0][0]
     main, w0, w1, n = con.execute("""SELECT ppid, min(first_seen_ns), max(coalesce(exit_ns, last_seen_ns)), count(*)
-                                     FROM processes WHERE ppid IN (SELECT pid FROM cuda_calls) GROUP BY ppid""").fetchall()[0]
+                                     FROM processes WHERE ppid IN (SELECT pid FROM cuda_calls) GROUP BY ppid"""
+                                  ).fetchall()[0]
     assert n == 4
     return con, int(main), int(t0), int(w0), int(w1)
 

@@ -14,7 +14,19 @@ from ingero_mcp.analysis.derive import materialize, store_derived
 from ingero_mcp.store.views import DERIVED, TABLES, VIEWS, has_derived, lay_views
 from ingero_mcp.store import TraceWriter, open_store
 
-from test_analysis_views import CALL_COLUMNS, MS, PID, S, SCHED_COLUMNS, T0, call, columns, random_calls, sched, write_store
+from test_analysis_views import (
+    CALL_COLUMNS,
+    MS,
+    PID,
+    S,
+    SCHED_COLUMNS,
+    T0,
+    call,
+    columns,
+    random_calls,
+    sched,
+    write_store,
+)
 
 
 def _rows(con, sql: str) -> list[tuple]:
@@ -42,7 +54,8 @@ def _check_derived(path: Path, want: dict, types: dict) -> None:
     assert has_derived(con)
     lay_views(con)
     for v in VIEWS:
-        assert DERIVED[v] in con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [v]).fetchall()[0][0]
+        assert DERIVED[v] in con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?",
+                                         [v]).fetchall()[0][0]
         assert con.execute(f"DESCRIBE SELECT * FROM {v}").fetchall() == types[v], v
         assert _rows(con, f"SELECT * FROM {v}") == want[v], v
     materialize(con)  # nothing made: the per-connection names read the stored tables
@@ -138,11 +151,13 @@ def test_wakers_read_thread_sleeps_as_the_old_query_computed(tmp_path: Path) -> 
     db = write_store(tmp_path / "w.duckdb", state, random_calls())
     con = open_store(db)
     lay_views(con)
-    cases = [(11, None, False), (11, None, True), (12, TimeWindow(start_ns=T0 + 100 * MS, end_ns=T0 + 400 * MS), False), (13, None, False)]
+    cases = [(11, None, False), (11, None, True), (12, TimeWindow(start_ns=T0 + 100 * MS, end_ns=T0 + 400 * MS), False),
+             (13, None, False)]
     want = {}
     for tid, w, inside in cases:
         lo, hi = (w.start_ns, w.end_ns) if w else (-(2**62), 2**62)
-        want[(tid, inside, lo)] = _rows(con, OLD_WAKERS.format(pid=PID, tid=tid, lo=lo, hi=hi, cond="> 0" if inside else "= 0"))
+        want[(tid, inside, lo)] = _rows(con, OLD_WAKERS.format(pid=PID, tid=tid, lo=lo, hi=hi,
+                                                               cond="> 0" if inside else "= 0"))
     con.close()
     assert any(want.values())
 

@@ -60,7 +60,8 @@ def _iv(cols: dict[str, list], tid: int, off: int, on: int, state: str, *, wake:
     wait = on - off if state == "preempted" else (on - wake if wake is not None else None)
     for k, v in (("pid", pid), ("tid", tid), ("off_ns", off), ("on_ns", on), ("off_cpu_ns", on - off),
                  ("prev_state", state), ("wakeup_ns", wake), ("sleep_ns", sleep), ("cpu_wait_ns", wait), ("cpu", cpu),
-                 ("on_cpu", cpu), ("waker_pid", waker[0] if waker else None), ("waker_tid", waker[0] if waker else None),
+                 ("on_cpu", cpu), ("waker_pid", waker[0] if waker else None),
+                 ("waker_tid", waker[0] if waker else None),
                  ("waker_comm", waker[1] if waker else None), ("waker_context", waker[2] if waker else None),
                  ("syscall", syscall), ("kstack_id", kstack)):
         cols[k].append(v)
@@ -87,8 +88,8 @@ def pipe_store(path: Path) -> Path:
     for t in steps:  # the writer sleeps 70 ms in pipe_write; the reader slept on its timer, then read (waking it)
         _iv(ivs, PID, t + 2 * MS, t + 72 * MS, "sleeping", wake=t + 71 * MS, waker=(READER, "logsink", "task"),
             syscall="write", kstack=7)
-        _iv(ivs, READER, t, t + 71 * MS - 50 * US, "sleeping", wake=t + 71 * MS - 60 * US, waker=(0, "swapper/1", "irq"),
-            syscall="clock_nanosleep", kstack=8, pid=READER, cpu=1)
+        _iv(ivs, READER, t, t + 71 * MS - 50 * US, "sleeping", wake=t + 71 * MS - 60 * US,
+            waker=(0, "swapper/1", "irq"), syscall="clock_nanosleep", kstack=8, pid=READER, cpu=1)
     with TraceWriter(path) as w:
         _session(w)
         w.replace("processes", {"pid": [PID, READER], "ppid": [1, PID], "comm": ["python3", "logsink"],
@@ -153,7 +154,8 @@ def throttled_store(path: Path, *, samples: bool) -> Path:
             w.append("cgroup_samples", {"ts_ns": [T0 + k * S for k in range(21)], "pid": [PID] * 21,
                                         "cgroup": ["/job"] * 21, "own": [True] * 21,
                                         "quota_us": [None] * 8 + [10_000] * 8 + [None] * 5, "period_us": [100_000] * 21,
-                                        "usage_usec": [k * 1000 for k in range(21)], "nr_periods": [k * 10 for k in range(21)],
+                                        "usage_usec": [k * 1000 for k in range(21)],
+                                        "nr_periods": [k * 10 for k in range(21)],
                                         "nr_throttled": [0] * 9 + [9 * (k - 8) for k in range(9, 17)] + [72] * 4,
                                         "throttled_usec": throttled})
     return path
@@ -266,8 +268,8 @@ def two_hop_store(path: Path) -> Path:
             syscall="futex", kstack=9)
         _iv(ivs, 502, t + 1 * MS, t + 71 * MS - 20 * US, "sleeping", wake=t + 71 * MS - 40 * US,
             waker=(READER, "logsink", "task"), syscall="write", kstack=7, cpu=2)
-        _iv(ivs, READER, t, t + 71 * MS - 50 * US, "sleeping", wake=t + 71 * MS - 60 * US, waker=(0, "swapper/1", "irq"),
-            syscall="clock_nanosleep", kstack=8, pid=READER, cpu=1)
+        _iv(ivs, READER, t, t + 71 * MS - 50 * US, "sleeping", wake=t + 71 * MS - 60 * US,
+            waker=(0, "swapper/1", "irq"), syscall="clock_nanosleep", kstack=8, pid=READER, cpu=1)
     ivs["waker_pid"] = [PID if tid == 502 else p for p, tid in zip(ivs["waker_pid"], ivs["waker_tid"])]  # a thread
     with TraceWriter(path) as w:
         _session(w)
@@ -308,8 +310,8 @@ def polled_store(path: Path, *, packets: bool) -> Path:
             syscall="futex", kstack=9)
         for k in range(6):  # six polls that time out, then one that data ends
             a = t + 1 * MS + k * 10 * MS
-            _iv(ivs, 503, a, a + 10 * MS - 20 * US, "sleeping", wake=a + 10 * MS - 40 * US, waker=(0, "swapper/2", "irq"),
-                syscall="epoll_wait", kstack=10, cpu=2)
+            _iv(ivs, 503, a, a + 10 * MS - 20 * US, "sleeping", wake=a + 10 * MS - 40 * US,
+                waker=(0, "swapper/2", "irq"), syscall="epoll_wait", kstack=10, cpu=2)
         a = t + 61 * MS
         ender = (PEER, "peer_rank1", "softirq") if packets else (504, "pt_notifier", "task")
         _iv(ivs, 503, a, a + 10 * MS - 20 * US, "sleeping", wake=a + 10 * MS - 40 * US, waker=ender,

@@ -26,8 +26,10 @@ PID, TID = 10, 11
 
 SCHED_COLUMNS = ("pid", "tid", "off_ns", "on_ns", "off_cpu_ns", "prev_state", "wakeup_ns", "sleep_ns", "cpu_wait_ns",
                  "cpu", "on_cpu", "preemptor_pid", "preemptor_tid", "preemptor_comm", "last_holder_pid",
-                 "last_holder_tid", "last_holder_comm", "waker_pid", "waker_tid", "waker_comm", "waker_context", "syscall")
-CALL_COLUMNS = ("pid", "tid", "ts_ns", "duration_ns", "api", "op", "bytes", "memcpy_kind", "host_pinned", "kernel_handle")
+                 "last_holder_tid", "last_holder_comm", "waker_pid", "waker_tid", "waker_comm", "waker_context",
+                 "syscall")
+CALL_COLUMNS = ("pid", "tid", "ts_ns", "duration_ns", "api", "op", "bytes", "memcpy_kind", "host_pinned",
+                "kernel_handle")
 
 
 def sched(off: int, on: int | None, state: str, *, wakeup: int | None = None, sleep: int | None = None,
@@ -35,8 +37,8 @@ def sched(off: int, on: int | None, state: str, *, wakeup: int | None = None, sl
           last: tuple | None = None, waker: tuple | None = None, syscall: str | None = None, tid: int = TID) -> dict:
     """One sched_intervals row; first/last/waker are (pid, tid, comm[, context])."""
     f, la, w = first or (None,) * 3, last or (None,) * 3, waker or (None,) * 4
-    return dict(zip(SCHED_COLUMNS, (PID, tid, off, on, None if on is None else on - off, state, wakeup, sleep, wait, cpu,
-                                    on_cpu, *f, *la, *w, syscall), strict=True))
+    return dict(zip(SCHED_COLUMNS, (PID, tid, off, on, None if on is None else on - off, state, wakeup, sleep, wait,
+                                    cpu, on_cpu, *f, *la, *w, syscall), strict=True))
 
 
 def call(ts: int, dur: int, op: str, *, api: str = "runtime", nbytes: int | None = None, kind: str | None = None,
@@ -112,8 +114,10 @@ def test_thread_state_golden(tmp_path: Path) -> None:
     got = query(write_store(tmp_path / "s.duckdb", rows, []), STATE_SQL)
     assert got == [
         ("cpu_wait", None, 100 * MS, 104 * MS, 4 * MS, 2, None, None, None, None, None, 20, "hog", 21, "stress"),
-        ("sleeping", "S", 200 * MS, 210 * MS, 10 * MS, 0, 30, 31, "pt_data_worker", "task", "poll", None, None, None, None),
-        ("cpu_wait", None, 210 * MS, 213 * MS, 3 * MS, 3, 30, 31, "pt_data_worker", "task", None, None, None, 20, "hog"),
+        ("sleeping", "S", 200 * MS, 210 * MS, 10 * MS, 0, 30, 31, "pt_data_worker", "task", "poll",
+         None, None, None, None),
+        ("cpu_wait", None, 210 * MS, 213 * MS, 3 * MS, 3, 30, 31, "pt_data_worker", "task", None,
+         None, None, 20, "hog"),
         ("off_cpu", None, 300 * MS, 305 * MS, 5 * MS, 2, None, None, None, None, None, None, None, None, None),
         ("sleeping", "D", 400 * MS, 420 * MS, 20 * MS, 1, 0, 0, "swapper/1", "irq", "read", None, None, None, None),
         ("sleeping", "S", 2_900 * MS, 3_000 * MS, 100 * MS, 0, None, None, None, None, "futex", None, None, None, None),
@@ -121,8 +125,10 @@ def test_thread_state_golden(tmp_path: Path) -> None:
 
 
 def test_thread_state_leaves_out_an_open_interval_without_a_stop(tmp_path: Path) -> None:
-    rows = [sched(T0 + 100 * MS, None, "preempted"), sched(T0 + 50 * MS, T0 + 60 * MS, "preempted", sleep=0, wait=10 * MS)]
-    got = query(write_store(tmp_path / "s.duckdb", rows, [], stop=None), "SELECT state, start_ns - %d, end_ns - %d FROM thread_state" % (T0, T0))
+    rows = [sched(T0 + 100 * MS, None, "preempted"),
+            sched(T0 + 50 * MS, T0 + 60 * MS, "preempted", sleep=0, wait=10 * MS)]
+    got = query(write_store(tmp_path / "s.duckdb", rows, [], stop=None),
+                "SELECT state, start_ns - %d, end_ns - %d FROM thread_state" % (T0, T0))
     assert got == [("cpu_wait", 50 * MS, 60 * MS)]
 
 

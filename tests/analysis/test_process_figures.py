@@ -21,7 +21,8 @@ def h200() -> dict:
     try:
         procs = per_process_breakdown(con)
         facts = {
-            "collector": con.sql("SELECT pid FROM processes WHERE cmdline LIKE '%ingero_mcp.cli trace%'").fetchall()[0][0],
+            "collector": con.sql("SELECT pid FROM processes "
+                                 "WHERE cmdline LIKE '%ingero_mcp.cli trace%'").fetchall()[0][0],
             "worst": con.sql("SELECT tid, off_cpu_ns FROM sched_intervals WHERE pid = 1534 "
                              "ORDER BY off_cpu_ns DESC LIMIT 1").fetchall()[0],
             "cuda_tids": {r[0] for r in con.sql("SELECT DISTINCT tid FROM cuda_calls WHERE pid = 1534").fetchall()},
@@ -75,7 +76,8 @@ def test_an_imported_chain_the_rows_contradict_is_said_to_be(cluster: Path) -> N
     con = open_store(cluster)
     try:
         claimed, stored_max = con.sql(
-            "SELECT c.p99_ns, (SELECT max(duration_ns) FROM cuda_calls k WHERE k.session_id = c.session_id AND k.op = c.op) "
+            "SELECT c.p99_ns, "
+            "(SELECT max(duration_ns) FROM cuda_calls k WHERE k.session_id = c.session_id AND k.op = c.op) "
             "FROM imported_chains c WHERE c.op = 'cuMemAlloc' ORDER BY c.p99_ns DESC LIMIT 1").fetchall()[0]
         assert (claimed, stored_max) == (51_501_000, 154_134)  # the chain's p99 51.5 ms; the longest stored 154 us
         chains = imported_chains(con)
@@ -97,7 +99,8 @@ def test_imported_tables_not_analysed_are_listed_and_their_processes_shown(clust
     con = open_store(cluster)
     try:
         notes = trace_stats(con).notes
-        assert any("not analysed yet" in n and "IO/block_write 207 rows" in n and "IO/block_read 98 rows" in n for n in notes)
+        assert any("not analysed yet" in n and "IO/block_write 207 rows" in n and "IO/block_read 98 rows" in n
+                   for n in notes)
         procs = {p.pid: p for p in per_process_breakdown(con)}
         only_io = {r[0] for r in con.sql(
             "SELECT DISTINCT pid FROM imported_events WHERE mapped_to IS NULL AND pid NOT IN "

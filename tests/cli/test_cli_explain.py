@@ -124,9 +124,11 @@ def test_explain_errors_are_one_line(tmp_path: Path, db: Path, capsys: pytest.Ca
 
 
 def test_query_table_json_limit(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "query", "--db", str(db), "SELECT op, count(*) AS n FROM cuda_calls GROUP BY op ORDER BY n DESC")
+    code, out, _ = run(capsys, "query", "--db", str(db),
+                       "SELECT op, count(*) AS n FROM cuda_calls GROUP BY op ORDER BY n DESC")
     assert code == 0 and "cudaLaunchKernel" in out and "1000" in out and "4 rows" in out
-    code, out, _ = run(capsys, "query", "--db", str(db), "--json", "--limit", "3", "SELECT pid FROM processes ORDER BY pid")
+    code, out, _ = run(capsys, "query", "--db", str(db), "--json", "--limit", "3",
+                       "SELECT pid FROM processes ORDER BY pid")
     doc = json.loads(out)
     assert doc == {"columns": ["pid"], "rows": [[100], [101], [102]], "truncated": True}
     code, out, _ = run(capsys, "query", "--db", str(db), "--json", "DESCRIBE cuda_calls")

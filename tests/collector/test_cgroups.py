@@ -15,7 +15,8 @@ cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0
 
 def test_the_v1_cpu_hierarchy_is_preferred_where_mounted() -> None:
     ctl = find_cpu_controller(V1_MOUNTS)
-    assert ctl == CpuController(root=Path("/sys/fs/cgroup/cpu,cpuacct"), v2=False, cpuacct=Path("/sys/fs/cgroup/cpu,cpuacct"))
+    assert ctl == CpuController(root=Path("/sys/fs/cgroup/cpu,cpuacct"), v2=False,
+                                cpuacct=Path("/sys/fs/cgroup/cpu,cpuacct"))
 
 
 def test_no_cpu_controller_means_no_rows() -> None:
@@ -45,4 +46,5 @@ def test_this_process_has_a_cgroup_where_the_machine_has_the_controller() -> Non
     own = cgroup_of(os.getpid(), ctl)
     assert own is not None and own.startswith("/")
     rows = CgroupSampler(ctl).sample(7, [os.getpid()])
-    assert rows["pid"][0] == os.getpid() and rows["own"][0] is True and rows["cgroup"][0] == own and rows["ts_ns"] == [7] * len(rows["pid"])
+    assert (rows["pid"][0] == os.getpid() and rows["own"][0] is True and rows["cgroup"][0] == own
+            and rows["ts_ns"] == [7] * len(rows["pid"]))

@@ -148,7 +148,8 @@ def test_bytes_direction_stream_and_return_codes(recorded: dict[str, Any], con: 
     streams = dict(_q(con, "SELECT op, list(DISTINCT stream ORDER BY stream) FROM cuda_calls WHERE pid = ? "
                       "AND stream IS NOT NULL GROUP BY op", [pid]))
     assert streams["cudaLaunchKernel"] == [0x1000, 0x1001, 0x1002, 0x1003, 0x6000]  # 6th argument: on the stack
-    side = _q(con, "SELECT count(*), count(DISTINCT tid), min(tid) FROM cuda_calls WHERE pid = ? AND stream = 24576", [pid])
+    side = _q(con, "SELECT count(*), count(DISTINCT tid), min(tid) FROM cuda_calls WHERE pid = ? AND stream = 24576",
+              [pid])
     assert side[0][:2] == (10, 1) and side[0][2] != pid  # the second thread's calls carry its own tid
     assert streams["cuLaunchKernel"] == [0x3000, 0x3001]  # 9th argument: on the stack
     assert streams["cuLaunchKernelEx"] == [0x4000]  # inside CUlaunchConfig
@@ -206,8 +207,8 @@ def test_preempted_under_contention_and_not_without(recorded: dict[str, Any], co
                            [recorded["pids"][name]])[0][0]
         assert blocked_share < 0.05, (name, blocked_share)
     hogs = recorded["hogs"]
-    preemptors = _q(con, "SELECT DISTINCT preemptor_pid FROM sched_intervals WHERE pid = ? AND prev_state = 'preempted'",
-                    [recorded["pids"]["busy"]])
+    preemptors = _q(con, "SELECT DISTINCT preemptor_pid FROM sched_intervals "
+                         "WHERE pid = ? AND prev_state = 'preempted'", [recorded["pids"]["busy"]])
     assert {p for (p,) in preemptors} & set(hogs)
     assert _q(con, "SELECT count(*) FROM cuda_calls WHERE pid = ? AND off_cpu_ns <> cpu_wait_ns + sleep_ns",
               [recorded["pids"]["busy"]])[0][0] == 0
@@ -228,7 +229,8 @@ def test_preempted_under_contention_and_not_without(recorded: dict[str, Any], co
     # sleeping intervals carry the wakeup: asleep from off_ns to wakeup_ns, waiting for a CPU until on_ns
     bad, with_wakeup, sleeping_n = _q(con, "SELECT count(*) FILTER (wakeup_ns < off_ns OR wakeup_ns > on_ns), "
                                            "count(wakeup_ns), count(*) FROM sched_intervals "
-                                           "WHERE prev_state IN ('sleeping', 'uninterruptible') AND on_ns IS NOT NULL")[0]
+                                           "WHERE prev_state IN ('sleeping', 'uninterruptible') "
+                                           "AND on_ns IS NOT NULL")[0]
     assert sleeping_n > 0 and bad == 0 and with_wakeup >= 0.9 * sleeping_n, (sleeping_n, bad, with_wakeup)
     assert _q(con, "SELECT count(wakeup_ns) FROM sched_intervals WHERE prev_state = 'preempted'")[0][0] == 0
 
@@ -239,11 +241,12 @@ def test_children_followed_and_pages_counted(recorded: dict[str, Any], con: Any)
     assert len(kids) == MIX_CHILDREN and all(t and code == 7 for _, t, code, _ in kids), kids
     forks = {r[0] for r in _q(con, "SELECT child_pid FROM process_events WHERE event = 'fork' AND pid = ?", [mix])}
     assert forks == {k[0] for k in kids}
-    exits = _q(con, "SELECT pid, exit_code FROM process_events WHERE event = 'exit' AND pid IN (SELECT pid FROM processes "
-               "WHERE ppid = ?)", [mix])
+    exits = _q(con, "SELECT pid, exit_code FROM process_events WHERE event = 'exit' "
+               "AND pid IN (SELECT pid FROM processes WHERE ppid = ?)", [mix])
     assert sorted(exits) == [(k[0], 7) for k in kids]
     for pid, *_ in kids:
-        pages = _q(con, "SELECT sum(sum_bytes) FROM host_aggregates WHERE pid = ? AND op = 'mm_page_alloc'", [pid])[0][0]
+        pages = _q(con, "SELECT sum(sum_bytes) FROM host_aggregates WHERE pid = ? AND op = 'mm_page_alloc'",
+                   [pid])[0][0]
         assert pages >= CHILD_MB << 20, (pid, pages)  # the child touched 32 MiB
         assert _q(con, "SELECT count(*) FROM sched_intervals WHERE pid = ?", [pid])[0][0] > 0
     host_alloc = _q(con, "SELECT sum(page_allocs), sum(page_alloc_bytes) FROM cuda_calls WHERE pid = ? "
@@ -347,8 +350,8 @@ def test_check_reports_libraries_in_use(standin: StandIn) -> None:
 
     w = Workload(standin, "mix", "0", "0", "0", "0", "0")
     try:
-        out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "check", "--json"], capture_output=True, text=True,
-                             check=False)
+        out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "check", "--json"], capture_output=True,
+                             text=True, check=False)
     finally:
         w.go()
         w.wait()
@@ -427,8 +430,8 @@ def test_a_bad_pid_or_library_is_refused_before_loading(tmp_path: Path) -> None:
     dead.wait()  # a pid that existed and is gone
     for args, said in ((["--pid", str(dead.pid)], f"no process {dead.pid}"),
                        (["--cuda-lib", "/etc/hostname"], "--cuda-lib /etc/hostname: not a readable")):
-        out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(tmp_path / "x.duckdb"), *args],
-                             capture_output=True, text=True, timeout=120, check=False)
+        out = subprocess.run([sys.executable, "-m", "ingero_mcp.cli", "trace", "--db", str(tmp_path / "x.duckdb"),
+                              *args], capture_output=True, text=True, timeout=120, check=False)
         assert out.returncode == 2 and said in out.stderr, out.stderr
         assert "eBPF program" not in out.stderr and "calibrated" not in out.stderr, out.stderr
         assert "Traceback" not in out.stderr and not list(tmp_path.iterdir())
@@ -454,7 +457,8 @@ def _memory_cgroup(name: str, limit: int) -> Path:
         (cg / "memory.limit_in_bytes").write_text(str(limit))
         return cg
     v2 = [ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")]
-    root = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.controllers").exists() else Path("/sys/fs/cgroup")
+    root = (Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.controllers").exists()
+            else Path("/sys/fs/cgroup"))
     if v2 and "memory" in (root / v2[0].lstrip("/") / "cgroup.subtree_control").read_text():
         cg = root / v2[0].lstrip("/") / name
         cg.mkdir(exist_ok=True)
@@ -565,7 +569,8 @@ def test_library_loaded_after_start_is_attached_by_rescan(standin: StandIn, tmp_
             proc.kill()
         collector.kill()
     con = open_store(db)
-    assert _q(con, "SELECT op, count(*), min(pid) FROM cuda_calls GROUP BY op") == [("cudaDeviceSynchronize", 25, proc.pid)]
+    assert _q(con, "SELECT op, count(*), min(pid) FROM cuda_calls GROUP BY op") == [
+        ("cudaDeviceSynchronize", 25, proc.pid)]
     attached = json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]
     by_name = {Path(lib["path"]).name: lib for lib in attached}
     assert set(by_name) == {"libcudart.so.13", "libcuda.so.1"}  # libcuda came in as libcudart's dependency
@@ -590,7 +595,8 @@ def test_api_option_probes_one_library_only(standin: StandIn, tmp_path: Path, ap
     assert {a for (a,) in _q(con, "SELECT DISTINCT api FROM cuda_calls")} == {api}
     libraries = json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]
     skipped = {lib["api"] for lib in libraries if lib["skipped_by_api_option"]}
-    assert skipped == ({"runtime", "driver"} - {api}) and all(not lib["attached"] for lib in libraries if lib["skipped_by_api_option"])
+    assert skipped == ({"runtime", "driver"} - {api}) and all(not lib["attached"] for lib in libraries
+                                                              if lib["skipped_by_api_option"])
     assert json.loads(_q(con, "SELECT collector_flags FROM sessions")[0][0])["apis"] == [api]
     con.close()
 
@@ -633,7 +639,8 @@ def v2rec(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def test_v2_woken_thread_waits_for_a_busy_cpu(v2rec: dict[str, Any]) -> None:
     """(a) sleep then CPU wait, the waker named, in task context; the hog is the last holder."""
     con, t = v2rec["con"], v2rec["tid"]
-    rows = _q(con, """SELECT count(*), count(*) FILTER (sleep_ns > 0 AND cpu_wait_ns > 0 AND wakeup_ns BETWEEN off_ns AND on_ns
+    rows = _q(con, """SELECT count(*), count(*) FILTER (sleep_ns > 0 AND cpu_wait_ns > 0
+                                                      AND wakeup_ns BETWEEN off_ns AND on_ns
                                                       AND waker_tid = ? AND waker_pid = ? AND waker_context = 'task'
                                                       AND waker_comm = 'v2-waker'),
                              count(*) FILTER (last_holder_pid = ? AND on_cpu = ?), sum(cpu_wait_ns)
@@ -651,7 +658,8 @@ def test_v2_two_threads_on_one_cpu_preempt_each_other(v2rec: dict[str, Any]) -> 
     for me, other in (("v2-spin1", "v2-spin2"), ("v2-spin2", "v2-spin1")):
         # comm: the name at that moment, 'v2-main' until the thread renamed itself
         n, by_other, held_by_other, cpu_wait = _q(con, """
-            SELECT count(*), count(*) FILTER (preemptor_tid = ? AND preemptor_pid = ? AND preemptor_comm IN (?, 'v2-main')),
+            SELECT count(*),
+                   count(*) FILTER (preemptor_tid = ? AND preemptor_pid = ? AND preemptor_comm IN (?, 'v2-main')),
                    count(*) FILTER (last_holder_tid = ? AND last_holder_pid = ? AND last_holder_comm IN (?, 'v2-main')),
                    sum(cpu_wait_ns) FILTER (sleep_ns = 0 AND cpu_wait_ns = off_cpu_ns)
             FROM sched_intervals WHERE tid = ? AND prev_state = 'preempted' AND cpu = ? AND on_cpu = ?""",
@@ -661,7 +669,8 @@ def test_v2_two_threads_on_one_cpu_preempt_each_other(v2rec: dict[str, Any]) -> 
         # second by default), which on a loaded 2-CPU machine can be most of the preemptions: so the
         # other spinner must be named, exactly, several times (a wrong holder would never match all three)
         assert n >= 3 and by_other >= 3 and held_by_other >= 3, (me, n, by_other, held_by_other)
-        tid_only = _q(con, "SELECT count(*) FROM sched_intervals WHERE tid = ? AND preemptor_tid = ? AND preemptor_pid <> ?",
+        tid_only = _q(con, "SELECT count(*) FROM sched_intervals "
+                           "WHERE tid = ? AND preemptor_tid = ? AND preemptor_pid <> ?",
                       [t[me], t[other], v2rec["pid"]])[0][0]
         assert tid_only <= max(1, 0.1 * by_other), (me, tid_only, by_other)  # the tgid is nearly always learned
         assert cpu_wait > 200_000_000, (me, cpu_wait)  # about half of its second, runnable
@@ -671,11 +680,13 @@ def test_v2_two_threads_on_one_cpu_preempt_each_other(v2rec: dict[str, Any]) -> 
             FROM host_aggregates WHERE op = 'sched_switch' AND tid = ?""", [V2_SPIN_CPU, v2rec["pid"], t[me]])[0]
         life, off = _q(con, """SELECT max(th.exit_ns) - min(i.off_ns), sum(i.off_cpu_ns)
                                FROM sched_intervals i JOIN threads th ON th.tid = i.tid WHERE i.tid = ?""", [t[me]])[0]
-        assert rows >= 1 and bad == 0 and on_cpu > 200_000_000 and on_cpu >= 0.9 * on_all, (me, on_cpu, on_all, rows, bad)
+        assert rows >= 1 and bad == 0 and on_cpu > 200_000_000 and on_cpu >= 0.9 * on_all, \
+            (me, on_cpu, on_all, rows, bad)
         assert abs(on_all - (life - off)) <= 10_000_000 + 0.05 * on_all, (me, on_all, life, off)
-    assert _q(con, "SELECT count(*) FROM host_aggregates WHERE op = 'sched_switch' AND (tid IS NULL OR cpu IS NULL)")[0][0] == 0
-    assert _q(con, "SELECT count(*) FROM host_aggregates WHERE op = 'mm_page_alloc' AND (tid IS NOT NULL OR cpu IS NOT NULL)"
-              )[0][0] == 0
+    assert _q(con, "SELECT count(*) FROM host_aggregates "
+                   "WHERE op = 'sched_switch' AND (tid IS NULL OR cpu IS NULL)")[0][0] == 0
+    assert _q(con, "SELECT count(*) FROM host_aggregates "
+                   "WHERE op = 'mm_page_alloc' AND (tid IS NOT NULL OR cpu IS NOT NULL)")[0][0] == 0
 
 
 def test_v2_renames_and_threads(v2rec: dict[str, Any]) -> None:
@@ -700,7 +711,8 @@ def test_v2_new_threads_start_with_a_cpu_wait(v2rec: dict[str, Any]) -> None:
     assert {t["sleeper"], t["waker"], t["v2-spin1"], t["v2-spin2"]} <= made, made
     for name in ("sleeper", "waker", "v2-spin1", "v2-spin2"):
         first = _q(con, """SELECT prev_state, sleep_ns, cpu_wait_ns = off_cpu_ns, wakeup_ns = off_ns, waker_tid,
-                                  waker_context, preemptor_pid FROM sched_intervals WHERE tid = ? ORDER BY off_ns LIMIT 1""",
+                                  waker_context, preemptor_pid FROM sched_intervals WHERE tid = ?
+                                  ORDER BY off_ns LIMIT 1""",
                    [t[name]])
         assert first == [("new", 0, True, True, t["main"], "task", None)], (name, first)
 
@@ -708,8 +720,8 @@ def test_v2_new_threads_start_with_a_cpu_wait(v2rec: dict[str, Any]) -> None:
 def test_v2_syscall_a_thread_slept_in(v2rec: dict[str, Any]) -> None:
     """(e) the waker sleeps in (clock_)nanosleep, woken by the timer interrupt; the sleeper in futex."""
     con, t = v2rec["con"], v2rec["tid"]
-    naps = dict(_q(con, "SELECT syscall, count(*) FROM sched_intervals WHERE tid = ? AND prev_state = 'sleeping' GROUP BY 1",
-                   [t["waker"]]))
+    naps = dict(_q(con, "SELECT syscall, count(*) FROM sched_intervals "
+                        "WHERE tid = ? AND prev_state = 'sleeping' GROUP BY 1", [t["waker"]]))
     assert naps.get("clock_nanosleep", 0) + naps.get("nanosleep", 0) >= 15, naps
     irq = _q(con, """SELECT count(*) FILTER (waker_context = 'irq'), count(*) FROM sched_intervals
                      WHERE tid = ? AND syscall IN ('nanosleep', 'clock_nanosleep')""", [t["waker"]])[0]
@@ -717,32 +729,35 @@ def test_v2_syscall_a_thread_slept_in(v2rec: dict[str, Any]) -> None:
     futex = _q(con, "SELECT count(*) FROM sched_intervals WHERE tid = ? AND syscall = 'futex'", [t["sleeper"]])[0][0]
     assert futex >= 5, futex
     # spinning in user space: preempted outside any system call (bar its start: prctl, printf)
-    in_call, n = _q(con, "SELECT count(syscall), count(*) FROM sched_intervals WHERE tid = ? AND prev_state = 'preempted'",
-                    [t["v2-spin1"]])[0]
+    in_call, n = _q(con, "SELECT count(syscall), count(*) FROM sched_intervals "
+                         "WHERE tid = ? AND prev_state = 'preempted'", [t["v2-spin1"]])[0]
     assert n >= 3 and in_call <= 1, (in_call, n)
 
 
 def test_v2_kernel_handle_is_the_function_launched(v2rec: dict[str, Any]) -> None:
     """(f) kernel_handle = the func pointer the workload passed; distinct kernels, distinct handles."""
     con, f = v2rec["con"], v2rec["func"]
-    got = sorted(_q(con, "SELECT op, kernel_handle, count(*) FROM cuda_calls WHERE pid = ? AND kernel_handle IS NOT NULL "
-                         "GROUP BY ALL", [v2rec["pid"]]))
+    got = sorted(_q(con, "SELECT op, kernel_handle, count(*) FROM cuda_calls "
+                         "WHERE pid = ? AND kernel_handle IS NOT NULL GROUP BY ALL", [v2rec["pid"]]))
     assert got == sorted([("cudaLaunchKernel", f["a"], 3), ("cudaLaunchKernel", f["b"], 3),
                           ("cuLaunchKernel", f["a"], 2), ("cuLaunchKernelEx", f["b"], 2)]) and f["a"] != f["b"], got
-    assert _q(con, "SELECT count(*) FROM cuda_calls WHERE op NOT LIKE '%Launch%' AND kernel_handle IS NOT NULL")[0][0] == 0
+    assert _q(con, "SELECT count(*) FROM cuda_calls "
+                   "WHERE op NOT LIKE '%Launch%' AND kernel_handle IS NOT NULL")[0][0] == 0
 
 
 def test_v2_host_pinned_follows_the_pinned_ranges(v2rec: dict[str, Any]) -> None:
-    """(g) TRUE inside cudaHostAlloc/cudaHostRegister/cuMemAllocHost ranges, FALSE for malloc'd or unregistered memory."""
+    """(g) TRUE inside cudaHostAlloc/cudaHostRegister/cuMemAllocHost ranges, FALSE for malloc'd or unregistered
+    memory."""
     con = v2rec["con"]
-    got = _q(con, "SELECT bytes, op, host_pinned, host_ptr IS NOT NULL FROM cuda_calls WHERE pid = ? AND bytes BETWEEN 101 AND 106 "
-                  "ORDER BY bytes, op", [v2rec["pid"]])
+    got = _q(con, "SELECT bytes, op, host_pinned, host_ptr IS NOT NULL FROM cuda_calls "
+                  "WHERE pid = ? AND bytes BETWEEN 101 AND 106 ORDER BY bytes, op", [v2rec["pid"]])
     want = {101: True, 102: True, 103: False, 104: True, 105: False, 106: True}
     assert {(b, op) for b, op, _, _ in got} >= {(101, "cudaMemcpy"), (101, "cuMemcpyHtoD_v2"), (102, "cuMemcpyDtoH_v2"),
                                                 (106, "cuMemcpyHtoD_v2")}, got
     assert all(pinned is want[b] and has_ptr for b, _, pinned, has_ptr in got), got
-    ranges = _q(con, "SELECT op, count(host_ptr) FROM cuda_calls WHERE pid = ? AND op IN ('cudaHostAlloc', 'cudaHostRegister', "
-                     "'cudaHostUnregister', 'cudaFreeHost', 'cuMemAllocHost_v2', 'cuMemFreeHost') GROUP BY 1 ORDER BY 1",
+    ranges = _q(con, "SELECT op, count(host_ptr) FROM cuda_calls "
+                     "WHERE pid = ? AND op IN ('cudaHostAlloc', 'cudaHostRegister', 'cudaHostUnregister', "
+                     "'cudaFreeHost', 'cuMemAllocHost_v2', 'cuMemFreeHost') GROUP BY 1 ORDER BY 1",
                 [v2rec["pid"]])
     assert ranges == [("cuMemAllocHost_v2", 1), ("cuMemFreeHost", 1), ("cudaFreeHost", 1), ("cudaHostAlloc", 1),
                       ("cudaHostRegister", 1), ("cudaHostUnregister", 1)], ranges
@@ -753,13 +768,16 @@ def test_v2_off_cpu_split_adds_up(v2rec: dict[str, Any], con: Any) -> None:
     for c in (v2rec["con"], con):
         assert _q(c, "SELECT count(*) FROM cuda_calls WHERE return_code IS NOT NULL "
                      "AND (sleep_ns + cpu_wait_ns <> off_cpu_ns OR sleep_ns < 0 OR cpu_wait_ns < 0)")[0][0] == 0
-        bad = _q(c, """SELECT count(*) FILTER (WHERE sleep_ns + cpu_wait_ns <> off_cpu_ns OR sleep_ns < 0 OR cpu_wait_ns < 0),
-                              count(*) FILTER (WHERE (sleep_ns IS NULL) <> (cpu_wait_ns IS NULL)),
-                              count(*) FILTER (WHERE sleep_ns IS NULL AND (wakeup_ns IS NOT NULL OR prev_state IN ('preempted', 'new'))),
-                              count(*) FILTER (WHERE prev_state = 'preempted' AND sleep_ns <> 0),
-                              count(*) FILTER (WHERE prev_state NOT IN ('preempted', 'sleeping', 'uninterruptible', 'new', 'other')),
-                              count(*) FILTER (WHERE sleep_ns IS NULL), count(*)
-                       FROM sched_intervals WHERE on_ns IS NOT NULL""")[0]
+        bad = _q(c, """
+            SELECT count(*) FILTER (WHERE sleep_ns + cpu_wait_ns <> off_cpu_ns OR sleep_ns < 0 OR cpu_wait_ns < 0),
+                   count(*) FILTER (WHERE (sleep_ns IS NULL) <> (cpu_wait_ns IS NULL)),
+                   count(*) FILTER (WHERE sleep_ns IS NULL
+                                          AND (wakeup_ns IS NOT NULL OR prev_state IN ('preempted', 'new'))),
+                   count(*) FILTER (WHERE prev_state = 'preempted' AND sleep_ns <> 0),
+                   count(*) FILTER (WHERE prev_state NOT IN ('preempted', 'sleeping', 'uninterruptible', 'new',
+                                                             'other')),
+                   count(*) FILTER (WHERE sleep_ns IS NULL), count(*)
+            FROM sched_intervals WHERE on_ns IS NOT NULL""")[0]
         assert bad[:5] == (0, 0, 0, 0, 0) and bad[5] <= 0.05 * bad[6], bad
 
 

@@ -76,7 +76,8 @@ def test_default_probes_one_layer_per_logical_call(plain: dict[str, Any]) -> Non
     want = {op: n for op, n in parent.items() if n and (not op.startswith("cuda") or op in AUTO_RUNTIME_OPS)}
     got = dict(_q(con, "SELECT op, count(*) FROM cuda_calls WHERE pid = ? GROUP BY op", [plain["mix"]]))
     assert got == want
-    libraries = {Path(lib["path"]).name: lib for lib in json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]}
+    libraries = {Path(lib["path"]).name: lib
+                 for lib in json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]}
     assert sorted(libraries["libcudart.so.13"]["attached"]) == sorted(AUTO_RUNTIME_OPS)
     assert libraries["libcuda.so.1"]["entry_only"] == ["cuLaunchKernel", "cuLaunchKernelEx"]
     flags = json.loads(_q(con, "SELECT collector_flags FROM sessions")[0][0])
@@ -91,9 +92,11 @@ def test_launches_are_entry_only_rows_with_their_arguments(plain: dict[str, Any]
                   "count(context_switches), count(kernel_handle), count(DISTINCT stream) FROM cuda_calls "
                   "WHERE pid = ? AND op = 'cuLaunchKernel'", [plain["rate"]])[0]
     assert row == (LAUNCHES, 0, 0, 0, 0, 0, LAUNCHES, 4)
-    assert _q(con, "SELECT list_sort(list(DISTINCT stream)) FROM cuda_calls WHERE pid = ?", [plain["rate"]])[0][0] == [0, 1, 2, 3]
+    assert _q(con, "SELECT list_sort(list(DISTINCT stream)) FROM cuda_calls WHERE pid = ?",
+              [plain["rate"]])[0][0] == [0, 1, 2, 3]
     # every other call is complete: entry + return
-    incomplete = _q(con, "SELECT count(*) FROM cuda_calls WHERE NOT contains(op, 'aunch') AND duration_ns IS NULL")[0][0]
+    incomplete = _q(con, "SELECT count(*) FROM cuda_calls "
+                         "WHERE NOT contains(op, 'aunch') AND duration_ns IS NULL")[0][0]
     assert incomplete == 0
     assert _q(con, "SELECT count(*) FROM cuda_calls WHERE contains(op, 'aunch') AND duration_ns IS NOT NULL")[0][0] == 0
 
@@ -174,7 +177,8 @@ def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, 
     assert costs["entry"] > 0 and costs["entry_return"] > 0 and all(c >= 0 for c in costs.values()), costs
     mismatched = _q(con, """
         SELECT t.pid, t.start_ns, t.entry_hits, t.entry_return_hits,
-               count(c.ts_ns) FILTER (WHERE c.duration_ns IS NULL), count(c.ts_ns) FILTER (WHERE c.duration_ns IS NOT NULL)
+               count(c.ts_ns) FILTER (WHERE c.duration_ns IS NULL),
+               count(c.ts_ns) FILTER (WHERE c.duration_ns IS NOT NULL)
         FROM tracing_cost t LEFT JOIN cuda_calls c ON c.pid = t.pid AND c.ts_ns >= t.start_ns AND c.ts_ns < t.end_ns
         GROUP BY ALL HAVING t.entry_hits <> count(c.ts_ns) FILTER (WHERE c.duration_ns IS NULL)
                          OR t.entry_return_hits <> count(c.ts_ns) FILTER (WHERE c.duration_ns IS NOT NULL)""")
@@ -194,8 +198,8 @@ def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, 
     assert traced <= {plain["mix"], plain["rate"]} | {p for (p,) in _q(con, "SELECT pid FROM processes WHERE ppid = ?",
                                                                         [plain["mix"]])}, \
         "the calibration processes are not traced processes: their pages are not the job's"
-    assert _q(con, "SELECT count(*) FROM sched_intervals WHERE pid NOT IN (?, ?)", [plain["mix"], plain["rate"]]) == [(0,)], \
-        "the ping-pong's intervals must not be rows"
+    assert _q(con, "SELECT count(*) FROM sched_intervals WHERE pid NOT IN (?, ?)",
+              [plain["mix"], plain["rate"]]) == [(0,)], "the ping-pong's intervals must not be rows"
 
 
 def test_the_cost_report_names_what_the_estimate_leaves_out(plain: dict[str, Any]) -> None:
@@ -207,15 +211,16 @@ def test_the_cost_report_names_what_the_estimate_leaves_out(plain: dict[str, Any
     con = plain["con"]
     t = trace_info(con).tracing
     assert t is not None and t.collector_cpu_s is not None and t.collector_cpu_s > 0
-    assert _q(con, t.sql["collector_cpu_s"])[0] == pytest.approx((t.collector_cpu_s, t.collector_cpu_recording_s), abs=1e-3)
+    assert _q(con, t.sql["collector_cpu_s"])[0] == pytest.approx((t.collector_cpu_s, t.collector_cpu_recording_s),
+                                                                 abs=1e-3)
     assert t.collector_cpu_recording_s is not None and 0 < t.collector_cpu_recording_s < t.collector_cpu_s
     for p in t.processes:
         assert p.off_cpu_intervals == _q(con, "SELECT count(*) FROM sched_intervals WHERE pid = ?", [p.pid])[0][0]
         assert _q(con, p.sql)[0][7] == p.off_cpu_intervals
     assert any(p.off_cpu_intervals > 0 for p in t.processes)  # the mix workload sleeps in its syncs
     lines = cost_lines(t)
-    assert f"the collector itself used {t.collector_cpu_s:.1f} s of CPU ({t.collector_cpu_recording_s:.1f} s of it after " \
-        "start-up" in lines[0] and "not an upper bound" in lines[0]
+    assert f"the collector itself used {t.collector_cpu_s:.1f} s of CPU " \
+        f"({t.collector_cpu_recording_s:.1f} s of it after start-up" in lines[0] and "not an upper bound" in lines[0]
     # the scheduler records' estimate: every traced interval x the cost the collector measured at start
     cost = _q(con, "SELECT cost_ns FROM probe_costs WHERE probe = 'sched_interval'")[0][0]
     intervals = _q(con, "SELECT count(*) FROM sched_intervals")[0][0]
@@ -267,9 +272,9 @@ def test_the_live_view_adds_the_scheduler_records_and_pages_to_the_estimate(stan
     # seconds of sleeping syncs and two children allocating 16 MiB each: pages harvested while the view still draws
     log = record(db, [Workload(standin, "mix", "30", "0", "20000000", "2", "16")], defaults=True, timeout=90,
                  quiet=False).output()
-    got = re.findall(r"tracing cost \(estimated\): [\d.]+ s added by the CUDA probes so far, \+([\d.]+) s by the scheduler "
-                     r"records \(([\d,]+) off-CPU intervals x (\d+) ns\), \+([\d.]+) s by the page-allocation tracepoint "
-                     r"\(([\d,]+) pages x (\d+) ns\)", log)
+    got = re.findall(r"tracing cost \(estimated\): [\d.]+ s added by the CUDA probes so far, "
+                     r"\+([\d.]+) s by the scheduler records \(([\d,]+) off-CPU intervals x (\d+) ns\), "
+                     r"\+([\d.]+) s by the page-allocation tracepoint \(([\d,]+) pages x (\d+) ns\)", log)
     assert got, log[-2000:]
     added_s, intervals, per_interval, page_s, pages, per_page = got[-1]
     con = open_store(db)
@@ -426,10 +431,12 @@ def test_probe_past_endbr64_reads_the_same_arguments(cet_standin: StandIn, tmp_p
     rate = Workload(cet_standin, "rate", "200", "driver")
     _record(db, [rate], "--max-overhead", "off")
     con = open_store(db)
-    libraries = {Path(lib["path"]).name: lib for lib in json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]}
+    libraries = {Path(lib["path"]).name: lib
+                 for lib in json.loads(_q(con, "SELECT attached FROM sessions")[0][0])["libraries"]}
     sites = libraries["libcuda.so.1"]["probe_sites"]
     assert sites["cuLaunchKernel"].startswith("endbr64 skipped"), sites
-    assert _q(con, "SELECT count(*), list_sort(list(DISTINCT stream)) FROM cuda_calls WHERE op = 'cuLaunchKernel'")[0] == (200, [0, 1, 2, 3])
+    assert _q(con, "SELECT count(*), list_sort(list(DISTINCT stream)) FROM cuda_calls "
+                   "WHERE op = 'cuLaunchKernel'")[0] == (200, [0, 1, 2, 3])
     assert "endbr64" in _q(con, "SELECT site FROM probe_costs WHERE probe = 'entry'")[0][0]
     con.close()
 
@@ -469,7 +476,8 @@ def test_a_stop_while_traced_processes_run_keeps_the_session_whole(standin: Stan
         last_call, = _q(con, "SELECT max(ts_ns) FROM cuda_calls WHERE pid = ?", [rate.pid])[0]
         # launches until the stop are rows, unless the governor had detached the launch probes (--max-overhead 1):
         # then the final gap starts where the rows end and says so up to the stop
-        final_gap = _q(con, "SELECT start_ns, end_ns FROM probe_gaps WHERE probes = 'launch' ORDER BY end_ns DESC LIMIT 1")
+        final_gap = _q(con, "SELECT start_ns, end_ns FROM probe_gaps WHERE probes = 'launch' "
+                            "ORDER BY end_ns DESC LIMIT 1")
         seen_until = last_call
         if final_gap and final_gap[0][1] > last_call:
             assert final_gap[0][0] - last_call < 100_000_000, "the launch rows end where the governor detached"

@@ -9,7 +9,8 @@ from ingero_mcp.collector.sampler import Nvml, gpu_process_rows
 
 def test_gpu_process_rows_from_nvml_like_answers() -> None:
     procs0 = [NS(pid=10, usedGpuMemory=1 << 30), NS(pid=11, usedGpuMemory=None)]  # None: the driver did not say
-    samples0 = [NS(pid=10, timeStamp=5, smUtil=40), NS(pid=10, timeStamp=6, smUtil=60), NS(pid=12, timeStamp=6, smUtil=7)]
+    samples0 = [NS(pid=10, timeStamp=5, smUtil=40), NS(pid=10, timeStamp=6, smUtil=60),
+                NS(pid=12, timeStamp=6, smUtil=7)]
     procs1 = [NS(pid=20, usedGpuMemory=2 << 30)]
     rows = gpu_process_rows(123, [(0, procs0, samples0), (1, procs1, [])])
     got = list(zip(rows["gpu_id"], rows["pid"], rows["used_memory_bytes"], rows["sm_util_percent"], strict=True))

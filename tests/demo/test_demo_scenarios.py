@@ -145,7 +145,8 @@ def test_processes_events_snapshots_stats(con: duckdb.DuckDBPyConnection) -> Non
     n_snap, span_s = one(con, """SELECT count(*), any_value(ceil((s.stopped_ns - s.started_ns) / 1e9))
                                  FROM snapshots, sessions s""")
     assert n_snap == span_s
-    assert one(con, "SELECT count(*) FROM snapshots WHERE cpu_percent NOT BETWEEN 0 AND 100 OR gpu_util_percent IS NULL")[0] == 0
+    assert one(con, "SELECT count(*) FROM snapshots "
+                    "WHERE cpu_percent NOT BETWEEN 0 AND 100 OR gpu_util_percent IS NULL")[0] == 0
     stats = {r[0]: r[1:] for r in con.execute(
         "SELECT source, events_seen, events_stored, events_lost, events_aggregated FROM collector_stats").fetchall()}
     assert all(v[2] == 0 for v in stats.values())
@@ -164,10 +165,12 @@ def test_ground_truth_is_in_the_data(con: duckdb.DuckDBPyConnection, scenario: s
     slow = f"""FROM cuda_calls WHERE op = '{exp.op}' AND pid = {exp.pid}
                AND duration_ns >= (SELECT quantile_disc(duration_ns, 0.99) FROM cuda_calls
                                    WHERE op = '{exp.op}' AND pid = {exp.pid})"""
-    dur, pre, blk, pages = one(con, f"SELECT sum(duration_ns), sum(cpu_wait_ns), sum(sleep_ns), sum(page_allocs) {slow}")
+    dur, pre, blk, pages = one(con, "SELECT sum(duration_ns), sum(cpu_wait_ns), sum(sleep_ns), sum(page_allocs) "
+                                    f"{slow}")
     if exp.cause == "cpu-contention":
         assert pre > 0.5 * dur
-        who = one(con, f"""SELECT mode(preemptor_comm) FROM sched_intervals i JOIN (SELECT tid, ts_ns, ts_ns + duration_ns AS e {slow}) c
+        who = one(con, f"""SELECT mode(preemptor_comm) FROM sched_intervals i
+                           JOIN (SELECT tid, ts_ns, ts_ns + duration_ns AS e {slow}) c
                            ON i.tid = c.tid AND i.off_ns BETWEEN c.ts_ns AND c.e WHERE prev_state = 'preempted'""")[0]
         assert who == exp.competitor
         cpu = one(con, f"""SELECT avg(cpu_percent) FROM snapshots sn JOIN (SELECT ts_ns {slow}) c
@@ -200,20 +203,22 @@ def test_v2_intervals_name_wakers_holders_and_syscalls(con: duckdb.DuckDBPyConne
     """What the v2 collector records about every off-CPU interval: the waker of every sleep (a task, or the task an
     interrupt landed on), the first and last holders of the CPU, the CPU it came back on, the system call slept in."""
     bad = one(con, """
-        SELECT count(*) FILTER (WHERE prev_state <> 'preempted' AND (wakeup_ns <> off_ns + sleep_ns OR waker_pid IS NULL
-                                OR waker_tid IS NULL OR waker_comm IS NULL OR waker_context NOT IN ('task', 'irq', 'softirq')
-                                OR syscall IS NULL)),
+        SELECT count(*) FILTER (WHERE prev_state <> 'preempted' AND (wakeup_ns <> off_ns + sleep_ns
+                                OR waker_pid IS NULL OR waker_tid IS NULL OR waker_comm IS NULL
+                                OR waker_context NOT IN ('task', 'irq', 'softirq') OR syscall IS NULL)),
                count(*) FILTER (WHERE prev_state = 'preempted' AND (wakeup_ns IS NOT NULL OR waker_pid IS NOT NULL)),
                count(*) FILTER (WHERE on_cpu IS NULL OR preemptor_tid IS NULL OR last_holder_pid IS NULL
                                 OR last_holder_comm IS NULL OR preemptor_comm IS NULL),
-               count(*) FILTER (WHERE waker_context IN ('irq', 'softirq') AND waker_pid = 0 AND waker_comm NOT LIKE 'swapper/%'),
+               count(*) FILTER (WHERE waker_context IN ('irq', 'softirq') AND waker_pid = 0
+                                AND waker_comm NOT LIKE 'swapper/%'),
                count(*) FILTER (WHERE cpu_wait_ns = 0 AND on_cpu <> cpu)
         FROM sched_intervals""")
     assert bad == (0, 0, 0, 0, 0)
     # a sleep inside a CUDA call ends with the GPU's interrupt, in the driver's ioctl
     inside = one(con, """
         SELECT count(*), count(*) FILTER (WHERE i.waker_context = 'irq' AND i.syscall = 'ioctl')
-        FROM sched_intervals i JOIN cuda_calls c ON i.tid = c.tid AND i.off_ns >= c.ts_ns AND i.on_ns <= c.ts_ns + c.duration_ns
+        FROM sched_intervals i
+        JOIN cuda_calls c ON i.tid = c.tid AND i.off_ns >= c.ts_ns AND i.on_ns <= c.ts_ns + c.duration_ns
         WHERE i.prev_state = 'sleeping' AND c.op LIKE '%ynchronize'""")
     assert inside[0] == 0 or inside[1] == inside[0]
 
@@ -228,8 +233,10 @@ def test_v2_cpu_time_per_task_and_cpu(con: duckdb.DuckDBPyConnection) -> None:
         FROM host_aggregates a, sessions s WHERE a.op = 'sched_switch' GROUP BY ALL""").fetchall()
     assert len(per_cpu) == cpus * seconds
     assert all(ns == 1_000_000_000 for _c, _k, ns in per_cpu), [r for r in per_cpu if r[2] != 1_000_000_000][:5]
-    assert one(con, "SELECT count(*) FROM host_aggregates WHERE op = 'sched_switch' AND (tid IS NULL OR cpu IS NULL)")[0] == 0
-    assert one(con, "SELECT count(*) FROM host_aggregates WHERE op = 'sched_switch' AND pid = 0 AND comm NOT LIKE 'swapper/%'")[0] == 0
+    assert one(con, "SELECT count(*) FROM host_aggregates "
+                    "WHERE op = 'sched_switch' AND (tid IS NULL OR cpu IS NULL)")[0] == 0
+    assert one(con, "SELECT count(*) FROM host_aggregates "
+                    "WHERE op = 'sched_switch' AND pid = 0 AND comm NOT LIKE 'swapper/%'")[0] == 0
     # a traced main thread: second 5 (whole, inside the trace) on-CPU = 1 s - off-CPU overlap
     pid, on, off = one(con, """
         WITH m AS (SELECT min(pid) AS pid FROM cuda_calls), s AS (SELECT started_ns + 5000000000 AS a FROM sessions)
@@ -247,7 +254,8 @@ def test_v2_threads_kernels_copies_and_gpu_processes(con: duckdb.DuckDBPyConnect
                                                FROM sched_intervals) t ANTI JOIN threads USING (pid, tid)""")[0]
     assert missing == 0
     # every launch names its kernel; a loop launches the same kernels over and over
-    n, handles, no_handle = one(con, """SELECT count(*), count(DISTINCT kernel_handle), count(*) FILTER (WHERE kernel_handle IS NULL)
+    n, handles, no_handle = one(con, """SELECT count(*), count(DISTINCT kernel_handle),
+                                               count(*) FILTER (WHERE kernel_handle IS NULL)
                                         FROM cuda_calls WHERE op LIKE '%aunch%'""")
     assert no_handle == 0 and 10 <= handles < n / 20
     assert one(con, "SELECT count(*) FROM cuda_calls WHERE op NOT LIKE '%aunch%' AND kernel_handle IS NOT NULL")[0] == 0
@@ -346,8 +354,10 @@ def test_v2_cold_start_context_creation_reads_files_in_d_state(stores: dict[str,
     woken by the disk's interrupt; no other sleep of the server is uninterruptible."""
     c = open_store(stores["cold-start"])
     got = one(c, """
-        WITH f AS (SELECT ts_ns, ts_ns + duration_ns AS e, sleep_ns FROM cuda_calls WHERE pid = 5300 ORDER BY ts_ns LIMIT 1)
-        SELECT count(*), sum(i.sleep_ns) = any_value(f.sleep_ns), bool_and(i.syscall = 'read' AND i.waker_context = 'irq'),
+        WITH f AS (SELECT ts_ns, ts_ns + duration_ns AS e, sleep_ns FROM cuda_calls WHERE pid = 5300
+                   ORDER BY ts_ns LIMIT 1)
+        SELECT count(*), sum(i.sleep_ns) = any_value(f.sleep_ns),
+               bool_and(i.syscall = 'read' AND i.waker_context = 'irq'),
                (SELECT count(*) FROM sched_intervals WHERE prev_state = 'uninterruptible')
         FROM sched_intervals i, f WHERE i.off_ns >= f.ts_ns AND i.on_ns <= f.e AND i.prev_state = 'uninterruptible'""")
     c.close()

@@ -130,12 +130,14 @@ def sql_counts(db: Path, pids: list[int] | None = None) -> dict:
         states = dict(con.execute(f"""
             SELECT CASE WHEN state = 'sleeping' AND sleep_state = 'D' THEN 'io' ELSE state END, count(*)
             FROM thread_state {pid_filter} GROUP BY 1""").fetchall())
-        states["running"] = one(f"""SELECT count(*) FROM (SELECT off_ns, lag(on_ns) OVER (PARTITION BY tid ORDER BY off_ns) AS prev
+        states["running"] = one(f"""SELECT count(*) FROM (SELECT off_ns, lag(on_ns)
+                                                                 OVER (PARTITION BY tid ORDER BY off_ns) AS prev
                                     FROM sched_intervals {pid_filter}) WHERE off_ns > prev""")
         traced = ", ".join(map(str, tids)) or "NULL"
         flows = one(f"""SELECT count(DISTINCT (tid, wakeup_ns)) FROM sched_intervals
                         WHERE wakeup_ns IS NOT NULL AND waker_tid IN ({traced}) AND waker_tid <> tid
-                          AND coalesce(waker_context, 'task') = 'task' {'AND pid IN (' + ', '.join(map(str, pids)) + ')' if pids else ''}""")
+                          AND coalesce(waker_context, 'task') = 'task'
+                          {'AND pid IN (' + ', '.join(map(str, pids)) + ')' if pids else ''}""")
         counters = {name: one(f"SELECT count({col}) FROM snapshots") for col, name in (
             ("cpu_percent", "host CPU %"), ("gpu_util_percent", "GPU utilisation %"),
             ("mem_used_percent", "host memory used %"), ("gpu_mem_used_bytes", "GPU memory used (bytes)"))}
@@ -321,9 +323,12 @@ def test_an_output_never_replaces_a_trace(command: str, suffix: str, demo_db: Pa
     shutil.copyfile(ingero_dir / "sample-gpu-node-01.db", tmp_path / f"ingero{suffix}")
     with duckdb.connect() as con:
         con.execute(f"COPY (SELECT 1 AS x) TO '{tmp_path / ('segment' + suffix)}' (FORMAT parquet)")
-    cases = {store: "it is the trace store this command reads", tmp_path / f"link{suffix}": "the trace store this command",
-             tmp_path / f"hard{suffix}": "the trace store this command", tmp_path / f"other{suffix}": "a DuckDB database",
-             tmp_path / f"ingero{suffix}": "an SQLite database", tmp_path / f"segment{suffix}": "a Parquet file"}
+    cases = {store: "it is the trace store this command reads",
+             tmp_path / f"link{suffix}": "the trace store this command",
+             tmp_path / f"hard{suffix}": "the trace store this command",
+             tmp_path / f"other{suffix}": "a DuckDB database",
+             tmp_path / f"ingero{suffix}": "an SQLite database",
+             tmp_path / f"segment{suffix}": "a Parquet file"}
     before = {path: _digest(path) for path in cases}
     for out, why in cases.items():
         assert main([command, "--db", str(store), "-o", str(out)]) == 2, out

@@ -138,7 +138,8 @@ def test_hostile_strings_are_text(browser, tmp_path: Path) -> None:
     assert main(["report", "--db", str(db), "-o", str(out)]) == 0
     page, errors, requests = open_page(browser, out)
     assert errors == [] and requests == []
-    assert not bad_chars(page.inner_text("body").replace("\t", " "), allow_newline=True)  # tabs: innerText between cells
+    # tabs: innerText between cells
+    assert not bad_chars(page.inner_text("body").replace("\t", " "), allow_newline=True)
     assert page.locator("script").count() == 3
     page.close()
 

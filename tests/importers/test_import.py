@@ -81,15 +81,16 @@ def test_event_values_survive_unchanged(name: str, ingero_dir: Path, stores: dic
     """Checksums over every event column: the verbatim copy holds the same values, not just as many rows."""
     lite = sqlite3.connect(f"{(ingero_dir / name).as_uri()}?mode=ro", uri=True)
     want = lite.execute(
-        "SELECT count(DISTINCT id), sum(timestamp % 1000000007), sum(duration), sum(pid), sum(tid), sum(arg0 % 1000003), "
-        "sum(arg1 % 1000003), sum(ret_code), sum(stack_hash % 1000003), sum(cgroup_id), sum(source * 100 + op) FROM events"
+        "SELECT count(DISTINCT id), sum(timestamp % 1000000007), sum(duration), sum(pid), sum(tid), "
+        "sum(arg0 % 1000003), sum(arg1 % 1000003), sum(ret_code), sum(stack_hash % 1000003), sum(cgroup_id), "
+        "sum(source * 100 + op) FROM events"
     ).fetchone()
     con = open_store(stores[name])
     got = q(
         con,
-        "SELECT count(DISTINCT event_id), sum(ts_ns % 1000000007), sum(duration_ns), sum(pid), sum(tid), sum(arg0 % 1000003), "
-        "sum(arg1 % 1000003), sum(ret_code), sum(stack_hash % 1000003), sum(cgroup_id), sum(source_id * 100 + op_id) "
-        "FROM imported_events",
+        "SELECT count(DISTINCT event_id), sum(ts_ns % 1000000007), sum(duration_ns), sum(pid), sum(tid), "
+        "sum(arg0 % 1000003), sum(arg1 % 1000003), sum(ret_code), sum(stack_hash % 1000003), sum(cgroup_id), "
+        "sum(source_id * 100 + op_id) FROM imported_events",
     )[0]
     assert tuple(int(x) for x in got) == tuple(int(x) for x in want)
     # Mapped tables hold exactly the rows of their ops, each once.
@@ -120,7 +121,8 @@ def test_dataloader_page_allocations(dl: duckdb.DuckDBPyConnection) -> None:
 
 
 def test_dataloader_process_tree(dl: duckdb.DuckDBPyConnection) -> None:
-    children = [r[0] for r in q(dl, "SELECT child_pid FROM process_events WHERE event = 'fork' AND pid = 2233 ORDER BY child_pid")]
+    children = [r[0] for r in q(dl, "SELECT child_pid FROM process_events "
+                                    "WHERE event = 'fork' AND pid = 2233 ORDER BY child_pid")]
     assert children == [2254, 2255, 2256, 2257, 2258, 2259, 2260, 2262]
     ppid = dict(q(dl, "SELECT pid, ppid FROM processes"))
     assert all(ppid[c] == 2233 for c in children)
@@ -130,7 +132,8 @@ def test_dataloader_process_tree(dl: duckdb.DuckDBPyConnection) -> None:
 
 
 def test_dataloader_ingero_chains(dl: duckdb.DuckDBPyConnection) -> None:
-    high = {r[0] for r in q(dl, "SELECT DISTINCT op FROM imported_chains WHERE severity = 'HIGH' AND origin = 'ingero'")}
+    high = {r[0] for r in q(dl, "SELECT DISTINCT op FROM imported_chains "
+                                "WHERE severity = 'HIGH' AND origin = 'ingero'")}
     assert high == {"cudaLaunchKernel", "cuLaunchKernel", "cuMemAlloc", "cudaStreamSync"}
     # Ingero's p50 is derived (p99 / tail_ratio): the import says so on every chain.
     assert q(dl, "SELECT count(*) FROM imported_chains WHERE notes LIKE '%p99 / tail_ratio%'")[0][0] == 316
@@ -177,7 +180,8 @@ def test_cluster_file_becomes_one_session_per_node(stores: dict[str, Path]) -> N
     # Every event and chain lands in the session of its node.
     wrong = q(con, "SELECT count(*) FROM imported_events e JOIN sessions s USING (session_id) WHERE e.node <> s.host")
     assert wrong == [(0,)]
-    per_node = dict(q(con, "SELECT s.host, count(*) FROM imported_chains c JOIN sessions s USING (session_id) GROUP BY 1"))
+    per_node = dict(q(con, "SELECT s.host, count(*) FROM imported_chains c "
+                           "JOIN sessions s USING (session_id) GROUP BY 1"))
     assert per_node == {"gpu-node-01": 4, "gpu-node-02": 1, "gpu-node-03": 1}
     assert q(con, "SELECT count(*) FROM imported_events WHERE event_id LIKE 'gpu-node-0_:%'")[0][0] == 600
     # Block I/O rows have no store table of their own but are kept.
@@ -254,11 +258,13 @@ def test_progress_reports_reach_the_total(ingero_dir: Path, tmp_path: Path) -> N
 def test_cli_import_runs_as_a_user_runs_it(ingero_dir: Path, tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "ingero-mcp"
     dst = tmp_path / "cli.duckdb"
-    ok = subprocess.run([str(exe), "import", str(ingero_dir / DATALOADER), "--db", str(dst)], capture_output=True, text=True)
+    ok = subprocess.run([str(exe), "import", str(ingero_dir / DATALOADER), "--db", str(dst)], capture_output=True,
+                        text=True)
     assert ok.returncode == 0, ok.stderr
     assert "session(s) 1" in ok.stdout and "imported_events 3,807" in ok.stdout
     assert q(open_store(dst), "SELECT count(*) FROM cuda_calls")[0][0] == 115
-    bad = subprocess.run([str(exe), "import", str(ingero_dir / "README.md"), "--db", str(dst)], capture_output=True, text=True)
+    bad = subprocess.run([str(exe), "import", str(ingero_dir / "README.md"), "--db", str(dst)], capture_output=True,
+                         text=True)
     assert bad.returncode == 2
     assert bad.stderr.count("\n") == 1 and "not an SQLite database" in bad.stderr
 
@@ -391,7 +397,8 @@ def test_a_pending_wal_is_read_not_ignored(ingero_dir: Path, tmp_path: Path) -> 
     writer = sqlite3.connect(src)
     writer.execute("PRAGMA wal_autocheckpoint = 0")
     writer.execute("INSERT INTO events (id, timestamp, pid, tid, source, op, duration) "
-                   "SELECT (SELECT max(id) FROM events) + row_number() OVER (), timestamp + 1, pid, tid, source, op, duration "
+                   "SELECT (SELECT max(id) FROM events) + row_number() OVER (), timestamp + 1, pid, tid, source, op, "
+                   "duration "
                    "FROM (SELECT * FROM events LIMIT 5)")
     writer.commit()
     before = sorted(p.name for p in src.parent.iterdir())
@@ -417,7 +424,8 @@ def test_importing_the_same_file_again_is_refused_or_replaced(ingero_dir: Path, 
     assert sorted(r[0] for r in q(con, "SELECT session_id FROM sessions")) == again.session_ids
     con.close()
     exe = Path(sys.executable).parent / "ingero-mcp"
-    proc = subprocess.run([str(exe), "import", str(ingero_dir / CLUSTER), "--db", str(dst)], capture_output=True, text=True)
+    proc = subprocess.run([str(exe), "import", str(ingero_dir / CLUSTER), "--db", str(dst)], capture_output=True,
+                          text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--replace" in proc.stderr
 
 

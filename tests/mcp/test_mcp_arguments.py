@@ -66,7 +66,8 @@ async def test_timeline_takes_a_from_to_window(store: Path) -> None:
     got = (await session(store, go)).structured_content["timeline"]
     assert got["window"]["end_ns"] - got["window"]["start_ns"] == 500_000_000
     assert got["window"]["start_at"] == "+5.000000 s"
-    assert got["entries"] and all(got["window"]["start_ns"] <= e["ts_ns"] <= got["window"]["end_ns"] for e in got["entries"])
+    assert got["entries"] and all(got["window"]["start_ns"] <= e["ts_ns"] <= got["window"]["end_ns"]
+                                  for e in got["entries"])
 
 
 async def test_without_around_snapshots_do_not_fill_the_limit(demo_store: Path) -> None:
@@ -90,7 +91,8 @@ async def test_without_around_snapshots_do_not_fill_the_limit(demo_store: Path) 
         ({"pid": "4242"}, "pid 4242 is not in this trace; pids with CUDA calls: 100"),
     ],
 )
-async def test_investigate_prompt_refuses_bad_arguments_as_invalid_params(store: Path, args: dict[str, str], says: str) -> None:
+async def test_investigate_prompt_refuses_bad_arguments_as_invalid_params(store: Path, args: dict[str, str],
+                                                                          says: str) -> None:
     async def go(client: Client) -> Any:
         with pytest.raises(MCPError) as caught:
             await client.get_prompt("investigate", args)
@@ -153,7 +155,8 @@ async def test_a_slow_query_does_not_hold_up_the_other_tools(store: Path) -> Non
         started = time.monotonic()
 
         async def slow() -> None:
-            result = await client.call_tool("run_sql", {"sql": "SELECT count(*) FROM range(1000000000000) t(x) WHERE x % 7 = 3"})
+            result = await client.call_tool("run_sql", {
+                "sql": "SELECT count(*) FROM range(1000000000000) t(x) WHERE x % 7 = 3"})
             assert result.is_error and "timeout" in result.content[0].text
             done["slow"] = time.monotonic() - started
 

@@ -20,7 +20,8 @@ from ingero_mcp.mcp.server import build_server
 from ingero_mcp.sanitize import DATA_NOTE
 from ingero_mcp.store import open_store
 
-H200 = [REPO / "investigations" / "h200-seed-benchmark.duckdb", REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"]
+H200 = [REPO / "investigations" / "h200-seed-benchmark.duckdb",
+        REPO / "investigations" / "h200-seed-benchmark-v1.duckdb"]
 RANK = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}
 
 

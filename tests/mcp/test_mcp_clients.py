@@ -98,7 +98,8 @@ def test_inspector_cli_lists_and_calls_tools(config: Path) -> None:
     stats = inspector(config, "--method", "tools/call", "--tool-name", "get_trace_stats", "--tool-arg", "since=5s")
     assert stats.get("isError") is not True
     assert "CUDA operation statistics" in stats["content"][0]["text"]
-    assert stats["structuredContent"]["window"]["end_ns"] - stats["structuredContent"]["window"]["start_ns"] == 5 * 10**9
+    assert (stats["structuredContent"]["window"]["end_ns"] - stats["structuredContent"]["window"]["start_ns"]
+            == 5 * 10**9)
 
     procs = inspector(config, "--method", "tools/call", "--tool-name", "get_per_process_breakdown",
                       "--tool-arg", "pid=100", "--tool-arg", "top_n=1")
@@ -175,7 +176,8 @@ def test_mcp_1x_python_client_lists_and_calls_tools(config: Path) -> None:
 
 def test_hostile_store_through_the_mcp_1x_client_both_halves(hostile_config: Path) -> None:
     python = require(MCP1_PYTHON, "the mcp 1.x client venv (.venv-mcp1)")
-    proc = subprocess.run([str(python), "-c", MCP1_CLIENT, str(hostile_config)], capture_output=True, text=True, timeout=180)
+    proc = subprocess.run([str(python), "-c", MCP1_CLIENT, str(hostile_config)], capture_output=True, text=True,
+                          timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     calls = json.loads(proc.stdout.strip().splitlines()[-1])["calls"]
     arrived = 0

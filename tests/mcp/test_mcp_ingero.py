@@ -26,14 +26,16 @@ INGERO_MCP = REPO / ".venv" / "bin" / "ingero-mcp"
 def imported(tmp_path_factory: pytest.TempPathFactory, ingero_dir: Path) -> Path:
     db = tmp_path_factory.mktemp("ingero") / "dataloader.duckdb"
     src = ingero_dir / "pytorch-dataloader-starvation.db"
-    proc = subprocess.run([str(INGERO_MCP), "import", str(src), "--db", str(db)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([str(INGERO_MCP), "import", str(src), "--db", str(db)], capture_output=True, text=True,
+                          timeout=300)
     assert proc.returncode == 0, proc.stderr
     return db
 
 
 @pytest.fixture(scope="module")
 def explained(imported: Path) -> dict[str, Any]:
-    proc = subprocess.run([str(INGERO_MCP), "explain", "--json", "--db", str(imported)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([str(INGERO_MCP), "explain", "--json", "--db", str(imported)], capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return clean_data(json.loads(proc.stdout), cap=STRING_CAP)
 

@@ -29,7 +29,8 @@ async def test_pictures_of_a_chain(demo_store: Path, tmp_path: Path) -> None:
             chains = (await client.call_tool("get_causal_chains", {"top_n": 3})).structured_content["chains"]
             chain = next(c for c in chains if c.get("window"))
             report = await client.call_tool("save_picture", {"kind": "report", "chain_id": chain["id"]})
-            timeline = await client.call_tool("save_picture", {"kind": "perfetto", "chain_id": chain["id"], "since": "60s"})
+            timeline = await client.call_tool("save_picture",
+                                              {"kind": "perfetto", "chain_id": chain["id"], "since": "60s"})
             whole = await client.call_tool("save_picture", {})
             missing = await client.call_tool("save_picture", {"chain_id": "no-such-chain"})
             bad = await client.call_tool("save_picture", {"kind": "svg"})

@@ -85,7 +85,8 @@ def assert_bounded(result: CallToolResult) -> None:
     text = text_of(result)
     assert len(text) <= TEXT_BUDGET
     if result.structured_content is not None:
-        assert len(json.dumps(result.structured_content, ensure_ascii=False, separators=(",", ":"))) <= STRUCTURED_BUDGET
+        assert len(json.dumps(result.structured_content, ensure_ascii=False,
+                              separators=(",", ":"))) <= STRUCTURED_BUDGET
 
 
 async def test_lists_the_read_only_tools_with_bounds_and_the_prompt(store: Path) -> None:
@@ -229,7 +230,8 @@ async def test_run_sql_cannot_write_attach_or_read_files(store: Path, tmp_path: 
     con = duckdb.connect(str(store), read_only=True)
     try:
         assert con.execute("SELECT count(*) FROM cuda_calls").fetchall()[0][0] == 2000
-        assert con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'stolen'").fetchall()[0][0] == 0
+        assert con.execute("SELECT count(*) FROM information_schema.tables "
+                           "WHERE table_name = 'stolen'").fetchall()[0][0] == 0
         assert con.execute("SELECT count(*) FROM processes WHERE comm = 'x'").fetchall()[0][0] == 0
     finally:
         con.close()
@@ -244,7 +246,8 @@ async def test_run_sql_row_limit_and_budget(store: Path) -> None:
     assert got["columns"] == ["ts_ns", "op", "duration_ns"]
     assert any("more than 1000 rows" in n for n in got["notes"])
     assert_bounded(result)
-    small = await call(store, "run_sql", {"sql": "SELECT op, count(*) AS n FROM cuda_calls GROUP BY op ORDER BY op", "limit": 2})
+    small = await call(store, "run_sql", {"sql": "SELECT op, count(*) AS n FROM cuda_calls GROUP BY op ORDER BY op",
+                                          "limit": 2})
     assert small.structured_content["rows"] == [["cuMemAlloc", 20], ["cudaLaunchKernel", 1000]]
     assert small.structured_content["more_rows"] is True
     assert '"cuMemAlloc" | 20' in text_of(small)
@@ -263,7 +266,8 @@ async def test_run_sql_max_limit_stays_within_budget(demo_store: Path) -> None:
 async def test_run_sql_timeout_stops_the_query_and_the_server_goes_on(store: Path) -> None:
     server = build_server(store, sql_timeout_s=0.5)
     async with Client(server) as client:
-        slow = await client.call_tool("run_sql", {"sql": "SELECT count(*) FROM range(100000000000) t(x) WHERE x % 7 = 3"})
+        slow = await client.call_tool("run_sql",
+                                      {"sql": "SELECT count(*) FROM range(100000000000) t(x) WHERE x % 7 = 3"})
         after = await client.call_tool("run_sql", {"sql": "SELECT count(*) FROM cuda_calls"})
     assert slow.is_error and "timeout" in text_of(slow)
     assert not after.is_error and after.structured_content["rows"] == [[2000]]
@@ -539,13 +543,17 @@ async def test_results_stay_bounded_on_a_wide_trace(tmp_path: Path) -> None:
                                 "comm": [f"worker-{i}" for i in range(n_procs)],
                                 "cmdline": [f"python -m job --shard {i} " + "z" * 3000 for i in range(n_procs)]})
         w.append("host_aggregates", {"bucket_start_ns": [T0] * n_procs, "bucket_ns": [10_000 * MS] * n_procs,
-                                     "pid": list(range(1000, 1000 + n_procs)), "comm": [f"worker-{i}" for i in range(n_procs)],
+                                     "pid": list(range(1000, 1000 + n_procs)),
+                                     "comm": [f"worker-{i}" for i in range(n_procs)],
                                      "source": ["sched"] * n_procs, "op": ["sched_switch"] * n_procs,
                                      "count": [10] * n_procs, "sum_duration_ns": [MS] * n_procs})
         k = 20
-        w.append("cuda_calls", {"ts_ns": [T0 + i * MS for i in range(n_ops * k)], "duration_ns": [1000 + i for i in range(n_ops * k)],
-                                "pid": [1000 + (i % n_procs) for i in range(n_ops * k)], "tid": [1000 + (i % n_procs) for i in range(n_ops * k)],
-                                "api": ["runtime"] * (n_ops * k), "op": [f"cudaSomeVeryLongOperationName_{i % n_ops:04d}" for i in range(n_ops * k)]})
+        w.append("cuda_calls", {"ts_ns": [T0 + i * MS for i in range(n_ops * k)],
+                                "duration_ns": [1000 + i for i in range(n_ops * k)],
+                                "pid": [1000 + (i % n_procs) for i in range(n_ops * k)],
+                                "tid": [1000 + (i % n_procs) for i in range(n_ops * k)],
+                                "api": ["runtime"] * (n_ops * k),
+                                "op": [f"cudaSomeVeryLongOperationName_{i % n_ops:04d}" for i in range(n_ops * k)]})
     server = build_server(db)
     async with Client(server) as client:
         results = {

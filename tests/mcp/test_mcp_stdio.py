@@ -104,10 +104,12 @@ def test_stdout_carries_only_protocol(store: Path) -> None:
     """Raw JSON-RPC over the pipes: every stdout line is a JSON-RPC message, logs go to stderr."""
     requests = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"}}},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "run_sql", "arguments": {"sql": "SELEC"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "run_sql", "arguments": {"sql": "SELEC"}}},
         {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get_trace_stats", "arguments": {}}},
     ]
     proc = subprocess.Popen(
@@ -229,15 +231,16 @@ async def test_the_config_as_written_serves_the_bundled_h200_trace() -> None:
     params = StdioServerParameters(command=entry["command"], args=entry["args"], cwd=REPO)
     async with Client(params) as client:
         chains = await client.call_tool("get_causal_chains", {"top_n": 3, "include_sql": True})
-        calls = await client.call_tool("run_sql", {"sql": "SELECT count(*) AS n FROM cuda_calls WHERE op = 'cuMemHostAlloc'"})
+        calls = await client.call_tool("run_sql",
+                                       {"sql": "SELECT count(*) AS n FROM cuda_calls WHERE op = 'cuMemHostAlloc'"})
         # the first chain: the main thread host-bound over the DataLoader(shuffle) stretch; its evidence's SQL
         # (over the accounting's views) re-runs through the same server and gives the number shown
         first = chains.structured_content["chains"][0]
         share = next(e for e in first["evidence"] if e["name"].startswith("share of the thread's time"))
         again = await client.call_tool("run_sql", {"sql": share["sql"]})
         # the split of every CUDA call adds up, read through run_sql as through every other reader
-        v2 = await client.call_tool("run_sql", {"sql": "SELECT count(*) FILTER (WHERE sleep_ns + cpu_wait_ns = off_cpu_ns) "
-                                                       "= count(off_cpu_ns) AS ok FROM cuda_calls"})
+        v2 = await client.call_tool("run_sql", {"sql": "SELECT count(*) FILTER (WHERE sleep_ns + cpu_wait_ns "
+                                                       "= off_cpu_ns) = count(off_cpu_ns) AS ok FROM cuda_calls"})
     text = chains.content[0].text
     assert not chains.is_error and "2111" in text and "host-bound" in text
     assert first["root_cause"] == "host-bound" and first["severity"] == "HIGH" and first["pids"] == [2111]

@@ -49,7 +49,8 @@ async def test_every_tool_shows_hostile_names_as_clean_data_in_both_halves(store
     try:
         async with Client(server) as client:
             results = {f"{name} {json.dumps(args)}": await client.call_tool(name, args) for name, args in CALLS}
-            error = await client.call_tool("run_sql", {"sql": "SELECT CAST(comm AS INTEGER) FROM processes WHERE pid = 200"})
+            error = await client.call_tool("run_sql",
+                                           {"sql": "SELECT CAST(comm AS INTEGER) FROM processes WHERE pid = 200"})
     finally:
         server.store.close()
     seen_in_text = seen_in_data = 0
@@ -111,10 +112,12 @@ async def test_run_sql_huge_values_are_cut_before_any_work_and_inside_the_timeou
             one = await client.call_tool("run_sql", {"sql": "SELECT repeat('x', 20000000) AS s"})
             one_s = time.monotonic() - started
             started = time.monotonic()
-            many = await client.call_tool("run_sql", {"sql": "SELECT repeat('y', 10000) AS s FROM range(10000)", "limit": 10000})
+            many = await client.call_tool("run_sql", {"sql": "SELECT repeat('y', 10000) AS s FROM range(10000)",
+                                                      "limit": 10000})
             many_s = time.monotonic() - started
             started = time.monotonic()
-            wide = await client.call_tool("run_sql", {"sql": "SELECT repeat('\u00e9\u200b', 5000) AS s FROM range(10000)", "limit": 10000})
+            wide = await client.call_tool("run_sql", {
+                "sql": "SELECT repeat('\u00e9\u200b', 5000) AS s FROM range(10000)", "limit": 10000})
             wide_s = time.monotonic() - started
     finally:
         server.store.close()

@@ -24,7 +24,8 @@ EXPLAIN = [sys.executable, "-m", "ingero_mcp.cli", "explain", "--db"]
 DAMAGE: dict[str, tuple[str, str]] = {
     "missing table": ("DROP TABLE snapshots", "table snapshots is missing"),
     "missing column": ("ALTER TABLE cuda_calls DROP COLUMN duration_ns", "table cuda_calls has no column duration_ns"),
-    "wrong type": ("ALTER TABLE processes ALTER pid TYPE VARCHAR", f"processes.pid is VARCHAR, schema v{SCHEMA_VERSION} says INTEGER"),
+    "wrong type": ("ALTER TABLE processes ALTER pid TYPE VARCHAR",
+                   f"processes.pid is VARCHAR, schema v{SCHEMA_VERSION} says INTEGER"),
     "ts_ns near INT64 max": ("UPDATE cuda_calls SET ts_ns = 9223372036854775000 WHERE duration_ns > 20000000",
                              "cuda_calls.ts_ns holds 9,223,372,036,854,775,000"),
 }
@@ -67,7 +68,8 @@ async def test_mcp_names_the_damage_at_start_and_in_tools(pristine: Path, tmp_pa
         async with Client(server) as client:
             assert not (await client.call_tool("get_trace_stats", {})).is_error
             shutil.copyfile(_damaged_copy(pristine, tmp_path, sql), db)  # the store is replaced on disk
-            results = [await client.call_tool(name, {}) for name in ("get_trace_stats", "get_causal_chains", "get_trace_info")]
+            results = [await client.call_tool(name, {})
+                       for name in ("get_trace_stats", "get_causal_chains", "get_trace_info")]
     finally:
         server.store.close()
     stdio = StdioServerParameters(command=sys.executable, args=["-m", "ingero_mcp.cli", "mcp", "--db",
@@ -103,7 +105,8 @@ def test_a_closed_pipe_ends_explain_quietly() -> None:
 
 def test_a_window_s_report_speaks_of_the_window() -> None:
     """With --since, the accounting covers the window only, and every chain's window lies inside it."""
-    proc = subprocess.run([*EXPLAIN, str(H200), "--since", "25s", "--json"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*EXPLAIN, str(H200), "--since", "25s", "--json"], capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     w = report["window"]
@@ -112,4 +115,5 @@ def test_a_window_s_report_speaks_of_the_window() -> None:
         assert thread["total"]["wall_ns"] <= 26_000_000_000
     for chain in report["chains"]:
         if chain.get("window"):
-            assert w["start_ns"] - 1_000_000_000 <= chain["window"]["start_ns"] <= chain["window"]["end_ns"] <= w["end_ns"] + 1
+            assert (w["start_ns"] - 1_000_000_000 <= chain["window"]["start_ns"] <= chain["window"]["end_ns"]
+                    <= w["end_ns"] + 1)

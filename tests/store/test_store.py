@@ -15,7 +15,8 @@ from paths import REPO
 from ingero_mcp.store.views import DEFINITIONS
 from ingero_mcp.store import StoreError, TraceWriter, fold_segments, open_store, segment_dir
 
-CALL = {"ts_ns": [1, 2], "duration_ns": [5, 6], "pid": [7, 7], "tid": [7, 8], "api": ["runtime"] * 2, "op": ["cudaMalloc"] * 2}
+CALL = {"ts_ns": [1, 2], "duration_ns": [5, 6], "pid": [7, 7], "tid": [7, 8], "api": ["runtime"] * 2,
+        "op": ["cudaMalloc"] * 2}
 
 
 def test_direct_write_then_read(tmp_path: Path) -> None:
@@ -152,7 +153,8 @@ def test_live_writer_without_duckdb_leaves_segments_that_fold_later(tmp_path: Pa
         "import sys; sys.modules['duckdb'] = None\n"  # makes `import duckdb` raise ImportError
         "from ingero_mcp.store import writer\n"
         f"w = writer.TraceWriter({str(db)!r}, live=True)\n"
-        "w.append('cuda_calls', {'ts_ns': [1], 'duration_ns': [2], 'pid': [3], 'tid': [3], 'api': ['runtime'], 'op': ['cudaFree']})\n"
+        "w.append('cuda_calls', {'ts_ns': [1], 'duration_ns': [2], 'pid': [3], 'tid': [3], 'api': ['runtime'], "
+        "'op': ['cudaFree']})\n"
         "w.close()\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True)
@@ -164,8 +166,9 @@ def test_live_writer_without_duckdb_leaves_segments_that_fold_later(tmp_path: Pa
 
 V1_STORES = [REPO / "investigations" / f"h200-seed-benchmark-{v}.duckdb" for v in ("v1", "4cpu")]
 V2_ONLY = {"cuda_calls": ["cpu_wait_ns", "sleep_ns", "kernel_handle", "host_ptr", "host_pinned"],
-           "sched_intervals": ["sleep_ns", "cpu_wait_ns", "preemptor_tid", "on_cpu", "last_holder_pid", "last_holder_tid",
-                               "last_holder_comm", "waker_pid", "waker_tid", "waker_comm", "waker_context", "syscall"],
+           "sched_intervals": ["sleep_ns", "cpu_wait_ns", "preemptor_tid", "on_cpu", "last_holder_pid",
+                               "last_holder_tid", "last_holder_comm", "waker_pid", "waker_tid", "waker_comm",
+                               "waker_context", "syscall"],
            "host_aggregates": ["tid", "cpu"], "process_events": ["old_comm"],
            "threads": ["pid", "tid", "comm", "first_seen_ns", "last_seen_ns", "exit_ns"],
            "gpu_processes": ["ts_ns", "gpu_id", "pid", "used_memory_bytes", "sm_util_percent"]}

@@ -118,9 +118,11 @@ def test_the_default_zoo_is_the_whole_zoo_recorded_with_entry_only_launches(defa
     con = open_store(default_stores / "cpu_hog.duckdb")
     try:
         assert con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0] >= 4
-        launches = con.execute("SELECT count(*), count(duration_ns) FROM cuda_calls WHERE contains(op, 'aunch')").fetchall()[0]
+        launches = con.execute("SELECT count(*), count(duration_ns) FROM cuda_calls "
+                               "WHERE contains(op, 'aunch')").fetchall()[0]
         assert launches[0] > 1000 and launches[1] == 0  # every launch entry-only
-        assert con.execute("SELECT count(*) FROM cuda_calls WHERE op = 'cudaLaunchKernel'").fetchall()[0][0] == 0  # one layer
+        # one layer
+        assert con.execute("SELECT count(*) FROM cuda_calls WHERE op = 'cudaLaunchKernel'").fetchall()[0][0] == 0
         assert con.execute("SELECT count(*) FROM probe_costs WHERE method LIKE 'calibrated%'").fetchall()[0][0] == 2
     finally:
         con.close()
@@ -156,22 +158,22 @@ def test_the_v5_zoo_is_split_and_holds_every_new_cause() -> None:
              SPLIT["held_out_5"], SPLIT["held_out_6"], SPLIT["held_out_7"]]
     assert sorted(sum(parts, [])) == V5_NAMES and len(set(sum(parts, []))) == len(V5_NAMES)
     causes = {json.loads((ZOO_V5 / f"{n}.truth.json").read_text())["cause"] for n in V5_NAMES}
-    assert set(CAUSES) - {"lazy_module_loading", "page_faults", "allocator_churn", "host_bound_prep", "lock_contention"} \
-        <= causes, causes
+    assert set(CAUSES) - {"lazy_module_loading", "page_faults", "allocator_churn", "host_bound_prep",
+                          "lock_contention"} <= causes, causes
     assert len(set(NAMES) | set(V5_NAMES)) >= 25
 
 
 # Scenarios the report does not (yet) name right, and what it says instead: each an expected failure that turns red
 # when it is fixed.
 V5_GAPS = {
-    "fsync_logging": "a tiny model host-bound all along (GPU ~13% busy, said as the steady state, HIGH) slowed 1.2x by an "
-                     "fsync per step: under the 1.5x a slow phase needs, and a per-second share under the 20% a steady "
-                     "finding needs, so the fsync is not named",
+    "fsync_logging": "a tiny model host-bound all along (GPU ~13% busy, said as the steady state, HIGH) slowed 1.2x "
+                     "by an fsync per step: under the 1.5x a slow phase needs, and a per-second share under the 20% a "
+                     "steady finding needs, so the fsync is not named",
 }
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=V5_GAPS[n], strict=True)) if n in V5_GAPS
-                                  else n for n in V5_NAMES])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=V5_GAPS[n], strict=True))
+                                  if n in V5_GAPS else n for n in V5_NAMES])
 def test_the_v5_report_names_the_staged_cause(v5_stores: Path, name: str) -> None:
     """Every v5 scenario, held-out ones included once they were scored (split.json keeps their first scores)."""
     check_verdict(_report(v5_stores, name), json.loads((ZOO_V5 / f"{name}.truth.json").read_text()))
@@ -190,7 +192,8 @@ def check_verdict(report: Report, truth: dict) -> None:
         # Recorded on the H200 (CUDA 13), the staged cause turned out small: the first launches of ~140 distinct
         # kernels cost well under 1% of the feeding time beyond a normal launch. The report must size it so (the
         # cold start in the minor list, with its numbers from the rows) and blame nothing else for the first pass.
-        assert any(line.startswith("cold-start:") and "first launches of distinct kernels" in line for line in report.minor)
+        assert any(line.startswith("cold-start:") and "first launches of distinct kernels" in line
+                   for line in report.minor)
         return
     assert top, f"no HIGH/MEDIUM chain; chains: {[c.summary for c in report.chains]}"
     chain = top[0]

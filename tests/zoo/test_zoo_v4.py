@@ -1,7 +1,7 @@
-"""The zoo rewritten as the v4 collector's defaults would have recorded it (tests/fixtures/zoo_v4.py): one probe layer per
-logical call and kernel launches entry-only ('eo'), and the same with the launch probes detached for the last 70 % of
-each second ('gaps', duty 0.3). The report must still name each staged cause, its culprit and window, and stay quiet on
-the controls (tests/zoo/test_zoo.py's checks), and never turn an unknown duration into 0.
+"""The zoo rewritten as the v4 collector's defaults would have recorded it (tests/fixtures/zoo_v4.py): one probe
+layer per logical call and kernel launches entry-only ('eo'), and the same with the launch probes detached for the
+last 70 % of each second ('gaps', duty 0.3). The report must still name each staged cause, its culprit and window,
+and stay quiet on the controls (tests/zoo/test_zoo.py's checks), and never turn an unknown duration into 0.
 """
 
 from __future__ import annotations
@@ -77,8 +77,10 @@ def test_the_tracing_cost_is_sql_over_the_store(v4_stores: Path) -> None:
         for p in t.processes:
             got = con.execute(p.sql).fetchone()
             assert got[1:6] == (p.pid, p.added_ns, p.wall_ns, p.share, p.entry_hits)
-            assert p.added_ns == con.execute("SELECT sum(added_ns) FROM tracing_cost WHERE pid = ?", [p.pid]).fetchone()[0]
-            assert p.off_cpu_intervals == con.execute("SELECT count(*) FROM sched_intervals WHERE pid = ?", [p.pid]).fetchone()[0]
+            assert p.added_ns == con.execute("SELECT sum(added_ns) FROM tracing_cost WHERE pid = ?",
+                                             [p.pid]).fetchone()[0]
+            assert p.off_cpu_intervals == con.execute("SELECT count(*) FROM sched_intervals WHERE pid = ?",
+                                                      [p.pid]).fetchone()[0]
         assert t.collector_cpu_s is None  # the zoo's notes were trimmed (not one JSON document): unknown, not 0
         # these stores predate the scheduler records' calibration: their cost is unknown, not zero
         intervals, = con.execute("SELECT count(*) FROM sched_intervals").fetchone()
@@ -89,7 +91,8 @@ def test_the_tracing_cost_is_sql_over_the_store(v4_stores: Path) -> None:
         assert con.execute(t.sql["tracepoints"]).fetchone() == (intervals, None, pages, None, None)
         assert all(p.sched_added_ns is None and p.page_added_ns is None for p in t.processes)
         lines = cost_lines(t)
-        assert f"{added / 1e9:.3f} s added by the CUDA probes" in lines[0] and f"over {wall / 1e9:.1f} s of session" in lines[0]
+        assert (f"{added / 1e9:.3f} s added by the CUDA probes" in lines[0]
+                and f"over {wall / 1e9:.1f} s of session" in lines[0])
         assert f"the scheduler records' share unknown ({intervals:,} off-CPU intervals" in lines[0]
         assert f"the page allocations' share unknown ({pages:,} pages allocated by traced processes" in lines[0]
         assert "% together" not in lines[0]  # the whole share is unknown too
@@ -116,8 +119,10 @@ def test_the_scheduler_records_and_page_allocations_cost_is_sql_over_the_store(v
     db = tmp_path / "cpu_hog.sched.duckdb"
     shutil.copy(v4_stores / "cpu_hog.gaps.duckdb", db)
     with duckdb.connect(str(db)) as rw:
-        rw.execute("INSERT INTO probe_costs SELECT session_id, 'sched_interval', 412.0, 'test: measured', NULL FROM sessions")
-        rw.execute("INSERT INTO probe_costs SELECT session_id, 'page_alloc', 250.0, 'test: measured', NULL FROM sessions")
+        rw.execute("INSERT INTO probe_costs "
+                   "SELECT session_id, 'sched_interval', 412.0, 'test: measured', NULL FROM sessions")
+        rw.execute("INSERT INTO probe_costs "
+                   "SELECT session_id, 'page_alloc', 250.0, 'test: measured', NULL FROM sessions")
     con = open_store(db)
     try:
         t = trace_info(con).tracing
@@ -145,7 +150,8 @@ def test_the_scheduler_records_and_page_allocations_cost_is_sql_over_the_store(v
         assert "sched_interval 412 ns per off-CPU interval (test: measured)" in lines[0]
         assert "page_alloc 250 ns per page allocated (test: measured)" in lines[0]
         top = t.processes[0]
-        assert (f"{top.off_cpu_intervals:,} off-CPU intervals (+{top.sched_added_ns / 1e9:.3f} s by the scheduler records), "
+        assert (f"{top.off_cpu_intervals:,} off-CPU intervals "
+                f"(+{top.sched_added_ns / 1e9:.3f} s by the scheduler records), "
                 f"{top.page_allocs:,} pages allocated (+{top.page_added_ns / 1e9:.3f} s by the page-allocation "
                 "tracepoint)") in lines[1]
     finally:
@@ -162,7 +168,8 @@ def test_a_store_before_v4_says_nothing_of_tracing_cost(tmp_path: Path) -> None:
     try:
         assert trace_info(con).tracing is None
         report = build_report(con)
-        assert report.accounting and not report.accounting.entry_only_launches and report.accounting.launch_coverage is None
+        assert (report.accounting and not report.accounting.entry_only_launches
+                and report.accounting.launch_coverage is None)
         assert not any("entry-only" in n for n in report.notes)
     finally:
         con.close()
@@ -184,8 +191,8 @@ def test_no_unknown_duration_becomes_zero(v4_stores: Path, tmp_path: Path) -> No
     out = tmp_path / "t.json"
     counts = export_timeline(db, out, "json")
     con = open_store(db)
-    n_launch, n_other = con.execute("SELECT count(*) FILTER (WHERE duration_ns IS NULL), count(*) FILTER (WHERE duration_ns "
-                                    "IS NOT NULL) FROM cuda_calls").fetchone()
+    n_launch, n_other = con.execute("SELECT count(*) FILTER (WHERE duration_ns IS NULL), "
+                                    "count(*) FILTER (WHERE duration_ns IS NOT NULL) FROM cuda_calls").fetchone()
     con.close()
     assert counts["call_instants"] == n_launch and counts["call_slices"] == n_other
     events = json.loads(out.read_text())
