@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from paths import REPO
+
 PACKAGE = REPO / "src" / "ingero_mcp"
 
 # Each room and its floor: a module may import from its own room or from a lower floor, never from a higher one or
