@@ -1,7 +1,7 @@
 """Collector benchmark: the highest rate of stand-in CUDA calls recorded with zero loss, and the
 cost each traced call adds to the calling thread.
 
-Root, BCC and gcc needed (as for tests/test_collector.py). Stand-in libcudart.so.13 / libcuda.so.1
+Root, BCC and gcc needed (as for tests/collector/test_collector.py). Stand-in libcudart.so.13 / libcuda.so.1
 are built into a temporary pip-like tree; `workload rate N` calls cudaLaunchKernel N times back to
 back (each call does nothing: the measured time is the probe cost) and prints how long its loop
 took. Runs are interleaved: untraced, empty uprobe pair (the kernel's own uprobe/uretprobe cost,

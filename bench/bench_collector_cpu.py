@@ -4,7 +4,7 @@ What an always-on collector costs the host besides the traced job: its process's
 from /proc/PID/stat) over a window of steady recording, after the start-up and before the stop. The
 workload (`workload pace PER_SECOND SECONDS`: millisecond bursts of cuLaunchKernel on CPU 1) is traced
 with `--max-overhead off`, so every call is a record; the collector runs on CPU 0. Rates are interleaved
-over rounds; medians. Root, BCC and gcc needed (as for tests/test_collector.py).
+over rounds; medians. Root, BCC and gcc needed (as for tests/collector/test_collector.py).
 
     sudo .venv/bin/python bench/bench_collector_cpu.py                       # rates 0, 20000, 60000 x 3 rounds
     sudo .venv/bin/python bench/bench_collector_cpu.py --rates 0 40000 --window 20 --json out.json

@@ -77,7 +77,8 @@ class Workload:
         self.proc = subprocess.Popen([str(standin.workload), *args], env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
-        assert line.startswith("ready"), f"workload did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}"
+        assert line.startswith("ready"), \
+            f"workload did not start: {line!r} {self.proc.stderr.read() if self.proc.stderr else ''}"
         self.pid = self.proc.pid
         self.out = ""
 

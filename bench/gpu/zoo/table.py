@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/gpu/zoo/table.py [investigations/zoo]
 
-Right means what tests/test_zoo.py asserts: the top HIGH/MEDIUM chain names the staged cause, its
+Right means what tests/zoo/test_zoo.py asserts: the top HIGH/MEDIUM chain names the staged cause, its
 culprit and its window (within 1 s); a control gets no HIGH/MEDIUM chain.
 """
 

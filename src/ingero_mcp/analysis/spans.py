@@ -2,8 +2,8 @@
 
 The view is the definition (evidence SQL and `run_sql` read it); this makes the same rows for the once-per-connection
 table behind it (derive.materialize), because DuckDB's window functions sort every CUDA call again for each window
-(2-4 s per million calls on the 2-core development machine, ~60 ms here). tests/test_analysis_views.py checks that
-the two give the same rows.
+(2-4 s per million calls on the 2-core development machine, ~60 ms here). tests/analysis/test_analysis_views.py checks
+that the two give the same rows.
 
 The calls are read in (pid, tid, start, end) order (already so in a folded store: only checked, not sorted); a call
 starts a span when it starts at or after the running end of the thread's calls before it; a span ends at the

@@ -1,0 +1,179 @@
+"""v3 stores keep the accounting's derived tables (schemas/v3.sql: acct_*), made once when the store is finished.
+
+A reader's views then read those tables; they must hold exactly the rows (and types) the views compute, and must be
+left unused when the store changed since (an append), when it is a live recording, or an older store.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+from ingero_mcp.analysis.derive import materialize, store_derived
+from ingero_mcp.store.views import DERIVED, TABLES, VIEWS, has_derived, lay_views
+from ingero_mcp.store import TraceWriter, open_store
+
+from test_analysis_views import (
+    CALL_COLUMNS,
+    MS,
+    PID,
+    S,
+    SCHED_COLUMNS,
+    T0,
+    call,
+    columns,
+    random_calls,
+    sched,
+    write_store,
+)
+
+
+def _rows(con, sql: str) -> list[tuple]:
+    return sorted(con.execute(sql).fetchall(), key=repr)
+
+
+def _computed(path: Path) -> tuple[dict, dict]:
+    con = open_store(path)
+    assert not has_derived(con)
+    lay_views(con)
+    want = {v: _rows(con, f"SELECT * FROM {v}") for v in VIEWS}
+    types = {v: con.execute(f"DESCRIBE SELECT * FROM {v}").fetchall() for v in VIEWS}
+    con.close()
+    return want, types
+
+
+def _derive(path: Path) -> None:
+    con = duckdb.connect(str(path))
+    assert store_derived(con)
+    con.close()
+
+
+def _check_derived(path: Path, want: dict, types: dict) -> None:
+    con = open_store(path)
+    assert has_derived(con)
+    lay_views(con)
+    for v in VIEWS:
+        assert DERIVED[v] in con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?",
+                                         [v]).fetchall()[0][0]
+        assert con.execute(f"DESCRIBE SELECT * FROM {v}").fetchall() == types[v], v
+        assert _rows(con, f"SELECT * FROM {v}") == want[v], v
+    materialize(con)  # nothing made: the per-connection names read the stored tables
+    assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchall() == [(0,)]
+    for v in VIEWS:
+        assert _rows(con, f"SELECT * FROM {TABLES[v]}") == want[v], v
+    cur = con.cursor()  # a cursor (run_sql, evidence SQL) gets them too
+    lay_views(cur)
+    assert _rows(cur, "SELECT * FROM call_spans") == want["call_spans"]
+    con.close()
+
+
+STATE = [sched(T0 + k * 7 * MS, T0 + k * 7 * MS + 3 * MS, "sleeping", wakeup=T0 + k * 7 * MS + 2 * MS,
+               sleep=2 * MS, wait=1 * MS, tid=tid) for k in range(1, 100) for tid in (11, 12)]
+
+
+def test_stored_tables_equal_the_views(tmp_path: Path) -> None:
+    db = write_store(tmp_path / "d.duckdb", STATE, random_calls())
+    want, types = _computed(db)
+    _derive(db)
+    _check_derived(db, want, types)
+    _derive(db)  # again: replaced, not doubled
+    _check_derived(db, want, types)
+
+
+def test_empty_store(tmp_path: Path) -> None:
+    db = write_store(tmp_path / "e.duckdb", [], [])
+    want, types = _computed(db)
+    _derive(db)
+    _check_derived(db, want, types)
+
+
+def test_an_append_after_deriving_falls_back(tmp_path: Path) -> None:
+    db = write_store(tmp_path / "a.duckdb", STATE, random_calls())
+    _derive(db)
+    with TraceWriter(db, session_id=1) as w:
+        w.append("cuda_calls", columns([call(T0 + 2 * S, 1 * MS, "cudaStreamSynchronize", tid=11)], CALL_COLUMNS))
+    con = open_store(db)
+    assert not has_derived(con)
+    con.close()
+    want, types = _computed(db)  # computed from the rows now: the new call is in
+    assert sum(r[4] for r in want["call_spans"]) == 901
+
+
+def test_collector_fold_stores_them(tmp_path: Path) -> None:
+    db = tmp_path / "live.duckdb"
+    w = TraceWriter(db, live=True, derive=store_derived)  # as the collector makes it
+    w.replace("sessions", {"source": ["demo:golden"], "started_ns": [T0], "stopped_ns": [T0 + 3 * S]})
+    w.append("sched_intervals", columns(STATE, SCHED_COLUMNS))
+    w.append("cuda_calls", columns(random_calls(3), CALL_COLUMNS))
+    w.flush()
+    con = open_store(db)  # live: segments, no derived tables
+    assert not has_derived(con)
+    con.close()
+    w.close()  # folds, then derives
+    plain = tmp_path / "plain.duckdb"
+    write_store(plain, STATE, random_calls(3))
+    want, types = _computed(plain)
+    _check_derived(db, want, types)
+
+
+def test_direct_writer_derives_only_when_asked(tmp_path: Path) -> None:
+    db = write_store(tmp_path / "n.duckdb", STATE, random_calls())
+    con = open_store(db)
+    assert not has_derived(con)  # acct tables exist (v3) but were not made
+    assert con.execute("SELECT count(*) FROM acct_meta").fetchall() == [(0,)]
+    con.close()
+
+
+OLD_WAKERS = """
+    WITH s AS (
+        SELECT * FROM thread_state
+        WHERE pid = {pid} AND tid = {tid} AND state = 'sleeping' AND end_ns > {lo} AND start_ns < {hi}),
+    m AS (SELECT start_ns AS t FROM s UNION SELECT end_ns FROM s),
+    i AS (
+        SELECT m.t, coalesce(c.before_ns + least(m.t, c.end_ns) - c.start_ns, 0) AS in_ns
+        FROM m ASOF LEFT JOIN (SELECT * FROM call_spans WHERE pid = {pid} AND tid = {tid}) c ON c.start_ns <= m.t),
+    s2 AS (
+        SELECT s.*, ie.in_ns - ia.in_ns AS inside_ns
+        FROM s JOIN i ia ON ia.t = s.start_ns JOIN i ie ON ie.t = s.end_ns)
+    SELECT waker_pid, waker_tid, min(waker_comm), min(waker_context), count(*), sum(dur_ns)::BIGINT,
+           sum(dur_ns) FILTER (WHERE sleep_state = 'D')::BIGINT, arg_max(syscall, dur_ns)
+    FROM s2 WHERE inside_ns {cond} GROUP BY waker_pid, waker_tid"""
+
+
+def test_wakers_read_thread_sleeps_as_the_old_query_computed(tmp_path: Path) -> None:
+    """wakers_sql reads thread_sleeps (made once) instead of its own ASOF join: the same rows, on the plain views, the
+    per-connection tables and the stored tables."""
+    from ingero_mcp.analysis.accounting import wakers_sql
+    from ingero_mcp.analysis.models import TimeWindow
+
+    state = [dict(r, waker_pid=100, waker_tid=100 + k % 3, waker_comm=f"w{k % 3}") for k, r in enumerate(STATE)]
+    db = write_store(tmp_path / "w.duckdb", state, random_calls())
+    con = open_store(db)
+    lay_views(con)
+    cases = [(11, None, False), (11, None, True), (12, TimeWindow(start_ns=T0 + 100 * MS, end_ns=T0 + 400 * MS), False),
+             (13, None, False)]
+    want = {}
+    for tid, w, inside in cases:
+        lo, hi = (w.start_ns, w.end_ns) if w else (-(2**62), 2**62)
+        want[(tid, inside, lo)] = _rows(con, OLD_WAKERS.format(pid=PID, tid=tid, lo=lo, hi=hi,
+                                                               cond="> 0" if inside else "= 0"))
+    con.close()
+    assert any(want.values())
+
+    def check(con) -> None:
+        for tid, w, inside in cases:
+            lo = w.start_ns if w else -(2**62)
+            assert _rows(con, wakers_sql(PID, tid, w, inside)) == want[(tid, inside, lo)]
+
+    con = open_store(db)
+    lay_views(con)
+    check(con)
+    materialize(con)
+    check(con)
+    con.close()
+    _derive(db)
+    con = open_store(db)
+    lay_views(con)
+    check(con)
+    con.close()
