@@ -54,7 +54,8 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
             con.execute(f"DELETE FROM {DERIVED[name]}").fetchall()
         for name in VIEWS:
             con.execute(f"INSERT INTO {DERIVED[name]} BY NAME SELECT * FROM {TABLES[name]}").fetchall()
-        con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({SOURCE_SQL})", [time.time_ns(), views_hash()]).fetchall()
+        con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({SOURCE_SQL})",
+                    [time.time_ns(), views_hash()]).fetchall()
         con.execute("COMMIT").fetchall()
     except BaseException:
         con.execute("ROLLBACK").fetchall()
@@ -119,11 +120,13 @@ def _make_cache(con: duckdb.DuckDBPyConnection) -> None:
 _ASOF_FROM, _ASOF_TO = "bounds AS (", "off AS ("
 _UDF = "_ingero_in_call"
 _BY_UDF = f"""secs_inb AS (
-    SELECT s.*, coalesce({_UDF}(s.pid, s.tid, s.b), 0)::HUGEINT - coalesce({_UDF}(s.pid, s.tid, s.a), 0)::HUGEINT AS in_call_ns
+    SELECT s.*, coalesce({_UDF}(s.pid, s.tid, s.b), 0)::HUGEINT - coalesce({_UDF}(s.pid, s.tid, s.a), 0)::HUGEINT
+           AS in_call_ns
     FROM secs s
 ),
 pieces_inb AS (
-    SELECT p.*, coalesce({_UDF}(p.pid, p.tid, p.b), 0)::HUGEINT - coalesce({_UDF}(p.pid, p.tid, p.a), 0)::HUGEINT AS inside_ns
+    SELECT p.*, coalesce({_UDF}(p.pid, p.tid, p.b), 0)::HUGEINT - coalesce({_UDF}(p.pid, p.tid, p.a), 0)::HUGEINT
+           AS inside_ns
     FROM pieces p
 ),
 """
