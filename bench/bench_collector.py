@@ -124,9 +124,9 @@ def main() -> int:
             floor = empty_probe_ns(standin, args.calls)
             traced = traced_run(standin, args.calls, 1, tmp)
             rounds.append({"untraced_ns": base, "empty_probes_ns": floor, **traced})
-            print(f"untraced {base:7.1f} ns/call | empty uprobe pair {floor:7.1f} | traced {traced['ns_per_call']:7.1f} "
-                  f"({traced['calls_per_s']:,.0f} calls/s, rows {traced['rows']:,}, lost {traced['lost']}, "
-                  f"collector CPU {traced['collector_cpu_s']} s)", flush=True)
+            print(f"untraced {base:7.1f} ns/call | empty uprobe pair {floor:7.1f} | traced "
+                  f"{traced['ns_per_call']:7.1f} ({traced['calls_per_s']:,.0f} calls/s, rows {traced['rows']:,}, lost "
+                  f"{traced['lost']}, collector CPU {traced['collector_cpu_s']} s)", flush=True)
         dual = traced_run(standin, args.calls, 2, tmp)
         print(f"2 producers: {dual['calls_per_s']:,.0f} calls/s together, rows {dual['rows']:,}/{dual['calls']:,}, "
               f"lost {dual['lost']}, collector CPU {dual['collector_cpu_s']} s", flush=True)
@@ -139,10 +139,12 @@ def main() -> int:
             measured = (one["ns_per_call"] - base) * args.calls / 1e9
             estimate.append({"measured_added_s": measured, "estimated_added_s": one["estimated_added_s"]})
             print(f"1 producer, default mode: measured {measured:.3f} s added, stored estimate "
-                  f"{one['estimated_added_s']:.3f} s ({100 * (one['estimated_added_s'] / measured - 1):+.0f} %)", flush=True)
+                  f"{one['estimated_added_s']:.3f} s ({100 * (one['estimated_added_s'] / measured - 1):+.0f} %)",
+                  flush=True)
         for e in entry:
-            print(f"2 producers, default mode (entry-only driver launches, governor off): {e['calls_per_s']:,.0f} calls/s "
-                  f"together, rows {e['rows']:,}/{e['calls']:,}, lost {e['lost']}, collector CPU {e['collector_cpu_s']} s",
+            print("2 producers, default mode (entry-only driver launches, governor off): "
+                  f"{e['calls_per_s']:,.0f} calls/s together, rows {e['rows']:,}/{e['calls']:,}, lost {e['lost']}, "
+                  f"collector CPU {e['collector_cpu_s']} s",
                   flush=True)
     zero_loss = [r["calls_per_s"] for r in [*rounds, dual] if r["lost"] == 0 and r["rows"] == r["calls"]]
     entry_zero_loss = [r["calls_per_s"] for r in entry if r["lost"] == 0 and r["rows"] == r["calls"]]
@@ -158,7 +160,8 @@ def main() -> int:
         "entry_only_zero_loss_calls_per_s": sorted(entry_zero_loss),
         "entry_only_lost": sum(r["lost"] for r in entry),
         "collector_fixed_cpu_s": fixed,
-        "collector_cpu_ns_per_call": statistics.median((r["collector_cpu_s"] - fixed) / r["calls"] * 1e9 for r in rounds),
+        "collector_cpu_ns_per_call": statistics.median((r["collector_cpu_s"] - fixed) / r["calls"] * 1e9
+                                                       for r in rounds),
         "lost_total": sum(r["lost"] for r in [*rounds, dual]),
         "rounds": rounds,
         "two_producers": dual,

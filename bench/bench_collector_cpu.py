@@ -81,7 +81,8 @@ def main() -> int:
     base = statistics.median(idle) if idle else None
     for rate in args.rates:
         shares = [x["cpu_share"] for x in runs if x["rate"] == rate]
-        line = f"rate {rate:>7,}/s: median {100 * statistics.median(shares):.2f} % of one CPU (runs {', '.join(f'{100 * s:.2f}' for s in shares)})"
+        line = (f"rate {rate:>7,}/s: median {100 * statistics.median(shares):.2f} % of one CPU "
+                f"(runs {', '.join(f'{100 * s:.2f}' for s in shares)})")
         if rate and base is not None:
             line += f", {(statistics.median(shares) - base) / rate * 1e9:,.0f} ns of collector CPU per call above idle"
         print(line)

@@ -50,7 +50,8 @@ def main() -> int:
         src = Path(tmp) / "big.db"
         t0 = time.perf_counter()
         rows = build(src, args.events)
-        print(f"built {src.name}: {rows:,} event rows, {src.stat().st_size / 1e6:,.0f} MB in {time.perf_counter() - t0:.1f} s")
+        print(f"built {src.name}: {rows:,} event rows, {src.stat().st_size / 1e6:,.0f} MB in "
+              f"{time.perf_counter() - t0:.1f} s")
         summary = import_ingero(src, Path(tmp) / "big.duckdb")
         total = summary.total_rows_read
         print(

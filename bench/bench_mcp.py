@@ -73,7 +73,8 @@ async def bench_in_process(db: Path, repeat: int) -> list[dict[str, Any]]:
     started = time.perf_counter()
     server = build_server(db)
     startup_s = time.perf_counter() - started
-    out: list[dict[str, Any]] = [{"tool": "(start-up: open store + schema)", "args": {}, "median_s": startup_s, "max_s": startup_s}]
+    out: list[dict[str, Any]] = [{"tool": "(start-up: open store + schema)", "args": {}, "median_s": startup_s,
+                                  "max_s": startup_s}]
     async with Client(server) as client:
         for name, args in CALLS:
             times = []
@@ -106,7 +107,8 @@ async def bench_stdio(db: Path, repeat: int) -> dict[str, Any]:
             t1 = time.perf_counter()
             await client.call_tool("get_causal_chains", {})
             times.append(time.perf_counter() - t1)
-    return {"tool": "get_causal_chains over stdio", "connect_s": connect_s, "median_s": statistics.median(times), "max_s": max(times)}
+    return {"tool": "get_causal_chains over stdio", "connect_s": connect_s, "median_s": statistics.median(times),
+            "max_s": max(times)}
 
 
 def make_live_copy(db: Path) -> Path:
@@ -156,13 +158,15 @@ async def bench_live(live: Path, repeat: int) -> dict[str, Any]:
             await client.call_tool("get_trace_stats", {})
             cached.append(time.perf_counter() - t1)
     server.store.close()
-    return {"startup_s": startup_s, "after_new_segment_s": statistics.median(fresh), "unchanged_s": statistics.median(cached)}
+    return {"startup_s": startup_s, "after_new_segment_s": statistics.median(fresh),
+            "unchanged_s": statistics.median(cached)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--db", type=Path, default=None, help="store to use/create (default /tmp/ingero-bench-<events>.duckdb)")
+    parser.add_argument("--db", type=Path, default=None,
+                        help="store to use/create (default /tmp/ingero-bench-<events>.duckdb)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = parser.parse_args()
@@ -174,13 +178,14 @@ def main() -> int:
     stdio = anyio.run(bench_stdio, db, args.repeat)
     print(f"{'tool':<28} {'args':<52} {'median':>8} {'max':>8} {'text':>7} {'json':>7}")
     for r in results:
-        print(f"{r['tool']:<28} {json.dumps(r['args'])[:52]:<52} {r['median_s'] * 1000:>6.0f}ms {r['max_s'] * 1000:>6.0f}ms "
-              f"{r.get('text_chars', ''):>7} {r.get('json_chars', ''):>7}")
+        print(f"{r['tool']:<28} {json.dumps(r['args'])[:52]:<52} {r['median_s'] * 1000:>6.0f}ms "
+              f"{r['max_s'] * 1000:>6.0f}ms {r.get('text_chars', ''):>7} {r.get('json_chars', ''):>7}")
     print(f"{stdio['tool']:<81} {stdio['median_s'] * 1000:>6.0f}ms {stdio['max_s'] * 1000:>6.0f}ms "
           f"(server start + connect {stdio['connect_s']:.2f} s)")
     live = anyio.run(bench_live, make_live_copy(db), args.repeat)
-    print(f"live store (same rows in Parquet segments): start-up {live['startup_s']:.2f} s; get_trace_stats after a new "
-          f"segment {live['after_new_segment_s'] * 1000:.0f}ms (re-reads the store), unchanged {live['unchanged_s'] * 1000:.0f}ms")
+    print(f"live store (same rows in Parquet segments): start-up {live['startup_s']:.2f} s; "
+          f"get_trace_stats after a new segment {live['after_new_segment_s'] * 1000:.0f}ms (re-reads the store), "
+          f"unchanged {live['unchanged_s'] * 1000:.0f}ms")
     slow = [r for r in results[1:] if r["median_s"] >= 1.0]
     print("all tools under 1 s" if not slow else f"OVER 1 s: {[r['tool'] for r in slow]}")
     if args.json:

@@ -3,7 +3,8 @@
 Each run is a fresh process that does what `ingero-mcp trace` does before it records: Tracer._compile
 (compile or cache hit, maps, tracepoint programs loaded and attached) and attach_library on the
 stand-in libcudart/libcuda of tests/standin (the tracer's default probes: one layer per logical call,
-launches entry-only; each entry program loaded through the verifier; no probe-cost calibration). Reported per run: CPU seconds and wall seconds of those two steps, and
+launches entry-only; each entry program loaded through the verifier; no probe-cost calibration). Reported per \
+run: CPU seconds and wall seconds of those two steps, and
 where the time went, exclusive of nested steps: reading the cache file, creating the maps (on a
 hit; a compile creates them inside libbcc), loading programs (the kernel verifier), attaching
 (symbol lookup, perf events, tracefs), the rest (clang + BCC's rewriter + map creation on a

@@ -176,7 +176,8 @@ def bench_explain(events: int, tmp: Path, repeats: int) -> dict[str, float]:
     cli_s = time.perf_counter() - t2
     size_mb = db.stat().st_size / 1e6
     db.unlink()
-    return {"events": calls + intervals, "cli_json_s": cli_s if rc == 0 else float("nan"), "cuda_calls": calls, "sched_intervals": intervals, "host_aggregates": aggs,
+    return {"events": calls + intervals, "cli_json_s": cli_s if rc == 0 else float("nan"), "cuda_calls": calls,
+            "sched_intervals": intervals, "host_aggregates": aggs,
             "generate_s": gen_s, "explain_first_s": times[0], "explain_median_s": statistics.median(times),
             "chains": n_chains, "file_mb": size_mb, "thread_seconds_s": seconds_s, "accounting_s": accounting_s,
             "chains_s": chains_s,
@@ -229,31 +230,38 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, object] = {"load_before": os.getloadavg(), "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmpd:
         tmp = Path(tmpd)
-        print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+        print(f"cpus {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+              f"{os.getloadavg()[2]:.2f}")
         if not args.skip_ingest:
-            print(f"\n{'ingest':<26}{'rows':>12}{'seconds':>10}{'rows/s':>14}{'file MB':>10}   (target >= 1,000,000 rows/s)")
+            print(f"\n{'ingest':<26}{'rows':>12}{'seconds':>10}{'rows/s':>14}{'file MB':>10}   (target >= "
+                  "1,000,000 rows/s)")
             ingest = []
             for n in sizes:
                 for mixed in (False, True):
                     r = bench_ingest(n, tmp, mixed)
                     label = "mixed tables" if mixed else "cuda_calls"
                     ingest.append({"kind": label, **r})
-                    print(f"{label:<26}{r['rows']:>12,}{r['seconds']:>10.2f}{r['rows_per_s']:>14,.0f}{r['file_mb']:>10.1f}", flush=True)
+                    print(f"{label:<26}{r['rows']:>12,}{r['seconds']:>10.2f}{r['rows_per_s']:>14,.0f}"
+                          f"{r['file_mb']:>10.1f}", flush=True)
             results["ingest"] = ingest
         if not args.skip_explain:
-            print(f"\n{'explain (dataloader)':<22}{'events':>12}{'generate s':>12}{'first s':>9}{'median s':>10}{'cli s':>8}{'chains':>8}{'file MB':>9}   (target 10M <= 3 s)")
+            print(f"\n{'explain (dataloader)':<22}{'events':>12}{'generate s':>12}{'first s':>9}{'median s':>10}"
+                  f"{'cli s':>8}{'chains':>8}{'file MB':>9}   (target 10M <= 3 s)")
             explain = []
             for n in sizes:
                 r = bench_explain(n, tmp, args.repeats)
                 explain.append(r)
-                print(f"{'build_report + chains':<22}{r['events']:>12,}{r['generate_s']:>12.2f}{r['explain_first_s']:>9.2f}"
-                      f"{r['explain_median_s']:>10.2f}{r['cli_json_s']:>8.2f}{r['chains']:>8}{r['file_mb']:>9.1f}", flush=True)
+                print(f"{'build_report + chains':<22}{r['events']:>12,}{r['generate_s']:>12.2f}"
+                      f"{r['explain_first_s']:>9.2f}{r['explain_median_s']:>10.2f}{r['cli_json_s']:>8.2f}"
+                      f"{r['chains']:>8}{r['file_mb']:>9.1f}", flush=True)
             for r in explain:
                 print(f"  {r['events']:,} events, first chain: {r['top_chain']}; of the time: thread_seconds "
-                      f"{r['thread_seconds_s']:.2f} s, accounting in all {r['accounting_s']:.2f} s, chains {r['chains_s']:.2f} s")
+                      f"{r['thread_seconds_s']:.2f} s, accounting in all {r['accounting_s']:.2f} s, chains "
+                      f"{r['chains_s']:.2f} s")
             results["explain"] = explain
         if args.segments:
-            print(f"\n{'one second of live segments':<30}{'encodings CPU ms':>17}{'kB':>8}{'Arrow defaults CPU ms':>23}{'kB':>8}")
+            print(f"\n{'one second of live segments':<30}{'encodings CPU ms':>17}{'kB':>8}"
+                  f"{'Arrow defaults CPU ms':>23}{'kB':>8}")
             segments = []
             for calls in (_parse_size(x) for x in args.segments.split(",") if x):
                 r = bench_segments(calls, tmp)

@@ -56,8 +56,10 @@ def fit(run: dict, fast_below_ns: float | None = None) -> dict | None:
     (base, per_attached, per_edge), *_ = np.linalg.lstsq(x, y, rcond=None)
     added_s = float((x[:, 1] * per_attached + x[:, 2] * per_edge).sum() * every / 1e9)
     cost = {c["probe"]: c["cost_ns"] for c in run.get("probe_costs") or []}
-    return {"rep": run["rep"], "workload": run["workload"], "unit": run.get("marks_unit", "launch"), "segments": len(pace), "attached_fraction": float(x[:, 1].mean()),
-            "edges": int(round(x[:, 2].sum() * every)), "base_ns": float(base), "per_attached_unit_ns": float(per_attached),
+    return {"rep": run["rep"], "workload": run["workload"], "unit": run.get("marks_unit", "launch"),
+            "segments": len(pace), "attached_fraction": float(x[:, 1].mean()),
+            "edges": int(round(x[:, 2].sum() * every)), "base_ns": float(base),
+            "per_attached_unit_ns": float(per_attached),
             "per_edge_us": float(per_edge) / 1e3, "calibrated_entry_ns": cost.get("entry"),
             "fitted_added_s": added_s, "estimated_added_s": run.get("estimated_added_s"),
             "mean_vs_detached_ns": float(y.mean() - np.median(y[x[:, 1] < 0.02])) if (x[:, 1] < 0.02).any() else None}
@@ -79,10 +81,11 @@ def pooled(runs: list[dict], fast_below_ns: float | None) -> dict | None:
     x, y = np.array(rows), np.array(pace)
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     rng = np.random.default_rng(0)
-    boot = [np.linalg.lstsq(x[i], y[i], rcond=None)[0][1] for i in (rng.integers(0, len(y), len(y)) for _ in range(200))]
+    boot = [np.linalg.lstsq(x[i], y[i], rcond=None)[0][1]
+            for i in (rng.integers(0, len(y), len(y)) for _ in range(200))]
     share = float(x[:, 1].mean())
-    return {"segments": len(y), "attached_fraction": share, "base_ns": float(coef[0]), "per_attached_unit_ns": float(coef[1]),
-            "stderr_ns": float(np.std(boot)),
+    return {"segments": len(y), "attached_fraction": share, "base_ns": float(coef[0]),
+            "per_attached_unit_ns": float(coef[1]), "stderr_ns": float(np.std(boot)),
             "estimate_full_ns": float(np.median(estimate)) / share if estimate and share else None}
 
 
@@ -102,9 +105,9 @@ def main(argv: list[str]) -> int:
                 if got:
                     est = got["estimate_full_ns"]
                     print(f"{path} {variant}: {got['segments']} segments, {got['attached_fraction']:.0%} attached; "
-                          f"detached {got['base_ns'] / 1e3:,.1f} us per unit, attached +{got['per_attached_unit_ns'] / 1e3:,.1f} "
-                          f"(se {got['stderr_ns'] / 1e3:.1f}) us; the estimate at full attachment "
-                          f"{'?' if est is None else f'{est / 1e3:.1f}'} us")
+                          f"detached {got['base_ns'] / 1e3:,.1f} us per unit, attached "
+                          f"+{got['per_attached_unit_ns'] / 1e3:,.1f} (se {got['stderr_ns'] / 1e3:.1f}) us; the "
+                          f"estimate at full attachment {'?' if est is None else f'{est / 1e3:.1f}'} us")
         return 0
     for path in argv:
         print(path)
@@ -112,9 +115,9 @@ def main(argv: list[str]) -> int:
             if run["mode"] != "traced" or (got := fit(run, fast_below_ns)) is None:
                 continue
             est = got["estimated_added_s"]
-            print(f"  {got['workload']} rep {got['rep']}: {got['segments']} segments, {got['attached_fraction']:.0%} attached, "
-                  f"{got['edges']} edges; +{got['per_attached_unit_ns']:,.0f} ns per attached {got['unit']} "
-                  f"(calibrated entry-only hit {got['calibrated_entry_ns'] or 0:,.0f}), "
+            print(f"  {got['workload']} rep {got['rep']}: {got['segments']} segments, "
+                  f"{got['attached_fraction']:.0%} attached, {got['edges']} edges; +{got['per_attached_unit_ns']:,.0f} "
+                  f"ns per attached {got['unit']} (calibrated entry-only hit {got['calibrated_entry_ns'] or 0:,.0f}), "
                   f"{got['per_edge_us']:+,.0f} us per detach/attach; added {got['fitted_added_s']:.3f} s in-process vs "
                   f"estimate {est if est is None else round(est, 3)} s")
     return 0

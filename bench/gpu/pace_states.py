@@ -128,9 +128,9 @@ def print_table(title: str, rows: list[dict]) -> None:
         est = f"{r['estimate_pct']:.1f} %" if r["estimate_pct"] is not None else "-"
         cpu = f"{r['collector_cpu_s']:.2f}" if r["collector_cpu_s"] is not None else "-"
         sw = f"{r['collector_switches']:.0f}" if r["collector_switches"] is not None else "-"
-        print(f"  {r['variant']:10s}  {r['blocks']:6d}  {r['median_s']:8.3f}  {pair:>21s}  {r['mostly_slow_blocks']:11d}  "
-              f"{fast:.3f}{rel:>12s}{'':17s}  {est:>8s}  {cpu:>15s}  {sw:>8s}  {r['lost']:4d}  "
-              f"{_span(r['pair_median_interval'])}; {_span(r['fast_state_interval'])}")
+        print(f"  {r['variant']:10s}  {r['blocks']:6d}  {r['median_s']:8.3f}  {pair:>21s}  "
+              f"{r['mostly_slow_blocks']:11d}  {fast:.3f}{rel:>12s}{'':17s}  {est:>8s}  {cpu:>15s}  {sw:>8s}  "
+              f"{r['lost']:4d}  {_span(r['pair_median_interval'])}; {_span(r['fast_state_interval'])}")
     for r in rows:
         if r["gpu_wait_us"]:
             print(f"  {r['variant']}: waiting for the GPU {r['gpu_wait_us'][0]:.1f} us per step in fast segments, "

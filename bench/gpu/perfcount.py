@@ -27,7 +27,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _attr(kind: int, config: int, flags: int) -> bytes:
-    """perf_event_attr, its first version (64 bytes): type, size, config, period, sample_type, read_format, flags, ..."""
+    """perf_event_attr, its first version (64 bytes): type, size, config, period, sample_type, read_format,
+    flags, ..."""
     return struct.pack("IIQQQQQIIQ", kind, 64, config, 0, 0, 0, flags, 0, 0, 0)
 
 

@@ -123,7 +123,8 @@ def traced(db: Path, libs: list[str], run: Callable[[], dict], cpus: str | None 
         entry["collector_cpu_during_s"] = _cpu_s(collector.pid) - before  # its own load while the job ran
         entry["collector_switches_during"] = _switches(collector.pid) - switches  # its wake-ups, about
         after = _bpf_programs(collector.pid)
-        entry["bpf_runs_during"] = {tag: [after[tag][0] - cnt, after[tag][1] - ns] for tag, (cnt, ns) in programs.items()
+        entry["bpf_runs_during"] = {tag: [after[tag][0] - cnt, after[tag][1] - ns]
+                                    for tag, (cnt, ns) in programs.items()
                                     if tag in after and after[tag][0] > cnt}
     finally:
         cpu_s = stop_collector(collector)
@@ -179,14 +180,16 @@ def recorded(db: Path, window: dict | None = None) -> dict:
         import pyarrow.compute as pc
 
         calls = ds.dataset(str(seg / "cuda_calls"), format="parquet").to_table(columns=["ts_ns", "duration_ns", "pid"])
-        inside = pc.and_(pc.and_(pc.greater_equal(calls["ts_ns"], window["t0_ns"]), pc.less(calls["ts_ns"], window["t1_ns"])),
+        inside = pc.and_(pc.and_(pc.greater_equal(calls["ts_ns"], window["t0_ns"]),
+                                 pc.less(calls["ts_ns"], window["t1_ns"])),
                          pc.equal(calls["pid"], window.get("pid", -1)))
         hit = calls.filter(inside)
         out["window_entry_hits"] = hit["duration_ns"].null_count
         out["window_entry_return_hits"] = hit.num_rows - hit["duration_ns"].null_count
         if (seg / "host_aggregates").is_dir():  # the process's page allocations (it idles outside its blocks)
             agg = ds.dataset(str(seg / "host_aggregates"), format="parquet").to_table(columns=["pid", "op", "count"])
-            mine = agg.filter(pc.and_(pc.equal(agg["pid"], window.get("pid", -1)), pc.equal(agg["op"], "mm_page_alloc")))
+            mine = agg.filter(pc.and_(pc.equal(agg["pid"], window.get("pid", -1)),
+                                      pc.equal(agg["op"], "mm_page_alloc")))
             out["window_page_allocs"] = int(pc.sum(mine["count"]).as_py() or 0)
         if (seg / "sched_intervals").is_dir():
             off = ds.dataset(str(seg / "sched_intervals"), format="parquet").to_table(columns=["pid", "off_ns"])
@@ -200,8 +203,8 @@ def recorded(db: Path, window: dict | None = None) -> dict:
         ops = dict(con.execute("SELECT op, count(*) FROM cuda_calls GROUP BY op").fetchall())
         lost = con.execute("SELECT coalesce(sum(events_lost), 0) FROM collector_stats").fetchall()[0][0]
         out = {"cuda_calls": sum(ops.values()), "ops": ops, "lost": int(lost)}
-        out["tracing_cost"] = con.execute("SELECT pid, start_ns, end_ns, entry_hits, entry_return_hits, added_ns, launch_duty "
-                                          "FROM tracing_cost").to_arrow_table().to_pylist()
+        out["tracing_cost"] = con.execute("SELECT pid, start_ns, end_ns, entry_hits, entry_return_hits, "
+                                          "added_ns, launch_duty FROM tracing_cost").to_arrow_table().to_pylist()
         out["probe_costs"] = con.execute("SELECT * FROM probe_costs").to_arrow_table().to_pylist()
         for (notes,) in con.execute("SELECT notes FROM sessions").fetchall():
             stats = (json.loads(notes or "{}") or {}).get("bpf_run_stats") or {}
@@ -210,8 +213,9 @@ def recorded(db: Path, window: dict | None = None) -> dict:
         out["probe_gaps"] = {"n": len(gaps), "s": sum(b - a for a, b in gaps) / 1e9, "gaps": [list(g) for g in gaps]}
         if window:
             out["window_entry_hits"], out["window_entry_return_hits"] = con.execute(
-                "SELECT count(*) FILTER (duration_ns IS NULL), count(*) FILTER (duration_ns IS NOT NULL) FROM cuda_calls "
-                "WHERE ts_ns >= ? AND ts_ns < ? AND pid = ?", [window["t0_ns"], window["t1_ns"], window.get("pid", -1)]).fetchone()
+                "SELECT count(*) FILTER (duration_ns IS NULL), count(*) FILTER (duration_ns IS NOT NULL) "
+                "FROM cuda_calls WHERE ts_ns >= ? AND ts_ns < ? AND pid = ?",
+                [window["t0_ns"], window["t1_ns"], window.get("pid", -1)]).fetchone()
             out["window_page_allocs"] = con.execute(
                 "SELECT coalesce(sum(count), 0) FROM host_aggregates WHERE pid = ? AND op = 'mm_page_alloc'",
                 [window.get("pid", -1)]).fetchone()[0]
@@ -231,15 +235,18 @@ def recorded(db: Path, window: dict | None = None) -> dict:
     cost = seg / "tracing_cost"
     if cost.is_dir():
         out["tracing_cost"] = ds.dataset(str(cost), format="parquet").to_table(
-            columns=["pid", "start_ns", "end_ns", "entry_hits", "entry_return_hits", "added_ns", "launch_duty"]).to_pylist()
+            columns=["pid", "start_ns", "end_ns", "entry_hits", "entry_return_hits",
+                     "added_ns", "launch_duty"]).to_pylist()
     for name in ("probe_costs", "probe_gaps"):
         if (seg / name).is_dir():
             rows = ds.dataset(str(seg / name), format="parquet").to_table().to_pylist()
-            out[name] = rows if name == "probe_costs" else {"n": len(rows), "s": sum(r["end_ns"] - r["start_ns"] for r in rows) / 1e9,
+            out[name] = rows if name == "probe_costs" else {"n": len(rows),
+                                                            "s": sum(r["end_ns"] - r["start_ns"] for r in rows) / 1e9,
                                                             "gaps": [[r["start_ns"], r["end_ns"]] for r in rows]}
     sessions = seg / "sessions"
     if sessions.is_dir():  # the collector's notes: each eBPF program's tag and name (with bpf_stats_enabled)
-        for notes in ds.dataset(str(sessions), format="parquet").to_table(columns=["notes"]).column("notes").to_pylist():
+        for notes in (ds.dataset(str(sessions), format="parquet").to_table(columns=["notes"]).column("notes")
+                      .to_pylist()):
             stats = (json.loads(notes or "{}") or {}).get("bpf_run_stats") or {}
             out["bpf_names"] = {v["tag"]: k for k, v in stats.items()}
     stats = seg / "collector_stats"
@@ -276,22 +283,26 @@ def main() -> int:
                 if mode == "untraced":
                     entry.update(run_workload(name, size))
                 else:
-                    entry.update(traced(work / f"{name}-{rep}.duckdb", libs, lambda name=name, size=size: run_workload(name, size)))
+                    entry.update(traced(work / f"{name}-{rep}.duckdb", libs,
+                                        lambda name=name, size=size: run_workload(name, size)))
                 runs.append(entry)
                 # written after every run: a call killed at its time limit still leaves what finished
                 (args.outdir / "overhead.json").write_text(json.dumps({"libs": libs, "runs": runs}, indent=1))
-                print(json.dumps({k: v for k, v in entry.items() if k not in ("ops", "sources", "tracing_cost", "marks")}), flush=True)
+                print(json.dumps({k: v for k, v in entry.items()
+                                  if k not in ("ops", "sources", "tracing_cost", "marks")}), flush=True)
     summary = summarise(runs)
     (args.outdir / "overhead.json").write_text(json.dumps({"libs": libs, "runs": runs, "summary": summary}, indent=1))
     for row in summary:
         if row["added_ns_per_launch"] is not None:
-            print(f"launch loop: {row['added_ns_per_launch']:.0f} ns added per traced kernel launch (median per-call time, traced - untraced)")
+            print(f"launch loop: {row['added_ns_per_launch']:.0f} ns added per traced kernel launch (median per-call "
+                  "time, traced - untraced)")
     print("\nworkload   untraced median s   traced median s   slowdown (median / mean)   untraced spread   calls traced"
           "   added ns/call   collector CPU s   lost")
     for row in summary:
-        print(f"{row['workload']:9s}  {row['untraced_s']:17.3f}  {row['traced_s']:16.3f}  {row['slowdown_pct']:8.2f}% / "
-              f"{row['slowdown_mean_pct']:6.2f}%  {row['untraced_spread_pct']:14.1f}%"
-              f"  {row['calls_traced']:13d}  {row['added_ns_per_call']:14.0f}  {row['collector_cpu_s']:15.2f}  {row['lost']:5d}")
+        print(f"{row['workload']:9s}  {row['untraced_s']:17.3f}  {row['traced_s']:16.3f}  "
+              f"{row['slowdown_pct']:8.2f}% / {row['slowdown_mean_pct']:6.2f}%  {row['untraced_spread_pct']:14.1f}%"
+              f"  {row['calls_traced']:13d}  {row['added_ns_per_call']:14.0f}  {row['collector_cpu_s']:15.2f}  "
+              f"{row['lost']:5d}")
     print("\nworkload   measured added s (median traced - median untraced)   stored estimate s (median)")
     for row in summary:
         est = row["estimated_added_s"]

@@ -8,7 +8,8 @@ the collector stored (calls, losses, probe gaps, the tracing_cost estimate insid
 
     python3 bench/gpu/same_process.py OUTDIR --pairs 8 --workloads launch,train --size launch=500000
 
-Variants (--variant NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=PERIOD_MS/BUSY_MS][:feeder=PER_S], repeatable) are traced blocks that differ in where the
+Variants (--variant NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=PERIOD_MS/BUSY_MS][:feeder=PER_S], \
+repeatable) are traced blocks that differ in where the
 collector runs, its flags, or (decoy) a collector that probes copies of the CUDA libraries, which the workload never
 maps, and traces only a sleeping process (`--pid`: no discovery of the real libraries): the collector, its NVML
 sampler and its host-wide tracepoints, without a single trap or per-thread record in the workload; or (sleeper)
@@ -171,7 +172,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--pairs", type=int, default=8)
-    parser.add_argument("--workloads", default="launch,train,seed", help="comma-separated subset of: " + ", ".join(SIZES))
+    parser.add_argument("--workloads", default="launch,train,seed",
+                        help="comma-separated subset of: " + ", ".join(SIZES))
     parser.add_argument("--size", action="append", default=[], metavar="NAME=N", help="a block's size, e.g. train=1500")
     parser.add_argument("--variant", action="append", default=[], metavar="SPEC",
                         help="a traced variant, NAME[:cpus=CPUS][:args=A+B][:decoy][:sleeper][:records][:burn=P/B]"
@@ -219,13 +221,14 @@ def main() -> int:
                     runs.append(entry)
                     (args.outdir / "same-process.json").write_text(json.dumps({"libs": libs, "runs": runs}, indent=1))
                     print(json.dumps({k: v for k, v in entry.items()
-                                      if k not in ("ops", "sources", "tracing_cost", "marks", "item_wait_ns", "probe_gaps", "probe_costs",
-                                                   "bpf_runs_during", "bpf_names")}),
+                                      if k not in ("ops", "sources", "tracing_cost", "marks", "item_wait_ns",
+                                                   "probe_gaps", "probe_costs", "bpf_runs_during", "bpf_names")}),
                           flush=True)
         finally:
             blocks.close()
     summary = summarise(runs)
-    (args.outdir / "same-process.json").write_text(json.dumps({"libs": libs, "runs": runs, "summary": summary}, indent=1))
+    (args.outdir / "same-process.json").write_text(
+        json.dumps({"libs": libs, "runs": runs, "summary": summary}, indent=1))
     print_summary(summary)
     return 0
 
@@ -233,7 +236,8 @@ def main() -> int:
 def summarise(runs: list[dict]) -> list[dict]:
     """Per workload: each pair's traced - untraced, their median, and the stored estimate's median."""
     out = []
-    for name, variant in dict.fromkeys((r["workload"], r.get("variant") or "traced") for r in runs if r["mode"] == "traced"):
+    for name, variant in dict.fromkeys((r["workload"], r.get("variant") or "traced")
+                                       for r in runs if r["mode"] == "traced"):
         by_pair: dict[int, dict[str, dict]] = {}
         for r in runs:
             if r["workload"] == name and (r["mode"] == "untraced" or (r.get("variant") or "traced") == variant):
@@ -265,12 +269,14 @@ def summarise(runs: list[dict]) -> list[dict]:
 
 
 def print_summary(summary: list[dict]) -> None:
-    print("\nworkload/variant  pairs  untraced median s  spread  median(T-U) s  median(T-U)/U  ns/launch  estimate s  recorded  gaps  lost  steal ms (median/max)")
+    print("\nworkload/variant  pairs  untraced median s  spread  median(T-U) s  median(T-U)/U  ns/launch  estimate s  "
+          "recorded  gaps  lost  steal ms (median/max)")
     for s in summary:
         per_launch = f"{s['added_ns_per_launch']:9.0f}" if s["added_ns_per_launch"] is not None else "        -"
-        print(f"{s['workload'] + '/' + s['variant']:16s}  {s['pairs']:5d}  {s['untraced_median_s']:17.3f}  {s['untraced_spread_pct']:5.1f}%  "
-              f"{s['measured_added_s']:13.4f}  {s['measured_added_pct']:12.2f}%  {per_launch}  {s['estimated_added_s']:10.4f}  "
-              f"{s['cuda_calls_recorded']:8.0f}  {s['probe_gaps']:4.0f}  {s['lost']:4d}  {s['steal_ms_median']:.0f}/{s['steal_ms_max']:.0f}")
+        print(f"{s['workload'] + '/' + s['variant']:16s}  {s['pairs']:5d}  {s['untraced_median_s']:17.3f}  "
+              f"{s['untraced_spread_pct']:5.1f}%  {s['measured_added_s']:13.4f}  {s['measured_added_pct']:12.2f}%  "
+              f"{per_launch}  {s['estimated_added_s']:10.4f}  {s['cuda_calls_recorded']:8.0f}  {s['probe_gaps']:4.0f}  "
+              f"{s['lost']:4d}  {s['steal_ms_median']:.0f}/{s['steal_ms_max']:.0f}")
 
 
 if __name__ == "__main__":

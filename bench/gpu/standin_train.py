@@ -49,7 +49,8 @@ def block(steps: int) -> dict:
         if i % 10 == 0:
             marks.append(time.time_ns())
         step(i, waits)
-    return {"pid": os.getpid(), "total": time.perf_counter() - t, "steps": steps, "t0_ns": t0_ns, "t1_ns": time.time_ns(),
+    return {"pid": os.getpid(), "total": time.perf_counter() - t, "steps": steps, "t0_ns": t0_ns,
+            "t1_ns": time.time_ns(),
             "marks_every": 10, "marks_unit": "step", "marks": marks, "item_wait_ns": waits, "sm_clock_mhz": []}
 
 

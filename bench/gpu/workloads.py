@@ -136,7 +136,8 @@ def launch_blocks():
         torch.cuda.synchronize()
         total = time.perf_counter() - t
         return {"total": total, "calls": calls, "per_call_ns": total / calls * 1e9, "t0_ns": t0_ns,
-                "t1_ns": time.time_ns(), "counters": counters.read(), "marks_every": marks_every, "marks": marks, "sm_clock_mhz": clocks}
+                "t1_ns": time.time_ns(), "counters": counters.read(), "marks_every": marks_every,
+                "marks": marks, "sm_clock_mhz": clocks}
 
     return block
 

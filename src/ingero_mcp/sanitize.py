@@ -37,7 +37,8 @@ DATA_NOTE = (
 _DROP_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn"})
 # Invisible characters of other categories, removed too: variation selectors (which can carry a hidden
 # payload one byte per selector), the combining grapheme joiner, Hangul fillers.
-_INVISIBLE_RANGES = ((0xFE00, 0xFE0F), (0xE0100, 0xE01EF), (0x034F, 0x034F), (0x115F, 0x1160), (0x3164, 0x3164), (0xFFA0, 0xFFA0))
+_INVISIBLE_RANGES = ((0xFE00, 0xFE0F), (0xE0100, 0xE01EF), (0x034F, 0x034F), (0x115F, 0x1160),
+                     (0x3164, 0x3164), (0xFFA0, 0xFFA0))
 # Replaced by a space: line breaks, tabs and other separators (so words stay apart).
 _SPACE_CHARS = frozenset("\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\u2028\u2029")
 # Planes 4-16 hold no characters, tags and variation selectors (plane 14) or private use (15-16): all removed.

@@ -37,8 +37,8 @@ SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub", "p
                 "affinity_narrowed", "json_gil_thread", "threadpool_pure_python",
                 "lock_convoy", "gil_pool"}
 # scenario -> extra fields its truth must carry
-EXTRA = {"checkpoint_fsync": ("episodes_ns",), "gc_pause": ("episodes_ns",), "eval_pass": ("episodes_ns",), "cgroup_quota": ("cgroup",),
-         "workers_quota": ("cgroup",),
+EXTRA = {"checkpoint_fsync": ("episodes_ns",), "gc_pause": ("episodes_ns",), "eval_pass": ("episodes_ns",),
+         "cgroup_quota": ("cgroup",), "workers_quota": ("cgroup",),
          "decoy_hog": ("decoys",)}
 
 
@@ -133,7 +133,8 @@ def main(paths: list[str]) -> int:
         w = t.get("window_ns")
         span = f"window {(w[1] - w[0]) / 1e9:.2f} s" if w else "no window"
         print(f"{'BAD ' if bad else 'ok  '} {t.get('scenario', path):18s} {t.get('cause', '?'):20s} {span:15s} "
-              f"ratio {t.get('throughput_ratio')}  culprits {[(c.get('comm'), c.get('pid')) for c in t.get('culprits', [])][:3]}"
+              f"ratio {t.get('throughput_ratio')}  culprits "
+              f"{[(c.get('comm'), c.get('pid')) for c in t.get('culprits', [])][:3]}"
               + ("".join(f"\n       {b}" for b in bad)))
     return 1 if failed else 0
 

@@ -150,7 +150,8 @@ class Scenario:
         for t in self.steps:
             if t >= t0:
                 counts[(t - t0) // BIN_NS] += 1
-        self.feeder["comm"] = comm_of(self.feeder["pid"], self.feeder["tid"])  # the name it has now (torch may rename it)
+        # the name it has now (torch may rename it)
+        self.feeder["comm"] = comm_of(self.feeder["pid"], self.feeder["tid"])
         a, b = ratio_spans if ratio_spans else (baseline, window)
         ra, rb = self._rate(a), self._rate(b)
         try:
@@ -227,7 +228,8 @@ def spawn_python(code: str, name: str, cpus: list[int], *, site: bool = False, s
                             stdout=subprocess.PIPE if stdout else None, text=True)
 
 
-BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nx = 0\nwhile time.monotonic() < end:\n    for i in range(10000):\n        x += i\n"
+BUSY_LOOP = ("import time\nend = time.monotonic() + {seconds}\nx = 0\nwhile time.monotonic() < end:\n"
+             "    for i in range(10000):\n        x += i\n")
 
 
 def stop(procs: list[subprocess.Popen], timeout: float = 5.0) -> None:

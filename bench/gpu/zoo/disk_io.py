@@ -60,11 +60,13 @@ try:
         y = torch.zeros(tr.batch, dtype=torch.long)
         tr.step(x, y)
 
-    sc.note(f"window steps: {batch_bytes >> 10} KiB read as {CHUNK >> 10} KiB random chunks, then a training step on it.")
+    sc.note(f"window steps: {batch_bytes >> 10} KiB read as {CHUNK >> 10} KiB random chunks, then a "
+            "training step on it.")
     sc.extra.update(file=PATH, file_bytes=SIZE, read_chunk_bytes=CHUNK, batch_bytes=batch_bytes)
     sc.standard_phases(tr.step, lambda: None, lambda: None, read_batch)
     sc.extra["o_direct"] = io["direct"]
-    sc.write_truth(baseline=(sc.marks["baseline"], sc.marks["window"]), window=(sc.marks["window"], sc.marks["recovery"]))
+    sc.write_truth(baseline=(sc.marks["baseline"], sc.marks["window"]),
+                   window=(sc.marks["window"], sc.marks["recovery"]))
 finally:
     try:
         os.unlink(PATH)

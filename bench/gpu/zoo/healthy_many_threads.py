@@ -35,7 +35,8 @@ def stats() -> None:
         a = np.tanh(a @ a.T * 1e-3)
 
 
-threads = [threading.Thread(target=idle, daemon=True) for _ in range(32)] + [threading.Thread(target=stats, daemon=True)]
+threads = [threading.Thread(target=idle, daemon=True) for _ in range(32)] + [
+    threading.Thread(target=stats, daemon=True)]
 for th in threads:
     th.start()
 try:

@@ -27,5 +27,6 @@ def prep_step() -> None:
     tr.step(x, y)
 
 
-sc.note(f"window steps: a {tr.batch}x{tr.in_dim} float32 batch made with numpy on the main thread, copied from pageable memory.")
+sc.note(f"window steps: a {tr.batch}x{tr.in_dim} float32 batch made with numpy on the main thread, copied from "
+        "pageable memory.")
 sc.standard_phases(tr.step, lambda: None, lambda: None, prep_step)

@@ -12,7 +12,8 @@ os.environ["CUDA_MODULE_LOADING"] = "LAZY"
 
 from common import Scenario  # noqa: E402
 
-sc = Scenario("lazy_loading", "lazy_module_loading", "first launches of dozens of distinct kernels under lazy module loading",
+sc = Scenario("lazy_loading", "lazy_module_loading",
+              "first launches of dozens of distinct kernels under lazy module loading",
               job_cpus=[10, 11], baseline_s=10.0)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -46,14 +47,18 @@ def make_ops():
             ops.append((f"{name}/{dt}", fn, dt))
     f32 = torch.float32
     ops += [("layer_norm", lambda t: F.layer_norm(t, t.shape[-1:]), f32),
-            ("gelu", F.gelu, f32), ("conv2d", lambda t: F.conv2d(t.view(1, 1, 64, 64), torch.ones(4, 1, 3, 3, device=dev)), f32),
+            ("gelu", F.gelu, f32),
+            ("conv2d", lambda t: F.conv2d(t.view(1, 1, 64, 64), torch.ones(4, 1, 3, 3, device=dev)), f32),
             ("max_pool", lambda t: F.max_pool2d(t.view(1, 1, 64, 64), 2), f32),
             ("avg_pool", lambda t: F.avg_pool2d(t.view(1, 1, 64, 64), 2), f32),
             ("interp", lambda t: F.interpolate(t.view(1, 1, 64, 64), scale_factor=2.0, mode="bilinear"), f32),
-            ("fft", lambda t: torch.fft.rfft(t).abs(), f32), ("index_select", lambda t: t.index_select(0, torch.arange(8, device=dev)), f32),
-            ("scatter_add", lambda t: torch.zeros(64, device=dev).scatter_add(0, torch.arange(64, device=dev) % 7, t[0]), f32),
+            ("fft", lambda t: torch.fft.rfft(t).abs(), f32),
+            ("index_select", lambda t: t.index_select(0, torch.arange(8, device=dev)), f32),
+            ("scatter_add",
+             lambda t: torch.zeros(64, device=dev).scatter_add(0, torch.arange(64, device=dev) % 7, t[0]), f32),
             ("cross_entropy", lambda t: F.cross_entropy(t, torch.zeros(64, dtype=torch.long, device=dev)), f32),
-            ("dropout", lambda t: F.dropout(t, 0.5, True), f32), ("randperm", lambda t: torch.randperm(64, device=dev), f32),
+            ("dropout", lambda t: F.dropout(t, 0.5, True), f32),
+            ("randperm", lambda t: torch.randperm(64, device=dev), f32),
             ("nonzero", lambda t: torch.nonzero(t > 0.5), f32), ("cat", lambda t: torch.cat([t, t], 1), f32),
             ("triu", lambda t: torch.triu(t), f32), ("norm", lambda t: torch.linalg.vector_norm(t, dim=1), f32),
             ("var", lambda t: t.var(1), f32), ("logsumexp", lambda t: t.logsumexp(1), f32)]
@@ -92,7 +97,8 @@ while sc.steps[-1] < end_at:
 b1 = sc.mark("end")
 sc.extra["distinct_ops"] = len(OPS)
 sc.extra["first_pass_s"] = first_pass_s
-sc.note(f"{len(OPS)} distinct ops (each may launch 1-3 kernels); window = the first pass over them ({first_pass_s:.2f} s); "
-        "baseline = the steady loop after it, one pass every 100 ms at most (it sleeps the rest); steps are ops run. The brief's 3-5 s first-launch period depends on "
-        "how many modules the driver loads: the window is what was measured.")
+sc.note(f"{len(OPS)} distinct ops (each may launch 1-3 kernels); window = the first pass over them "
+        f"({first_pass_s:.2f} s); baseline = the steady loop after it, one pass every 100 ms at most (it sleeps the "
+        "rest); steps are ops run. The brief's 3-5 s first-launch period depends on how many modules the driver loads: "
+        "the window is what was measured.")
 sc.write_truth(baseline=(w1, b1), window=(w0, w1))

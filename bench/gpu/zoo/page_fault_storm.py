@@ -17,7 +17,8 @@ NBYTES = (256 if sc.cuda else 32) << 20
 # without, 65,536 faults of 4 KiB, which is the storm staged here.
 PR_SET_THP_DISABLE = 41
 thp_off = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
-sc.note(f"transparent huge pages {'disabled for the process (prctl PR_SET_THP_DISABLE)' if thp_off else 'NOT disabled (prctl failed)'}.")
+sc.note("transparent huge pages "
+        f"{'disabled for the process (prctl PR_SET_THP_DISABLE)' if thp_off else 'NOT disabled (prctl failed)'}.")
 
 
 def fault_step() -> None:

@@ -8,8 +8,8 @@ process: the cause is the feeder's own copies."""
 
 from common import Scenario
 
-sc = Scenario("pageable_copies", "pageable_copies", "256 MiB H2D copies from pageable instead of pinned memory for 10 s",
-              job_cpus=[8, 9])
+sc = Scenario("pageable_copies", "pageable_copies",
+              "256 MiB H2D copies from pageable instead of pinned memory for 10 s", job_cpus=[8, 9])
 import torch  # noqa: E402
 
 MIB = 256 if sc.cuda else 8
@@ -35,5 +35,6 @@ for _ in range(5):
     copy_from(pinned)()
     copy_from(pageable)()
 sc.extra["copy_bytes"] = n * 4
-sc.note(f"steps are {MIB} MiB H2D copies (dst.copy_(src, non_blocking=True) + synchronize), pinned src outside the window.")
+sc.note(f"steps are {MIB} MiB H2D copies (dst.copy_(src, non_blocking=True) + synchronize), pinned src "
+        "outside the window.")
 sc.standard_phases(copy_from(pinned), lambda: None, lambda: None, copy_from(pageable))

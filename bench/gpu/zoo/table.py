@@ -17,8 +17,9 @@ from ingero_mcp.store import open_store
 
 CAUSES = {
     "cpu_contention": "cpu-contention", "own_workers_cpu": "own-workers-cpu", "gpu_shared": "gpu-shared",
-    "gil_contention": "gil-or-lock", "lock_contention": "gil-or-lock", "pageable_copies": "pageable-copies", "allocator_churn": "allocator-churn",
-    "host_bound_prep": "host-bound", "lazy_module_loading": "cold-start", "disk_io": "io-wait", "page_faults": "page-faults",
+    "gil_contention": "gil-or-lock", "lock_contention": "gil-or-lock", "pageable_copies": "pageable-copies",
+    "allocator_churn": "allocator-churn", "host_bound_prep": "host-bound", "lazy_module_loading": "cold-start",
+    "disk_io": "io-wait", "page_faults": "page-faults",
 }
 
 

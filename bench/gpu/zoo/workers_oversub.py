@@ -10,7 +10,8 @@ import numpy as np
 
 from common import Scenario, Trainer, comm_of, tids_of
 
-sc = Scenario("workers_oversub", "own_workers_cpu", "8 DataLoader workers doing numpy work per sample on the job's 2 CPUs",
+sc = Scenario("workers_oversub", "own_workers_cpu",
+              "8 DataLoader workers doing numpy work per sample on the job's 2 CPUs",
               job_cpus=[2, 3], culprit_cpus=[2, 3])
 tr = Trainer(sc)
 tr.warmup()

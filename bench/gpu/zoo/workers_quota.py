@@ -2,8 +2,8 @@
 do moderate numpy work per batch (~3 ms: a gather, jitter, dark samples brightened; plus handing
 the batch over through shared memory), well within what the GPU takes per step. For 10 s the
 WORKERS (not the trainer) are in a fresh cgroup v2 child /sys/fs/cgroup/zoo_wquota whose cpu.max
-is "10000 100000" (10 % of one CPU for both): the kernel throttles them, they are runnable but not run while their CPUs stay idle, and the main thread
-waits for batches. For the recovery cpu.max is "max 100000" again.
+is "10000 100000" (10 % of one CPU for both): the kernel throttles them, they are runnable but not run while their
+CPUs stay idle, and the main thread waits for batches. For the recovery cpu.max is "max 100000" again.
 
 Trainer on CPUs 2-3, workers on 4 and 5 (no CPU is shared). No culprit process: the quota. The
 truth's `cgroup` says where, the quotas, the workers' own cgroups, and cpu.stat (nr_throttled,

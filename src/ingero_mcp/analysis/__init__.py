@@ -51,8 +51,8 @@ _NAMES = {
     "system_context": "context", "thread_timeline": "timeline", "resolve_window": "window", "trace_window": "window",
     "window_or_trace": "window",
     "events_lost": "info", "cost_lines": "cost", "short_why": "imported_accounting",
-    "pace_threads": "causes", "origin_ns": "accounting", "recording_notes": "accounting", "store_derived": "derive", "AnalysisError": "_sql",
-    "interval_in": "_sql", "pid_in": "_sql", "rows": "_sql", "ts_in": "_sql", "where": "_sql",
+    "pace_threads": "causes", "origin_ns": "accounting", "recording_notes": "accounting", "store_derived": "derive",
+    "AnalysisError": "_sql", "interval_in": "_sql", "pid_in": "_sql", "rows": "_sql", "ts_in": "_sql", "where": "_sql",
 }
 _RENAMED = {"thread_timeline": "timeline"}
 

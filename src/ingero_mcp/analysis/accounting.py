@@ -81,7 +81,8 @@ def check_sums(account: Account) -> None:
     on every store they have, the analysis clamps instead: `clamped`)."""
     parts = [getattr(account, p) for p in PARTS]
     if sum(parts) != account.wall_ns or min(parts) < 0:
-        raise AssertionError(f"time accounting does not add up: {dict(zip(PARTS, parts, strict=True))} vs wall {account.wall_ns}")
+        raise AssertionError(f"time accounting does not add up: {dict(zip(PARTS, parts, strict=True))} vs wall "
+                             f"{account.wall_ns}")
 
 
 def clamped(account: Account) -> tuple[Account, bool]:
@@ -122,8 +123,8 @@ def thread_names(con: duckdb.DuckDBPyConnection) -> dict[int, str]:
 def unaccountable(con: duckdb.DuckDBPyConnection) -> str | None:
     """Why this store cannot be accounted (a sample of CUDA or scheduler rows, no scheduler rows), or None."""
     if not table_complete(con, "cuda_calls") or not table_complete(con, "sched_intervals"):
-        return ("this store holds a sample of the CUDA calls or scheduler rows (an import): time accounting needs every "
-                "row, so only per-call statistics and the origin's own chains are shown")
+        return ("this store holds a sample of the CUDA calls or scheduler rows (an import): time "
+                "accounting needs every row, so only per-call statistics and the origin's own chains are shown")
     if not rows(con, "SELECT 1 FROM sched_intervals LIMIT 1"):
         return "no scheduler rows were recorded: where the feeding threads' time went cannot be told"
     return None
@@ -187,9 +188,9 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
     entry_only, coverage = launch_recording(con)
     quality = []
     if mended:
-        quality.append(f"{mended} thread accounts (whole windows or seconds) did not add up to their wall time and were "
-                       "mended (negative parts set to 0, the rest scaled): the store holds overlapping or inverted "
-                       f"intervals (counted below)")
+        quality.append(f"{mended} thread accounts (whole windows or seconds) did not add up to their wall "
+                       "time and were mended (negative parts set to 0, the rest scaled): the store holds "
+                       "overlapping or inverted intervals (counted below)")
     return Accounting(threads=threads, phases=phases, entry_only_launches=entry_only, launch_coverage=coverage,
                       progress=list(markers.values()), steady_from_ns=steady_from, data_quality=quality)
 
@@ -199,12 +200,13 @@ def recording_notes(acc: Accounting) -> list[str]:
     """How the launches were recorded, where it changes what the accounting's numbers mean (v4 stores)."""
     notes = []
     if acc.entry_only_launches:
-        notes.append("kernel launches were probed entry-only (duration_ns NULL): the time in them is counted as running "
-                     "outside CUDA calls ('run_outside' includes kernel launches)")
+        notes.append("kernel launches were probed entry-only (duration_ns NULL): the time in them is "
+                     "counted as running outside CUDA calls ('run_outside' includes kernel launches)")
     if acc.estimated:
-        notes.append(f"the launch probes were attached {100 * (acc.launch_coverage or 0):.1f}% of the time (probe_gaps, "
-                     f"SQL: {launch_coverage_sql()}): work_calls and work rates are estimates (launches seen, scaled per "
-                     "second by the covered share; seconds without coverage are unknown and left out of the phases)")
+        notes.append(f"the launch probes were attached {100 * (acc.launch_coverage or 0):.1f}% of the time "
+                     f"(probe_gaps, SQL: {launch_coverage_sql()}): work_calls and work rates are estimates (launches "
+                     "seen, scaled per second by the covered share; seconds without coverage are unknown and left out "
+                     "of the phases)")
     return notes
 
 
@@ -261,8 +263,8 @@ def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = Fal
 
 
 # waits for input: a server's event loop, a socket read (a timer's sleep, a futex (a lock, the GIL) are not)
-INPUT_WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "recvfrom", "recvmsg",
-               "recvmmsg", "accept", "accept4", "read", "readv")
+INPUT_WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "recvfrom",
+               "recvmsg", "recvmmsg", "accept", "accept4", "read", "readv")
 
 
 def idle_sql(pid: int, tid: int, t0: int, window: TimeWindow | None = None) -> str:
@@ -315,7 +317,8 @@ def _waited_on(con: duckdb.DuckDBPyConnection, feeders: list[tuple[int, int]], t
     return list(dict.fromkeys(out))
 
 
-def _seconds(con: duckdb.DuckDBPyConnection, keys: list[tuple[int, int]], in_window: str) -> dict[tuple[int, int], list[SecondAccount]]:
+def _seconds(con: duckdb.DuckDBPyConnection, keys: list[tuple[int, int]],
+             in_window: str) -> dict[tuple[int, int], list[SecondAccount]]:
     if not keys:
         return {}
     which = " OR ".join(f"(pid = {int(p)} AND tid = {int(t)})" for p, t in keys)
@@ -325,8 +328,8 @@ def _seconds(con: duckdb.DuckDBPyConnection, keys: list[tuple[int, int]], in_win
     for r in rows(con, f"SELECT pid, tid, k, start_ns, {cols} FROM {SECONDS_TABLE} WHERE {in_window} AND ({which}) "
                        "ORDER BY pid, tid, k"):
         values = {c: int(v or 0) for c, v in zip(_COLUMNS, r[4:], strict=True)}
-        got[(int(r[0]), int(r[1]))].append(SecondAccount(k=int(r[2]), start_ns=int(r[3]), gpu_util_percent=util.get(int(r[2])),
-                                                         **values))
+        got[(int(r[0]), int(r[1]))].append(SecondAccount(k=int(r[2]), start_ns=int(r[3]),
+                                                         gpu_util_percent=util.get(int(r[2])), **values))
     return got
 
 
@@ -418,14 +421,16 @@ def reference_rate(got: list[tuple[int, int, float]]) -> float:
     that falls behind after its prefetched batches): a percentile of all seconds would call the slow majority healthy,
     and a one-second burst is not a rate it sustained."""
     rate = {k: n for k, _s, n in got}
-    kept = [min(rate[k + i] for i in range(MIN_PHASE_S)) for k in rate if all(k + i in rate for i in range(MIN_PHASE_S))]
+    kept = [min(rate[k + i] for i in range(MIN_PHASE_S)) for k in rate
+            if all(k + i in rate for i in range(MIN_PHASE_S))]
     if not kept:  # no MIN_PHASE_S consecutive known seconds: the 80th percentile of the seconds' rates
         rates = sorted(rate.values())
         return rates[min(len(rates) - 1, int(0.8 * len(rates)))]
     return max(kept)
 
 
-def stall_bins_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float, marker: Progress | None = None) -> str:
+def stall_bins_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float,
+                   marker: Progress | None = None) -> str:
     """A process's progress per bin over the seconds ks (bins without progress included): iterations where a marker
     counts them (progress.py), else work calls (bins the launch probes were detached in left out: their count is
     unknown); 'low' under SCAN_FRACTION of the healthy rate per bin (base_bin), 'deep' under HEALTHY_FRACTION of it."""
@@ -440,7 +445,8 @@ def stall_bins_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: floa
         gaps = (f"NOT EXISTS (SELECT 1 FROM probe_gaps g WHERE g.probes = 'launch' "
                 f"AND g.start_ns < {t0} + (bin + 1) * {bin_ns} AND g.end_ns > {t0} + bin * {bin_ns})")
     return " ".join(f"""
-        WITH bins AS (SELECT unnest(range(k * {per}, (k + 1) * {per})) AS bin FROM (SELECT unnest([{', '.join(map(str, ks))}]) AS k)),
+        WITH bins AS (SELECT unnest(range(k * {per}, (k + 1) * {per})) AS bin
+                      FROM (SELECT unnest([{', '.join(map(str, ks))}]) AS k)),
         n AS ({counted})
         SELECT bin, coalesce(n.n, 0) AS n, coalesce(n.n, 0) < {SCAN_FRACTION} * {base_bin} AS low,
                coalesce(n.n, 0) < {HEALTHY_FRACTION} * {base_bin} AS deep
@@ -458,7 +464,8 @@ def episodes_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float,
     return " ".join(f"""
         WITH b AS ({stall_bins_sql(pid, ks, t0, bin_ns, base_bin, marker)}),
         l AS (SELECT bin, deep, bin - lag(bin) OVER (ORDER BY bin) AS step FROM b WHERE low),
-        g AS (SELECT bin, deep, sum(CASE WHEN step IS NULL OR step > 2 THEN 1 ELSE 0 END) OVER (ORDER BY bin) AS g FROM l),
+        g AS (SELECT bin, deep, sum(CASE WHEN step IS NULL OR step > 2 THEN 1 ELSE 0 END) OVER (ORDER BY bin) AS g
+              FROM l),
         e AS (SELECT g, min(bin) AS first, max(bin) AS last FROM g GROUP BY g HAVING bool_or(deep))
         SELECT e.first * {bin_s} AS start_s, (e.last - e.first + 1) * {bin_s} AS length_s,
                (e.last - e.first + 1) * {bin_s} - sum(b.n) / {base_bin} * {bin_s} AS lost_s
@@ -468,12 +475,14 @@ def episodes_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float,
 
 
 def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tuple[int, int, float]], reference: float,
-               base_rate: float, phases: list[Phase], healthy: list[int], marker: Progress | None = None) -> Phase | None:
+               base_rate: float, phases: list[Phase], healthy: list[int],
+               marker: Progress | None = None) -> Phase | None:
     """Short slow episodes outside the phases: recurrent (MIN_EPISODES or more) or one big (BIG_EPISODE_S lost).
 
-    Only the seconds whose rate fell under SCAN_FRACTION of the reference, between the first and the last healthy second (a
-    start-up or a wind-down is not a stall) and outside the slow phases, are read in bins; the bin is the finest that holds MIN_BIN_CALLS at the
-    healthy rate, so that a bin's count is not mere quantisation of the job's steps."""
+    Only the seconds whose rate fell under SCAN_FRACTION of the reference, between the first and the last healthy
+    second (a start-up or a wind-down is not a stall) and outside the slow phases, are read in bins; the bin is the
+    finest that holds MIN_BIN_CALLS at the healthy rate, so that a bin's count is not mere quantisation of the job's
+    steps."""
     if not healthy or base_rate <= 0:
         return None
     # a slow phase's seconds and the one on each side of it (its ramps) are the phase's, not episodes of their own
@@ -491,7 +500,8 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
     eps = [(float(a), float(d), float(lost)) for a, d, lost in rows(con, sql)]
     if not eps or (len(eps) < MIN_EPISODES and max(e[2] for e in eps) < BIG_EPISODE_S):
         return None
-    windows = [TimeWindow(start_ns=t0 + round(a * SECOND_NS), end_ns=t0 + round((a + d) * SECOND_NS)) for a, d, _ in eps]
+    windows = [TimeWindow(start_ns=t0 + round(a * SECOND_NS), end_ns=t0 + round((a + d) * SECOND_NS))
+               for a, d, _ in eps]
     length = sum(d for _, d, _ in eps)
     lost = sum(lost for _, _, lost in eps)
     rate = base_rate * (length - lost) / length if length else 0.0

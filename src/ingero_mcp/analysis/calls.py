@@ -52,7 +52,8 @@ def pid_op_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
 def op_sql(window: TimeWindow | None, pids: list[int] | None, ops: list[str] | None = None) -> str:
     """Exact statistics per op (all its callers together)."""
     only = f"op IN ({', '.join(sql_str(o) for o in ops)})" if ops else ""
-    return tidy(f"SELECT NULL AS pid, op, {_AGGS} FROM cuda_calls {where(ts_in(window), pid_in(pids), only)} GROUP BY op")
+    return tidy(f"SELECT NULL AS pid, op, {_AGGS} FROM cuda_calls {where(ts_in(window), pid_in(pids), only)} "
+                "GROUP BY op")
 
 
 def _group(row: tuple) -> CallGroup:

@@ -34,8 +34,9 @@ _COLD_TAIL = """f AS (SELECT pid, min(start_ns) AS f0 FROM s GROUP BY pid),
         m AS (SELECT pid, coalesce(median(ns) FILTER (WHERE call_class = 'launch' AND start_ns < f0 + {normal_ns}), 0)
                      AS median_ns, count(*) FILTER (WHERE call_class = 'launch_first') AS kernels
               FROM s JOIN f USING (pid) GROUP BY pid)
-        SELECT s.pid, m.kernels, count(*) AS cold, sum(s.ns - m.median_ns)::BIGINT AS excess_ns, min(s.start_ns) AS first_ns,
-               max(s.start_ns + s.ns) AS last_ns, max(s.ns) AS worst_ns, any_value(m.median_ns)::BIGINT AS median_ns
+        SELECT s.pid, m.kernels, count(*) AS cold, sum(s.ns - m.median_ns)::BIGINT AS excess_ns,
+               min(s.start_ns) AS first_ns, max(s.start_ns + s.ns) AS last_ns, max(s.ns) AS worst_ns,
+               any_value(m.median_ns)::BIGINT AS median_ns
         FROM s JOIN m USING (pid)
         WHERE s.call_class = 'launch_first' AND s.ns >= {cold} * greatest(m.median_ns, 1000)
         GROUP BY s.pid, m.kernels ORDER BY excess_ns DESC"""
@@ -47,7 +48,8 @@ def cold_start_sql(window: TimeWindow, pids: list[int] | None = None) -> str:
     only = f"AND pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else ""
     return " ".join(f"""
         WITH s AS (SELECT pid, call_class, start_ns, end_ns - start_ns AS ns FROM call_spans
-                   WHERE call_class IN ('launch', 'launch_first') AND start_ns BETWEEN {window.start_ns} AND {window.end_ns} {only}),
+                   WHERE call_class IN ('launch', 'launch_first')
+                     AND start_ns BETWEEN {window.start_ns} AND {window.end_ns} {only}),
         {_COLD_TAIL.format(cold=COLD_FACTOR, normal_ns=NORMAL_S * 1_000_000_000)}""".split())
 
 
@@ -55,7 +57,8 @@ def cold_start_bound_sql(window: TimeWindow, pids: list[int] | None = None) -> s
     """cold_start_sql for launches probed entry-only (no duration): a launch's time is bounded above by the gap from its
     entry to the same thread's next CUDA call entry, used only where no launch-probe gap (probe_gaps) lies in between;
     and a first launch counts only inside the process's fully covered prefix (before the first probe gap after its
-    first call: a launch seen after a gap may not be its kernel's first). Same columns as cold_start_sql, upper bounds."""
+    first call: a launch seen after a gap may not be its kernel's first). Same columns as cold_start_sql, upper
+    bounds."""
     only = f"AND pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else ""
     return " ".join(f"""
         WITH g AS (SELECT session_id, start_ns, end_ns FROM probe_gaps WHERE probes = 'launch' AND end_ns > start_ns),
@@ -70,9 +73,10 @@ def cold_start_bound_sql(window: TimeWindow, pids: list[int] | None = None) -> s
         s AS (SELECT n.pid, CASE WHEN f.first THEN 'launch_first' ELSE 'launch' END AS call_class, n.ts_ns AS start_ns,
                      n.next_ns - n.ts_ns AS ns
               FROM n LEFT JOIN firsts f USING (pid, kernel_handle, ts_ns) LEFT JOIN cut c USING (pid)
-              WHERE contains(n.op, 'aunch') AND n.duration_ns IS NULL AND n.kernel_handle IS NOT NULL AND n.next_ns IS NOT NULL
-                AND n.ts_ns BETWEEN {window.start_ns} AND {window.end_ns}
-                AND NOT EXISTS (SELECT 1 FROM g WHERE g.session_id = n.session_id AND g.start_ns < n.next_ns AND g.end_ns > n.ts_ns)
+              WHERE contains(n.op, 'aunch') AND n.duration_ns IS NULL AND n.kernel_handle IS NOT NULL
+                AND n.next_ns IS NOT NULL AND n.ts_ns BETWEEN {window.start_ns} AND {window.end_ns}
+                AND NOT EXISTS (SELECT 1 FROM g WHERE g.session_id = n.session_id AND g.start_ns < n.next_ns
+                                                  AND g.end_ns > n.ts_ns)
                 AND (f.first IS NULL OR c.cut_ns IS NULL OR n.ts_ns < c.cut_ns)),
         {_COLD_TAIL.format(cold=COLD_FACTOR, normal_ns=NORMAL_S * 1_000_000_000)}""".split())
 
@@ -112,17 +116,19 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
              "CUDA call, only where the launch probes stayed attached in between)") if bound else ""
     if bound and minor is not None:  # say what could not be judged rather than stay silent about it
         for pid, after, kernels in rows(con, uncovered_firsts_sql(pids)):
-            minor.append(f"{rc.COLD_START} (not assessable): {names.get(int(pid), '?')}[{pid}]: {after} of {kernels} distinct "
-                         "kernels were first seen after the launch probes' first gap (probe_gaps): their real first launch "
-                         "may have been in a gap, so whether first launches of distinct kernels were slow is not known")
+            minor.append(f"{rc.COLD_START} (not assessable): {names.get(int(pid), '?')}[{pid}]: {after} of "
+                         f"{kernels} distinct kernels were first seen after the launch probes' first gap (probe_gaps): "
+                         "their real first launch may have been in a gap, so whether first launches of distinct "
+                         "kernels were slow is not known")
     for pid, kernels, cold, excess, first, last, worst, median in rows(con, sql):
         wall = walls.get(int(pid)) or window.duration_ns or 1
         share = excess / wall
         if share < 0.01:
             if minor is not None:
-                minor.append(f"{rc.COLD_START}: {names.get(int(pid), '?')}[{pid}]: {cold} of {kernels} first launches of "
-                             f"distinct kernels were slow, {'up to ' if bound else ''}{excess / 1e9:.3f} s beyond a "
-                             f"normal launch in all ({100 * share:.1f}% of the feeding time){upper}")
+                minor.append(f"{rc.COLD_START}: {names.get(int(pid), '?')}[{pid}]: {cold} of {kernels} "
+                             f"first launches of distinct kernels were slow, {'up to ' if bound else ''}"
+                             f"{excess / 1e9:.3f} s beyond a normal launch in all ({100 * share:.1f}% of the feeding "
+                             f"time){upper}")
             continue
         severity = "HIGH" if share >= 0.25 else "MEDIUM" if share >= 0.05 else "LOW"
         if bound and severity == "HIGH":
@@ -134,16 +140,18 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
         t0 = window.start_ns
         out.append(CausalChain(
             id=f"{rc.COLD_START}:{pid}", op=rc.COLD_START, severity=severity, root_cause=rc.COLD_START,  # type: ignore[arg-type]
-            summary=(f"{who}: {cold} first launches of distinct kernels {took} {excess / 1e9:.2f} s beyond a normal launch "
-                     f"({median / 1e6:.3f} ms), from +{(first - t0) / 1e9:.1f} s to +{(last - t0) / 1e9:.1f} s, the worst "
-                     f"{worst / 1e6:.1f} ms: {what}{upper}"),
-            explanation=(f"Each of these launches is the process's first launch of that kernel (the same function handle "
-                         f"is never launched before it in the trace), and each took at least {COLD_FACTOR}x the median "
-                         f"repeat launch: CUDA loads a kernel's module on its first launch. {kernels} distinct kernels "
-                         "were launched in the window." + (" Launches were probed entry-only: a launch's time is the gap "
-                         "from its entry to the same thread's next CUDA call (an upper bound), and a first launch counts "
-                         "only before the first probe gap of the process (after one, it may not be the first)." if bound else "")),
-            seconds_lost=round(excess / 1e9, 3), window=TimeWindow(start_ns=int(first), end_ns=int(last)), pids=[int(pid)],
+            summary=(f"{who}: {cold} first launches of distinct kernels {took} {excess / 1e9:.2f} s beyond a "
+                     f"normal launch ({median / 1e6:.3f} ms), from +{(first - t0) / 1e9:.1f} s to "
+                     f"+{(last - t0) / 1e9:.1f} s, the worst {worst / 1e6:.1f} ms: {what}{upper}"),
+            explanation=("Each of these launches is the process's first launch of that kernel (the same "
+                         "function handle is never launched before it in the trace), and each took at least "
+                         f"{COLD_FACTOR}x the median repeat launch: CUDA loads a kernel's module on its first launch. "
+                         f"{kernels} distinct kernels were launched in the window." + (" Launches were probed "
+                         "entry-only: a launch's time is the gap from its entry to the same thread's next CUDA call "
+                         "(an upper bound), and a first launch counts only before the first probe gap of the process "
+                         "(after one, it may not be the first)." if bound else "")),
+            seconds_lost=round(excess / 1e9, 3), window=TimeWindow(start_ns=int(first), end_ns=int(last)),
+            pids=[int(pid)],
             evidence=[Evidence(name="slow first launches / distinct kernels", value=f"{cold} / {kernels}",
                                sql=f"SELECT cold || ' / ' || kernels FROM ({sql}) WHERE pid = {int(pid)}"),
                       Evidence(name="time beyond a normal launch", value=round(excess / 1e9, 3), unit="s",
@@ -201,7 +209,8 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
             if rank > 0 and severity == "HIGH":
                 severity = "MEDIUM"
             w = TimeWindow(start_ns=t0 + run[0] * 1_000_000_000, end_ns=t0 + (run[-1] + 1) * 1_000_000_000)
-            who = f"{t.process_comm or names.get(t.pid, '?')}[{t.pid}]'s " + ("main thread" if t.tid == t.pid else f"thread {t.tid}")
+            who = f"{t.process_comm or names.get(t.pid, '?')}[{t.pid}]'s " + ("main thread" if t.tid == t.pid
+                                                                              else f"thread {t.tid}")
             osql = churn_ops_sql(t.pid, t.tid, w)
             ops = rows(con, osql)
             pin_ns = sum(int(o_ns) for op, _n, o_ns in ops if PINNING_OPS.search(str(op)))
@@ -219,11 +228,12 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
                 root_cause=rc.ALLOCATOR_CHURN,
                 summary=(f"{who} {what[0]} from +{run[0]:,.1f} s to +{run[-1] + 1:,.1f} s, {100 * share:.0f}% of its "
                          f"time in those calls ({ns / 1e9:.2f} s): {what[1]}"),
-                explanation=("Read from the CUDA calls: memory allocations and frees (cudaMalloc/cudaFree and the driver's "
-                             "cuMemAlloc/cuMemFree, host allocations and registrations) of the thread, per second. "
-                             "PyTorch's caching allocators normally make them rare after warm-up."),
+                explanation=("Read from the CUDA calls: memory allocations and frees (cudaMalloc/cudaFree and "
+                             "the driver's cuMemAlloc/cuMemFree, host allocations and registrations) of the "
+                             "thread, per second. PyTorch's caching allocators normally make them rare after warm-up."),
                 seconds_lost=round(ns / 1e9, 3), window=w, pids=[t.pid],
-                evidence=[Evidence(name="allocations and frees per second, and the time in them", value=f"{calls / secs:,.0f}/s, "
+                evidence=[Evidence(name="allocations and frees per second, and the time in them",
+                                   value=f"{calls / secs:,.0f}/s, "
                                    f"{ns / 1e9:.3f} s", sql=sql),
                           Evidence(name="which calls (count, ns), largest first",
                                    value="; ".join(f"{op} {n} {o_ns}" for op, n, o_ns in ops[:5]), sql=osql)],
@@ -243,7 +253,8 @@ def driver_lock_sql(pid: int, tid: int, window: TimeWindow) -> str:
                       WHERE pid = {int(pid)} AND tid = {int(tid)} AND end_ns - start_ns >= {LOCK_MIN_NS}
                         AND start_ns BETWEEN {window.start_ns} AND {window.end_ns}),
         held AS (SELECT tid, start_ns, end_ns, op FROM call_spans
-                 WHERE pid = {int(pid)} AND tid <> {int(tid)} AND call_class = 'alloc' AND end_ns - start_ns >= {LOCK_MIN_NS})
+                 WHERE pid = {int(pid)} AND tid <> {int(tid)} AND call_class = 'alloc'
+                   AND end_ns - start_ns >= {LOCK_MIN_NS})
         SELECT s.op, h.op AS other_op, h.tid AS other_tid, count(*) AS calls,
                sum(least(s.end_ns, h.end_ns) - greatest(s.start_ns, h.start_ns))::BIGINT AS overlap_ns,
                max(s.end_ns - s.start_ns)::BIGINT AS worst_ns, min(s.start_ns) AS first_ns, max(s.end_ns) AS last_ns
@@ -261,12 +272,13 @@ def driver_lock_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: 
         sql = driver_lock_sql(t.pid, t.tid, window)
         for op, other_op, other_tid, calls, overlap, worst, first, last in rows(con, sql)[:3]:
             wall = t.total.wall_ns or 1
-            who = f"{t.process_comm or names.get(t.pid, '?')}[{t.pid}]'s " + ("main thread" if t.tid == t.pid else f"thread {t.tid}")
+            who = f"{t.process_comm or names.get(t.pid, '?')}[{t.pid}]'s " + ("main thread" if t.tid == t.pid
+                                                                              else f"thread {t.tid}")
             name = names.get(int(other_tid))
             other = f"{name}[{t.pid}/{other_tid}]" if name else f"thread {other_tid}"
-            summary = (f"{who}: {calls} {op} call{'s' if calls != 1 else ''} (the longest {worst / 1e6:.1f} ms) ran while "
-                       f"{other} was in {other_op} for {overlap / 1e6:.1f} ms of them: the driver serialises memory "
-                       "allocation with launches and copies of the same context")
+            summary = (f"{who}: {calls} {op} call{'s' if calls != 1 else ''} (the longest {worst / 1e6:.1f} "
+                       f"ms) ran while {other} was in {other_op} for {overlap / 1e6:.1f} ms of them: the driver "
+                       "serialises memory allocation with launches and copies of the same context")
             share = overlap / wall
             if share < 0.01:
                 if minor is not None:
@@ -277,12 +289,12 @@ def driver_lock_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: 
                 severity="HIGH" if share >= 0.25 else "MEDIUM" if share >= 0.05 else "LOW",  # type: ignore[arg-type]
                 summary=summary, seconds_lost=round(overlap / 1e9, 3), pids=[t.pid],
                 window=TimeWindow(start_ns=int(first), end_ns=int(last)),
-                culprits=[Culprit(pid=t.pid, tids=[int(other_tid)], comm=names.get(int(other_tid)), relation="same process",
-                                  ns=int(overlap))],
-                explanation=("Read from the CUDA calls: the slow calls of the thread that feeds the GPU overlap, in time, "
-                             "an allocation call of another thread of the same process."),
-                evidence=[Evidence(name="overlap with the other thread's allocation calls", value=round(overlap / 1e6, 1),
-                                   unit="ms", sql=sql)],
+                culprits=[Culprit(pid=t.pid, tids=[int(other_tid)], comm=names.get(int(other_tid)),
+                                  relation="same process", ns=int(overlap))],
+                explanation=("Read from the CUDA calls: the slow calls of the thread that feeds the GPU "
+                             "overlap, in time, an allocation call of another thread of the same process."),
+                evidence=[Evidence(name="overlap with the other thread's allocation calls",
+                                   value=round(overlap / 1e6, 1), unit="ms", sql=sql)],
                 recommendations=rc.recommend(rc.DRIVER_LOCK, {"other": other, "other_op": other_op}),
             ))
     return out
@@ -329,7 +341,8 @@ def causal_chains(
             # the accounting's chains come ranked (the job first); these join by severity, then seconds
             for chain in sorted(extra, key=lambda c: -(c.seconds_lost or 0)):
                 at = next((i for i, c in enumerate(own) if SEVERITY_RANK[c.severity] > SEVERITY_RANK[chain.severity]
-                           or (SEVERITY_RANK[c.severity] == SEVERITY_RANK[chain.severity] and (c.seconds_lost or 0) < (chain.seconds_lost or 0))),
+                           or (SEVERITY_RANK[c.severity] == SEVERITY_RANK[chain.severity]
+                               and (c.seconds_lost or 0) < (chain.seconds_lost or 0))),
                           len(own))
                 own.insert(at, chain)
     elif acc.imported is not None:  # an import: its feeding threads accounted from their complete scheduler rows

@@ -8,7 +8,8 @@ from ingero_mcp.analysis._sql import rows, tidy, ts_in, where
 from ingero_mcp.analysis.models import Snapshot, SystemContext, TimeWindow
 from ingero_mcp.analysis.window import window_or_trace
 
-_COLUMNS = "cpu_percent, procs_running, load1, mem_used_percent, mem_available_bytes, swap_used_bytes, gpu_util_percent, gpu_mem_used_bytes"
+_COLUMNS = ("cpu_percent, procs_running, load1, mem_used_percent, mem_available_bytes, swap_used_bytes, "
+            "gpu_util_percent, gpu_mem_used_bytes")
 
 
 def context_sql(window: TimeWindow | None, start_ns: int, step_ns: int) -> str:
@@ -22,7 +23,8 @@ def context_sql(window: TimeWindow | None, start_ns: int, step_ns: int) -> str:
     """)
 
 
-def system_context(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, max_points: int = 120) -> SystemContext:
+def system_context(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
+                   max_points: int = 120) -> SystemContext:
     """Snapshots in the window, averaged into at most `max_points` points, with the window's max/mean."""
     whole = window_or_trace(con, window)
     n, cpu_max, cpu_mean, mem_max, swap_max, gpu_mean, lo, hi = rows(

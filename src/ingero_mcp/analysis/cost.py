@@ -23,7 +23,8 @@ from ingero_mcp.sanitize import clean
 
 
 SCHED_PROBE = "sched_interval"  # probe_costs.probe: the scheduler tracepoints' added time per traced off-CPU interval
-PAGE_PROBE = "page_alloc"  # probe_costs.probe: the page-allocation tracepoint's added time per page a traced thread allocates
+# probe_costs.probe: the page-allocation tracepoint's added time per page a traced thread allocates
+PAGE_PROBE = "page_alloc"
 UNITS = {SCHED_PROBE: "per off-CPU interval", PAGE_PROBE: "per page allocated"}  # what each probe_costs row is per
 
 
@@ -34,11 +35,13 @@ def process_cost_sql(pid: int | None = None) -> str:
     (each NULL where that cost was not measured)."""
     only = f"WHERE pid = {int(pid)}" if pid is not None else ""
     return tidy(f"""
-        WITH t AS (SELECT session_id, pid, sum(added_ns)::BIGINT AS added_ns, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
-                          sum(entry_hits)::BIGINT AS entry_hits, sum(entry_return_hits)::BIGINT AS entry_return_hits
+        WITH t AS (SELECT session_id, pid, sum(added_ns)::BIGINT AS added_ns, min(start_ns) AS start_ns,
+                          max(end_ns) AS end_ns, sum(entry_hits)::BIGINT AS entry_hits,
+                          sum(entry_return_hits)::BIGINT AS entry_return_hits
                    FROM tracing_cost {only} GROUP BY session_id, pid),
              o AS (SELECT t.session_id, t.pid, (SELECT count(*) FROM sched_intervals s
-                                                 WHERE s.session_id = t.session_id AND s.pid = t.pid) AS off_cpu_intervals,
+                                                 WHERE s.session_id = t.session_id AND s.pid = t.pid)
+                              AS off_cpu_intervals,
                           (SELECT coalesce(sum(h.count), 0) FROM host_aggregates h
                            WHERE h.session_id = t.session_id AND h.pid = t.pid AND h.op = 'mm_page_alloc')::BIGINT
                               AS page_allocs
@@ -46,8 +49,8 @@ def process_cost_sql(pid: int | None = None) -> str:
         SELECT t.session_id, t.pid, t.added_ns, t.end_ns - t.start_ns AS wall_ns,
                round(t.added_ns / nullif(t.end_ns - t.start_ns, 0), 6) AS share, t.entry_hits, t.entry_return_hits,
                o.off_cpu_intervals,
-               round(1 - coalesce((SELECT sum(least(g.end_ns, t.end_ns) - greatest(g.start_ns, t.start_ns)) FROM probe_gaps g
-                                   WHERE g.session_id = t.session_id AND g.probes = 'launch'
+               round(1 - coalesce((SELECT sum(least(g.end_ns, t.end_ns) - greatest(g.start_ns, t.start_ns))
+                                   FROM probe_gaps g WHERE g.session_id = t.session_id AND g.probes = 'launch'
                                      AND g.start_ns < t.end_ns AND g.end_ns > t.start_ns), 0)
                        / nullif(t.end_ns - t.start_ns, 0), 4) AS launch_coverage,
                round(o.off_cpu_intervals * (SELECT max(p.cost_ns) FROM probe_costs p
@@ -55,7 +58,8 @@ def process_cost_sql(pid: int | None = None) -> str:
                    AS sched_added_ns,
                o.page_allocs,
                round(o.page_allocs * (SELECT max(p.cost_ns) FROM probe_costs p
-                                      WHERE p.session_id = t.session_id AND p.probe = '{PAGE_PROBE}'))::BIGINT AS page_added_ns
+                                      WHERE p.session_id = t.session_id AND p.probe = '{PAGE_PROBE}'))::BIGINT
+                   AS page_added_ns
         FROM t JOIN o USING (session_id, pid) ORDER BY t.added_ns DESC, t.pid""")
 
 
@@ -65,7 +69,8 @@ def session_cost_sql() -> str:
         SELECT (SELECT sum(added_ns) FROM tracing_cost)::BIGINT AS added_ns,
                (SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns)::BIGINT AS wall_ns,
                round((SELECT sum(added_ns) FROM tracing_cost)
-                     / nullif((SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns), 0), 6) AS share""")
+                     / nullif((SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns), 0), 6)
+                   AS share""")
 
 
 def tracepoint_cost_sql() -> str:
@@ -81,7 +86,8 @@ def tracepoint_cost_sql() -> str:
                              WHERE p.session_id = s.session_id AND p.probe = '{SCHED_PROBE}') AS cost_ns,
                             (SELECT coalesce(sum(h.count), 0) FROM host_aggregates h
                              WHERE h.session_id = s.session_id AND h.op = 'mm_page_alloc'
-                               AND h.pid IN (SELECT r.pid FROM processes r WHERE r.session_id = s.session_id AND r.traced))
+                               AND h.pid IN (SELECT r.pid FROM processes r
+                                             WHERE r.session_id = s.session_id AND r.traced))
                                 AS pages,
                             (SELECT max(p.cost_ns) FROM probe_costs p
                              WHERE p.session_id = s.session_id AND p.probe = '{PAGE_PROBE}') AS page_cost_ns
@@ -117,7 +123,8 @@ ENTRY_ONLY_SQL = "SELECT count(*) FROM cuda_calls WHERE duration_ns IS NULL AND 
 
 def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
     """The store's tracing cost and launch recording, or None where it has none (stores before v4)."""
-    costs = [ProbeCost(probe=p, cost_ns=None if c is None else float(c), method=m) for p, c, m in rows(con, PROBE_COSTS_SQL)]
+    costs = [ProbeCost(probe=p, cost_ns=None if c is None else float(c), method=m)
+             for p, c, m in rows(con, PROBE_COSTS_SQL)]
     per = rows(con, process_cost_sql())
     entry_only = int(rows(con, ENTRY_ONLY_SQL)[0][0])
     has_gaps = has_launch_gaps(con)
@@ -128,10 +135,12 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
     intervals, sched_added, pages, page_added, total_share = rows(con, tracepoint_cost_sql())[0]
     coverage = rows(con, launch_coverage_sql())[0][0] if has_gaps else 1.0
     collector_cpu, collector_cpu_recording = rows(con, COLLECTOR_CPU_SQL)[0]
-    programs = [BpfProgramTime(program=str(p), runs=int(n or 0), run_time_ns=int(t or 0)) for p, n, t in rows(con, BPF_PROGRAMS_SQL)]
+    programs = [BpfProgramTime(program=str(p), runs=int(n or 0), run_time_ns=int(t or 0))
+                for p, n, t in rows(con, BPF_PROGRAMS_SQL)]
     return TracingCost(
         added_ns=None if added is None else int(added), wall_ns=None if wall is None else int(wall),
-        share=None if share is None else float(share), launch_coverage=None if coverage is None else round(float(coverage), 4),
+        share=None if share is None else float(share),
+        launch_coverage=None if coverage is None else round(float(coverage), 4),
         entry_only_launches=entry_only, probe_costs=costs,
         processes=[ProcessTracingCost(pid=int(pid), comm=names.get(int(pid)), added_ns=int(a or 0), wall_ns=int(w or 0),
                                       share=None if s is None else float(s), entry_hits=int(e or 0),
@@ -146,8 +155,10 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
         collector_cpu_s=None if collector_cpu is None else round(float(collector_cpu), 3),
         collector_cpu_recording_s=None if collector_cpu_recording is None else round(float(collector_cpu_recording), 3),
         bpf_programs=programs or None,
-        sql={"session": session_cost_sql(), "tracepoints": tracepoint_cost_sql(), "launch_coverage": launch_coverage_sql(), "probe_costs": PROBE_COSTS_SQL,
-             "entry_only_launches": ENTRY_ONLY_SQL, "collector_cpu_s": COLLECTOR_CPU_SQL, "bpf_programs": BPF_PROGRAMS_SQL},
+        sql={"session": session_cost_sql(), "tracepoints": tracepoint_cost_sql(),
+             "launch_coverage": launch_coverage_sql(), "probe_costs": PROBE_COSTS_SQL,
+             "entry_only_launches": ENTRY_ONLY_SQL, "collector_cpu_s": COLLECTOR_CPU_SQL,
+             "bpf_programs": BPF_PROGRAMS_SQL},
     )
 
 
@@ -160,11 +171,13 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
         return "?" if v is None else f"{100 * v:.2f}%"
     per_hit = "; ".join(f"{clean(c.probe, 60)} {'not measured' if c.cost_ns is None else f'{c.cost_ns:,.0f} ns'} "
                         f"{UNITS.get(c.probe, 'per hit')}"
-                        + (f" ({text(c.method)})" if c.method else "") for c in t.probe_costs) or "per-hit costs not recorded"
+                        + (f" ({text(c.method)})" if c.method else "")
+                        for c in t.probe_costs) or "per-hit costs not recorded"
     cpu = "" if t.collector_cpu_s is None else f"; the collector itself used {t.collector_cpu_s:.1f} s of CPU"
     if t.collector_cpu_s is not None and t.collector_cpu_recording_s is not None:
         cpu += (f" ({t.collector_cpu_recording_s:.1f} s of it after start-up"
-                + (f", {100 * t.collector_cpu_recording_s / (t.wall_ns / 1e9):.0f}% of one CPU" if t.wall_ns else "") + ")")
+                + (f", {100 * t.collector_cpu_recording_s / (t.wall_ns / 1e9):.0f}% of one CPU" if t.wall_ns else "")
+                + ")")
     if t.bpf_programs:
         top = ", ".join(f"{clean(p.program, 60)} {p.run_time_ns / 1e9:.3f} s" for p in t.bpf_programs[:3])
         cpu += (f"; its eBPF programs ran {sum(p.run_time_ns for p in t.bpf_programs) / 1e9:.3f} s in the kernel, "
@@ -176,8 +189,8 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
         sched = (f" and {t.sched_added_ns / 1e9:.3f} s by the scheduler records ({t.off_cpu_intervals:,} off-CPU "
                  f"intervals of traced threads)")
     if t.page_added_ns is None:
-        sched += (f"; the page allocations' share unknown ({t.page_allocs:,} pages allocated by traced processes, their "
-                  "cost not measured)")
+        sched += (f"; the page allocations' share unknown ({t.page_allocs:,} pages allocated by traced "
+                  "processes, their cost not measured)")
     else:
         sched += (f" and {t.page_added_ns / 1e9:.3f} s by the page-allocation tracepoint ({t.page_allocs:,} pages "
                   f"allocated by traced processes)")
@@ -186,11 +199,11 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
     head = (f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost, the traced threads' off-CPU "
             f"intervals x what the scheduler tracepoints add to each, and their page allocations x what the "
             f"page-allocation tracepoint adds to each, all measured at start. It leaves out those tracepoints' work "
-            f"for every other process of the machine and the collector's own CPU use, and it is not an upper bound: on a shared H200 host a training-like loop ran -1% to +31% "
-            f"slower traced than untraced (median of paired blocks per set, 16 sets; +4.9% over the latest 79 pairs, "
-            f"90% interval +0.7% to +6.9%; +3.0%, +2.0% to +5.0%, where the host ran fast) while the estimate there said "
-            f"1.3%: on launch-heavy jobs expect more than it says): "
-            f"{(t.added_ns or 0) / 1e9:.3f} s added by the CUDA probes ({pct(t.share)}){sched}, over "
+            "for every other process of the machine and the collector's own CPU use, and it is not an upper bound: on "
+            "a shared H200 host a training-like loop ran -1% to +31% slower traced than untraced (median of paired "
+            "blocks per set, 16 sets; +4.9% over the latest 79 pairs, 90% interval +0.7% to +6.9%; +3.0%, +2.0% to "
+            "+5.0%, where the host ran fast) while the estimate there said 1.3%: on launch-heavy jobs expect more "
+            f"than it says): {(t.added_ns or 0) / 1e9:.3f} s added by the CUDA probes ({pct(t.share)}){sched}, over "
             f"{(t.wall_ns or 0) / 1e9:.1f} s of session, all traced processes together; {per_hit}{cpu}")
     out = [head]
     for p in t.processes[:8]:

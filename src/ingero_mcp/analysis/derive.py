@@ -55,7 +55,8 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
             con.execute(f"DELETE FROM {DERIVED[name]}").fetchall()
         for name in VIEWS:
             con.execute(f"INSERT INTO {DERIVED[name]} BY NAME SELECT * FROM {TABLES[name]}").fetchall()
-        con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({SOURCE_SQL})", [time.time_ns(), views_hash()]).fetchall()
+        con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({SOURCE_SQL})",
+                    [time.time_ns(), views_hash()]).fetchall()
         con.execute("COMMIT").fetchall()
     except BaseException:
         con.execute("ROLLBACK").fetchall()

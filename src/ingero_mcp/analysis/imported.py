@@ -47,10 +47,12 @@ def chain_check_sql(origin: str | None, op: str | None, severity: str | None, wi
                      nullif(greatest(coalesce((SELECT max(k.duration_ns) FROM cuda_calls k
                                                WHERE k.session_id = c.session_id AND k.op = c.op), -1),
                                      coalesce((SELECT max(a.max_duration_ns) FROM host_aggregates a
-                                               WHERE a.session_id = c.session_id AND a.op = c.op), -1)), -1) AS stored_max,
+                                               WHERE a.session_id = c.session_id AND a.op = c.op), -1)), -1)
+                         AS stored_max,
                      (SELECT count(*) FROM cuda_calls k WHERE k.session_id = c.session_id AND k.op = c.op) AS row_n
               FROM imported_chains c
-              {where(_equals('origin', origin), _equals('op', op), _equals('severity', severity), ts_in(window, 'detected_ns'))}
+              {where(_equals('origin', origin), _equals('op', op), _equals('severity', severity),
+                     ts_in(window, 'detected_ns'))}
               AND c.p99_ns IS NOT NULL)
     """)
 
@@ -76,7 +78,8 @@ def unanalysed_note(con: duckdb.DuckDBPyConnection) -> str | None:
     parts = [f"{what} {n:,} rows" + (f" ({pids} pids)" if pids is not None else "") + f" in {kept}"
              for kept, what, n, pids in got]
     return ("imported but not analysed yet (kept verbatim; query them with `ingero-mcp query`): " + "; ".join(parts)
-            + (". The processes known only from them are listed per process" if any(g[0] == "imported_events" for g in got)
+            + (". The processes known only from them are listed per process"
+               if any(g[0] == "imported_events" for g in got)
                else ""))
 
 
@@ -143,7 +146,8 @@ def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = 
 
     names = thread_names(con) if imp else {}
     out: list[CausalChain] = []
-    for (origin, op, sev, stored, first_ns, last_ns, cid, summary, cause, expl, recs, p99, p50, ratio, tl, nodes) in rows(
+    for (origin, op, sev, stored, first_ns, last_ns, cid, summary, cause, expl, recs,
+         p99, p50, ratio, tl, nodes) in rows(
         con, imported_chains_sql(window)
     ):
         sql = tidy(
@@ -158,15 +162,17 @@ def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = 
         contradicted, unchecked, claimed, stored_max, stored_rows = rows(con, check_sql)[0]
         check = None
         if contradicted:
-            check = (f"the store contradicts it: {contradicted} of {stored} stored chain(s) claim a p99 above every stored "
-                     f"{op} of their session; the worst claims {_ms(int(claimed))} where the longest stored is "
-                     f"{_ms(int(stored_max))} ({stored_rows} rows and the aggregates' maxima)")
-            evidence.append(Evidence(name="chains_contradicted_by_store", value=int(contradicted), unit="chains", sql=check_sql))
+            check = (f"the store contradicts it: {contradicted} of {stored} stored chain(s) claim a p99 above "
+                     f"every stored {op} of their session; the worst claims {_ms(int(claimed))} where the "
+                     f"longest stored is {_ms(int(stored_max))} ({stored_rows} rows and the aggregates' maxima)")
+            evidence.append(Evidence(name="chains_contradicted_by_store", value=int(contradicted),
+                                     unit="chains", sql=check_sql))
             evidence.append(Evidence(name="stored_max_ns", value=int(stored_max), unit="ns",
                                      sql=f"SELECT stored_max_ns FROM ({check_sql})"))
             note += " [contradicted by the store's rows]"
         elif unchecked:
-            check = f"not checked: {unchecked} of {stored} stored chain(s) have no {op} row or aggregate in their session"
+            check = (f"not checked: {unchecked} of {stored} stored chain(s) have no {op} row or aggregate in "
+                     "their session")
         group = " AND ".join(c for c in (_equals("origin", origin), _equals("op", op), _equals("severity", sev),
                                          ts_in(window, "detected_ns")) if c)
         said, cause_evidence, cause_contradicted = (cause_check(con, group, imp, names, last_ns) if imp

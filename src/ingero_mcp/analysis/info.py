@@ -24,7 +24,8 @@ def trace_info(con: duckdb.DuckDBPyConnection, overlaps: bool = True) -> TraceIn
         "FROM collector_stats ORDER BY session_id, source",
     ):
         sources[int(sid)].append(
-            SourceStats(source=src, events_seen=seen, events_stored=stored, events_lost=lost, events_aggregated=aggregated or 0)
+            SourceStats(source=src, events_seen=seen, events_stored=stored, events_lost=lost,
+                        events_aggregated=aggregated or 0)
         )
     sessions = [
         SessionInfo(
@@ -41,7 +42,8 @@ def trace_info(con: duckdb.DuckDBPyConnection, overlaps: bool = True) -> TraceIn
     ]
     coverage = [
         TableCoverage(table_name=t, complete=bool(c), note=n)
-        for t, c, n in rows(con, "SELECT table_name, bool_and(complete), string_agg(DISTINCT note, '; ') FROM table_coverage GROUP BY table_name ORDER BY table_name")
+        for t, c, n in rows(con, "SELECT table_name, bool_and(complete), string_agg(DISTINCT note, '; ') FROM "
+                                 "table_coverage GROUP BY table_name ORDER BY table_name")
     ]
     union = " UNION ALL ".join(f"SELECT '{t}', count(*) FROM {t}" for t in TABLES)
     counts = {t: int(n) for t, n in rows(con, union)}

@@ -33,7 +33,8 @@ class OpStats(BaseModel):
     count: int = Field(description="calls stored as rows in the window")
     total_count: int | None = Field(None, description="calls counted, where a sample was stored (imports)")
     total_ns: int | None = Field(description="time in the calls with a duration; None: every call entry-only (unknown)")
-    share_of_span: float | None = Field(description="total_ns / trace span (can exceed 1 with many threads); None: unknown")
+    share_of_span: float | None = Field(description="total_ns / trace span (can exceed 1 with many threads); "
+                                                    "None: unknown")
     p50_ns: int | None = None
     p95_ns: int | None = None
     p99_ns: int | None = None
@@ -44,12 +45,15 @@ class OpStats(BaseModel):
                             "but not in the durations; all of them: the percentiles are unknown")
     bytes_total: int | None = None
     from_sample: bool = False
-    lower_bound: bool = Field(False, description="total_count / total_ns are lower bounds: some bucket had no aggregate, "
-                              "counted fewer calls than its stored rows, or reached outside the window")
-    contradicted_buckets: int = Field(0, description="aggregate buckets that counted fewer calls than the rows stored in them")
-    aggregate_count: int | None = Field(None, description="what the aggregates alone counted (before reconciling with the rows)")
-    nested: int = Field(0, description="calls that started inside another call of their thread (a runtime call's driver "
-                        "call, both API layers probed): one logical call, counted in the outer one's time too")
+    lower_bound: bool = Field(False, description="total_count / total_ns are lower bounds: some bucket had "
+                              "no aggregate, counted fewer calls than its stored rows, or reached outside the window")
+    contradicted_buckets: int = Field(0, description="aggregate buckets that counted fewer calls than the rows "
+                                                     "stored in them")
+    aggregate_count: int | None = Field(None, description="what the aggregates alone counted (before reconciling "
+                                                          "with the rows)")
+    nested: int = Field(0, description="calls that started inside another call of their thread (a runtime "
+                        "call's driver call, both API layers probed): one logical call, counted in the outer "
+                        "one's time too")
 
 
 class HostTotal(BaseModel):
@@ -96,7 +100,8 @@ class ProcessBreakdown(BaseModel):
     cmdline: str | None = None
     ops: list[ProcessOp] = []
     context_switches: int = 0
-    off_cpu_ns: int | None = Field(0, description="off-CPU time from sched_intervals rows; None: not recorded (unknown)")
+    off_cpu_ns: int | None = Field(0,
+                                   description="off-CPU time from sched_intervals rows; None: not recorded (unknown)")
     preempted_ns: int | None = None
     blocked_ns: int | None = None
     worst_stall_ns: int | None = None
@@ -106,13 +111,16 @@ class ProcessBreakdown(BaseModel):
     children: list[int] = []
     exit_ns: int | None = None
     counts_from: Literal["rows", "aggregates", "none"] = "rows"
-    on_cpu_ns: int | None = Field(None, description="on-CPU time from the collector's sched_switch aggregates (None: not recorded)")
+    on_cpu_ns: int | None = Field(None, description="on-CPU time from the collector's sched_switch aggregates (None: "
+                                                    "not recorded)")
     worst_stall_tid: int | None = None
     worst_stall_thread: str | None = Field(None, description="the stalled thread's name where recorded")
     worst_stall_role: str | None = Field(None, description="what the stalled thread does: main / CUDA-calling / helper")
     is_collector: bool = Field(False, description="this project's own collector (left out of rankings by default)")
-    switches_lower_bound: bool = Field(False, description="context_switches is a lower bound (aggregates fewer than rows)")
-    known_from: list[str] = Field([], description="imported tables that are the only source of this process (e.g. block I/O)")
+    switches_lower_bound: bool = Field(False,
+                                       description="context_switches is a lower bound (aggregates fewer than rows)")
+    known_from: list[str] = Field([], description="imported tables that are the only source of this process "
+                                                  "(e.g. block I/O)")
 
 
 class Evidence(BaseModel):
@@ -141,7 +149,8 @@ class Culprit(BaseModel):
     pid: int | None = None
     tids: list[int] = []
     comm: str | None = None
-    relation: str = Field("", description="to the job: 'same process', 'child process', 'other process', 'kernel', 'interrupt'")
+    relation: str = Field("", description="to the job: 'same process', 'child process', 'other process', "
+                                          "'kernel', 'interrupt'")
     ns: int = Field(0, description="the time this culprit accounts for (wait behind it, sleep it ended, GPU time)")
 
 
@@ -310,12 +319,14 @@ class TracingCost(BaseModel):
     processes: list[ProcessTracingCost] = []
     collector_cpu_s: float | None = Field(None, description="the collector's own CPU time (sessions.notes), start-up "
                                           "included: not in the estimate; None: not recorded")
-    collector_cpu_recording_s: float | None = Field(None, description="the part of collector_cpu_s spent after start-up "
-                                                    "(recording and stopping), on the machine the job ran on; None: not recorded")
+    collector_cpu_recording_s: float | None = Field(None, description="the part of collector_cpu_s spent "
+                                                    "after start-up (recording and stopping), on the machine the job "
+                                                    "ran on; None: not recorded")
     bpf_programs: list[BpfProgramTime] | None = Field(None, description="each eBPF program's runs and kernel run time, "
                                                       "all CPUs, measured by the kernel (the scheduler and memory "
-                                                      "tracepoints included, the uprobe traps around the programs not); "
-                                                      "None: not measured (kernel.bpf_stats_enabled was 0)")
+                                                      "tracepoints included, the uprobe traps around the "
+                                                      "programs not); None: not measured "
+                                                      "(kernel.bpf_stats_enabled was 0)")
     sql: dict[str, str] = Field({}, description="the queries that recompute the session's numbers")
 
 
@@ -375,7 +386,8 @@ class SecondAccount(Account):
     k: int
     start_ns: int
     gpu_util_percent: float | None = None
-    idle_ns: int = Field(0, description="of sleep_outside_ns: idle, waiting for input with nothing queued (accounting.idle_sql)")
+    idle_ns: int = Field(0, description="of sleep_outside_ns: idle, waiting for input with nothing queued "
+                                        "(accounting.idle_sql)")
 
 
 class ThreadAccount(BaseModel):
@@ -389,8 +401,8 @@ class ThreadAccount(BaseModel):
     total: Account
     seconds: list[SecondAccount] = []
     idle_ns: int = Field(0, description="of its sleep outside CUDA calls, the time it was idle: waiting for input (an "
-                                        "interrupt ended the wait) after a synchronising call, nothing queued on the GPU "
-                                        "(accounting.idle_sql); not lost feeding time")
+                                        "interrupt ended the wait) after a synchronising call, nothing "
+                                        "queued on the GPU (accounting.idle_sql); not lost feeding time")
 
     @property
     def busy_ns(self) -> int:
@@ -403,7 +415,8 @@ class Progress(BaseModel):
 
     pid: int
     op: str
-    signature: str = Field(description="'k<handle>' a kernel launched, 'b<bytes>/<kind>' a copy's size, '' the op alone")
+    signature: str = Field(
+        description="'k<handle>' a kernel launched, 'b<bytes>/<kind>' a copy's size, '' the op alone")
     label: str = Field(description="the marker as said to a person")
     marks: int = Field(description="how many times it was called (iterations + 1)")
     median_gap_ns: int = Field(description="the median time between two marks: a typical iteration")
@@ -417,15 +430,18 @@ class Phase(BaseModel):
 
     pid: int
     kind: Literal["baseline", "slow", "recurrent"]
-    window: TimeWindow = Field(description="the phase; for 'recurrent', from the first episode's start to the last's end")
+    window: TimeWindow = Field(description="the phase; for 'recurrent', from the first episode's start to "
+                                           "the last's end")
     work_rate: float = Field(description="the process's progress per second, in `unit` (in the episodes)")
-    unit: str = Field("launches+copies/s", description="'iterations/s' (a marker call counts them, Accounting.progress) "
-                      "or 'launches+copies/s' (launches, copies and memsets: the last resort, no marker found)")
+    unit: str = Field("launches+copies/s", description="'iterations/s' (a marker call counts them, "
+                      "Accounting.progress) or 'launches+copies/s' (launches, copies and memsets: the last resort, no "
+                      "marker found)")
     slowdown: float | None = Field(None, description="baseline rate / this phase's (slow and recurrent phases)")
     episodes: list[TimeWindow] = Field([], description="recurrent: each short slow episode (runs of slow bins)")
     bin_ns: int | None = Field(None, description="recurrent: the bin the episodes were read in")
     period_s: float | None = Field(None, description="recurrent: mean time from one episode's start to the next's")
-    lost_s: float | None = Field(None, description="recurrent: work-rate loss of the episodes, seconds at the healthy rate")
+    lost_s: float | None = Field(None,
+                                 description="recurrent: work-rate loss of the episodes, seconds at the healthy rate")
     sql: str | None = Field(None, description="recurrent: the SQL that lists the episodes (start_s, length_s, lost_s)")
 
 
@@ -505,22 +521,26 @@ class Accounting(BaseModel):
     phases: list[Phase] = []
     progress: list[Progress] = Field([], description="per feeding process, the call that marks its iterations (none: "
                                      "phases are read in launches+copies per second)")
-    steady_from_ns: dict[int, int] = Field({}, description="per feeding process, when it reached its steady rate: the end "
-                                           "of its start-up (its first healthy second, from its first mark in it)")
+    steady_from_ns: dict[int, int] = Field({}, description="per feeding process, when it reached its steady "
+                                           "rate: the end of its start-up (its first healthy second, from its "
+                                           "first mark in it)")
     data_quality: list[str] = Field([], description="what the accounting had to mend in the rows (overlapping or "
                                     "inverted intervals), with the SQL that counts them; empty: nothing")
-    entry_only_launches: bool = Field(False, description="kernel launches were probed entry-only (v4 default): their time "
-                                      "is in run_outside_ns (the thread ran on to its next call), not in CUDA calls")
+    entry_only_launches: bool = Field(False, description="kernel launches were probed entry-only (v4 "
+                                      "default): their time is in run_outside_ns (the thread ran on to its next call), "
+                                      "not in CUDA calls")
     launch_coverage: float | None = Field(None, description="share of the traced time the launch probes were attached "
-                                          "(not in probe_gaps); None: no gaps, every launch is a row. Below 1, work_calls "
-                                          "and work rates are estimates: launches seen, scaled per second by the coverage")
+                                          "(not in probe_gaps); None: no gaps, every launch is a row. Below "
+                                          "1, work_calls and work rates are estimates: launches seen, scaled per "
+                                          "second by the coverage")
     imported: ImportedAccounting | None = Field(None, description="an import (complete is False): the threads whose "
                                                 "scheduler rows are complete, accounted from them")
 
     @property
     def run_outside_label(self) -> str:
         """What run_outside_ns holds, said as the store recorded it."""
-        return "running outside CUDA calls" + (" (incl. kernel launches, entry-only)" if self.entry_only_launches else "")
+        return "running outside CUDA calls" + (" (incl. kernel launches, entry-only)"
+                                               if self.entry_only_launches else "")
 
     @property
     def estimated(self) -> bool:

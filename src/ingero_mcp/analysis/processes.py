@@ -139,8 +139,8 @@ def per_process_breakdown(
     for g in groups:
         if g.pid is not None:
             ops[g.pid].append(
-                ProcessOp(op=g.op, count=g.count, total_ns=g.total_ns, p50_ns=g.p50_ns, p99_ns=g.p99_ns, max_ns=g.max_ns,
-                          entry_only=g.entry_only)
+                ProcessOp(op=g.op, count=g.count, total_ns=g.total_ns, p50_ns=g.p50_ns, p99_ns=g.p99_ns,
+                          max_ns=g.max_ns, entry_only=g.entry_only)
             )
     sched = {int(r[0]): r[1:] for r in rows(con, sched_rows_sql(window, pids))}
     rows_complete = table_complete(con, "sched_intervals")
@@ -163,7 +163,8 @@ def per_process_breakdown(
         if bucket is not None:
             rows_from = (f"(SELECT pid, on_ns, coalesce(off_cpu_ns, on_ns - off_ns) AS off FROM sched_intervals "
                          f"{where(ts_in(window, 'on_ns'), pid_in(pids))}) s")
-            reconciled = {int(r[0]): r[1:] for r in rows(con, reconcile_sql(rows_from, "on_ns", "off", agg_where, ["pid"], bucket, window))}
+            reconciled = {int(r[0]): r[1:] for r in rows(
+                con, reconcile_sql(rows_from, "on_ns", "off", agg_where, ["pid"], bucket, window))}
     worst = {int(r[0]): r[1:] for r in rows(con, worst_threads_sql(window, pids))} if sched else {}
 
     only_imported = {int(p): what for p, what in rows(con, only_imported_sql(window, pids))}
@@ -193,7 +194,8 @@ def per_process_breakdown(
             entry.context_switches, entry.off_cpu_ns = int(n), int(off or 0)
             if known:  # Ingero imports do not know prev_state: no split then
                 entry.preempted_ns, entry.blocked_ns = int(pre or 0), int(blk or 0)
-            entry.worst_stall_ns, entry.worst_stall_ts_ns = int(worst_ns or 0), None if worst_ts is None else int(worst_ts)
+            entry.worst_stall_ns, entry.worst_stall_ts_ns = (int(worst_ns or 0),
+                                                             None if worst_ts is None else int(worst_ts))
             entry.counts_from = "rows"
             entry.switches_lower_bound = not rows_complete
         elif agg_sched is not None:
@@ -223,5 +225,6 @@ def per_process_breakdown(
         else:
             entry.page_allocs, entry.page_alloc_bytes = None, None
         out.append(entry)
-    out.sort(key=lambda e: (e.is_collector, not e.ops, e.counts_from != "rows", -sum(o.total_ns or 0 for o in e.ops), -e.context_switches, e.pid))
+    out.sort(key=lambda e: (e.is_collector, not e.ops, e.counts_from != "rows", -sum(o.total_ns or 0 for o in e.ops),
+                            -e.context_switches, e.pid))
     return out

@@ -38,8 +38,8 @@ def build_report(
         seen = {p.pid for p in processes}
         missing = [p for p in pids if p not in seen]
         if missing:
-            notes.append(f"no activity in this window for pid(s) {', '.join(map(str, missing))} (not traced, not counted, "
-                         "or outside the window)")
+            notes.append(f"no activity in this window for pid(s) {', '.join(map(str, missing))} (not traced, "
+                         "not counted, or outside the window)")
     if len(info.sessions) > 1:
         notes.append(f"this store holds {len(info.sessions)} sessions (recordings or imported nodes); the numbers are "
                      "over all of them: filter by session_id with `ingero-mcp query` to separate them")
@@ -66,4 +66,5 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
     chains = causal_chains(con, window, pids, groups=groups, acc=acc, minor=minor)
     gpu_mean = rows(con, f"SELECT avg(gpu_util_percent) FROM snapshots {where(ts_in(window))}")[0][0]
     gpu = None if gpu_mean is None else float(gpu_mean)
-    return Diagnosis(accounting=acc, chains=chains, minor=minor, gpu_util_percent=gpu, verdict=verdict(acc, chains, gpu))
+    return Diagnosis(accounting=acc, chains=chains, minor=minor, gpu_util_percent=gpu,
+                     verdict=verdict(acc, chains, gpu))

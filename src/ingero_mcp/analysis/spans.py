@@ -49,7 +49,8 @@ class InCall:
     def __call__(self, pid: pa.Array, tid: pa.Array, at: pa.Array) -> pa.Array:
         """An arrow UDF: pid, tid, t -> in-call ns (NULL where an argument is NULL)."""
         nulls = pid.null_count or tid.null_count or at.null_count
-        valid = np.asarray(pa.compute.and_(pa.compute.and_(pid.is_valid(), tid.is_valid()), at.is_valid())) if nulls else None
+        valid = np.asarray(pa.compute.and_(pa.compute.and_(pid.is_valid(), tid.is_valid()),
+                                           at.is_valid())) if nulls else None
         p, t, x = (np.asarray(v.fill_null(0) if nulls else v).astype(np.int64, copy=False) for v in (pid, tid, at))
         out = np.zeros(len(x), np.int64)
         keys = (p << 32) | (t & 0xFFFFFFFF)

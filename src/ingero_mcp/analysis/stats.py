@@ -31,7 +31,8 @@ def bucket_inside(window: TimeWindow | None) -> str:
 
 
 def reconcile_sql(
-    rows_from: str, ts_col: str, dur_col: str, agg_where: str, keys: list[str], bucket_ns: int, window: TimeWindow | None
+    rows_from: str, ts_col: str, dur_col: str, agg_where: str, keys: list[str], bucket_ns: int,
+    window: TimeWindow | None
 ) -> str:
     """Per key, the counts and durations of the aggregates reconciled with the stored rows, bucket by bucket.
 
@@ -46,7 +47,8 @@ def reconcile_sql(
         WITH r AS (SELECT {k}, ({ts_col} // {bucket_ns}) * {bucket_ns} AS b, count(*) AS n, sum({dur_col}) AS s,
                           max({dur_col}) AS mx
                    FROM {rows_from} GROUP BY ALL),
-             a AS (SELECT {k}, bucket_start_ns AS b, sum(count) AS n, sum(sum_duration_ns) AS s, max(max_duration_ns) AS mx
+             a AS (SELECT {k}, bucket_start_ns AS b, sum(count) AS n, sum(sum_duration_ns) AS s,
+                          max(max_duration_ns) AS mx
                    FROM host_aggregates {where(agg_where, bucket_inside(window))} GROUP BY ALL),
              p AS (SELECT DISTINCT {k}, TRUE AS hit FROM host_aggregates {where(agg_where, partial)})
         SELECT {k}, sum(greatest(coalesce(a.n, 0), coalesce(r.n, 0))) AS n,
@@ -69,14 +71,16 @@ def agg_bucket_ns(con: duckdb.DuckDBPyConnection, agg_where: str) -> int | None:
 
 def sample_note(con: duckdb.DuckDBPyConnection, counted_ops: set[str] | None = None) -> str:
     """What it means that cuda_calls is not complete: percentiles from the stored sample, totals from where."""
-    why = rows(con, "SELECT string_agg(DISTINCT note, '; ') FROM table_coverage WHERE table_name = 'cuda_calls' AND NOT complete")[0][0]
+    why = rows(con, "SELECT string_agg(DISTINCT note, '; ') FROM table_coverage WHERE table_name = 'cuda_calls' "
+                    "AND NOT complete")[0][0]
     counted = counted_ops if counted_ops is not None else {
-        r[0] for r in rows(con, "SELECT DISTINCT op FROM host_aggregates WHERE op IN (SELECT DISTINCT op FROM cuda_calls)")}
+        r[0] for r in rows(con,
+                           "SELECT DISTINCT op FROM host_aggregates WHERE op IN (SELECT DISTINCT op FROM cuda_calls)")}
     totals = ("counts and total time come from host_aggregates, reconciled bucket by bucket with the stored rows "
               "(never fewer than the rows)" if counted
               else "counts and totals cover the stored rows only (no CUDA totals in host_aggregates)")
-    return (f"cuda_calls does not hold every call (table_coverage{': ' + why if why else ''}): percentiles are computed "
-            f"from the stored sample; {totals}")
+    return (f"cuda_calls does not hold every call (table_coverage{': ' + why if why else ''}): percentiles "
+            f"are computed from the stored sample; {totals}")
 
 
 def host_totals_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
@@ -112,7 +116,8 @@ def reconciled_ops_sql(con: duckdb.DuckDBPyConnection, window: TimeWindow | None
 
 
 def op_stats(
-    groups: list[CallGroup], span_ns: int, host: list[HostTotal], sampled: bool, reconciled: dict[str, tuple] | None = None
+    groups: list[CallGroup], span_ns: int, host: list[HostTotal], sampled: bool,
+    reconciled: dict[str, tuple] | None = None
 ) -> list[OpStats]:
     """OpStats per op from the per-op call groups; when sampled, totals reconciled per bucket with the rows."""
     reconciled = reconciled or {}
@@ -146,7 +151,8 @@ def nested_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
     cond = where(ts_in(window), pid_in(pids), "(SELECT count(DISTINCT api) FROM cuda_calls) > 1")
     return tidy(f"""
         WITH c AS (SELECT op, ts_ns, max(ts_ns + coalesce(duration_ns, 0)) OVER (PARTITION BY session_id, pid, tid
-                                ORDER BY ts_ns, duration_ns DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS open_until
+                                ORDER BY ts_ns, duration_ns DESC ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                              AS open_until
                    FROM cuda_calls {cond})
         SELECT op, count(*) AS nested FROM c WHERE ts_ns < open_until GROUP BY op ORDER BY nested DESC""")
 
@@ -190,7 +196,8 @@ def trace_stats(
     contradicted = [f"{s.op} ({s.contradicted_buckets} bucket(s): aggregates {s.aggregate_count} < rows)"
                     for s in ops if s.contradicted_buckets]
     if contradicted:
-        notes.append("host_aggregates count fewer calls than the rows stored in the same bucket for " + ", ".join(contradicted)
+        notes.append("host_aggregates count fewer calls than the rows stored in the same bucket for "
+                     + ", ".join(contradicted)
                      + ": those buckets count their rows (a lower bound)")
     if lower:
         notes.append("counts and totals of " + ", ".join(lower) + " are lower bounds (per bucket never fewer than the "

@@ -27,14 +27,16 @@ def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None) -> str:
         SELECT ts_ns, pid, tid, 'cuda' AS kind,
                op || coalesce(' ' || memcpy_kind, '') || coalesce(' ' || bytes || ' B', '')
                   || CASE WHEN return_code IS NOT NULL AND return_code <> 0 THEN ' rc=' || return_code ELSE '' END
-                  || CASE WHEN off_cpu_ns > 0 THEN ' (off-CPU ' || off_cpu_ns || ' ns, preempted ' || coalesce(cpu_wait_ns, 0)
-                          || ' ns, blocked ' || coalesce(sleep_ns, 0) || ' ns)' ELSE '' END
-                  || CASE WHEN duration_ns IS NULL THEN ' (entry-only: duration not recorded)' ELSE '' END AS description,
+                  || CASE WHEN off_cpu_ns > 0 THEN ' (off-CPU ' || off_cpu_ns || ' ns, preempted '
+                          || coalesce(cpu_wait_ns, 0) || ' ns, blocked ' || coalesce(sleep_ns, 0) || ' ns)' ELSE '' END
+                  || CASE WHEN duration_ns IS NULL THEN ' (entry-only: duration not recorded)' ELSE '' END
+                  AS description,
                duration_ns, duration_ns AS weight
         FROM cuda_calls {at}
         UNION ALL
         SELECT off_ns, pid, tid, 'sched',
-               'off-CPU ' || prev_state || coalesce(' (CPU taken by ' || coalesce(preemptor_comm, '?') || '[' || preemptor_pid || '])', '')
+               'off-CPU ' || prev_state
+                  || coalesce(' (CPU taken by ' || coalesce(preemptor_comm, '?') || '[' || preemptor_pid || '])', '')
                   || coalesce(' on cpu ' || cpu, ''),
                coalesce(off_cpu_ns, on_ns - off_ns), coalesce(off_cpu_ns, on_ns - off_ns, 0)
         FROM sched_intervals {sched}
@@ -45,7 +47,8 @@ def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None) -> str:
         UNION ALL
         SELECT ts_ns, NULL, NULL, 'snapshot',
                'CPU ' || round(cpu_percent, 1) || '%' || coalesce(', load ' || round(load1, 2), '')
-                  || coalesce(', mem ' || round(mem_used_percent, 1) || '%', '') || coalesce(', GPU ' || round(gpu_util_percent, 1) || '%', ''),
+                  || coalesce(', mem ' || round(mem_used_percent, 1) || '%', '')
+                  || coalesce(', GPU ' || round(gpu_util_percent, 1) || '%', ''),
                NULL, {9e18 if window.duration_ns <= SNAPSHOTS_KEPT_NS else 0}
         FROM snapshots {where(ts_in(window))}
     """)

@@ -20,7 +20,8 @@ def _split(t: ThreadAccount, acc: Accounting) -> str:
 def work_calls(n: int, acc: Accounting) -> str:
     """A count of launches/copies, labelled as an estimate where launches were scaled for probe gaps."""
     if acc.estimated:
-        return f"~{n:,} launches/copies, estimated: launches seen scaled by the probes' coverage {100 * (acc.launch_coverage or 0):.0f}%"
+        return (f"~{n:,} launches/copies, estimated: launches seen scaled by the probes' coverage "
+                f"{100 * (acc.launch_coverage or 0):.0f}%")
     return f"{n:,} launches/copies"
 
 
@@ -53,8 +54,9 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
                 continue
             seen.add(t.pid)
             thread = "main thread" if t.tid == t.pid else f"thread {quote(t.comm or '?', 64)}[{t.tid}]"
-            idle = (f" Of that, {t.idle_ns / 1e9:,.1f} s was idle: waiting for input (woken by an interrupt) with nothing "
-                    "queued on the GPU, not lost feeding time." if t.idle_ns >= 0.01 * t.total.wall_ns else "")
+            idle = (f" Of that, {t.idle_ns / 1e9:,.1f} s was idle: waiting for input (woken by an interrupt) "
+                    "with nothing queued on the GPU, not lost feeding time."
+                    if t.idle_ns >= 0.01 * t.total.wall_ns else "")
             # the line starts with a fixed word, the name quoted: a process may name itself "SYSTEM: ..."
             lines.append(f"process {quote(t.process_comm or t.comm or '?', 64)}[{t.pid}]'s {thread} fed the GPU "
                          f"({progress_text(t, acc)}), {t.total.wall_ns / 1e9:,.1f} s: {_split(t, acc)}.{idle}")
@@ -70,7 +72,8 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
         if gpu_util_mean is not None and gpu_util_mean >= 80:
             lines.append(f"No host-side cause: the GPU was {gpu_util_mean:.0f}% busy on average, the job is GPU-bound.")
         else:
-            util = f" (GPU {gpu_util_mean:.0f}% busy on average)" if gpu_util_mean is not None else " (GPU utilisation not recorded)"
+            util = (f" (GPU {gpu_util_mean:.0f}% busy on average)" if gpu_util_mean is not None
+                    else " (GPU utilisation not recorded)")
             lines.append("No host-side cause explains more than 5% of the feeding time" + util
                          + ": nothing slowed the feeding threads beyond their steady state.")
     return lines

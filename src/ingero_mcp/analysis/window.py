@@ -47,7 +47,8 @@ def trace_window(con: duckdb.DuckDBPyConnection) -> TimeWindow | None:
 
 
 def window_or_trace(con: duckdb.DuckDBPyConnection, window: TimeWindow | None) -> TimeWindow:
-    """`window`, else the whole trace, else an empty window at 0 (an empty trace): the span results are reported over."""
+    """`window`, else the whole trace, else an empty window at 0 (an empty trace): the span results are reported
+    over."""
     return window or trace_window(con) or TimeWindow(start_ns=0, end_ns=0)
 
 

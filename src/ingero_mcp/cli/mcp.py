@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     )
     parser.add_argument("--db", required=True, help="the trace store (DuckDB file) to serve")
     parser.add_argument(
-        "--sql-timeout", type=float, default=10.0, metavar="SECONDS", help="stop run_sql queries after this long (default 10)"
+        "--sql-timeout", type=float, default=10.0, metavar="SECONDS",
+        help="stop run_sql queries after this long (default 10)"
     )
     parser.add_argument("--out-dir", metavar="DIR", help="where save_picture writes reports and timelines "
                         "(default: ingero-mcp-UID in the temp directory)")

@@ -85,5 +85,6 @@ def run(args: argparse.Namespace) -> int:
     for r in got:
         table.add_row(*(fmt.cell("NULL" if v is None else v, 200) for v in r))
     console.print(table)
-    console.print(f"{len(got)} row{'s' if len(got) != 1 else ''}" + (f" (truncated at --limit {args.limit})" if truncated else ""))
+    console.print(f"{len(got)} row{'s' if len(got) != 1 else ''}"
+                  + (f" (truncated at --limit {args.limit})" if truncated else ""))
     return 0

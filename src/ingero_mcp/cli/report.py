@@ -20,7 +20,8 @@ examples:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `report` parser."""
-    p = subparsers.add_parser("report", help="the incident report as a self-contained HTML file", description=DESCRIPTION,
+    p = subparsers.add_parser("report", help="the incident report as a self-contained HTML file",
+                              description=DESCRIPTION,
                               epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--db", required=True, help="trace store (DuckDB file)")
     p.add_argument("-o", "--output", required=True, help="HTML file to write")

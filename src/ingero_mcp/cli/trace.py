@@ -89,7 +89,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--db", required=True, type=Path, help="trace store to write (DuckDB file)")
     parser.add_argument("--duration", type=parse_duration, default=None, help="stop after this long (default: Ctrl-C)")
-    parser.add_argument("--pid", type=int, action="append", default=[], help="trace this process and its children (repeatable)")
+    parser.add_argument("--pid", type=int, action="append", default=[],
+                        help="trace this process and its children (repeatable)")
     parser.add_argument("--cuda-lib", action="append", default=[], metavar="PATH",
                         help="attach this libcudart/libcuda file now (repeatable)")
     parser.add_argument("--api", choices=("auto", "both", "runtime", "driver"), default="auto",
@@ -121,10 +122,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "0.02 and 6.7 %% with the default, in one call (bench/README.md)")
     parser.add_argument("--quiet", action="store_true", help="no live view")
     parser.add_argument("--no-bpf-cache", dest="bpf_cache", action="store_false",
-                        help="compile the eBPF program with clang, neither using nor writing the cache of compiled programs. "
-                        "The cache ($XDG_CACHE_HOME/ingero-mcp/bpf, else ~/.cache/ingero-mcp/bpf of the user it runs as) "
-                        "saves the 4-5 s of CPU clang takes at every start; it is keyed by the program source, flags, "
-                        "kernel and BCC, so a stale copy is never loaded")
+                        help="compile the eBPF program with clang, neither using nor writing the cache of "
+                        "compiled programs. The cache ($XDG_CACHE_HOME/ingero-mcp/bpf, else ~/.cache/ingero-mcp/bpf of "
+                        "the user it runs as) saves the 4-5 s of CPU clang takes at every start; it is keyed by the "
+                        "program source, flags, kernel and BCC, so a stale copy is never loaded")
     parser.set_defaults(func=run)
 
 

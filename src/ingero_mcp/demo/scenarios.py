@@ -270,8 +270,8 @@ def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
 
     template = [
         # Between requests the server sleeps in epoll_wait until the NIC's softirq wakes it.
-        OpSpec("cudaMemcpyAsync", 12 * US, 0.3, bytes=3 * 224 * 224 * 4 * 8, kind="H2D", gap_ns=400 * US, block_ns=60 * MS,
-               pinned=False),
+        OpSpec("cudaMemcpyAsync", 12 * US, 0.3, bytes=3 * 224 * 224 * 4 * 8, kind="H2D", gap_ns=400 * US,
+               block_ns=60 * MS, pinned=False),
         # one forward pass: the model's n_kernels distinct kernels, each launched once a request
         OpSpec("cudaLaunchKernel", 6 * US, 0.35, gap_ns=40 * US, repeat=n_kernels),
         OpSpec("cudaMemcpyAsync", 10 * US, 0.3, bytes=8 * 1000 * 4, kind="D2H", gap_ns=20 * US, pinned=False),
@@ -298,8 +298,8 @@ def _cold_start(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         _noise(calls, rng)
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
-        b.emit_calls(srv.pid, srv.pid, template, calls, preemptor=pick([190, 905]), blocked_next=blocked_idle, cpus=cpus,
-                     wakers=Wakers(call=irq_waker(blocked_idle), gap=irq_waker(blocked_idle, "softirq"),
+        b.emit_calls(srv.pid, srv.pid, template, calls, preemptor=pick([190, 905]), blocked_next=blocked_idle,
+                     cpus=cpus, wakers=Wakers(call=irq_waker(blocked_idle), gap=irq_waker(blocked_idle, "softirq"),
                                    gap_syscall="epoll_wait"))
     b.background(srv.pid, "mm_page_alloc", np.where(np.arange(b.n_buckets) < 3, 60_000.0, 800.0))
 
@@ -478,7 +478,8 @@ def _cpu_contention(b: TraceBuilder) -> tuple[int, int, str | None, str]:
         calls.layout(c0)
         calls.keep(calls.ts + calls.dur <= c1)
         b.emit_calls(main.pid, main.pid, template, calls, preemptor=who, blocked_next=idle_or_hog, cpus=cpus,
-                     wakers=Wakers(call=irq_waker(idle_or_hog), gap=irq_waker(idle_or_hog, "softirq"), gap_syscall="recvfrom"))
+                     wakers=Wakers(call=irq_waker(idle_or_hog), gap=irq_waker(idle_or_hog, "softirq"),
+                                   gap_syscall="recvfrom"))
     b.background(main.pid, "mm_page_alloc", 900.0)
     t = _secs(b)
     cpu = 24.0 + 75.0 * hog_frac + rng.normal(0, 1, t.size)

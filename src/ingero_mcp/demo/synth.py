@@ -144,8 +144,8 @@ class Calls:
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the calls in `mask` (every array filtered alike)."""
-        for name in ("spec_idx", "dur", "gap_cpu", "gap_block", "gap_pre", "pre", "blk", "n_pre", "n_blk", "pages", "pos",
-                     "wake", "gap_wait", "ts"):
+        for name in ("spec_idx", "dur", "gap_cpu", "gap_block", "gap_pre", "pre", "blk", "n_pre", "n_blk", "pages",
+                     "pos", "wake", "gap_wait", "ts"):
             setattr(self, name, getattr(self, name)[mask])
 
     def add_stall(self, mask: np.ndarray, pre: np.ndarray | None = None, blk: np.ndarray | None = None,
@@ -163,8 +163,8 @@ class Calls:
 
     def wake_waits(self, in_call: np.ndarray, in_gap: np.ndarray) -> None:
         """After each sleep, the wait for a CPU before the thread runs again (0 on an idle host): `in_call` per call
-        that slept inside (added to its CPU wait and its duration), `in_gap` per sleep before a call (lengthens the gap).
-        Call before `layout`."""
+        that slept inside (added to its CPU wait and its duration), `in_gap` per sleep before a call (lengthens the
+        gap). Call before `layout`."""
         slept = self.blk > 0
         w = np.where(slept, in_call, 0).astype(np.int64)
         self.wake += w
@@ -234,7 +234,8 @@ class TraceBuilder:
         self._off: dict[tuple[int, int], np.ndarray] = {}  # traced thread -> off-CPU ns per bucket
         self._sw: dict[tuple[int, int], np.ndarray] = {}  # traced thread -> switch-outs per (bucket, cpu)
         self._life: dict[tuple[int, int], tuple[int, int]] = {}  # traced thread -> first, last seen
-        self._bg: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # untraced task -> on-CPU ns, switches per (bucket, cpu)
+        # untraced task -> on-CPU ns, switches per (bucket, cpu)
+        self._bg: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.threads: dict[tuple[int, int], tuple[str, int | None]] = {}  # named threads of traced processes
 
     # -- processes -------------------------------------------------------------------------
@@ -254,7 +255,8 @@ class TraceBuilder:
         p.first_seen_ns = fork_ns
         self.proc(p)
         parent_comm = self.procs[parent].comm if parent in self.procs else None
-        self.process_events.append(dict(ts_ns=fork_ns, event="fork", pid=parent, tid=parent, child_pid=p.pid, comm=parent_comm))
+        self.process_events.append(dict(ts_ns=fork_ns, event="fork", pid=parent, tid=parent,
+                                        child_pid=p.pid, comm=parent_comm))
         if exec_file is not None:
             self.process_events.append(dict(ts_ns=exec_ns or fork_ns + 300 * US, event="exec", pid=p.pid, tid=p.pid,
                                             comm=p.comm, filename=exec_file))
@@ -290,10 +292,12 @@ class TraceBuilder:
         if stored:
             self._agg_stored[(pid, op)] += np.bincount(b, weights=w, minlength=self.n_buckets).astype(np.int64)
         if nbytes is not None:
-            self._agg_bytes[(pid, op)] += np.bincount(b, weights=nbytes.astype(np.float64), minlength=self.n_buckets).astype(np.int64)
+            self._agg_bytes[(pid, op)] += np.bincount(b, weights=nbytes.astype(np.float64),
+                                                      minlength=self.n_buckets).astype(np.int64)
 
     def background(self, pid: int, op: str, rate_per_s: np.ndarray | float, pages_per_event: float = 1.0) -> None:
-        """Counted-only activity of a process: Poisson counts per bucket at `rate_per_s` (array per bucket or scalar)."""
+        """Counted-only activity of a process: Poisson counts per bucket at `rate_per_s` (array per bucket or
+        scalar)."""
         rate = np.broadcast_to(np.asarray(rate_per_s, np.float64), (self.n_buckets,))
         counts = self.rng.poisson(rate).astype(np.int64)
         p = self.procs[pid]
@@ -335,7 +339,8 @@ class TraceBuilder:
         is_copy = np.array([s.kind in ("H2D", "D2H") for s in template])[calls.spec_idx]
         pinned = np.array([-1 if s.pinned is None else int(s.pinned) for s in template], np.int8)[calls.spec_idx]
         base = np.where(pinned == 1, 0x7F3A_0000_0000, 0x5560_0000_0000).astype(np.uint64)
-        host_ptr = base + (pid << 28) + calls.pos.astype(np.uint64) * (1 << 22) + (np.arange(n) % 4).astype(np.uint64) * (1 << 30)
+        host_ptr = (base + (pid << 28) + calls.pos.astype(np.uint64) * (1 << 22)
+                    + (np.arange(n) % 4).astype(np.uint64) * (1 << 30))
         off = calls.pre + calls.blk
         pages = calls.pages
         kind_col = pa.DictionaryArray.from_arrays(
@@ -381,7 +386,8 @@ class TraceBuilder:
         g_off = np.concatenate([(gap_start + third)[pre_mask], (gap_start + 2 * third + calls.gap_pre)[blk_mask]])
         g_sleep = np.concatenate([np.zeros(int(pre_mask.sum()), np.int64), calls.gap_block[blk_mask]])
         g_wait = np.concatenate([calls.gap_pre[pre_mask], calls.gap_wait[blk_mask]])
-        state = np.concatenate([np.where(c_sleep > 0, STATES.index(wakers.call_state), 0), np.zeros(int(pre_mask.sum()), np.int32),
+        state = np.concatenate([np.where(c_sleep > 0, STATES.index(wakers.call_state), 0),
+                                np.zeros(int(pre_mask.sum()), np.int32),
                                 np.full(int(blk_mask.sum()), STATES.index(wakers.gap_state))]).astype(np.int32)
         where = np.concatenate([np.ones(c_off.size, bool), np.zeros(g_off.size, bool)])  # inside a call?
         off_ns = np.concatenate([c_off, g_off])
@@ -438,7 +444,8 @@ class TraceBuilder:
         length = (sleep + wait).astype(np.int64)
         on_ns = off_ns + length
         keep = (on_ns <= self.end_ns) & (length > 0)
-        off_ns, sleep, wait, state, in_call, length, on_ns = (a[keep] for a in (off_ns, sleep, wait, state, in_call, length, on_ns))
+        off_ns, sleep, wait, state, in_call, length, on_ns = (a[keep] for a in (off_ns, sleep, wait,
+                                                                                state, in_call, length, on_ns))
         n = off_ns.size
         if n == 0:
             return
@@ -487,7 +494,8 @@ class TraceBuilder:
             "waker_pid": pa.array(wk_pid.astype(np.int32), mask=is_pre),
             "waker_tid": pa.array(wk_tid.astype(np.int32), mask=is_pre),
             "waker_comm": pa.DictionaryArray.from_arrays(pa.array(w_idx, mask=is_pre), pa.array(w_names, pa.string())),
-            "waker_context": pa.DictionaryArray.from_arrays(pa.array(wk_ctx, mask=is_pre), pa.array(WAKE_CONTEXTS, pa.string())),
+            "waker_context": pa.DictionaryArray.from_arrays(pa.array(wk_ctx, mask=is_pre),
+                                                            pa.array(WAKE_CONTEXTS, pa.string())),
             "syscall": pa.DictionaryArray.from_arrays(pa.array(np.maximum(syscall, 0), mask=syscall < 0),
                                                        pa.array(sc_names, pa.string())),
         })
@@ -513,8 +521,8 @@ class TraceBuilder:
         off_ns = start_ns + np.cumsum(on) + (np.cumsum(length) - length)
         keep = off_ns + length <= end_ns
         self._life[(pid, tid)] = (start_ns, end_ns)
-        self.emit_intervals(pid, tid, off_ns[keep], sleep[keep], wait[keep], np.where(is_pre, 0, 1)[keep].astype(np.int32),
-                            preemptor, blocked_next, cpus, wakers=wakers)
+        self.emit_intervals(pid, tid, off_ns[keep], sleep[keep], wait[keep],
+                            np.where(is_pre, 0, 1)[keep].astype(np.int32), preemptor, blocked_next, cpus, wakers=wakers)
 
     # -- per-CPU time: who ran where, every second ---------------------------------------------
     def _split_buckets(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -543,8 +551,10 @@ class TraceBuilder:
                     cpus: int) -> None:
         """An untraced task's on-CPU time per second (`cpu_share` of one CPU), spread over the CPUs, with its
         switch counts: what the kernel's per-(task, CPU, second) aggregate records for it."""
-        share = np.broadcast_to(np.asarray(cpu_share, np.float64), (self.n_buckets,)) * self._alive_mask(self.procs[pid])
-        rate = np.broadcast_to(np.asarray(switches_per_s, np.float64), (self.n_buckets,)) * self._alive_mask(self.procs[pid])
+        share = (np.broadcast_to(np.asarray(cpu_share, np.float64), (self.n_buckets,))
+                 * self._alive_mask(self.procs[pid]))
+        rate = (np.broadcast_to(np.asarray(switches_per_s, np.float64), (self.n_buckets,))
+                * self._alive_mask(self.procs[pid]))
         weights = self.rng.dirichlet(np.full(cpus, 8.0), self.n_buckets)
         self._bg[(pid, tid)] = ((share[:, None] * weights * BUCKET_NS).astype(np.int64),
                                 self.rng.poisson(rate[:, None] * weights).astype(np.int64))
@@ -584,7 +594,8 @@ class TraceBuilder:
             used += on
             k, c = np.nonzero((on > 0) | (sw > 0))
             for name, v in (("k", k), ("cpu", c), ("pid", np.full(k.size, pid)), ("tid", np.full(k.size, tid)),
-                            ("on", on[k, c]), ("n", np.maximum(sw[k, c], 1)), ("stored", sw[k, c] if is_traced else 0 * k)):
+                            ("on", on[k, c]), ("n", np.maximum(sw[k, c], 1)),
+                            ("stored", sw[k, c] if is_traced else 0 * k)):
                 cols[name].append(np.asarray(v, np.int64))
         idle = np.clip(BUCKET_NS - used, 0, None).astype(np.int64)
         live = (starts[:, None] + np.zeros((1, cpus), np.int64)) < self.end_ns
@@ -625,7 +636,8 @@ class TraceBuilder:
         def name(pid: int, tid: int, cpu: int) -> str:
             return f"swapper/{cpu}" if pid == 0 else names.get((pid, tid), self.procs[pid].comm)
 
-        row_names = [name(int(p), int(t), int(c)) for p, t, c in zip(sched["pid"], sched["tid"], sched["cpu"], strict=True)]
+        row_names = [name(int(p), int(t), int(c))
+                     for p, t, c in zip(sched["pid"], sched["tid"], sched["cpu"], strict=True)]
         comms_all = comms + sorted(set(row_names) - set(comms))
         index = {n: i for i, n in enumerate(comms_all)}
         tid_name = np.array([index[n] for n in row_names], np.int32)
@@ -665,7 +677,8 @@ class TraceBuilder:
         """NVML's per-process rows, one a second while the process holds GPU memory."""
         ts = self.start_ns + np.arange(self.n_buckets, dtype=np.int64) * SEC + 500 * MS
         keep = self._alive_mask(self.procs[pid]).astype(bool) if alive is None else alive
-        util = None if sm_util is None else np.round(np.clip(np.broadcast_to(np.asarray(sm_util, float), ts.shape), 0, 100), 1)
+        util = (None if sm_util is None
+                else np.round(np.clip(np.broadcast_to(np.asarray(sm_util, float), ts.shape), 0, 100), 1))
         n = int(keep.sum())
         self.w.append("gpu_processes", {
             "ts_ns": ts[keep].tolist(), "gpu_id": [0] * n, "pid": [pid] * n, "used_memory_bytes": [used_bytes] * n,
@@ -673,7 +686,8 @@ class TraceBuilder:
         })
 
     def write_snapshots(self, cpu_percent: np.ndarray, cpu_count: int, mem_total: int, mem_used_frac: np.ndarray,
-                        gpu_util: np.ndarray | None, gpu_mem_used: np.ndarray | None, gpu_mem_total: int | None) -> None:
+                        gpu_util: np.ndarray | None, gpu_mem_used: np.ndarray | None,
+                        gpu_mem_total: int | None) -> None:
         """One snapshot a second: the arrays are per second of the trace."""
         n = self.n_buckets
         ts = self.start_ns + np.arange(n, dtype=np.int64) * SEC + 500 * MS

@@ -85,8 +85,9 @@ WAKEUPS = "export_wakeups"  # temp table: the wake-ups in scope, numbered (flow 
 def make_wakeups(con: duckdb.DuckDBPyConnection, scope: Scope) -> int:
     """Number the wake-ups in scope (flow ids 1..n) into a temp table; returns n."""
     con.execute(f"CREATE OR REPLACE TEMP TABLE {WAKEUPS} AS "
-                f"SELECT row_number() OVER (ORDER BY wakeup_ns, tid) AS flow_id, * FROM (SELECT * FROM ({wakeups_sql(scope)}) "
-                "QUALIFY row_number() OVER (PARTITION BY tid, wakeup_ns ORDER BY waker_tid) = 1)").fetchall()
+                "SELECT row_number() OVER (ORDER BY wakeup_ns, tid) AS flow_id, * FROM (SELECT * FROM "
+                f"({wakeups_sql(scope)}) QUALIFY row_number() OVER (PARTITION BY tid, wakeup_ns ORDER BY "
+                "waker_tid) = 1)").fetchall()
     return int(rows(con, f"SELECT count(*) FROM {WAKEUPS}")[0][0])
 
 

@@ -57,7 +57,8 @@ def _culprits(con: duckdb.DuckDBPyConnection, threads: list[ThreadAccount], t0: 
         return {}
     got = con.execute(f"""
         SELECT tid, (start_ns - {int(t0)}) // {NS} AS k, state,
-               CASE WHEN state = 'cpu_wait' THEN coalesce(first_holder_comm, last_holder_comm) ELSE waker_comm END AS who,
+               CASE WHEN state = 'cpu_wait' THEN coalesce(first_holder_comm, last_holder_comm)
+                    ELSE waker_comm END AS who,
                sum(dur_ns) AS ns
         FROM thread_state WHERE tid IN ({', '.join(map(str, tids))}) AND state IN ('cpu_wait', 'sleeping')
         GROUP BY ALL HAVING who IS NOT NULL ORDER BY tid, k, state, ns DESC""").fetchall()
@@ -88,7 +89,8 @@ def _chain_windows(chains: list[CausalChain], ks: list[int], t0: int, pid: int |
 def _thread_chart(t: ThreadAccount, culprits: dict, entry_only: bool = False, chains: list[CausalChain] | None = None,
                   t0: int = 0, verdict: bool = False) -> dict:
     labels = [f"{s.k}s" for s in t.seconds]
-    datasets = [{"type": "bar", "label": name + (" (incl. kernel launches, entry-only)" if entry_only and i == 0 else ""),
+    datasets = [{"type": "bar",
+                 "label": name + (" (incl. kernel launches, entry-only)" if entry_only and i == 0 else ""),
                  "backgroundColor": color, "stack": "t", "yAxisID": "y", "unit": "ms of the second",
                  "data": [round(part(s) / 1e6, 2) for s in t.seconds]} for i, (name, color, part) in enumerate(PARTS)]
     datasets.append({"type": "line", "label": "GPU utilisation %", "borderColor": "#f28e2b", "yAxisID": "pct",
@@ -128,7 +130,8 @@ def _ns(v: int | None) -> str:
 def _chain_card(chain) -> str:  # noqa: ANN001 (CausalChain)
     ev = "".join(
         f"<tr><td>{esc(e.name)}</td><td class=num>{esc(e.value)} {esc(e.unit)}</td>"
-        f"<td>{'<details><summary>SQL</summary><pre>' + esc(e.sql, 100_000) + '</pre></details>' if e.sql else ''}</td></tr>"
+        f"<td>{'<details><summary>SQL</summary><pre>' + esc(e.sql, 100_000) + '</pre></details>' if e.sql else ''}"
+        "</td></tr>"
         for e in chain.evidence)
     culprits = ", ".join(f"{esc(c.comm or c.pid)} ({esc(c.relation)}, {_ns(c.ns)})" for c in chain.culprits)
     recs = "".join(f"<li>{esc(r)}</li>" for r in chain.recommendations)
@@ -198,8 +201,10 @@ def _secs(v: int | None) -> str:
 CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1200px;color:#222}
 h1{font-size:1.4em}.verdict{background:#fff7e6;border-left:4px solid #f28e2b;padding:.6em 1em}
 .chart{height:320px;margin:1em 0 2em}.chain{border:1px solid #ddd;border-radius:6px;padding:.5em 1em;margin:1em 0}
-.sev-HIGH{border-left:5px solid #e15759}.sev-MEDIUM{border-left:5px solid #f28e2b}.sev-LOW{border-left:5px solid #9c9c9c}
-.meta{color:#666}table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 6px;vertical-align:top}
+.sev-HIGH{border-left:5px solid #e15759}.sev-MEDIUM{border-left:5px solid #f28e2b}\
+.sev-LOW{border-left:5px solid #9c9c9c}
+.meta{color:#666}table{border-collapse:collapse;margin:.5em 0}\
+td,th{border:1px solid #ddd;padding:2px 6px;vertical-align:top}
 .num{text-align:right;font-variant-numeric:tabular-nums}pre{white-space:pre-wrap;max-width:900px;font-size:12px}
 table.sortable th{cursor:pointer;user-select:none}table.sortable th[aria-sort=ascending]::after{content:" \\25B2"}
 table.sortable th[aria-sort=descending]::after{content:" \\25BC"}.shade{padding:0 .4em;border-radius:3px}"""
@@ -256,7 +261,8 @@ JS = r"""
       return k === null ? '' : 'second ' + k + ' (+' + k + ' s from the trace start)';
     };
     charts.push(new Chart(canvas, {data: {labels: spec.labels, datasets: spec.datasets}, plugins: [chainWindows],
-      options: {animation: false, responsive: true, maintainAspectRatio: false, interaction: {mode: 'index', intersect: false},
+      options: {animation: false, responsive: true, maintainAspectRatio: false,
+                interaction: {mode: 'index', intersect: false},
                 plugins: {title: {display: true, text: spec.title}, chainWindows: {windows: spec.windows || []},
                           tooltip: {callbacks: {footer: footer, label: label, title: title}}}, scales: scales}}));
   });
@@ -295,8 +301,8 @@ def render_html(report: Report, charts: list[dict], db_name: str) -> str:
     """The page: verdict, charts, chains, processes, notes."""
     chart_js = (files("ingero_mcp.export") / "vendor" / "chart.umd.min.js").read_text(encoding="utf-8")
     verdict = "".join(f"<p>{esc(line)}</p>" for line in report.verdict) or "<p>(no verdict)</p>"
-    canvases = "".join(f'<div class=chart><canvas id="chart-{i}" role="img" aria-label="{esc(c["title"])}"></canvas></div>'
-                       for i, c in enumerate(charts))
+    canvases = "".join(f'<div class=chart><canvas id="chart-{i}" role="img" '
+                       f'aria-label="{esc(c["title"])}"></canvas></div>' for i, c in enumerate(charts))
     chains = "".join(_chain_card(c) for c in report.chains) or "<p>No causal chain found.</p>"
     minor = "".join(f"<li>{esc(m)}</li>" for m in report.minor)
     notes = "".join(f"<li>{esc(n)}</li>" for n in report.notes)
@@ -306,10 +312,12 @@ def render_html(report: Report, charts: list[dict], db_name: str) -> str:
     w = report.window
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; \
+style-src 'unsafe-inline'; img-src data:">
 <title>ingero-mcp report: {esc(db_name, 200)}</title><style>{CSS}</style></head><body>
 <h1>Why was the GPU job slow? <small>{esc(db_name, 200)}</small></h1>
-<p class=meta>window {w.duration_ns / 1e9:.1f} s · {len(report.processes)} processes · {len(report.chains)} causal chains</p>
+<p class=meta>window {w.duration_ns / 1e9:.1f} s · {len(report.processes)} processes · \
+{len(report.chains)} causal chains</p>
 <div class=verdict id=verdict>{verdict}</div>
 {'<div id=tracing-cost>' + cost + '</div>' if cost else ''}
 <h2>Where each feeding thread's time went, second by second</h2>

@@ -149,8 +149,8 @@ def annotation_int(name_iid: int, values: np.ndarray, present: np.ndarray | None
 
 def annotation_strings(name_iid: int, codes: np.ndarray, strings: list[str], present: np.ndarray | None = None) -> Seg:
     """A debug annotation {name_iid, string_value} per (present) row, from a table of distinct strings."""
-    table = [pb.TrackEvent(debug_annotations=[pb.DebugAnnotation(name_iid=name_iid, string_value=s)]).SerializeToString()
-             for s in strings]
+    table = [pb.TrackEvent(debug_annotations=[pb.DebugAnnotation(name_iid=name_iid, string_value=s)])
+             .SerializeToString() for s in strings]
     return choose(codes, table or [b""], present)
 
 

@@ -53,7 +53,8 @@ class _Writer:
         """iids of event names, declaring the new ones first."""
         new = [n for n in dict.fromkeys(names) if n not in self.names]
         if new:
-            p = pb.TracePacket(trusted_packet_sequence_id=SEQ, sequence_flags=pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
+            p = pb.TracePacket(trusted_packet_sequence_id=SEQ,
+                               sequence_flags=pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
             for n in new:
                 self.names[n] = len(self.names) + 1
                 p.interned_data.event_names.add(iid=self.names[n], name=n)
@@ -125,11 +126,12 @@ def _lookup(tids: np.ndarray, table: dict[int, int]) -> np.ndarray:
     return vals[np.searchsorted(keys, tids)]
 
 
-def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope: ev.Scope, out: IO[bytes]) -> dict[str, int]:
+def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope: ev.Scope,
+                   out: IO[bytes]) -> dict[str, int]:
     """Write the timeline; returns what it wrote (tracks, slices, flows, counter points, instants, chains)."""
     w = _Writer(out)
-    counts = {"process_tracks": 0, "thread_tracks": 0, "call_slices": 0, "call_instants": 0, "state_slices": 0, "flows": 0,
-              "counter_points": 0, "process_events": 0, "chains": 0}
+    counts = {"process_tracks": 0, "thread_tracks": 0, "call_slices": 0, "call_instants": 0, "state_slices": 0,
+              "flows": 0, "counter_points": 0, "process_events": 0, "chains": 0}
     procs: dict[int, int] = {}
     thread_track: dict[int, int] = {}
     state_track: dict[int, int] = {}
@@ -194,7 +196,8 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
             states, names, _ = _codes(b, "state", clean=False)
             iids = np.array(w.intern([ev.state_name(s) for s in names]), dtype=np.int64)[states]
             args = [col.annotation_strings(ARG[arg], *_codes(b, column))
-                    for column, arg in (("syscall", "syscall"), ("waker_comm", "woken_by"), ("holder_comm", "cpu_held_by"))]
+                    for column, arg in (("syscall", "syscall"), ("waker_comm", "woken_by"),
+                                        ("holder_comm", "cpu_held_by"))]
             flow, valid = _int(b, "flow_id")
             args.append(col.field_fixed64(TE, "terminating_flow_ids", flow, valid))
             w.bulk(ts + np.maximum(dur, 1), END, tracks)  # ends first: see the calls above
@@ -204,7 +207,8 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
     for ts, event, pid, tid, child, comm, filename, code, old in ev.batches_flat(con, ev.process_events_sql(scope)):
         track = procs.get(pid)
         if track is None:
-            procs[pid] = track = w.track(process=pb.ProcessDescriptor(pid=pid, process_name=ev.label(comm or f"pid {pid}")))
+            procs[pid] = track = w.track(
+                process=pb.ProcessDescriptor(pid=pid, process_name=ev.label(comm or f"pid {pid}")))
             counts["process_tracks"] += 1
         w.event(ts, INSTANT, track, f"{ev.label(event, 20)} {ev.label(comm, 60)}".strip(),
                 {"filename": ev.label(filename) if filename else None, "child_pid": child, "exit_code": code,

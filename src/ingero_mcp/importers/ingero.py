@@ -231,7 +231,8 @@ def _check_destination(src: Path, dst: Path) -> None:
             raise IngeroImportError(f"cannot open {dst}: {str(exc).splitlines()[0]}") from exc
         try:
             version = current_version(con)
-            tables = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'").fetchall()[0][0]
+            tables = con.execute(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'main'").fetchall()[0][0]
         finally:
             con.close()
         if version == 0 and tables:
@@ -426,7 +427,8 @@ class _Import:
         for sid, s in zip(self.session_ids, self.sessions, strict=True):
             r = s.row
             flags = {
-                k: r[k] for k in ("flags", "pid_filter", "rank", "local_rank", "world_size") if r.get(k) not in (None, "")
+                k: r[k] for k in ("flags", "pid_filter", "rank", "local_rank", "world_size")
+                if r.get(k) not in (None, "")
             }
             notes = (
                 f"imported from Ingero {r.get('ingero_ver') or 'unknown'} (SQLite schema "
@@ -482,7 +484,8 @@ class _Import:
         encoded = pa.array(src_ids * 65_536 + op_ids).dictionary_encode()  # hashing: few distinct codes
         keys, inv = encoded.dictionary.to_numpy(), encoded.indices.to_numpy()
         u_src = [self.src.source_names.get(int(k) >> 16, f"source-{int(k) >> 16}") for k in keys]
-        u_op = [self.src.op_names.get((int(k) >> 16, int(k) & 0xFFFF), f"op-{int(k) >> 16}-{int(k) & 0xFFFF}") for k in keys]
+        u_op = [self.src.op_names.get((int(k) >> 16, int(k) & 0xFFFF), f"op-{int(k) >> 16}-{int(k) & 0xFFFF}")
+                for k in keys]
         codes = pa.array(inv.astype(np.int32))
         src_col = pa.DictionaryArray.from_arrays(codes, pa.array(u_src, pa.string()))
         op_col = pa.DictionaryArray.from_arrays(codes, pa.array(u_op, pa.string()))
@@ -536,7 +539,8 @@ class _Import:
                 "pid": pa.array(pid[idx].astype(np.int32)),
                 "tid": pa.array(tid[idx].astype(np.int32)),
                 "api": pa.DictionaryArray.from_arrays(
-                    pa.array(np.array([CUDA_SOURCES.get(sn, "") == "driver" for sn in u_src])[inv[idx]].astype(np.int32)),
+                    pa.array(np.array([CUDA_SOURCES.get(sn, "") == "driver" for sn in u_src])[inv[idx]]
+                             .astype(np.int32)),
                     pa.array(["runtime", "driver"]),
                 ),
                 "op": op_col.take(pa.array(idx)),
@@ -560,7 +564,8 @@ class _Import:
                 "off_ns": pa.array(ts[idx] - dur[idx]),
                 "on_ns": pa.array(ts[idx]),
                 "off_cpu_ns": pa.array(dur[idx]),
-                "prev_state": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(idx), np.int32)), pa.array(["unknown"])),
+                "prev_state": pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(idx), np.int32)),
+                                                             pa.array(["unknown"])),
                 "preemptor_pid": preemptor,
                 "preemptor_comm": pa.array(
                     [self.comm.get(int(p)) if o else None for p, o in zip(arg1[idx], other, strict=True)], pa.string()
@@ -597,7 +602,8 @@ class _Import:
         grouped = pa.table({"sid": sids, "pid": pid, "ts": ts}).group_by(["sid", "pid"]).aggregate(
             [("ts", "min"), ("ts", "max")]
         )
-        for sid, p, lo, hi in zip(*(grouped.column(n).to_pylist() for n in ("sid", "pid", "ts_min", "ts_max")), strict=True):
+        for sid, p, lo, hi in zip(*(grouped.column(n).to_pylist() for n in ("sid", "pid", "ts_min", "ts_max")),
+                                  strict=True):
             cur = self.seen.get((sid, p))
             self.seen[(sid, p)] = [lo, hi] if cur is None else [min(cur[0], lo), max(cur[1], hi)]
 
@@ -664,7 +670,8 @@ class _Import:
                 "mem_used_percent": pa.array(c["mem_pct"], pa.float64()),  # already 0..100
                 "load1": pa.array(c["load_avg"], pa.float64()),
                 # Ingero's MB are MiB (kB / 1024): x 1,048,576 to bytes.
-                "mem_available_bytes": pa.array([None if v is None else int(v) * MIB for v in c["mem_avail"]], pa.int64()),
+                "mem_available_bytes": pa.array([None if v is None else int(v) * MIB for v in c["mem_avail"]],
+                                                pa.int64()),
                 "swap_used_bytes": pa.array([None if v is None else int(v) * MIB for v in c["swap_mb"]], pa.int64()),
                 # Not in the snapshot row; the session's MemTotal and core count, for readers that want them here.
                 "mem_total_bytes": pa.array(

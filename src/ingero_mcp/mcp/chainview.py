@@ -122,7 +122,8 @@ def chain_view(chain: BaseModel, origin_ns: int, level: int = 0, include_sql: bo
         evidence.append(clean_data(item, 200, {"sql": 100_000}))
     if evidence:
         view["evidence"] = evidence
-    recs = [clean(str(r), 400 if level < 2 else 250) for r in cut("recommendations", list(data.get("recommendations") or []), n_rec)]
+    recs = [clean(str(r), 400 if level < 2 else 250)
+            for r in cut("recommendations", list(data.get("recommendations") or []), n_rec)]
     if recs:
         view["recommendations"] = recs
     timeline = []
@@ -176,13 +177,15 @@ def _block(view: dict[str, Any]) -> str:
     parts += [f"{k} {nums[k]}" for k in ("p50", "p99", "max") if k in nums]
     parts += [f"tail ratio {nums['tail_ratio']:.1f}x" if "tail_ratio" in nums else "",
               "from a SAMPLE of calls" if nums.get("from_sample") else ""]
-    lines.append("  numbers: " + ", ".join(p for p in parts if p) + (f"; pids {view['pids']}" if view.get("pids") else ""))
+    lines.append("  numbers: " + ", ".join(p for p in parts if p)
+                 + (f"; pids {view['pids']}" if view.get("pids") else ""))
     for e in view.get("evidence", []):
         value = e.get("value")
         shown = _q(value) if isinstance(value, str) else value
         extra = "".join(f"; {k} {_q(v) if isinstance(v, str) else json.dumps(v)}"
                         for k, v in e.items() if k not in ("name", "value", "unit", "sql"))
-        lines.append(f"  evidence: {_q(e.get('name', ''))} = {shown}{(' ' + _q(e['unit'])) if e.get('unit') else ''}{extra}")
+        lines.append(f"  evidence: {_q(e.get('name', ''))} = "
+                     f"{shown}{(' ' + _q(e['unit'])) if e.get('unit') else ''}{extra}")
         if "sql" in e:
             lines.append(f"    sql: {e['sql']}")
     for rec in view.get("recommendations", []):

@@ -92,7 +92,8 @@ def render_stats(r: StatsResult) -> str:
         DATA_NOTE,
         f"calls: {r.calls} from {len(r.pids)} pid(s)" + (": " + ", ".join(map(str, r.pids[:50])) if r.pids else "")
         + (" ..." if len(r.pids) > 50 else "")
-        + (" | cuda_calls holds a SAMPLE: counts come from exact aggregates, percentiles from the sample" if r.sampled else ""),
+        + (" | cuda_calls holds a SAMPLE: counts come from exact aggregates, percentiles from the sample"
+           if r.sampled else ""),
     ]
     if r.coverage or r.row_counts:
         captured = []
@@ -103,7 +104,8 @@ def render_stats(r: StatsResult) -> str:
                 captured.append(f"{table} {n} rows{tag}")
         head.append("captured: " + ("; ".join(captured) or "no rows (the trace is empty)"))
     head += _notes(r.notes)
-    head.append(f"ops ({r.shown} of {r.total}, by total time): op | api | count | p50 | p95 | p99 | max | total | share of span")
+    head.append(f"ops ({r.shown} of {r.total}, by total time): op | api | count | p50 | p95 | p99 | max | total | "
+                "share of span")
     lines = []
     for s in r.ops:
         count = f"{s.count}" + (f" (of {'>= ' if s.lower_bound else ''}{s.total_count} counted)"
@@ -124,7 +126,8 @@ def render_stats(r: StatsResult) -> str:
     if r.host:
         lines.append("host events (exact in-kernel counts): source/op | count | pids | total duration")
         for h in r.host:
-            lines.append(f"{quote(h.source, 40)}/{quote(h.op, 60)} | {h.count} | {h.pids} | {fmt_ns(h.sum_duration_ns)}")
+            lines.append(
+                f"{quote(h.source, 40)}/{quote(h.op, 60)} | {h.count} | {h.pids} | {fmt_ns(h.sum_duration_ns)}")
     text, _ = fit_lines(head, lines, len(lines))
     return text
 
@@ -155,7 +158,8 @@ def render_evidence(r: EvidenceResult, whole: TimeWindow | None) -> str:
     for e in r.evidence:
         value = quote(e.get("value"), 200) if isinstance(e.get("value"), str) else e.get("value")
         lines.append(f"{quote(e.get('name', ''), 200)} = {value}{(' ' + quote(e['unit'], 40)) if e.get('unit') else ''}"
-                     + (f"\n  sql: {e['sql']}" if e.get("sql") else "\n  sql: - (no query: read from the imported chain)"))
+                     + (f"\n  sql: {e['sql']}" if e.get("sql")
+                        else "\n  sql: - (no query: read from the imported chain)"))
     text, _ = fit_lines(head, lines, len(lines), budget=10 * TEXT_BUDGET)
     return text
 
@@ -181,12 +185,14 @@ def render_breakdown(r: BreakdownResult, whole: TimeWindow | None) -> str:
             + ("  context switches not recorded" if p.counts_from == "none" else
                f"  context switches {'>= ' if p.switches_lower_bound else ''}{p.context_switches}")
             + (" (a lower bound)" if p.switches_lower_bound else "")
-            + f", off-CPU {'not recorded' if p.off_cpu_ns is None else ('>= ' if p.switches_lower_bound else '') + fmt_ns(p.off_cpu_ns)}"
+            + f""", off-CPU {'not recorded' if p.off_cpu_ns is None
+                             else ('>= ' if p.switches_lower_bound else '') + fmt_ns(p.off_cpu_ns)}"""
             + (f", on-CPU {fmt_ns(p.on_cpu_ns)} (aggregates)" if p.on_cpu_ns is not None else "")
             + f" (preempted {fmt_ns(p.preempted_ns)}, blocked {fmt_ns(p.blocked_ns)})"
             f", worst stall {fmt_ns(p.worst_stall_ns)}"
             + (f" at {fmt_rel(p.worst_stall_ts_ns, origin)}" if p.worst_stall_ts_ns else "")
-            + (f" in thread {p.worst_stall_tid} ({quote(p.worst_stall_thread or 'name not recorded', 64)}; {p.worst_stall_role})"
+            + (f" in thread {p.worst_stall_tid} ({quote(p.worst_stall_thread or 'name not recorded', 64)}; "
+               f"{p.worst_stall_role})"
                if p.worst_stall_tid is not None else "")
             + f", page allocs {'not recorded' if p.page_allocs is None else p.page_allocs}"
             + (f" ({fmt_bytes(p.page_alloc_bytes)})" if p.page_alloc_bytes is not None else "")
@@ -197,7 +203,8 @@ def render_breakdown(r: BreakdownResult, whole: TimeWindow | None) -> str:
             lines.append(f"  known from {quote(k, 300)} (imported, not analysed yet)")
         for o in p.ops[:15]:
             lines.append(
-                f"  {quote(o.op, 80)}: {o.count} calls, entry-only (durations not recorded)" if o.total_ns is None and o.entry_only
+                f"  {quote(o.op, 80)}: {o.count} calls, entry-only (durations not recorded)"
+                if o.total_ns is None and o.entry_only
                 else f"  {quote(o.op, 80)}: {o.count} calls, total {fmt_ns(o.total_ns)}, p50 {fmt_ns(o.p50_ns)}, "
                 f"p99 {fmt_ns(o.p99_ns)}, max {fmt_ns(o.max_ns)}"
             )
@@ -246,9 +253,10 @@ def render_context(r: ContextResult, whole: TimeWindow | None) -> str:
         "time | cpu % | procs running | load1 | mem used % | mem available | swap used | gpu util % | gpu mem used",
     ]
     lines = [
-        f"{fmt_rel(p.ts_ns, origin)} | {fmt_pct(p.cpu_percent)} | {p.procs_running if p.procs_running is not None else '-'} | "
-        f"{'-' if p.load1 is None else f'{p.load1:.2f}'} | {fmt_pct(p.mem_used_percent)} | {fmt_bytes(p.mem_available_bytes)} | "
-        f"{fmt_bytes(p.swap_used_bytes)} | {fmt_pct(p.gpu_util_percent)} | {fmt_bytes(p.gpu_mem_used_bytes)}"
+        f"{fmt_rel(p.ts_ns, origin)} | {fmt_pct(p.cpu_percent)} | "
+        f"{p.procs_running if p.procs_running is not None else '-'} | {'-' if p.load1 is None else f'{p.load1:.2f}'} | "
+        f"{fmt_pct(p.mem_used_percent)} | {fmt_bytes(p.mem_available_bytes)} | {fmt_bytes(p.swap_used_bytes)} | "
+        f"{fmt_pct(p.gpu_util_percent)} | {fmt_bytes(p.gpu_mem_used_bytes)}"
         for p in c.points
     ]
     if not lines:
@@ -277,12 +285,14 @@ def render_info(r: InfoResult) -> str:
     for s in i.sessions:
         dur = fmt_ns(s.stopped_ns - s.started_ns) if s.stopped_ns else "still recording"
         lines.append(
-            f"session {s.session_id} source {quote(s.source, 60)} host {quote(s.host, 80)} kernel {quote(s.kernel, 80)} "
-            f"cpus {s.cpu_count if s.cpu_count is not None else '-'} memory {fmt_bytes(s.memory_bytes)}"
+            f"session {s.session_id} source {quote(s.source, 60)} host {quote(s.host, 80)} kernel "
+            f"{quote(s.kernel, 80)} cpus {s.cpu_count if s.cpu_count is not None else '-'} memory "
+            f"{fmt_bytes(s.memory_bytes)}"
         )
         lines.append(
-            f"  GPU {quote(s.gpu_model, 80)} driver {quote(s.gpu_driver, 40)} CUDA runtime {quote(s.cuda_runtime_version, 40)}; "
-            f"collector {quote(s.collector_version, 120)}; started {fmt_wall(s.started_ns)}; duration {dur}"
+            f"  GPU {quote(s.gpu_model, 80)} driver {quote(s.gpu_driver, 40)} CUDA runtime "
+            f"{quote(s.cuda_runtime_version, 40)}; collector {quote(s.collector_version, 120)}; started "
+            f"{fmt_wall(s.started_ns)}; duration {dur}"
         )
         if s.collector_flags:
             lines.append(f"  collector flags {quote(s.collector_flags, 300)}")
@@ -348,12 +358,12 @@ def render_accounting(r: AccountingResult, whole: TimeWindow | None) -> str:
         if ph["kind"] == "recurrent":
             every = f", one every {ph['period_s']} s" if ph.get("period_s") else ""
             lines.append(f"phase recurrent of pid {ph['pid']}: {ph['episodes']} short slow episodes from "
-                         f"{fmt_rel(ph['start_ns'], origin)} to {fmt_rel(ph['end_ns'], origin)}{every}, {ph['lost_s']} s of "
-                         f"work lost at the healthy rate{slow}")
+                         f"{fmt_rel(ph['start_ns'], origin)} to {fmt_rel(ph['end_ns'], origin)}{every}, "
+                         f"{ph['lost_s']} s of work lost at the healthy rate{slow}")
             continue
         lines.append(f"phase {ph['kind']} of pid {ph['pid']}: {fmt_rel(ph['start_ns'], origin)} .. "
-                     f"{fmt_rel(ph['end_ns'], origin)}, {'~' if ph.get('estimated') else ''}{ph['work_rate']:.0f} launches/copies per s"
-                     f"{' (estimated)' if ph.get('estimated') else ''}{slow}")
+                     f"{fmt_rel(ph['end_ns'], origin)}, {'~' if ph.get('estimated') else ''}{ph['work_rate']:.0f} "
+                     f"launches/copies per s{' (estimated)' if ph.get('estimated') else ''}{slow}")
     lines += [f"minor: {quote(m, 600)}" for m in r.minor]
     text, _ = fit_lines(head, lines, len(lines))
     return text

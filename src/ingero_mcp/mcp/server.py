@@ -133,10 +133,12 @@ def build_server(
                            reopen_min_s=reopen_min_s)
     store.on_close.append(sql_worker.stop)
     atexit.register(sql_worker.stop)
-    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                                open_world_hint=False)
 
     def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
-        """Register `fn` as a read-only tool; its docstring, unwrapped, is the description; unknown arguments refused."""
+        """Register `fn` as a read-only tool; its docstring, unwrapped, is the description; unknown arguments
+        refused."""
         server.add_tool(fn, description=" ".join(inspect.cleandoc(fn.__doc__ or "").split()), annotations=read_only)
         _refuse_unknown_arguments(server, fn.__name__)
         return fn
@@ -271,7 +273,8 @@ def build_server(
         chain_id, the picture covers that chain's window (pass the since/pid/pids that listed the chain).
         Hand the user the path; the file is written on the machine running this server and changes nothing
         in the trace."""
-        return tools.save_picture(store, kind=kind, chain_id=chain_id, since=since, pid=pid, pids=pids, pictures=pictures)
+        return tools.save_picture(store, kind=kind, chain_id=chain_id, since=since, pid=pid,
+                                  pids=pids, pictures=pictures)
 
     server.add_tool(save_picture, description=" ".join(inspect.cleandoc(save_picture.__doc__ or "").split()),
                     annotations=writes_files)
@@ -298,14 +301,18 @@ def build_server(
     )
     def run_sql(
         sql: Annotated[
-            str | None, Field(description="One DuckDB SELECT (or WITH / DESCRIBE / SUMMARIZE) query.", max_length=20_000)
+            str | None, Field(description="One DuckDB SELECT (or WITH / DESCRIBE / SUMMARIZE) query.",
+                              max_length=20_000)
         ] = None,
         query: Annotated[
-            str | None, Field(description="The same as `sql` (Ingero's name for it): give one of the two.", max_length=20_000)
+            str | None, Field(description="The same as `sql` (Ingero's name for it): give one of the two.",
+                              max_length=20_000)
         ] = None,
-        limit: Annotated[int, Field(description=f"At most this many rows (1..{MAX_LIMIT}).", ge=1, le=MAX_LIMIT)] = DEFAULT_LIMIT,
+        limit: Annotated[int, Field(description=f"At most this many rows (1..{MAX_LIMIT}).", ge=1,
+                                    le=MAX_LIMIT)] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, SqlRows]:
-        return tools.run_sql(store, sql=sql, query=query, limit=limit, sql_worker=sql_worker, sql_timeout_s=sql_timeout_s)
+        return tools.run_sql(store, sql=sql, query=query, limit=limit, sql_worker=sql_worker,
+                             sql_timeout_s=sql_timeout_s)
 
     _refuse_unknown_arguments(server, "run_sql")
 
@@ -354,10 +361,12 @@ def build_server(
     def investigate(
         pid: Annotated[
             str | None,
-            Field(description="Start from this process id (one that is in the trace: get_per_process_breakdown lists them)."),
+            Field(description="Start from this process id (one that is in the trace: "
+                              "get_per_process_breakdown lists them)."),
         ] = None,
         focus: Annotated[
-            str | None, Field(description="What to look at first, in your words (e.g. 'the slow syncs', 'GPU starvation').")
+            str | None, Field(description="What to look at first, in your words "
+                                          "(e.g. 'the slow syncs', 'GPU starvation').")
         ] = None,
     ) -> str:
         """The investigation steps and the rules of evidence, narrowed to `pid` / `focus` when given."""
@@ -370,7 +379,8 @@ def build_server(
         # Arguments the prompt does not take are the client's mistake (INVALID_PARAMS), not an internal error.
         unknown = sorted(set(arguments or {}) - prompt_args) if name == "investigate" else []
         if unknown:
-            raise MCPError(INVALID_PARAMS, f"unknown argument(s) {', '.join(json.dumps(clean(u, 60)) for u in unknown[:10])}: "
+            raise MCPError(INVALID_PARAMS, "unknown argument(s) "
+                                           f"{', '.join(json.dumps(clean(u, 60)) for u in unknown[:10])}: "
                                            f"investigate takes {', '.join(sorted(prompt_args))}")
         return await render_prompt(name, arguments, context)
 
@@ -397,12 +407,14 @@ def _prompt_pid(store: StoreHandle, pid: str | None) -> int | None:
         return None
     text = pid.strip()
     if not re.fullmatch(r"[0-9]{1,10}", text) or int(text) > 2**31 - 1:  # ASCII digits: '²' is a digit to isdigit()
-        raise MCPError(INVALID_PARAMS, f"pid must be a process id (up to 10 ASCII digits), got {json.dumps(clean(pid, 40))}")
+        raise MCPError(INVALID_PARAMS,
+                       f"pid must be a process id (up to 10 ASCII digits), got {json.dumps(clean(pid, 40))}")
     value = int(text)
     try:
         with store.connection() as con:
             known = con.execute(
-                "SELECT (SELECT count(*) FROM processes WHERE pid = $1) + (SELECT count(*) FROM cuda_calls WHERE pid = $1)",
+                "SELECT (SELECT count(*) FROM processes WHERE pid = $1) + (SELECT count(*) FROM cuda_calls "
+                "WHERE pid = $1)",
                 [value],
             ).fetchall()[0][0]
             if not known:

@@ -147,7 +147,8 @@ def _check_statements(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     for statement in statements:
         kind = str(statement.type).rsplit(".", 1)[-1]
         if kind in _REFUSED:
-            raise SqlError(f"{kind} is refused: run_sql reads this trace store only (its tables are listed in the description)")
+            raise SqlError(f"{kind} is refused: run_sql reads this trace store only (its tables are listed in "
+                           "the description)")
 
 
 def run_query(

@@ -336,7 +336,8 @@ def get_timeline(
         if keep < len(entries):
             result.shown, result.truncated = keep, True
             result.notes.append(
-                f"only {keep} of the {len(entries)} events asked for fit in one result; lower limit or narrow the window"
+                f"only {keep} of the {len(entries)} events asked for fit in one result; lower limit or "
+                "narrow the window"
             )
         return tool_result(render.render_timeline(result, whole), result)
 
@@ -414,7 +415,8 @@ def save_picture(
                 + ("not a folder" if not pictures.is_dir() else "no permission")
             )
         key = json.dumps([kind, window.model_dump() if window else None, chosen, chain.id if chain else None])
-        name = f"{re.sub(r'[^A-Za-z0-9_.-]', '_', store.path.stem)[:60]}-{kind}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+        name = (f"{re.sub(r'[^A-Za-z0-9_.-]', '_', store.path.stem)[:60]}-{kind}-"
+                f"{hashlib.sha1(key.encode()).hexdigest()[:10]}")
         counts: dict[str, int] = {}
         if kind == "report":
             from ingero_mcp.export.html import write_report

@@ -93,7 +93,8 @@ def header(console: Console, report: Report, db: str, names: list[str]) -> None:
     if whole is None:
         console.print(Text("empty trace: no sessions, CUDA calls, scheduler rows or snapshots yet", style="bold"))
         return
-    label = "whole trace" if whole == w else f"{fmt.rel(w.start_ns, whole.start_ns)} .. {fmt.rel(w.end_ns, whole.start_ns)} of the trace"
+    label = ("whole trace" if whole == w
+             else f"{fmt.rel(w.start_ns, whole.start_ns)} .. {fmt.rel(w.end_ns, whole.start_ns)} of the trace")
     paragraph(console, f"{fmt.utc(w.start_ns)} .. {fmt.utc(w.end_ns)} ({w.duration_ns / 1e9:,.1f} s, {label})", names,
               "window: ")
     for line in cost_lines(report.info.tracing, lambda v: fmt.clean(v or "?", 400)):  # v4: tracing cost, launches
@@ -167,8 +168,9 @@ def stats_table(console: Console, stats: list[OpStats], names: list[str], limit:
     """Top CUDA ops by total time: every row, both API layers (the notes say which calls another call holds)."""
     sampled = any(s.from_sample for s in stats)
     counted = any(s.total_count is not None for s in stats)
-    title = "Top CUDA ops" + ((" (percentiles from the stored sample; " + ("counts and totals from aggregates)" if counted
-                                                                           else "counts of the stored rows)")) if sampled else "")
+    title = "Top CUDA ops" + ((" (percentiles from the stored sample; "
+                               + ("counts and totals from aggregates)" if counted else "counts of the stored rows)"))
+                              if sampled else "")
     cols = [Column("op (api)", right=False, wrap=True), Column("calls"), Column("total"), Column("share"),
             Column("p50"), Column("p95"), Column("p99"), Column("max"), Column("p99/p50")]
     if sampled:
@@ -242,7 +244,8 @@ def process_detail(p: ProcessBreakdown, console: Console | None = None) -> Panel
     t.append(f"parent {p.ppid if p.ppid is not None else '-'}; children {fmt.pid_ranges(p.children, 50) or '-'}; "
              + ("this is the collector (ingero-mcp trace), ranked last; " if p.is_collector else "")
              + ("context switches not recorded; " if p.counts_from == "none" else
-                f"context switches {'>= ' if p.switches_lower_bound else ''}{fmt.count(p.context_switches)} ({p.counts_from}"
+                f"context switches {'>= ' if p.switches_lower_bound else ''}{fmt.count(p.context_switches)} "
+                f"({p.counts_from}"
                 + (", a lower bound" if p.switches_lower_bound else "") + "); ")
              + "off-CPU, summed over its threads, "
              + ("not recorded" if p.off_cpu_ns is None else
@@ -317,7 +320,8 @@ def imported_table(console: Console, imp: ImportedAccounting, names: list[str]) 
                 else None)
 
 
-def render_report(console: Console, report: Report, db: str, *, per_process: bool = False, show_sql: bool = False) -> None:
+def render_report(console: Console, report: Report, db: str, *, per_process: bool = False,
+                  show_sql: bool = False) -> None:
     """The whole incident report (`explain --full`): header, verdict, accounting, chains (ours, then imported), top
     ops, host events, processes."""
     start = report.info.window.start_ns if report.info.window else report.window.start_ns

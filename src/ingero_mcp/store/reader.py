@@ -84,7 +84,8 @@ def _connect_read_only(path: Path) -> duckdb.DuckDBPyConnection:
                 time.sleep(0.2)
                 continue
             if "not a valid DuckDB database" in message:
-                raise StoreError(f"{path} is not a readable DuckDB trace store (corrupt or another kind of file)") from exc
+                raise StoreError(
+                    f"{path} is not a readable DuckDB trace store (corrupt or another kind of file)") from exc
             raise StoreError(f"cannot open {path}: {message}") from exc
         except duckdb.Error as exc:
             raise StoreError(f"{path} is not a readable DuckDB trace store ({exc})") from exc
@@ -95,7 +96,8 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     if version == 0:
         raise StoreError(f"{path} is a DuckDB file but not an ingero-mcp trace store (no schema_version table)")
     if version > SCHEMA_VERSION:
-        raise StoreError(f"{path} has schema version {version}; this ingero-mcp reads up to {SCHEMA_VERSION}: upgrade it")
+        raise StoreError(f"{path} has schema version {version}; this ingero-mcp reads up to "
+                         f"{SCHEMA_VERSION}: upgrade it")
     _check_schema(con, path, version)
 
 
@@ -137,18 +139,21 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, version: int) -> N
         for column, dtype in columns.items():
             got = have[table].get(column)
             if got is None:
-                raise StoreError(f"{path} is damaged: table {table} has no column {column} ({dtype} in schema v{version})")
+                raise StoreError(f"{path} is damaged: table {table} has no column {column} ({dtype} in "
+                                 f"schema v{version})")
             if got != dtype:
                 raise StoreError(f"{path} is damaged: {table}.{column} is {got}, schema v{version} says {dtype}")
     checks = [f"(SELECT greatest(abs(min({c})::HUGEINT), abs(max({c})::HUGEINT)) FROM {t})"
               for t, columns in want.items() for c, dtype in columns.items() if c.endswith("_ns") and dtype == "BIGINT"]
-    names = [f"{t}.{c}" for t, columns in want.items() for c, dtype in columns.items() if c.endswith("_ns") and dtype == "BIGINT"]
+    names = [f"{t}.{c}" for t, columns in want.items() for c, dtype in columns.items()
+             if c.endswith("_ns") and dtype == "BIGINT"]
     if not checks:
         return
     try:
         extremes = con.execute("SELECT " + ", ".join(checks)).fetchall()[0]
     except duckdb.Error as exc:
-        raise StoreError(f"{path} is damaged: its *_ns columns cannot be read ({str(exc).strip().splitlines()[0]})") from exc
+        raise StoreError(
+            f"{path} is damaged: its *_ns columns cannot be read ({str(exc).strip().splitlines()[0]})") from exc
     for name, extreme in zip(names, extremes, strict=True):
         if extreme is not None and extreme >= NS_LIMIT:
             raise StoreError(f"{path} is damaged: {name} holds {extreme:,}, beyond any time or duration in ns "
@@ -207,7 +212,8 @@ def _select_as_current(table: str, columns: list[tuple[str, str]], have: set[str
 def _stored_columns(con: duckdb.DuckDBPyConnection, db: str) -> dict[str, set[str]]:
     stored: dict[str, set[str]] = {}
     for table, column in con.execute(
-        "SELECT table_name, column_name FROM information_schema.columns WHERE table_catalog = ? AND table_schema = 'main'",
+        "SELECT table_name, column_name FROM information_schema.columns WHERE table_catalog = ? AND "
+        "table_schema = 'main'",
         [db],
     ).fetchall():
         stored.setdefault(str(table), set()).add(str(column))
@@ -296,7 +302,8 @@ def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
                             # to read it: a replace in between reads as a corrupt file (~1 read in 10 under a
                             # writer replacing it in a loop). One open here pins one version; DuckDB reads that copy.
                             copy = _pinned_copy(file, Path(copies) / table)
-                            build.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM read_parquet(?))",
+                            build.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM "
+                                          "read_parquet(?))",
                                           [str(copy)]).fetchall()
                         except (duckdb.Error, OSError) as exc:
                             bad.append((file, str(exc).strip().splitlines()[0][:300]))

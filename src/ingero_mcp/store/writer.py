@@ -275,7 +275,8 @@ def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] |
                     pq.read_table(file).column("session_id")
                 except (OSError, KeyError, ValueError, pa.ArrowException) as exc:
                     files.remove(file)
-                    unusable.append((file, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__))
+                    unusable.append((file, str(exc).strip().splitlines()[0][:300]
+                                           if str(exc).strip() else type(exc).__name__))
             failed = insert_segments(probe, table, files)
             unusable += failed
             by_table[table] = [f for f in files if f not in {p for p, _ in failed}]
@@ -301,7 +302,8 @@ def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] |
             if appended:
                 names = [str(p) for p in appended]
                 before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)", [names]).fetchall()
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)",
+                            [names]).fetchall()
                 folded += con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
         con.execute("COMMIT").fetchall()
     except Exception:

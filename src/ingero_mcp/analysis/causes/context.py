@@ -130,7 +130,8 @@ class Ctx:
 
     def alive_children(self, pid: int, w: TimeWindow) -> list[int]:
         """Descendants of a process alive for at least half of the window."""
-        got = rows(self.con, "SELECT pid, min(first_seen_ns), max(coalesce(exit_ns, last_seen_ns)) FROM processes GROUP BY pid")
+        got = rows(self.con,
+                   "SELECT pid, min(first_seen_ns), max(coalesce(exit_ns, last_seen_ns)) FROM processes GROUP BY pid")
         life = {int(p): (a, b) for p, a, b in got}
         def overlap(p: int) -> int:
             a, b = life.get(p, (None, None))
@@ -152,7 +153,8 @@ class Ctx:
 
     def who(self, pid: int | None, tid: int | None = None, comm: str | None = None) -> str:
         """'comm[pid]' or 'comm[pid]/tid', a thread named by its own name where known."""
-        name = (self.names.get(tid) if tid is not None else None) or comm or (self.procs.get(pid or -1, (None, None, None))[1]) or "?"
+        name = (self.names.get(tid) if tid is not None else None) or comm or (
+            self.procs.get(pid or -1, (None, None, None))[1]) or "?"
         if pid is None:
             return f"{name}"
         if tid is None or tid == pid:
@@ -184,9 +186,11 @@ class Ctx:
 
 def _context(con: duckdb.DuckDBPyConnection, window: TimeWindow, names: dict[int, str]) -> Ctx:
     procs = {int(p): (None if pp is None else int(pp), c, m)
-             for p, pp, c, m in rows(con, "SELECT pid, any_value(ppid), any_value(comm), any_value(cmdline) FROM processes GROUP BY pid")}
+             for p, pp, c, m in rows(con, "SELECT pid, any_value(ppid), any_value(comm), any_value(cmdline) FROM "
+                                          "processes GROUP BY pid")}
     has_cpu = bool(rows(con, "SELECT 1 FROM host_aggregates WHERE op = 'sched_switch' AND cpu IS NOT NULL LIMIT 1"))
-    return Ctx(con=con, t0=origin_ns(con) or window.start_ns, window=window, names=names, procs=procs, has_cpu_aggregates=has_cpu)
+    return Ctx(con=con, t0=origin_ns(con) or window.start_ns, window=window, names=names, procs=procs,
+               has_cpu_aggregates=has_cpu)
 
 
 def _seconds_sql(pid: int, tid: int, ks: tuple[int, int], expr: str, kset: tuple[int, ...] = ()) -> str:

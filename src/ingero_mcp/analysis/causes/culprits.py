@@ -80,17 +80,19 @@ def _throttled(ctx: Ctx, f: Finding, job: int, idle_pct: float, idle_sql: str) -
         return None
     limit = (f"{quota:,} us per {period:,} us ({100 * quota / period:.0f}% of one CPU)" if quota and period
              else "no quota on its own cgroup (an ancestor's, or a change within the window)")
-    ev = [Evidence(name="share of the CPU waits during which that CPU was idle", value=idle_pct, unit="%", sql=idle_sql),
+    ev = [Evidence(name="share of the CPU waits during which that CPU was idle", value=idle_pct, unit="%",
+                   sql=idle_sql),
           Evidence(name=f"seconds cgroup {cgroup} was throttled in the window (cpu.stat)", value=float(throttled_s),
                    unit="s", sql=f"SELECT throttled_s FROM ({sql}) LIMIT 1"),
           Evidence(name="the cgroup and its CPU quota (the tightest in the window: us per period)",
                    value=f"{cgroup}: {quota or 'max'} / {period or '?'}", sql=sql)]
-    return Explained(cause=rc.CPU_THROTTLED, evidence=ev, culprits=[Culprit(comm=f"cgroup {cgroup}", relation="cgroup quota",
+    return Explained(cause=rc.CPU_THROTTLED, evidence=ev,
+                     culprits=[Culprit(comm=f"cgroup {cgroup}", relation="cgroup quota",
                                                                           ns=int(float(throttled_s) * 1e9))],
                      numbers={"cgroup": cgroup, "quota": limit, "throttled_s": f"{float(throttled_s):.1f}"},
                      reason=(f"held off the CPU by its cgroup's CPU quota: {cgroup} allows {limit} and was throttled "
-                             f"{float(throttled_s):.1f} s in {int(periods or 0):,} periods of this window, while the CPU "
-                             f"it waited on was idle {idle_pct:.0f}% of that time"))
+                             f"{float(throttled_s):.1f} s in {int(periods or 0):,} periods of this window, "
+                             f"while the CPU it waited on was idle {idle_pct:.0f}% of that time"))
 
 
 def first_holders_sql(pid: int, tid: int, w: TimeWindow) -> str:
@@ -114,7 +116,8 @@ def _group_culprits(ctx: Ctx, job: int, got: list[tuple]) -> list[Culprit]:
         pid = None if pid is None else int(pid)
         tid = None if tid is None else int(tid)
         # names as they ended up (renames followed: threads, then processes), not the aggregate's first comm
-        comm = (ctx.names.get(tid) if tid is not None else None) or ctx.procs.get(pid or -1, (None, None, None))[1] or comm
+        comm = ((ctx.names.get(tid) if tid is not None else None) or ctx.procs.get(pid or -1, (None, None, None))[1]
+                or comm)
         rel = ctx.relation(job, pid, tid, comm)
         if rel == "same process":
             key: tuple = (rel, tid)
@@ -218,13 +221,15 @@ def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
             if throttled is not None:
                 return throttled
             return Explained(cause=rc.CPU_IDLE_WAIT, confident=False, evidence=[Evidence(
-                name="share of the CPU waits during which that CPU was idle", value=float(idle), unit="%", sql=idle_sql)],
+                name="share of the CPU waits during which that CPU was idle", value=float(idle), unit="%",
+                sql=idle_sql)],
                 reason=(f"runnable while the CPU it waited on was idle {float(idle):.0f}% of that time: not behind "
                         "other tasks; a CPU quota would explain it, but no cgroup throttling was recorded (the store "
                         "has no cgroup samples, or they show none)"))
     sql = holders_sql(ctx, t.pid, t.tid, w) if ctx.has_cpu_aggregates else first_holders_sql(t.pid, t.tid, w)
     got = rows(ctx.con, sql)
-    method = "per-CPU on-CPU time in the same second" if ctx.has_cpu_aggregates else "the task that took the CPU at each preemption"
+    method = ("per-CPU on-CPU time in the same second" if ctx.has_cpu_aggregates
+              else "the task that took the CPU at each preemption")
     culprits = _merge_hogs(_group_culprits(ctx, job, got))
     cpus = sorted({int(c) for r in got for c in (r[4] or [])})
     total = sum(c.ns for c in culprits) or 1

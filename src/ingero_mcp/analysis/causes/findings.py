@@ -41,7 +41,8 @@ def in_startup(w: TimeWindow, steady_from: int | None) -> bool:
     return min(w.end_ns, steady_from) - w.start_ns >= 0.5 * w.duration_ns
 
 
-def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase], steady_from: int | None = None) -> list[Finding]:
+def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
+                      steady_from: int | None = None) -> list[Finding]:
     """In each slow phase, the parts whose time per unit of CUDA work grew against the baseline.
 
     If every launch or copy had cost what it cost in the baseline, the phase would have lasted
@@ -85,8 +86,9 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase], stea
             ks = _part_seconds(ctx, thread.seconds, phase.window, p, base_share[p])
             w = TimeWindow(start_ns=ctx.t0 + ks[0] * SECOND_NS, end_ns=ctx.t0 + (ks[1] + 1) * SECOND_NS)
             sub = sum_seconds(thread.seconds, w)
-            found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost_ns * e / total / 1e9, mode="contrast",
-                                 share=_shares(sub)[p], base_share=base_share[p], slowdown=phase.slowdown,
+            found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost_ns * e / total / 1e9,
+                                 mode="contrast", share=_shares(sub)[p], base_share=base_share[p],
+                                 slowdown=phase.slowdown,
                                  stopped=phase.slowdown is None, gpu_util=_util(thread.seconds, w), ks=ks,
                                  startup=startup, rates=(base_rate, phase.work_rate), unit=phase.unit))
     return found
@@ -99,7 +101,8 @@ def _idle(seconds: list[SecondAccount], w: TimeWindow) -> int:
 
 def _minus_idle(a: Account, idle: int) -> Account:
     """An account without its idle time (of its sleep outside CUDA calls): the busy time the contrast compares."""
-    return a if not idle else a.model_copy(update={"wall_ns": a.wall_ns - idle, "sleep_outside_ns": a.sleep_outside_ns - idle})
+    return a if not idle else a.model_copy(update={"wall_ns": a.wall_ns - idle,
+                                                   "sleep_outside_ns": a.sleep_outside_ns - idle})
 
 
 def episode_seconds(ctx: Ctx, phase: Phase) -> list[tuple[int, int]]:
@@ -120,7 +123,8 @@ def _recurrent_findings(ctx: Ctx, thread: ThreadAccount, phase: Phase, base: Acc
     busy = _minus_idle(acc, sum(s.idle_ns for s in inside))
     excess = {p: part_ns(busy, p) - work_done(acc) * part_ns(base, p) / work_done(base) for p in PARTS}
     lost_ns = busy.wall_ns - work_done(acc) * base.wall_ns / work_done(base)
-    grown = {p: e for p, e in excess.items() if lost_ns > 0 and e >= MIN_EXCESS * lost_ns and e >= MIN_GROWTH * acc.wall_ns}
+    grown = {p: e for p, e in excess.items()
+             if lost_ns > 0 and e >= MIN_EXCESS * lost_ns and e >= MIN_GROWTH * acc.wall_ns}
     if lost_ns <= 0 or not grown:
         return []
     total = sum(grown.values())
@@ -133,7 +137,8 @@ def _recurrent_findings(ctx: Ctx, thread: ThreadAccount, phase: Phase, base: Acc
             return part_ns(a, part) - work_done(a) * part_ns(base, part) / work_done(base)
         worst = max(spans, key=grew)
         found.append(Finding(thread=thread, part=p, window=phase.window, seconds_lost=lost_ns * e / total / 1e9,
-                             mode="contrast", share=_shares(acc)[p], base_share=_shares(base)[p], slowdown=phase.slowdown,
+                             mode="contrast", share=_shares(acc)[p], base_share=_shares(base)[p],
+                             slowdown=phase.slowdown,
                              gpu_util=_util(inside, TimeWindow(start_ns=0, end_ns=2**62)), ks=(kset[0], kset[-1]),
                              phase=phase, kset=tuple(kset), worst=worst))
     return found
@@ -150,7 +155,8 @@ def _sum_windows(seconds: list[SecondAccount], windows: list[TimeWindow]) -> Acc
     return total
 
 
-def _part_seconds(ctx: Ctx, seconds: list[SecondAccount], w: TimeWindow, part: str, base_share: float) -> tuple[int, int]:
+def _part_seconds(ctx: Ctx, seconds: list[SecondAccount], w: TimeWindow, part: str,
+                  base_share: float) -> tuple[int, int]:
     """The seconds of a window in which a part stood out (its share at least midway between the baseline's and
     the window's): a phase can hold two causes one after the other."""
     inside = [s for s in seconds if w.start_ns <= s.start_ns < w.end_ns and s.wall_ns > 0]
@@ -163,7 +169,8 @@ def _part_seconds(ctx: Ctx, seconds: list[SecondAccount], w: TimeWindow, part: s
 
 
 def _util(seconds: list[SecondAccount], w: TimeWindow) -> float | None:
-    got = [s.gpu_util_percent for s in seconds if w.start_ns <= s.start_ns < w.end_ns and s.gpu_util_percent is not None]
+    got = [s.gpu_util_percent for s in seconds
+           if w.start_ns <= s.start_ns < w.end_ns and s.gpu_util_percent is not None]
     return sum(got) / len(got) if got else None
 
 
@@ -172,7 +179,8 @@ def _busy_part(s: SecondAccount, part: str) -> int:
     return part_ns(s, part) - (s.idle_ns if part == "sleep_outside" else 0)
 
 
-def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase], steady_from: int | None = None) -> list[Finding]:
+def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
+                    steady_from: int | None = None) -> list[Finding]:
     """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""
     # a recurrent phase's seconds stay in: short episodes must not cut a steady stretch into pieces
     slow = [p.window for p in phases if p.kind == "slow"]
@@ -196,7 +204,8 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase], steady
         for run in second_runs(member):
             if run[-1] - run[0] + 1 < 2:
                 continue
-            lost = sum(_busy_part(by_k[k], p) * (1.0 - (by_k[k].gpu_util_percent or 0.0) / 100.0) for k in run if k in by_k)
+            lost = sum(_busy_part(by_k[k], p) * (1.0 - (by_k[k].gpu_util_percent or 0.0) / 100.0)
+                       for k in run if k in by_k)
             if lost < STEADY_MIN_SHARE * wall:
                 continue
             ks = (run[0], run[-1])

@@ -31,9 +31,12 @@ def baseline_class_sql(pid: int, tid: int, spans: list[tuple[int, int]], t0: int
     ks = ", ".join(str(k) for a, b in spans for k in range(a, b + 1))
     return " ".join(f"""
         WITH c AS (SELECT call_class, start_ns, end_ns,
-                          unnest(range((start_ns - {t0}) // {SECOND_NS}, (greatest(end_ns, start_ns + 1) - 1 - {t0}) // {SECOND_NS} + 1)) AS k
+                          unnest(range((start_ns - {t0}) // {SECOND_NS},
+                                       (greatest(end_ns, start_ns + 1) - 1 - {t0}) // {SECOND_NS} + 1)) AS k
                    FROM call_spans WHERE pid = {pid} AND tid = {tid})
-        SELECT call_class, sum(least(end_ns, {t0} + (k + 1) * {SECOND_NS}) - greatest(start_ns, {t0} + k * {SECOND_NS}))::BIGINT AS ns
+        SELECT call_class,
+               sum(least(end_ns, {t0} + (k + 1) * {SECOND_NS}) - greatest(start_ns, {t0} + k * {SECOND_NS}))::BIGINT
+                   AS ns
         FROM c WHERE k IN ({ks}) GROUP BY call_class""".split())
 
 
@@ -56,7 +59,8 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
             base[r[0]] += int(r[1] or 0)
     # Contrast: the kind whose share grew against the baseline. Steady: the baseline is the same time seen whole
     # (the window lies inside it), so every growth is ~0 and the largest kind is the answer.
-    growth = {c: v[1] / wall - (base[c] / base_wall if base_wall and f.mode == "contrast" else 0.0) for c, v in now.items()}
+    growth = {c: v[1] / wall - (base[c] / base_wall if base_wall and f.mode == "contrast" else 0.0)
+              for c, v in now.items()}
     top = max(growth, key=lambda c: growth[c]) if growth else "other"
     ev = [Evidence(name="time in CUDA calls by kind (share of the window)", value="; ".join(
         f"{c} {100 * v[1] / wall:.1f}%" + (f" (baseline {100 * base[c] / base_wall:.1f}%)" if base_wall else "")
@@ -82,15 +86,16 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
     if top == "alloc":
         n, ns, _b = now["alloc"]
         return Explained(cause=rc.ALLOCATOR_CHURN, evidence=ev,
-                         reason=f"{n} memory allocations and frees took {ns / 1e9:.2f} s ({100 * ns / wall:.0f}% of the window)")
+                         reason=f"{n} memory allocations and frees took {ns / 1e9:.2f} s ({100 * ns / wall:.0f}% "
+                                "of the window)")
     if top == "launch_first":
         n, ns, _b = now["launch_first"]
         return Explained(cause=rc.COLD_START, evidence=ev,
                          reason=f"{n} first launches of distinct kernels took {ns / 1e9:.2f} s (module loading)")
     if top == "sync" or f.part == "gpu_wait":
         return Explained(cause=rc.GPU_SLOWER, evidence=ev, confident=False,
-                         reason="its synchronising calls waited longer for the GPU, with no other process seen using it: "
-                                "the GPU work per step grew, or a GPU user the tracer cannot see")
+                         reason="its synchronising calls waited longer for the GPU, with no other process "
+                                "seen using it: the GPU work per step grew, or a GPU user the tracer cannot see")
     return Explained(cause=rc.LAUNCH_OVERHEAD, evidence=ev,
                      reason=f"CPU time inside {top} calls")
 
@@ -108,10 +113,10 @@ def _context_creation(ctx: Ctx, f: Finding, alloc_ns: int) -> Explained | None:
         return None
     # the first recorded call: the collector may have attached after the process's own first call, hence 'likely'
     return Explained(cause=rc.COLD_START, numbers={"slowest_ms": f"{secs * 1e3:.0f}"}, confident=False,
-                     evidence=[Evidence(name=f"the process's first recorded CUDA call ({op}), seconds", value=secs, unit="s",
-                                        sql=f"SELECT s FROM ({sql})")],
-                     reason=(f"its first recorded CUDA call ({op}) took {secs:.2f} s of it: likely the CUDA context being "
-                             "created on first use (driver initialisation), a start-up cost"))
+                     evidence=[Evidence(name=f"the process's first recorded CUDA call ({op}), seconds", value=secs,
+                                        unit="s", sql=f"SELECT s FROM ({sql})")],
+                     reason=(f"its first recorded CUDA call ({op}) took {secs:.2f} s of it: likely the CUDA "
+                             "context being created on first use (driver initialisation), a start-up cost"))
 
 
 def _slow_copies(now: dict[str, tuple[int, int, object]]) -> bool:
@@ -141,7 +146,8 @@ def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str
     seen = {c.pid for c in culprits}
     culprits += [Culprit(pid=int(p), comm=ctx.procs.get(int(p), (None, None, None))[1] or "?", relation="other process")
                  for p, _m, _s in nvml if int(p) not in seen][:3]
-    text = "; ".join(f"{c.comm or '?'}[{c.pid}] {n:,} CUDA calls" for c, (_p, _c, n, _ns) in zip(culprits, got, strict=False))
+    text = "; ".join(f"{c.comm or '?'}[{c.pid}] {n:,} CUDA calls"
+                     for c, (_p, _c, n, _ns) in zip(culprits, got, strict=False))
     if nvml:
         text += ("; " if text else "") + "on the GPU per NVML: " + ", ".join(f"pid {int(p)}" for p, _m, _s in nvml[:3])
     return culprits, text, sql
@@ -161,8 +167,9 @@ def per_iteration_sql(ctx: Ctx, pid: int, ks: list[tuple[int, int]], what: str) 
     if what == "work":
         num = f"SELECT sum(work_calls) FROM thread_seconds WHERE pid = {int(pid)} AND ({which})"
     else:
-        num = (f"SELECT count(*) FROM cuda_calls, (SELECT min(started_ns) AS t0 FROM sessions) o WHERE pid = {int(pid)} "
-               f"AND contains(op, 'ynchronize') AND ({which.replace('k BETWEEN', '(ts_ns - o.t0) // 1000000000 BETWEEN')})")
+        num = ("SELECT count(*) FROM cuda_calls, (SELECT min(started_ns) AS t0 FROM sessions) o "
+               f"WHERE pid = {int(pid)} AND contains(op, 'ynchronize') AND "
+               f"({which.replace('k BETWEEN', '(ts_ns - o.t0) // 1000000000 BETWEEN')})")
     den = f"SELECT sum(iterations) FROM ({per_second_sql(marker, ctx.t0)}) WHERE {which}"
     return f"SELECT round(({num}) / nullif(({den}), 0), 1)"
 
@@ -190,12 +197,13 @@ def _grew_per_iteration(ctx: Ctx, f: Finding, baseline: list[TimeWindow], what: 
     numbers = {"per_iteration": f"{float(now):,.1f}", "base_per_iteration": f"{float(base):,.1f}", "gpu": gpu}
     if what == "work":
         return Explained(cause=rc.LAUNCH_BOUND, evidence=ev, numbers=numbers,
-                         reason=(f"the host issued {float(now):,.0f} launches+copies per iteration vs {float(base):,.0f} in "
-                                 f"the healthy baseline (GPU {gpu}% busy): the same progress came in more, smaller pieces, "
-                                 "and launching them is the work"))
+                         reason=(f"the host issued {float(now):,.0f} launches+copies per iteration vs "
+                                 f"{float(base):,.0f} in the healthy baseline (GPU {gpu}% busy): the same progress "
+                                 "came in more, smaller pieces, and launching them is the work"))
     return Explained(cause=rc.EXCESS_SYNC, evidence=ev, numbers=numbers,
-                     reason=(f"it synchronised with the GPU {float(now):,.1f} times per iteration vs {float(base):,.1f} in "
-                             "the healthy baseline: each sync drains the GPU's queue and the host waits for it"))
+                     reason=(f"it synchronised with the GPU {float(now):,.1f} times per iteration vs "
+                             f"{float(base):,.1f} in the healthy baseline: each sync drains the GPU's queue and the "
+                             "host waits for it"))
 
 
 def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
@@ -203,8 +211,8 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
     t = f.thread
     k0, k1 = f.ks
     sql = (f"WITH o AS (SELECT min(started_ns) AS t0 FROM sessions) SELECT sum(count)::BIGINT AS pages, "
-           f"count(DISTINCT bucket_start_ns) AS seconds FROM host_aggregates, o WHERE op = 'mm_page_alloc' AND pid = {t.pid} "
-           f"AND (bucket_start_ns - o.t0) // 1000000000 BETWEEN {k0} AND {k1}")
+           "count(DISTINCT bucket_start_ns) AS seconds FROM host_aggregates, o WHERE op = 'mm_page_alloc' AND "
+           f"pid = {t.pid} AND (bucket_start_ns - o.t0) // 1000000000 BETWEEN {k0} AND {k1}")
     pages, _secs = rows(ctx.con, sql)[0]
     rate = int(pages or 0) / max(1, k1 - k0 + 1)
     base_rate = None
@@ -217,7 +225,8 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
             n += b1 - b0 + 1
         base_rate = tot / max(n, 1)
     rate_sql = f"SELECT round(coalesce(pages, 0) / {k1 - k0 + 1})::BIGINT FROM ({' '.join(sql.split())})"
-    ev = [Evidence(name="pages allocated by the process per second", value=int(rows(ctx.con, rate_sql)[0][0]), sql=rate_sql)]
+    ev = [Evidence(name="pages allocated by the process per second", value=int(rows(ctx.con, rate_sql)[0][0]),
+                   sql=rate_sql)]
     if rate >= 20_000 and (base_rate is None or rate >= 4 * max(base_rate, 1)):
         return Explained(cause=rc.PAGE_FAULTS, evidence=ev,
                          reason=(f"allocating {rate:,.0f} pages/s ({rate * 4096 / 1e9:.1f} GB/s of fresh memory"

@@ -56,7 +56,8 @@ def _worst(ctx: Ctx, f: Finding) -> Finding:
 
 def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> CausalChain:
     t = f.thread
-    who = f"{t.process_comm or t.comm or '?'}[{t.pid}]'s " + ("main thread" if t.tid == t.pid else f"thread {ctx.who(t.pid, t.tid)}")
+    who = f"{t.process_comm or t.comm or '?'}[{t.pid}]'s " + ("main thread" if t.tid == t.pid
+                                                              else f"thread {ctx.who(t.pid, t.tid)}")
     label = _PART_LABEL[f.part]
     pct = 100 * f.share
     if f.startup:
@@ -68,9 +69,10 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         every = f", every {ph.period_s:.1f} s" if ph.period_s else ""
         worst = f"+{f.worst[0]:,.1f} s to +{f.worst[1] + 1:,.1f} s"
         drop = f"{_fell(f)} in them" if f.slowdown else "its CUDA work stopped in them"
-        summary = (f"{who} stalled {n} time{'s' if n != 1 else ''} from {ctx.span(f.window)} ({mean:.2f} s each{every}; "
-                   f"{drop}): in those seconds it was {label} {pct:.0f}% of the time (vs {100 * (f.base_share or 0):.0f}% "
-                   f"in the healthy baseline), {ex.reason} (read in the worst episode, {worst})")
+        summary = (f"{who} stalled {n} time{'s' if n != 1 else ''} from {ctx.span(f.window)} ({mean:.2f} s "
+                   f"each{every}; {drop}): in those seconds it was {label} {pct:.0f}% of the time (vs "
+                   f"{100 * (f.base_share or 0):.0f}% in the healthy baseline), {ex.reason} (read in the worst "
+                   f"episode, {worst})")
     elif f.mode == "contrast":
         before = f" (vs {100 * (f.base_share or 0):.0f}% in the healthy baseline)"
         drop = ("its CUDA work stopped" if f.stopped else _fell(f)) if f.slowdown or f.stopped else ""
@@ -81,16 +83,19 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     ev = []
     if ph is not None and ph.sql:
         ev.append(Evidence(name=f"short slow episodes (runs of {(ph.bin_ns or SECOND_NS) / 1e6:.0f} ms bins under "
-                                f"{100 * SCAN_FRACTION:.0f}% of the healthy work rate, one under {100 * HEALTHY_FRACTION:.0f}%, "
-                                f"each costing {MIN_EPISODE_LOSS_S} s or more)", value=len(ph.episodes),
-                           sql=f"SELECT count(*) FROM ({ph.sql})"))
+                                f"{100 * SCAN_FRACTION:.0f}% of the healthy work rate, one under "
+                                f"{100 * HEALTHY_FRACTION:.0f}%, each costing {MIN_EPISODE_LOSS_S} s or more)",
+                           value=len(ph.episodes), sql=f"SELECT count(*) FROM ({ph.sql})"))
         if ph.period_s is not None:
-            ev.append(Evidence(name="mean time from one episode's start to the next's", value=float(ph.period_s), unit="s",
+            ev.append(Evidence(name="mean time from one episode's start to the next's",
+                               value=float(ph.period_s), unit="s",
                                sql=f"SELECT round((max(start_s) - min(start_s)) / (count(*) - 1), 2) FROM ({ph.sql})"))
         if ph.lost_s is not None:
-            ev.append(Evidence(name="the process's work lost in the episodes (their length less their work at the healthy "
-                                    "rate)", value=float(ph.lost_s), unit="s", sql=f"SELECT round(sum(lost_s), 3) FROM ({ph.sql})"))
-    ev.append(Evidence(name=f"share of the thread's time {label}" + (" in the seconds holding the episodes" if f.kset else ""),
+            ev.append(Evidence(name="the process's work lost in the episodes (their length less their work "
+                                    "at the healthy rate)", value=float(ph.lost_s), unit="s",
+                               sql=f"SELECT round(sum(lost_s), 3) FROM ({ph.sql})"))
+    ev.append(Evidence(name=f"share of the thread's time {label}"
+                            + (" in the seconds holding the episodes" if f.kset else ""),
                        value=sql_round(pct, 1), unit="%",
                        sql=_seconds_sql(t.pid, t.tid, f.ks, f"round(100 * sum({part_sql(f.part)}) / sum(wall_ns), 1)",
                                         f.kset)))
@@ -108,10 +113,12 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     if f.gpu_util is not None and f.kset:
         ev.append(Evidence(name="GPU utilisation in the seconds holding the episodes (mean of the per-second means)",
                            value=sql_round(f.gpu_util, 1), unit="%",
-                           sql=f"SELECT avg(gpu_util_percent) FROM ({gpu_util_sql()}) WHERE k IN ({', '.join(map(str, f.kset))})"))
+                           sql=f"SELECT avg(gpu_util_percent) FROM ({gpu_util_sql()}) WHERE k IN "
+                               f"({', '.join(map(str, f.kset))})"))
     elif f.gpu_util is not None:
         ev.append(Evidence(name="GPU utilisation in the window", value=sql_round(f.gpu_util, 1), unit="%",
-                           sql=f"SELECT avg(gpu_util_percent) FROM snapshots WHERE ts_ns BETWEEN {f.window.start_ns} AND {f.window.end_ns}"))
+                           sql=f"SELECT avg(gpu_util_percent) FROM snapshots WHERE ts_ns BETWEEN {f.window.start_ns} "
+                               f"AND {f.window.end_ns}"))
     ev.append(Evidence(name="feeding time explained (s)", value=round(f.seconds_lost, 2), unit="s"))
     ev += ex.evidence
     numbers = {"who": who, "share": f"{pct:.0f}", "window": ctx.span(f.window), "cpus_total": "?", **ex.numbers}
@@ -134,18 +141,19 @@ def _fell(f: Finding) -> str:
 
 def _explanation(f: Finding, ex: Explained) -> str:
     if f.phase is not None:
-        return (f"Read from the time accounting: in the seconds holding {len(f.phase.episodes)} short slow episodes (the "
-                f"process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, read in sub-second "
-                f"bins), the part of the feeding thread's time {_PART_LABEL[f.part]} grew from "
+        return (f"Read from the time accounting: in the seconds holding {len(f.phase.episodes)} short slow "
+                f"episodes (the process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, "
+                f"read in sub-second bins), the part of the feeding thread's time {_PART_LABEL[f.part]} grew from "
                 f"{100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}% of its time; its cost per unit of CUDA work "
-                f"against the baseline explains {f.seconds_lost:.2f} s of the time lost in them. The culprits are read in "
-                f"the episode where it grew most: " + ex.reason + ".")
+                f"against the baseline explains {f.seconds_lost:.2f} s of the time lost in them. The "
+                "culprits are read in the episode where it grew most: " + ex.reason + ".")
     if f.mode == "contrast":
         return (f"Read from the time accounting: in this slow phase the part of the feeding thread's time "
                 f"{_PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}%; "
                 f"{f.seconds_lost:.2f} s of the time lost to the slowdown is attributed to it. " + ex.reason + ".")
     return (f"Read from the time accounting: while the GPU was idle, the feeding thread was {_PART_LABEL[f.part]} "
-            f"{100 * f.share:.1f}% of the time; {f.seconds_lost:.2f} s of GPU-idle time is attributed to it. " + ex.reason + ".")
+            f"{100 * f.share:.1f}% of the time; {f.seconds_lost:.2f} s of GPU-idle time is attributed to it. "
+            + ex.reason + ".")
 
 
 def pace_threads(acc: Accounting) -> list[ThreadAccount]:
@@ -184,7 +192,8 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
         wall_s = t.busy_ns / 1e9  # the feeding time: an idle wait for input is not (accounting.idle_sql)
         steady_from = acc.steady_from_ns.get(t.pid)
         found: list[tuple[Finding, CausalChain]] = []
-        for i, f in enumerate(contrast_findings(ctx, t, phases, steady_from) + steady_findings(ctx, t, phases, steady_from)):
+        for i, f in enumerate(contrast_findings(ctx, t, phases, steady_from)
+                              + steady_findings(ctx, t, phases, steady_from)):
             ex = _explain(ctx, _worst(ctx, f), baseline)
             chain = _chain(ctx, f, ex, wall_s, i)
             if rank > 0 and chain.severity == "HIGH":
@@ -269,7 +278,8 @@ def _io_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[t
                                            value=f"{c.summary} [{c.seconds_lost or 0:.2f} s]"))
         chain.seconds_lost = round(total, 3)
         chain.summary += "; in the same stalls: " + "; ".join(
-            f"{_PART_LABEL[g.part]} {100 * g.share:.0f}% ({c.root_cause}) [{c.seconds_lost or 0:.1f} s]" for g, c in parts)
+            f"{_PART_LABEL[g.part]} {100 * g.share:.0f}% ({c.root_cause}) [{c.seconds_lost or 0:.1f} s]"
+            for g, c in parts)
         start = min([chain.window.start_ns] + [c.window.start_ns for _g, c in parts if c.window])
         end = max([chain.window.end_ns] + [c.window.end_ns for _g, c in parts if c.window])
         chain.window = TimeWindow(start_ns=start, end_ns=end)

@@ -51,7 +51,8 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
     who = ctx.who(t.pid, tids[0]) if len(tids) == 1 else f"{len(tids)} threads named {name} ({_id_range(tids)})"
     kset = ", ".join(map(str, tids))
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
-              f"{'a timer interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
+              f"""{'a timer interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq')
+                   else ctx.who(int(r[0]), int(r[1]), r[2])} """
               f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:4]), sql=sql),
           Evidence(name=f"share of the window {who} ran (together; of one thread's wall time)",
                    value=sql_round(100 * run_ns / wall_ns, 1), unit="%",
@@ -126,7 +127,8 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
                                 relation=ctx.relation(t.pid, int(r[0]), int(r[1]), r[2]), ns=int(r[5] or 0)))
     share = int(wns or 0) / total
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
-        f"{'an interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq') else ctx.who(int(r[0]), int(r[1]), r[2])} "
+        f"""{'an interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq')
+             else ctx.who(int(r[0]), int(r[1]), r[2])} """
         f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:5]), sql=sql),
         Evidence(name="what the sleeps waited in (kernel stack at switch-out, or the system call)",
                  value=f"{kind}: {KIND_LABEL.get(kind, kind)} {100 * kind_share:.0f}%", sql=kind_sql)]
@@ -137,7 +139,8 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
                                 "the program sleeps on purpose (time.sleep, a rate limit, polling)")
     if rel in ("interrupt", "kernel") or (io_ns or 0) >= 0.5 * int(wns or 1):
         by = "an interrupt" if rel == "interrupt" else f"the kernel ({wcomm})"
-        named = ([Culprit(comm=f"{wctx} (landed on {wcomm})", relation="interrupt", ns=int(wns or 0))] if rel == "interrupt"
+        named = ([Culprit(comm=f"{wctx} (landed on {wcomm})", relation="interrupt", ns=int(wns or 0))]
+                 if rel == "interrupt"
                  else [Culprit(pid=wpid, tids=[wtid], comm=wcomm, relation="kernel", ns=int(wns or 0))])
         if kind == "socket":
             peer = f"; the packets' interrupts landed on {wcomm}[{wpid}]" if rel == "interrupt" else ""
@@ -146,8 +149,8 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
                 # on loopback a packet's softirq runs in the context of the task at the other end: the peer
                 named = [Culprit(pid=wpid, tids=[wtid], comm=ctx.procs.get(wpid, (None, wcomm, None))[1] or wcomm,
                                  relation=landed, ns=int(wns or 0))] + named
-            return Explained(cause=rc.NETWORK_WAIT, culprits=named, evidence=ev, numbers={"syscall": own_syscall or "?"},
-                             confident=f.mode == "contrast",
+            return Explained(cause=rc.NETWORK_WAIT, culprits=named, evidence=ev,
+                             numbers={"syscall": own_syscall or "?"}, confident=f.mode == "contrast",
                              reason=f"asleep{in_what}, woken by {by} ({100 * share:.0f}% of the sleep){peer}: "
                                     "it waited on the network")
         cause = rc.IO_WAIT if (io_ns or 0) > 0 or io or kind in ("disk", "fsync", "reclaim") else rc.SLEEP_KERNEL
@@ -155,8 +158,8 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
                   + (f": {100 * (io_ns or 0) / max(int(wns or 1), 1):.0f}% uninterruptible (IO)" if io_ns else ""))
         # Outside a slowdown, a sleep the kernel ends (a packet, a device) is the job waiting for its input: the pace
         # of what feeds it, not lost time, unless it is IO (D state) or it grew in a slow phase.
-        return Explained(cause=cause, reason=reason, culprits=named, evidence=ev, numbers={"syscall": own_syscall or "?"},
-                         confident=cause == rc.IO_WAIT or f.mode == "contrast")
+        return Explained(cause=cause, reason=reason, culprits=named, evidence=ev,
+                         numbers={"syscall": own_syscall or "?"}, confident=cause == rc.IO_WAIT or f.mode == "contrast")
     traced = {(int(p), int(x)) for p, x in ctx.traced_threads()}
     pool = _waker_pool(ctx, t.pid, known, total)
     if pool is not None and share < POOL_SHARE:
@@ -206,8 +209,8 @@ def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced
     followed = sum(ns for _p, ns in paths)
     name = ctx.names.get(pool[0][1]) or "?"
     ids = _id_range(sorted(m[1] for m in pool))
-    ev.append(Evidence(name=f"where the wait-for walks from the {len(paths)} busiest of {len(pool)} waking threads named "
-                            f"{name} stopped (share of the sleep they ended)",
+    ev.append(Evidence(name=f"where the wait-for walks from the {len(paths)} busiest of {len(pool)} waking "
+                            f"threads named {name} stopped (share of the sleep they ended)",
                        value="; ".join(f"{k} {100 * v / max(followed, 1):.0f}%"
                                        for k, v in sorted(weight.items(), key=lambda kv: -kv[1]))))
     ev += _path_evidence(ctx, path, f"{ctx.who(t.pid, t.tid)} slept")
@@ -254,7 +257,8 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
     end_rel = ctx.relation(t.pid, end.pid, end.tid, ctx.names.get(end.tid))
     via = "" if end is first else f", itself waiting on {end_who}"
     if end is not first:
-        ev.append(Evidence(name="wait chain (who woke whom)", value=" <- ".join(ctx.who(h.pid, h.tid) for h in path.hops)))
+        ev.append(Evidence(name="wait chain (who woke whom)",
+                           value=" <- ".join(ctx.who(h.pid, h.tid) for h in path.hops)))
         culprits.insert(0, Culprit(pid=end.pid, tids=[end.tid], comm=ctx.names.get(end.tid), relation=end_rel,
                                    ns=end.total_ns))
     woke = f"woken by {who} ({100 * share:.0f}% of the sleep{';' if not via else ''}{in_what if not via else ''})"
@@ -267,15 +271,15 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         what = "worker processes" if end_rel == "child process" else "thread"
         return Explained(cause=starved.cause, culprits=starved.culprits, evidence=ev + starved.evidence,
                          numbers={**starved.numbers, "waker": end_who, "doing": doing},
-                         reason=(f"waiting on its {what} {end_who} ({100 * share:.0f}% of the sleep,{in_what}), which were "
-                                 f"{doing}: they waited for a CPU {starved.reason}"))
+                         reason=(f"waiting on its {what} {end_who} ({100 * share:.0f}% of the "
+                                 f"sleep,{in_what}), which were {doing}: they waited for a CPU {starved.reason}"))
     if path.stop == "running":
         if end_rel == "child process":
             kids = [c for c in culprits if c.relation == "child process"]
             names = f"{kids[0].comm}[{_id_range(sorted({c.pid for c in kids if c.pid}))}]" if kids else end_who
             return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
-                             reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the sleep,{in_what}"
-                                    f"{via}), which were {doing}: they do not keep up")
+                             reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
+                                    f"sleep,{in_what}{via}), which were {doing}: they do not keep up")
         if end_rel == "same process":
             return Explained(cause=rc.WAITING_ON_THREAD, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"{woke}{via}; {end_who} was {doing} while it waited: the thread waited on "
@@ -293,8 +297,8 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         if channel == "pipe":
             return Explained(cause=rc.SLOW_CONSUMER, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"woken by {who} ({100 * share:.0f}% of the sleep;{in_what}), which was itself "
-                                    f"blocked on a pipe until {end_who} took its data; {end_who} was {doing}: the other "
-                                    "end sleeps on its own timer and keeps both waiting")
+                                    f"blocked on a pipe until {end_who} took its data; {end_who} was "
+                                    f"{doing}: the other end sleeps on its own timer and keeps both waiting")
         if channel == "futex":
             return Explained(cause=rc.LOCK_OR_GIL, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"{woke}{via}; {end_who} was {doing} while the thread waited: {end_who} held the "
@@ -364,17 +368,20 @@ def _sleep_without_waker(ctx: Ctx, f: Finding, io: bool, sql: str) -> Explained:
         workers = roles.get("worker threads")
         if workers and workers[1] is not None and workers[1] >= 30:
             pids = sorted({int(p) for (p,) in rows(ctx.con, f"SELECT DISTINCT pid FROM {SECONDS_TABLE} WHERE pid IN "
-                                                             f"({', '.join(map(str, kids))}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")})
+                                                             f"({', '.join(map(str, kids))}) AND k BETWEEN {f.ks[0]} "
+                                                             f"AND {f.ks[1]}")})
             comm = ctx.names.get(pids[0]) or ctx.procs.get(pids[0], (None, "?", None))[1]
             helpers = roles.get("helper threads")
-            aside = f"; their {helpers[0]} helper threads ran {helpers[1]:.0f}%" if helpers and helpers[1] is not None else ""
-            ev.append(Evidence(name="the workers' share of the window on a CPU, per role (each process's busiest thread; "
-                                    "its other threads apart)", value=f"worker threads {workers[1]:.0f}%{aside}",
-                               sql=share_sql))
+            aside = (f"; their {helpers[0]} helper threads ran {helpers[1]:.0f}%" if helpers and helpers[1] is not None
+                     else "")
+            ev.append(Evidence(name="the workers' share of the window on a CPU, per role (each process's "
+                                    "busiest thread; its other threads apart)",
+                               value=f"worker threads {workers[1]:.0f}%{aside}", sql=share_sql))
             culprits = [Culprit(pid=None, tids=pids, comm=comm, relation="child process", ns=0)]
             return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, confident=False,
-                             reason=(f"while its child processes {comm}[{_id_range(pids)}] ran on-CPU {workers[1]:.0f}% of "
-                                     f"that time (their busiest threads{aside}; waker not recorded: likely waiting on them)"))
+                             reason=(f"while its child processes {comm}[{_id_range(pids)}] ran on-CPU "
+                                     f"{workers[1]:.0f}% of that time (their busiest threads{aside}; waker not "
+                                     "recorded: likely waiting on them)"))
     cause = rc.IO_WAIT if io else rc.SLEEP_UNKNOWN
     return Explained(cause=cause, reason="on something the store does not name (waker not recorded)", evidence=ev,
                      confident=False)
