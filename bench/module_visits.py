@@ -39,7 +39,10 @@ def main() -> int:
     count = collections.Counter(seq)
     print(f"{len(seq)} visits to {len(count)} modules, {len(seq) - len(count)} returns; "
           f"visited more than twice: {', '.join(f'{m} {n}' for m, n in count.most_common() if n > 2) or 'none'}")
-    print(" -> ".join(seq))
+    try:
+        print(" -> ".join(seq))
+    except BrokenPipeError:  # `| head -1`
+        pass
     return 0
 
 

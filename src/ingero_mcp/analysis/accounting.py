@@ -24,9 +24,10 @@ import duckdb
 
 from ingero_mcp.analysis._sql import rows, table_complete
 from ingero_mcp.analysis.models import Account, Accounting, Phase, Progress, SecondAccount, ThreadAccount, TimeWindow
-from ingero_mcp.analysis.progress import find_marker, iterations_per_second, per_bin_sql
+from ingero_mcp.analysis.launches import launch_coverage_sql, launch_recording
+from ingero_mcp.analysis.progress import per_bin_sql, progress_of
 from ingero_mcp.analysis.derive import materialize_seconds
-from ingero_mcp.store.views import SECONDS_TABLE
+from ingero_mcp.store.views import SECONDS_TABLE, reads_made_rows
 
 SECOND_NS = 1_000_000_000
 MAX_PROCESSES = 4  # feeding processes accounted, by CUDA work
@@ -146,7 +147,8 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
     t0 = origin_ns(con)
     if t0 is None:
         return Accounting(complete=False, note="the store has no session")
-    materialize_seconds(con)
+    if not reads_made_rows(con):  # the report derives first; a caller of the accounting alone may not have
+        materialize_seconds(con)
     in_window = seconds_in(window, t0)
     only = f" AND pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else ""
     totals = {(int(r[0]), int(r[1])): _account(r[2:]) for r in rows(con, account_sql(in_window + only, SECONDS_TABLE))}
@@ -155,8 +157,7 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
     names, procs = _names(con)
     chosen = [(k, "feeder") for k in feeders] + [(k, "waited-on") for k in waited if k not in feeders]
     per_second = _seconds(con, [k for k, _ in chosen], in_window)
-    markers = {pid: m for pid in dict.fromkeys(k[0] for k in feeders) if (m := find_marker(con, pid)) is not None}
-    iterations = {pid: iterations_per_second(con, m, t0) for pid, m in markers.items()}
+    markers, iterations = progress_of(con, list(dict.fromkeys(k[0] for k in feeders)), t0)
     for (pid, _tid), seconds in per_second.items():
         if pid in iterations:
             for s in seconds:
@@ -192,7 +193,8 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
                        "time and were mended (negative parts set to 0, the rest scaled): the store holds "
                        "overlapping or inverted intervals (counted below)")
     return Accounting(threads=threads, phases=phases, entry_only_launches=entry_only, launch_coverage=coverage,
-                      progress=list(markers.values()), steady_from_ns=steady_from, data_quality=quality)
+                      progress=list(markers.values()), steady_from_ns=steady_from, data_quality=quality,
+                      origin_ns=t0, thread_names=names)
 
 
 
@@ -208,28 +210,6 @@ def recording_notes(acc: Accounting) -> list[str]:
                      "seen, scaled per second by the covered share; seconds without coverage are unknown and left out "
                      "of the phases)")
     return notes
-
-
-def launch_coverage_sql() -> str:
-    """The share of the sessions' time (start to stop) in which the launch probes were attached (not in probe_gaps)."""
-    return ("SELECT 1 - coalesce((SELECT sum(least(g.end_ns, s.stopped_ns) - greatest(g.start_ns, s.started_ns)) "
-            "FROM probe_gaps g JOIN sessions s USING (session_id) WHERE g.probes = 'launch' "
-            "AND g.end_ns > s.started_ns AND g.start_ns < s.stopped_ns), 0) / sum(stopped_ns - started_ns) "
-            "FROM sessions WHERE stopped_ns > started_ns")
-
-
-def has_launch_gaps(con: duckdb.DuckDBPyConnection) -> bool:
-    """Whether the governor ever detached the launch probes (v4 probe_gaps; never in older stores)."""
-    return bool(rows(con, "SELECT 1 FROM probe_gaps WHERE probes = 'launch' LIMIT 1"))
-
-
-def launch_recording(con: duckdb.DuckDBPyConnection) -> tuple[bool, float | None]:
-    """(launches probed entry-only, launch coverage or None when no probe gap): how v4 recorded the launches."""
-    entry_only = bool(rows(con, "SELECT 1 FROM cuda_calls WHERE duration_ns IS NULL AND contains(op, 'aunch') LIMIT 1"))
-    if not has_launch_gaps(con):
-        return entry_only, None
-    got = rows(con, launch_coverage_sql())[0][0]
-    return entry_only, None if got is None else round(float(got), 4)
 
 
 def _feeders(totals: dict[tuple[int, int], Account]) -> list[tuple[int, int]]:

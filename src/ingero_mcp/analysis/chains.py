@@ -191,7 +191,7 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
                  names: dict[int, str] | None = None) -> list[CausalChain]:
     """Allocator churn: stretches of 2 s or more in which the job's pace thread allocated and freed memory at least
     CHURN_MIN_PER_S times a second, spending at least CHURN_MIN_SHARE of its time in those calls."""
-    t0 = origin_ns(con) or window.start_ns
+    t0 = (acc.origin_ns if acc.origin_ns is not None else origin_ns(con)) or window.start_ns
     names = thread_names(con) if names is None else names
     out = []
     for rank, t in enumerate(pace_threads(acc)[:2]):
@@ -320,14 +320,16 @@ def causal_chains(
     groups: list[CallGroup] | None = None,
     acc: Accounting | None = None,
     minor: list[str] | None = None,
+    whole: TimeWindow | None = None,
 ) -> list[CausalChain]:
-    """Own chains (severity, then seconds explained), then the imported ones. `minor` collects the small ones."""
+    """Own chains (severity, then seconds explained), then the imported ones. `minor` collects the small ones;
+    `whole`: the window, or the trace's, where the caller has it (window_or_trace)."""
     del groups  # per-op statistics are the report's; chains read the accounting
-    whole = window_or_trace(con, window)
+    whole = window_or_trace(con, window) if whole is None else whole
     acc = accounting(con, window, pids) if acc is None else acc
     own: list[CausalChain] = []
     if acc.complete:
-        names = thread_names(con)  # once: every kind of chain names threads
+        names = acc.thread_names or thread_names(con)  # read by the accounting: every kind of chain names threads
         found, small = accounting_chains(con, acc, whole, names)
         if acc.entry_only_launches:  # the launches' time is in run_outside: the chains' label says so
             found = [_say_entry_only(c) for c in found]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import duckdb
 
 from ingero_mcp.analysis._sql import rows, tidy
-from ingero_mcp.analysis.accounting import has_launch_gaps, launch_coverage_sql
+from ingero_mcp.analysis.launches import has_launch_gaps, launch_coverage_sql
 from ingero_mcp.analysis.models import (
     BpfProgramTime,
     ProbeCost,

@@ -112,6 +112,7 @@ def _make_cache(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {cached[name]}").fetchall()
             con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {TABLES[name]}").fetchall()
         con.execute(f"CREATE TABLE {CACHE}.{CACHE_META} AS SELECT ? AS fingerprint", [made_from]).fetchall()
+        read_from(con, cached)  # as any later connection reads them (reads_made_rows sees the cache)
 
 
 # The in-call lookup the views do with ASOF joins (thread_second_in_call, thread_sleeps), done instead by

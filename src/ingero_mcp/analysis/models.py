@@ -536,6 +536,10 @@ class Accounting(BaseModel):
     imported: ImportedAccounting | None = Field(None, description="an import (complete is False): the threads whose "
                                                 "scheduler rows are complete, accounted from them")
 
+    # What the accounting read on the way, for the chains built on it (not part of the report: excluded from JSON).
+    origin_ns: int | None = Field(None, exclude=True, description="the trace's first moment (accounting.origin_ns)")
+    thread_names: dict[int, str] = Field({}, exclude=True, description="tid -> its latest name (thread_names)")
+
     @property
     def run_outside_label(self) -> str:
         """What run_outside_ns holds, said as the store recorded it."""

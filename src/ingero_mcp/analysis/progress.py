@@ -183,3 +183,10 @@ def per_bin_sql(marker: Progress, t0: int, lo: int, hi: int, bin_ns: int) -> str
 def iterations_per_second(con: duckdb.DuckDBPyConnection, marker: Progress, t0: int) -> dict[int, tuple[float, int]]:
     """k -> (iterations in second k, ns of it between the first and the last mark)."""
     return {int(k): (float(it), int(seen)) for k, it, seen in rows(con, per_second_sql(marker, t0))}
+
+
+def progress_of(con: duckdb.DuckDBPyConnection, pids: list[int], t0: int
+                ) -> tuple[dict[int, Progress], dict[int, dict[int, tuple[float, int]]]]:
+    """Per process: its iteration marker (where one is found) and its iterations in each second."""
+    markers = {pid: m for pid in pids if (m := find_marker(con, pid)) is not None}
+    return markers, {pid: iterations_per_second(con, m, t0) for pid, m in markers.items()}

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import duckdb
 
-from ingero_mcp.analysis._sql import rows, ts_in, where
+from ingero_mcp.analysis._sql import rows, table_complete, ts_in, where
+from ingero_mcp.analysis.derive import materialize
 from ingero_mcp.analysis.accounting import accounting, recording_notes
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.chains import causal_chains
@@ -17,7 +18,6 @@ from ingero_mcp.analysis.models import Diagnosis, Report, TimeWindow
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
 from ingero_mcp.analysis.verdict import verdict
-from ingero_mcp.analysis.window import window_or_trace
 
 
 def build_report(
@@ -26,11 +26,11 @@ def build_report(
     """Everything `explain` shows, computed once over the window (default: the whole trace)."""
     info = trace_info(con, overlaps=False)  # the sort they cost is paid below, where the accounting mended rows
     groups = call_groups(con, window, pids)
-    stats = trace_stats(con, window, pids, groups=groups)
+    whole = window or info.window or TimeWindow(start_ns=0, end_ns=0)  # window_or_trace, from what info read
+    stats = trace_stats(con, window, pids, groups=groups, whole=whole)
     processes = per_process_breakdown(con, window, pids, groups=groups)
-    found = diagnosis(con, window, pids, groups=groups)
+    found = diagnosis(con, window, pids, groups=groups, whole=whole)
     acc = found.accounting
-    whole = window_or_trace(con, window)
     notes = list(stats.notes)
     if info.live:
         notes.append("the trace is still being recorded (or its collector stopped without closing it)")
@@ -58,12 +58,15 @@ def build_report(
 
 
 def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, pids: list[int] | None = None,
-              groups: list[CallGroup] | None = None) -> Diagnosis:
+              groups: list[CallGroup] | None = None, whole: TimeWindow | None = None) -> Diagnosis:
     """The accounting, the chains built on it (`groups`: the report's one cuda_calls pass, else made here) and the
-    verdict over them: what `build_report` and the MCP tool get_time_accounting both say."""
+    verdict over them: what `build_report` and the MCP tool get_time_accounting both say. `whole`: the window, or
+    the trace's, where the caller has it."""
+    if table_complete(con, "cuda_calls") and table_complete(con, "sched_intervals"):
+        materialize(con)  # the views' rows, made once per store content before the accounting reads them
     acc = accounting(con, window, pids)
     minor: list[str] = []
-    chains = causal_chains(con, window, pids, groups=groups, acc=acc, minor=minor)
+    chains = causal_chains(con, window, pids, groups=groups, acc=acc, minor=minor, whole=whole)
     gpu_mean = rows(con, f"SELECT avg(gpu_util_percent) FROM snapshots {where(ts_in(window))}")[0][0]
     gpu = None if gpu_mean is None else float(gpu_mean)
     return Diagnosis(accounting=acc, chains=chains, minor=minor, gpu_util_percent=gpu,

@@ -163,9 +163,11 @@ def trace_stats(
     pids: list[int] | None = None,
     *,
     groups: list[CallGroup] | None = None,
+    whole: TimeWindow | None = None,
 ) -> TraceStats:
-    """Per-op statistics over `window` (default: the whole trace), optionally for some pids only."""
-    whole = window_or_trace(con, window)
+    """Per-op statistics over `window` (default: the whole trace), optionally for some pids only. `whole`: the window,
+    or the trace's, where the caller has it (window_or_trace)."""
+    whole = window_or_trace(con, window) if whole is None else whole
     groups = call_groups(con, window, pids) if groups is None else groups
     sampled = not table_complete(con, "cuda_calls")
     host = host_totals(con, window, pids)

@@ -184,13 +184,15 @@ class Ctx:
         return f"{self.offset(w.start_ns)} to {self.offset(w.end_ns)}"
 
 
-def _context(con: duckdb.DuckDBPyConnection, window: TimeWindow, names: dict[int, str]) -> Ctx:
+def _context(con: duckdb.DuckDBPyConnection, window: TimeWindow, names: dict[int, str],
+             t0: int | None = None) -> Ctx:
+    """The context the explainers share; `t0`: the trace's first moment, as the accounting read it (else read)."""
     procs = {int(p): (None if pp is None else int(pp), c, m)
              for p, pp, c, m in rows(con, "SELECT pid, any_value(ppid), any_value(comm), any_value(cmdline) FROM "
                                           "processes GROUP BY pid")}
     has_cpu = bool(rows(con, "SELECT 1 FROM host_aggregates WHERE op = 'sched_switch' AND cpu IS NOT NULL LIMIT 1"))
-    return Ctx(con=con, t0=origin_ns(con) or window.start_ns, window=window, names=names, procs=procs,
-               has_cpu_aggregates=has_cpu)
+    return Ctx(con=con, t0=(origin_ns(con) if t0 is None else t0) or window.start_ns, window=window, names=names,
+               procs=procs, has_cpu_aggregates=has_cpu)
 
 
 def _seconds_sql(pid: int, tid: int, ks: tuple[int, int], expr: str, kset: tuple[int, ...] = ()) -> str:

@@ -181,7 +181,7 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
     """
     if not acc.complete or not acc.threads:
         return [], []
-    ctx = _context(con, window, names)
+    ctx = _context(con, window, names, acc.origin_ns)
     ctx.progress = {m.pid: m for m in acc.progress}
     chains: list[tuple[int, CausalChain]] = []
     minor: list[str] = []
