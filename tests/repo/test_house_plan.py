@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from paths import REPO
 
@@ -155,3 +156,30 @@ def test_every_name_taken_from_the_facade_is_there() -> None:
                     if isinstance(value, types.ModuleType) and alias.name != "recommend":
                         wrong.append(f"{path.relative_to(REPO)}:{node.lineno}: {alias.name} is a module")
     assert not wrong, "\n".join(wrong)
+
+
+def test_explains_connection_visits_each_analysis_module_at_most_twice() -> None:
+    """The report hands on what it has read (window, origin, names, derived views) instead of modules asking each
+    other again: an entry is a call into an analysis module, with the connection, from another module."""
+    import collections
+
+    from ingero_mcp.analysis import diagnose
+    from ingero_mcp.store import open_store
+
+    con = open_store(REPO / "investigations" / "h200-seed-benchmark.duckdb")
+    seq: list[str] = []
+
+    def profile(frame: Any, event: str, _arg: Any) -> None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if event == "call" and module.startswith("ingero_mcp.analysis.") and not module.endswith("._sql"):
+            if any(value is con for value in frame.f_locals.values()) and (not seq or seq[-1] != module):
+                seq.append(module)
+
+    sys.setprofile(profile)
+    try:
+        diagnose(con)
+    finally:
+        sys.setprofile(None)
+        con.close()
+    over = {m: n for m, n in collections.Counter(seq).items() if n > 2}
+    assert seq and not over, f"entered more than twice: {over}\n" + " -> ".join(seq)
