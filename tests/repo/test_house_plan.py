@@ -17,7 +17,7 @@ PACKAGE = REPO / "src" / "ingero_mcp"
 # Each room and its floor: a module may import from its own room or from a lower floor, never from a higher one or
 # from another room on its floor.
 FLOORS = {
-    "__init__": 0, "charclasses": 0,
+    "__init__": 0, "charclasses": 0, "units": 0,
     "sanitize": 1,
     "store": 2,
     "analysis": 3, "importers": 3,

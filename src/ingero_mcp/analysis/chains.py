@@ -16,7 +16,7 @@ from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, table_complete
 from ingero_mcp.analysis.accounting import accounting, origin_ns, second_runs, thread_names
 from ingero_mcp.analysis.calls import CallGroup
-from ingero_mcp.analysis.causes import _PART_LABEL as PART_LABEL
+from ingero_mcp.analysis.models import PART_LABEL
 from ingero_mcp.analysis.causes import accounting_chains, pace_threads
 from ingero_mcp.analysis.imported import imported_chains
 from ingero_mcp.analysis.models import SEVERITY_RANK, Accounting, CausalChain, Culprit, Evidence, TimeWindow

@@ -12,6 +12,16 @@ from pydantic import BaseModel, Field
 Severity = Literal["HIGH", "MEDIUM", "LOW"]
 SEVERITY_RANK: dict[str, int] = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}  # the one order of severities, most severe first
 
+# The parts of a feeding thread's time a finding reads, and how the prose names them.
+PARTS = ("cpu_wait", "sleep_outside", "io", "gpu_wait", "run_inside", "run_outside", "unknown")
+
+
+PART_LABEL = {
+    "cpu_wait": "waiting for a CPU", "sleep_outside": "sleeping outside CUDA calls", "io": "in IO sleep (D state)",
+    "gpu_wait": "asleep in CUDA calls (waiting for the GPU)", "run_inside": "on the CPU inside CUDA calls",
+    "run_outside": "running outside CUDA calls (Python, data preparation)", "unknown": "off-CPU (split not recorded)",
+}
+
 
 class TimeWindow(BaseModel):
     """A closed interval of trace time, ns since the epoch."""

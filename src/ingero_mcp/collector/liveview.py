@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ingero_mcp.collector import records as R
 from ingero_mcp.collector.tracer import Tracer
-from ingero_mcp.render import fmt
+from ingero_mcp import units as fmt
 
 
 class LiveView:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from ingero_mcp.analysis import SEVERITY_RANK
 from ingero_mcp.sanitize import clean, clean_data
+from ingero_mcp.units import fmt_ns, fmt_rel
 
 # Per level of detail: (timeline entries, evidence items, recommendations, explanation chars,
 # summary chars, root cause chars, items of other lists, keep other fields).
@@ -38,24 +39,6 @@ _KNOWN = {"id", "origin", "op", "severity", "summary", "root_cause", "explanatio
 def rank(chains: list[Any]) -> list[Any]:
     """Most severe first, whoever found them (stable: the analysis's order within a severity)."""
     return sorted(chains, key=lambda c: SEVERITY_RANK.get(getattr(c, "severity", "LOW"), 3))
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    """A duration in the largest unit that keeps it >= 1, three decimals (every MCP result's durations)."""
-    if ns is None:
-        return "-"
-    value = float(ns)
-    for unit, size in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.3f} {unit}"
-    return f"{int(value)} ns"
-
-
-def fmt_rel(ts_ns: int | None, origin_ns: int) -> str:
-    """A moment as seconds after the trace start (what get_timeline's `around` reads back)."""
-    if ts_ns is None:
-        return "-"
-    return f"{(ts_ns - origin_ns) / 1e9:+.6f} s"
 
 
 def with_offsets(value: Any, origin_ns: int) -> Any:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 from ingero_mcp.analysis import cost_lines
 from ingero_mcp.analysis import TimeWindow
-from ingero_mcp.mcp.chainview import chains_text, fmt_ns, fmt_rel
+from ingero_mcp.mcp.chainview import chains_text
+from ingero_mcp.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rel, fmt_wall
 from ingero_mcp.mcp.results import (
     AccountingResult,
     BreakdownResult,
@@ -30,28 +30,6 @@ from ingero_mcp.mcp.results import (
 from ingero_mcp.sanitize import DATA_NOTE, clean, quote
 
 TEXT_BUDGET = 20_000  # characters of text per tool result (~5-7k tokens)
-
-
-def fmt_bytes(n: int | None) -> str:
-    """Bytes in binary units."""
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
-
-
-def fmt_wall(ts_ns: int) -> str:
-    """A moment as UTC wall-clock time."""
-    return datetime.fromtimestamp(ts_ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
-def fmt_pct(value: float | None) -> str:
-    """A value already in percent (0..100) with one decimal."""
-    return "-" if value is None else f"{value:.1f}%"
 
 
 def window_line(window: TimeWindow, whole: TimeWindow | None) -> str:

@@ -14,11 +14,11 @@ the culprits from the rows: the tasks that held the CPU (per-CPU on-CPU aggregat
 holders), the tasks that woke the thread (and what they themselves were doing), the other processes
 using the GPU, the kind of CUDA calls whose time grew. Chains are ranked by the seconds they explain.
 
-The rooms: context (parts, a finding, the context), findings, culprits, sleeps, in_calls, explain (the table
+The rooms: context (a finding, the context; the parts and their labels are
+models.PARTS and PART_LABEL), findings, culprits, sleeps, in_calls, explain (the table
 from part to explainer), narration (chains).
 """
 
-from ingero_mcp.analysis.causes.context import _PART_LABEL, PARTS
 from ingero_mcp.analysis.causes.narration import accounting_chains, pace_threads
 
-__all__ = ["PARTS", "_PART_LABEL", "accounting_chains", "pace_threads"]
+__all__ = ["accounting_chains", "pace_threads"]

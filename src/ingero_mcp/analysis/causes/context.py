@@ -33,16 +33,6 @@ HIGH_SHARE, MEDIUM_SHARE = 0.25, 0.05
 
 
 # The accounting's parts as the causes read them.
-PARTS = ("cpu_wait", "sleep_outside", "io", "gpu_wait", "run_inside", "run_outside", "unknown")
-
-
-_PART_LABEL = {
-    "cpu_wait": "waiting for a CPU", "sleep_outside": "sleeping outside CUDA calls", "io": "in IO sleep (D state)",
-    "gpu_wait": "asleep in CUDA calls (waiting for the GPU)", "run_inside": "on the CPU inside CUDA calls",
-    "run_outside": "running outside CUDA calls (Python, data preparation)", "unknown": "off-CPU (split not recorded)",
-}
-
-
 _COLLECTOR = re.compile(r"ingero[-_]mcp(\.cli)?\s+trace|ingero_mcp\.cli\s+trace")
 
 

@@ -13,11 +13,10 @@ from ingero_mcp.analysis.causes.context import (
     IDLE_GPU,
     MIN_EXCESS,
     MIN_GROWTH,
-    PARTS,
     STEADY_MIN_SHARE,
     part_ns,
 )
-from ingero_mcp.analysis.models import Account, Phase, SecondAccount, ThreadAccount, TimeWindow
+from ingero_mcp.analysis.models import PARTS, Account, Phase, SecondAccount, ThreadAccount, TimeWindow
 
 def work_done(a: Account) -> float:
     """The progress an account holds: its process's iterations where a marker counts them (progress.py), else the

@@ -24,7 +24,6 @@ from ingero_mcp.analysis.causes.context import (
     HIGH_SHARE,
     MEDIUM_SHARE,
     MINOR_SHARE,
-    _PART_LABEL,
     _context,
     _seconds_sql,
     part_sql,
@@ -32,7 +31,15 @@ from ingero_mcp.analysis.causes.context import (
 from ingero_mcp.analysis.causes.culprits import Explained
 from ingero_mcp.analysis.causes.explain import _explain
 from ingero_mcp.analysis.causes.findings import contrast_findings, steady_findings
-from ingero_mcp.analysis.models import Accounting, CausalChain, Evidence, SEVERITY_RANK, ThreadAccount, TimeWindow
+from ingero_mcp.analysis.models import (
+    PART_LABEL,
+    SEVERITY_RANK,
+    Accounting,
+    CausalChain,
+    Evidence,
+    ThreadAccount,
+    TimeWindow,
+)
 
 def _severity(seconds: float, wall_s: float, f: Finding, confident: bool) -> str:
     if f.startup or not confident and f.mode == "steady":
@@ -58,7 +65,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     t = f.thread
     who = f"{t.process_comm or t.comm or '?'}[{t.pid}]'s " + ("main thread" if t.tid == t.pid
                                                               else f"thread {ctx.who(t.pid, t.tid)}")
-    label = _PART_LABEL[f.part]
+    label = PART_LABEL[f.part]
     pct = 100 * f.share
     if f.startup:
         who = "during start-up, " + who
@@ -143,15 +150,15 @@ def _explanation(f: Finding, ex: Explained) -> str:
     if f.phase is not None:
         return (f"Read from the time accounting: in the seconds holding {len(f.phase.episodes)} short slow "
                 f"episodes (the process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, "
-                f"read in sub-second bins), the part of the feeding thread's time {_PART_LABEL[f.part]} grew from "
+                f"read in sub-second bins), the part of the feeding thread's time {PART_LABEL[f.part]} grew from "
                 f"{100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}% of its time; its cost per unit of CUDA work "
                 f"against the baseline explains {f.seconds_lost:.2f} s of the time lost in them. The "
                 "culprits are read in the episode where it grew most: " + ex.reason + ".")
     if f.mode == "contrast":
         return (f"Read from the time accounting: in this slow phase the part of the feeding thread's time "
-                f"{_PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}%; "
+                f"{PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}%; "
                 f"{f.seconds_lost:.2f} s of the time lost to the slowdown is attributed to it. " + ex.reason + ".")
-    return (f"Read from the time accounting: while the GPU was idle, the feeding thread was {_PART_LABEL[f.part]} "
+    return (f"Read from the time accounting: while the GPU was idle, the feeding thread was {PART_LABEL[f.part]} "
             f"{100 * f.share:.1f}% of the time; {f.seconds_lost:.2f} s of GPU-idle time is attributed to it. "
             + ex.reason + ".")
 
@@ -278,7 +285,7 @@ def _io_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[t
                                            value=f"{c.summary} [{c.seconds_lost or 0:.2f} s]"))
         chain.seconds_lost = round(total, 3)
         chain.summary += "; in the same stalls: " + "; ".join(
-            f"{_PART_LABEL[g.part]} {100 * g.share:.0f}% ({c.root_cause}) [{c.seconds_lost or 0:.1f} s]"
+            f"{PART_LABEL[g.part]} {100 * g.share:.0f}% ({c.root_cause}) [{c.seconds_lost or 0:.1f} s]"
             for g, c in parts)
         start = min([chain.window.start_ns] + [c.window.start_ns for _g, c in parts if c.window])
         end = max([chain.window.end_ns] + [c.window.end_ns for _g, c in parts if c.window])
