@@ -128,14 +128,16 @@ def reads_made_rows(con: duckdb.DuckDBPyConnection) -> bool:
 
 def lay_views(con: duckdb.DuckDBPyConnection) -> None:
     """The views on `con` (unless it has them), reading made rows where the store or the process has them; cheap.
-    `open_store` and `cursor` call it: nothing else needs to."""
+    `open_store` and `cursor` call it: nothing else needs to. Where the rows are made, only the four views are laid
+    (each a SELECT of its table); the steps between them are laid where the views are computed by their SQL."""
     have = {r[0] for r in con.execute(
-        "SELECT view_name FROM duckdb_views() WHERE temporary AND view_name IN ?", [list(DEFINITIONS)]).fetchall()}
-    if have == set(DEFINITIONS):
+        "SELECT view_name FROM duckdb_views() WHERE temporary AND view_name IN ?", [list(VIEWS)]).fetchall()}
+    if have == set(VIEWS):
         return
-    for name in DEFINITIONS:
-        con.execute(view_sql(name)).fetchall()
     if has_derived(con):
         read_from(con, DERIVED)
     elif cache_current(con):  # another connection of this process made them (no cache attached: not current)
         read_from(con, cached_tables())
+    else:
+        for name in DEFINITIONS:
+            con.execute(view_sql(name)).fetchall()
