@@ -7,9 +7,10 @@ one half is cut from the other, and each says what was left out.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import duckdb
 from mcp.server.mcpserver.exceptions import ToolError
@@ -121,3 +122,19 @@ def guard(fn: Callable[[], CallToolResult], model: type[Bounds]) -> CallToolResu
             "store? run_sql can look inside)",
             model,
         )
+
+
+P = ParamSpec("P")
+
+
+def guarded(model: type[Bounds]) -> Callable[[Callable[P, CallToolResult]], Callable[P, CallToolResult]]:
+    """A tool function whose errors a user can act on come back as tool errors of `model`'s shape (`guard`)."""
+
+    def wrap(fn: Callable[P, CallToolResult]) -> Callable[P, CallToolResult]:
+        @functools.wraps(fn)
+        def call(*args: P.args, **kwargs: P.kwargs) -> CallToolResult:
+            return guard(lambda: fn(*args, **kwargs), model)
+
+        return call
+
+    return wrap

@@ -18,7 +18,16 @@ from mcp_types import CallToolResult
 
 from ingero_mcp.analysis import ThreadAccount, TimeWindow
 from ingero_mcp.mcp import render
-from ingero_mcp.mcp.budget import STRUCTURED_BUDGET, error_result, fit, guard, json_size, shrink, tool_result
+from ingero_mcp.mcp.budget import (
+    STRUCTURED_BUDGET,
+    error_result,
+    fit,
+    guard,
+    guarded,
+    json_size,
+    shrink,
+    tool_result,
+)
 from ingero_mcp.mcp.chainview import fit_chains, rank
 from ingero_mcp.mcp.handle import StoreHandle
 from ingero_mcp.mcp.results import (
@@ -62,46 +71,44 @@ def whole_trace(con: duckdb.DuckDBPyConnection) -> TimeWindow | None:
     return trace_window(con)
 
 
+@guarded(StatsResult)
 def get_trace_stats(
     store: StoreHandle, since: str | None = None, pid: int | None = None, pids: list[int] | None = None, top_n: int = 50
 ) -> CallToolResult:
     """The get_trace_stats tool (its description is in server.py)."""
+    from ingero_mcp.analysis import trace_info, trace_stats
 
-    def run() -> CallToolResult:
-        from ingero_mcp.analysis import trace_info, trace_stats
-
-        with store.connection() as con:
-            window = window_since(con, since)
-            chosen = merged_pids(pid, pids)
-            stats = trace_stats(con, window, chosen)
-            info = trace_info(con)
-        notes = list(stats.notes)
-        if chosen and not stats.pids:
-            notes.append(f"no CUDA calls from pid(s) {chosen} in this window; get_per_process_breakdown lists the pids")
-        result = StatsResult(
-            window=stats.window,
-            trace_window=info.window,
-            calls=stats.calls,
-            pids=stats.pids,
-            ops=stats.ops[:top_n],
-            host=stats.host[:50],
-            sampled=stats.sampled,
-            coverage=info.coverage,
-            row_counts=info.row_counts,
-            shown=min(top_n, len(stats.ops)),
-            total=len(stats.ops),
-            truncated=len(stats.ops) > top_n,
-            notes=notes,
-            trace_start_ns=origin_of(info.window, stats.window),
-        )
-        if len(stats.host) > 50:
-            result.notes.append(f"{len(stats.host) - 50} of {len(stats.host)} host event totals left out")
-        result = shrink(result, "ops")
-        return tool_result(render.render_stats(result), result)
-
-    return guard(run, StatsResult)
+    with store.connection() as con:
+        window = window_since(con, since)
+        chosen = merged_pids(pid, pids)
+        stats = trace_stats(con, window, chosen)
+        info = trace_info(con)
+    notes = list(stats.notes)
+    if chosen and not stats.pids:
+        notes.append(f"no CUDA calls from pid(s) {chosen} in this window; get_per_process_breakdown lists the pids")
+    result = StatsResult(
+        window=stats.window,
+        trace_window=info.window,
+        calls=stats.calls,
+        pids=stats.pids,
+        ops=stats.ops[:top_n],
+        host=stats.host[:50],
+        sampled=stats.sampled,
+        coverage=info.coverage,
+        row_counts=info.row_counts,
+        shown=min(top_n, len(stats.ops)),
+        total=len(stats.ops),
+        truncated=len(stats.ops) > top_n,
+        notes=notes,
+        trace_start_ns=origin_of(info.window, stats.window),
+    )
+    if len(stats.host) > 50:
+        result.notes.append(f"{len(stats.host) - 50} of {len(stats.host)} host event totals left out")
+    result = shrink(result, "ops")
+    return tool_result(render.render_stats(result), result)
 
 
+@guarded(ChainsResult)
 def get_causal_chains(
     store: StoreHandle,
     since: str | None = None,
@@ -111,41 +118,37 @@ def get_causal_chains(
     include_sql: bool = False,
 ) -> CallToolResult:
     """The get_causal_chains tool (its description is in server.py)."""
+    from ingero_mcp.analysis import causal_chains
 
-    def run() -> CallToolResult:
-        from ingero_mcp.analysis import causal_chains
-
-        with store.connection() as con:
-            window = window_since(con, since)
-            whole = whole_trace(con)
-            chosen = merged_pids(pid, pids)
-            chains = rank(causal_chains(con, window, chosen))
-        notes = []
-        if chosen and not chains:
-            notes.append(f"no chain involves pid(s) {chosen} in this window")
-        window = window or whole or TimeWindow(start_ns=0, end_ns=0)
-        origin = whole.start_ns if whole else window.start_ns
-        result = ChainsResult(
-            window=window,
-            chains=[],
-            shown=min(top_n, len(chains)),
-            total=len(chains),
-            truncated=len(chains) > top_n,
-            notes=notes,
-            trace_start_ns=origin,
-        )
-        if len(chains) > top_n:
-            notes.append(f"{len(chains) - top_n} less severe chain(s) beyond top_n={top_n}; raise top_n to see them")
-        # what the chains may use: the budgets less the rest of the result (and room for the notes fit adds)
-        json_room = STRUCTURED_BUDGET - json_size(result) - 800
-        text_room = render.TEXT_BUDGET - len("\n".join(render.chains_head(result, whole))) - 1000
-        views, fit_notes = fit_chains(chains[:top_n], origin, json_room, text_room, include_sql)
-        result.chains, result.shown = views, len(views)
-        result.truncated = result.truncated or len(views) < min(top_n, len(chains))
-        result.notes += fit_notes
-        return tool_result(render.render_chains(result, whole), result)
-
-    return guard(run, ChainsResult)
+    with store.connection() as con:
+        window = window_since(con, since)
+        whole = whole_trace(con)
+        chosen = merged_pids(pid, pids)
+        chains = rank(causal_chains(con, window, chosen))
+    notes = []
+    if chosen and not chains:
+        notes.append(f"no chain involves pid(s) {chosen} in this window")
+    window = window or whole or TimeWindow(start_ns=0, end_ns=0)
+    origin = whole.start_ns if whole else window.start_ns
+    result = ChainsResult(
+        window=window,
+        chains=[],
+        shown=min(top_n, len(chains)),
+        total=len(chains),
+        truncated=len(chains) > top_n,
+        notes=notes,
+        trace_start_ns=origin,
+    )
+    if len(chains) > top_n:
+        notes.append(f"{len(chains) - top_n} less severe chain(s) beyond top_n={top_n}; raise top_n to see them")
+    # what the chains may use: the budgets less the rest of the result (and room for the notes fit adds)
+    json_room = STRUCTURED_BUDGET - json_size(result) - 800
+    text_room = render.TEXT_BUDGET - len("\n".join(render.chains_head(result, whole))) - 1000
+    views, fit_notes = fit_chains(chains[:top_n], origin, json_room, text_room, include_sql)
+    result.chains, result.shown = views, len(views)
+    result.truncated = result.truncated or len(views) < min(top_n, len(chains))
+    result.notes += fit_notes
+    return tool_result(render.render_chains(result, whole), result)
 
 
 # The parts of a thread's time get_time_accounting shows, as shares of its wall time (they sum to 100).
@@ -158,50 +161,48 @@ def thread_name(t: ThreadAccount) -> str:
     return f"{t.comm or t.process_comm or '?'}[{t.pid}" + ("]" if t.tid == t.pid else f"/{t.tid}]")
 
 
+@guarded(AccountingResult)
 def get_time_accounting(
     store: StoreHandle, since: str | None = None, pid: int | None = None, pids: list[int] | None = None
 ) -> CallToolResult:
     """The get_time_accounting tool (its description is in server.py)."""
+    from ingero_mcp.analysis import account, recording_notes
 
-    def run() -> CallToolResult:
-        from ingero_mcp.analysis import account, recording_notes
-
-        with store.connection() as con:
-            window = window_since(con, since)
-            whole = whole_trace(con)
-            found = account(con, window, merged_pids(pid, pids))
-        acc = found.accounting
-        window = window or whole or TimeWindow(start_ns=0, end_ns=0)
-        threads = [{"pid": t.pid, "tid": t.tid, "name": clean(thread_name(t), 120), "role": t.role,
-                    "wall_s": round(t.total.wall_ns / 1e9, 3), "work_calls": t.total.work_calls,
-                    "work_estimated": acc.estimated,
-                    "shares_percent": {p.removesuffix("_ns"): round(100 * t.total.share(p), 1) for p in SHARES}}
-                   for t in acc.threads]
-        phases = [{"pid": ph.pid, "kind": ph.kind, "start_ns": ph.window.start_ns, "end_ns": ph.window.end_ns,
-                   "work_rate": round(ph.work_rate, 1), "slowdown": ph.slowdown, "estimated": acc.estimated,
-                   **({"episodes": len(ph.episodes), "period_s": ph.period_s, "lost_s": ph.lost_s}
-                      if ph.kind == "recurrent" else {})}
-                  for ph in acc.phases]
-        lines = [clean(v, 2000) for v in found.verdict]
-        minor = found.minor
-        result = AccountingResult(
-            window=window,
-            complete=acc.complete,
-            verdict=lines,
-            threads=threads[:12],
-            phases=phases[:24],
-            minor=[clean(m, 600) for m in minor[:10]],
-            shown=min(len(threads), 12),
-            total=len(threads),
-            truncated=len(threads) > 12,
-            notes=([acc.note] if acc.note else []) + recording_notes(acc),
-            trace_start_ns=whole.start_ns if whole else window.start_ns,
-        )
-        return tool_result(render.render_accounting(result, whole), result)
-
-    return guard(run, AccountingResult)
+    with store.connection() as con:
+        window = window_since(con, since)
+        whole = whole_trace(con)
+        found = account(con, window, merged_pids(pid, pids))
+    acc = found.accounting
+    window = window or whole or TimeWindow(start_ns=0, end_ns=0)
+    threads = [{"pid": t.pid, "tid": t.tid, "name": clean(thread_name(t), 120), "role": t.role,
+                "wall_s": round(t.total.wall_ns / 1e9, 3), "work_calls": t.total.work_calls,
+                "work_estimated": acc.estimated,
+                "shares_percent": {p.removesuffix("_ns"): round(100 * t.total.share(p), 1) for p in SHARES}}
+               for t in acc.threads]
+    phases = [{"pid": ph.pid, "kind": ph.kind, "start_ns": ph.window.start_ns, "end_ns": ph.window.end_ns,
+               "work_rate": round(ph.work_rate, 1), "slowdown": ph.slowdown, "estimated": acc.estimated,
+               **({"episodes": len(ph.episodes), "period_s": ph.period_s, "lost_s": ph.lost_s}
+                  if ph.kind == "recurrent" else {})}
+              for ph in acc.phases]
+    lines = [clean(v, 2000) for v in found.verdict]
+    minor = found.minor
+    result = AccountingResult(
+        window=window,
+        complete=acc.complete,
+        verdict=lines,
+        threads=threads[:12],
+        phases=phases[:24],
+        minor=[clean(m, 600) for m in minor[:10]],
+        shown=min(len(threads), 12),
+        total=len(threads),
+        truncated=len(threads) > 12,
+        notes=([acc.note] if acc.note else []) + recording_notes(acc),
+        trace_start_ns=whole.start_ns if whole else window.start_ns,
+    )
+    return tool_result(render.render_accounting(result, whole), result)
 
 
+@guarded(EvidenceResult)
 def get_evidence_sql(
     store: StoreHandle,
     chain_id: str | None = None,
@@ -210,89 +211,83 @@ def get_evidence_sql(
     pids: list[int] | None = None,
 ) -> CallToolResult:
     """The get_evidence_sql tool (its description is in server.py)."""
+    from ingero_mcp.analysis import causal_chains
 
-    def run() -> CallToolResult:
-        from ingero_mcp.analysis import causal_chains
-
-        with store.connection() as con:
-            window = window_since(con, since)
-            whole = whole_trace(con)
-            chains = causal_chains(con, window, merged_pids(pid, pids))
-        wanted = (chain_id or "").strip().strip('"')
-        chain = next((c for c in chains if not wanted or c.id == wanted or clean(c.id, 200) == wanted), None)
-        if chain is None:
-            ids = ", ".join(json.dumps(clean(c.id, 200), ensure_ascii=False) for c in chains[:20]) or (
-                "none" if whole else "none (the trace is empty)"
-            )
-            raise ToolError(
-                f"no chain {json.dumps(clean(chain_id or '', 200), ensure_ascii=False)} in this window; "
-                f"chains here: {ids}"
-            )
-        window = window or whole or TimeWindow(start_ns=0, end_ns=0)
-        evidence = [e.model_dump(mode="json") for e in chain.evidence]
-        result = EvidenceResult(
-            window=window,
-            chain_id=chain.id,
-            evidence=[],
-            total=len(evidence),
-            trace_start_ns=whole.start_ns if whole else window.start_ns,
+    with store.connection() as con:
+        window = window_since(con, since)
+        whole = whole_trace(con)
+        chains = causal_chains(con, window, merged_pids(pid, pids))
+    wanted = (chain_id or "").strip().strip('"')
+    chain = next((c for c in chains if not wanted or c.id == wanted or clean(c.id, 200) == wanted), None)
+    if chain is None:
+        ids = ", ".join(json.dumps(clean(c.id, 200), ensure_ascii=False) for c in chains[:20]) or (
+            "none" if whole else "none (the trace is empty)"
         )
-        keep = fit(result, evidence, lambda v: setattr(result, "evidence", v), STRUCTURED_BUDGET - 600)
-        # the text half must hold the same items: drop from the end until it does
-        while keep and len(render.render_evidence(result, whole)) > render.TEXT_BUDGET - 600:
-            keep -= 1
-            result.evidence = evidence[:keep]
-        result.shown = keep
-        if keep < len(evidence):
-            result.truncated = True
-            result.notes.append(
-                f"only {keep} of the {len(evidence)} evidence items (with their SQL) fit in one "
-                "result; the rest are in explain --sql"
-            )
-        return tool_result(render.render_evidence(result, whole), result)
+        raise ToolError(
+            f"no chain {json.dumps(clean(chain_id or '', 200), ensure_ascii=False)} in this window; "
+            f"chains here: {ids}"
+        )
+    window = window or whole or TimeWindow(start_ns=0, end_ns=0)
+    evidence = [e.model_dump(mode="json") for e in chain.evidence]
+    result = EvidenceResult(
+        window=window,
+        chain_id=chain.id,
+        evidence=[],
+        total=len(evidence),
+        trace_start_ns=whole.start_ns if whole else window.start_ns,
+    )
+    keep = fit(result, evidence, lambda v: setattr(result, "evidence", v), STRUCTURED_BUDGET - 600)
+    # the text half must hold the same items: drop from the end until it does
+    while keep and len(render.render_evidence(result, whole)) > render.TEXT_BUDGET - 600:
+        keep -= 1
+        result.evidence = evidence[:keep]
+    result.shown = keep
+    if keep < len(evidence):
+        result.truncated = True
+        result.notes.append(
+            f"only {keep} of the {len(evidence)} evidence items (with their SQL) fit in one "
+            "result; the rest are in explain --sql"
+        )
+    return tool_result(render.render_evidence(result, whole), result)
 
-    return guard(run, EvidenceResult)
 
-
+@guarded(BreakdownResult)
 def get_per_process_breakdown(
     store: StoreHandle, since: str | None = None, pid: int | None = None, pids: list[int] | None = None, top_n: int = 20
 ) -> CallToolResult:
     """The get_per_process_breakdown tool (its description is in server.py)."""
+    from ingero_mcp.analysis import per_process_breakdown
 
-    def run() -> CallToolResult:
-        from ingero_mcp.analysis import per_process_breakdown
-
-        with store.connection() as con:
-            window = window_since(con, since)
-            whole = whole_trace(con)
-            chosen = merged_pids(pid, pids)
-            procs = per_process_breakdown(con, window, chosen)
-        notes = []
-        if chosen:
-            missing = sorted(set(chosen) - {p.pid for p in procs})
-            if missing:
-                notes.append(f"no data for pid(s) {missing} in this window; call without pid to list the pids")
-        for p in procs:
-            if len(p.ops) > 30:
-                p.ops = p.ops[:30]
-            if len(p.children) > 100:
-                notes.append(f"pid {p.pid}: {len(p.children) - 100} of {len(p.children)} children left out")
-                p.children = p.children[:100]
-        result = BreakdownResult(
-            window=window or whole or TimeWindow(start_ns=0, end_ns=0),
-            processes=procs[:top_n],
-            shown=min(top_n, len(procs)),
-            total=len(procs),
-            truncated=len(procs) > top_n,
-            notes=notes,
-            trace_start_ns=origin_of(whole, window),
-        )
-        result = shrink(result, "processes")
-        return tool_result(render.render_breakdown(result, whole), result)
-
-    return guard(run, BreakdownResult)
+    with store.connection() as con:
+        window = window_since(con, since)
+        whole = whole_trace(con)
+        chosen = merged_pids(pid, pids)
+        procs = per_process_breakdown(con, window, chosen)
+    notes = []
+    if chosen:
+        missing = sorted(set(chosen) - {p.pid for p in procs})
+        if missing:
+            notes.append(f"no data for pid(s) {missing} in this window; call without pid to list the pids")
+    for p in procs:
+        if len(p.ops) > 30:
+            p.ops = p.ops[:30]
+        if len(p.children) > 100:
+            notes.append(f"pid {p.pid}: {len(p.children) - 100} of {len(p.children)} children left out")
+            p.children = p.children[:100]
+    result = BreakdownResult(
+        window=window or whole or TimeWindow(start_ns=0, end_ns=0),
+        processes=procs[:top_n],
+        shown=min(top_n, len(procs)),
+        total=len(procs),
+        truncated=len(procs) > top_n,
+        notes=notes,
+        trace_start_ns=origin_of(whole, window),
+    )
+    result = shrink(result, "processes")
+    return tool_result(render.render_breakdown(result, whole), result)
 
 
+@guarded(TimelineResult)
 def get_timeline(
     store: StoreHandle,
     pid: int | None = None,
@@ -304,73 +299,66 @@ def get_timeline(
     limit: int = 100,
 ) -> CallToolResult:
     """The get_timeline tool (its description is in server.py)."""
+    from ingero_mcp.analysis import resolve_window, thread_timeline
 
-    def run() -> CallToolResult:
-        from ingero_mcp.analysis import resolve_window, thread_timeline
-
-        with store.connection() as con:
-            window = resolve_window(con, since=since, start=from_, end=to) if since or from_ or to else None
-            whole = whole_trace(con)
-            around_ns = None
-            if around:  # every form the tools print ('+12.500000 s', a UTC time) reads as it is
-                around_ns = resolve_window(con, start=around, end=around).start_ns
-            tl = thread_timeline(con, pid=pid, tid=tid, window=window, around_ns=around_ns, limit=limit)
-        notes = []
-        if (pid is not None and not any(e.pid == pid for e in tl.entries)) or (
-            tid is not None and not any(e.tid == tid for e in tl.entries)
-        ):
-            notes.append(
-                "no events of this pid/tid in the window (only host snapshots, if any); "
-                "get_per_process_breakdown lists the pids"
-            )
-        result = TimelineResult(
-            timeline=tl,
-            shown=len(tl.entries),
-            total=tl.total_in_window,
-            truncated=tl.truncated,
-            notes=notes,
-            trace_start_ns=origin_of(whole, tl.window),
+    with store.connection() as con:
+        window = resolve_window(con, since=since, start=from_, end=to) if since or from_ or to else None
+        whole = whole_trace(con)
+        around_ns = None
+        if around:  # every form the tools print ('+12.500000 s', a UTC time) reads as it is
+            around_ns = resolve_window(con, start=around, end=around).start_ns
+        tl = thread_timeline(con, pid=pid, tid=tid, window=window, around_ns=around_ns, limit=limit)
+    notes = []
+    if (pid is not None and not any(e.pid == pid for e in tl.entries)) or (
+        tid is not None and not any(e.tid == tid for e in tl.entries)
+    ):
+        notes.append(
+            "no events of this pid/tid in the window (only host snapshots, if any); "
+            "get_per_process_breakdown lists the pids"
         )
-        entries = list(tl.entries)
-        keep = fit(result, entries, lambda v: setattr(result.timeline, "entries", v))
-        if keep < len(entries):
-            result.shown, result.truncated = keep, True
-            result.notes.append(
-                f"only {keep} of the {len(entries)} events asked for fit in one result; lower limit or "
-                "narrow the window"
-            )
-        return tool_result(render.render_timeline(result, whole), result)
+    result = TimelineResult(
+        timeline=tl,
+        shown=len(tl.entries),
+        total=tl.total_in_window,
+        truncated=tl.truncated,
+        notes=notes,
+        trace_start_ns=origin_of(whole, tl.window),
+    )
+    entries = list(tl.entries)
+    keep = fit(result, entries, lambda v: setattr(result.timeline, "entries", v))
+    if keep < len(entries):
+        result.shown, result.truncated = keep, True
+        result.notes.append(
+            f"only {keep} of the {len(entries)} events asked for fit in one result; lower limit or "
+            "narrow the window"
+        )
+    return tool_result(render.render_timeline(result, whole), result)
 
-    return guard(run, TimelineResult)
 
-
+@guarded(ContextResult)
 def get_system_context(store: StoreHandle, since: str | None = None, max_points: int = 120) -> CallToolResult:
     """The get_system_context tool (its description is in server.py)."""
+    from ingero_mcp.analysis import system_context
 
-    def run() -> CallToolResult:
-        from ingero_mcp.analysis import system_context
-
-        with store.connection() as con:
-            window = window_since(con, since)
-            whole = whole_trace(con)
-            ctx = system_context(con, window, max_points=max_points)
-        result = ContextResult(
-            context=ctx,
-            shown=len(ctx.points),
-            total=ctx.downsampled_from or len(ctx.points),
-            trace_start_ns=origin_of(whole, ctx.window),
-        )
-        if json_size(result) > STRUCTURED_BUDGET:
-            points = ctx.points
-            step = 2
-            while json_size(result) > STRUCTURED_BUDGET - 400 and step < len(points):
-                result.context.points = points[::step]
-                step *= 2
-            result.shown, result.truncated = len(result.context.points), True
-            result.notes.append(f"every {step // 2}th snapshot shown to keep the result small")
-        return tool_result(render.render_context(result, whole), result)
-
-    return guard(run, ContextResult)
+    with store.connection() as con:
+        window = window_since(con, since)
+        whole = whole_trace(con)
+        ctx = system_context(con, window, max_points=max_points)
+    result = ContextResult(
+        context=ctx,
+        shown=len(ctx.points),
+        total=ctx.downsampled_from or len(ctx.points),
+        trace_start_ns=origin_of(whole, ctx.window),
+    )
+    if json_size(result) > STRUCTURED_BUDGET:
+        points = ctx.points
+        step = 2
+        while json_size(result) > STRUCTURED_BUDGET - 400 and step < len(points):
+            result.context.points = points[::step]
+            step *= 2
+        result.shown, result.truncated = len(result.context.points), True
+        result.notes.append(f"every {step // 2}th snapshot shown to keep the result small")
+    return tool_result(render.render_context(result, whole), result)
 
 
 def save_picture(
@@ -474,43 +462,41 @@ def save_picture(
     return guard(run_or_say_why, PictureResult)
 
 
+@guarded(InfoResult)
 def get_trace_info(store: StoreHandle) -> CallToolResult:
     """The get_trace_info tool (its description is in server.py)."""
+    from ingero_mcp.analysis import events_lost, trace_info
 
-    def run() -> CallToolResult:
-        from ingero_mcp.analysis import events_lost, trace_info
-
-        with store.connection() as con:
-            info = trace_info(con)
-        notes = []
-        skipped = skipped_segments(store.path)
-        if skipped:
-            notes.append(describe(skipped) + "; every answer is of the rest")
-        lost = events_lost(info)
-        if lost:
-            notes.append(f"{lost} events were lost by the collector (collector_stats.events_lost)")
-        result = InfoResult(
-            info=info,
-            shown=len(info.sessions),
-            total=len(info.sessions),
-            notes=notes,
-            trace_start_ns=origin_of(info.window, None),
-        )
-        keep = min(20, len(info.sessions))
+    with store.connection() as con:
+        info = trace_info(con)
+    notes = []
+    skipped = skipped_segments(store.path)
+    if skipped:
+        notes.append(describe(skipped) + "; every answer is of the rest")
+    lost = events_lost(info)
+    if lost:
+        notes.append(f"{lost} events were lost by the collector (collector_stats.events_lost)")
+    result = InfoResult(
+        info=info,
+        shown=len(info.sessions),
+        total=len(info.sessions),
+        notes=notes,
+        trace_start_ns=origin_of(info.window, None),
+    )
+    keep = min(20, len(info.sessions))
+    result.info.sessions = info.sessions[:keep]
+    while keep > 1 and json_size(result) > STRUCTURED_BUDGET - 400:
+        keep //= 2
         result.info.sessions = info.sessions[:keep]
-        while keep > 1 and json_size(result) > STRUCTURED_BUDGET - 400:
-            keep //= 2
-            result.info.sessions = info.sessions[:keep]
-        if keep < len(info.sessions):
-            result.shown, result.truncated = keep, True
-            result.notes.append(
-                f"{result.total - keep} of {result.total} sessions left out; run_sql reads the sessions table"
-            )
-        return tool_result(render.render_info(result), result)
-
-    return guard(run, InfoResult)
+    if keep < len(info.sessions):
+        result.shown, result.truncated = keep, True
+        result.notes.append(
+            f"{result.total - keep} of {result.total} sessions left out; run_sql reads the sessions table"
+        )
+    return tool_result(render.render_info(result), result)
 
 
+@guarded(SqlRows)
 def run_sql(
     store: StoreHandle,
     sql_worker: SqlWorker,
@@ -520,39 +506,35 @@ def run_sql(
     limit: int = DEFAULT_LIMIT,
 ) -> CallToolResult:
     """The run_sql tool (its description is in server.py)."""
-
-    def run() -> CallToolResult:
-        if (sql is None) == (query is None):
-            raise ToolError("give the query as `sql` (or `query`, Ingero's name), exactly one of them")
-        with store.connection():
-            pass  # readable (else the reason), and reopened if it changed
-        text = sql if sql is not None else query or ""
-        if not text.strip():
-            raise SqlError("empty query")
-        got = sql_worker.run(text, limit, sql_timeout_s)
-        result = SqlRows(
-            columns=[clean(c, 200) for c in got.columns],
-            types=got.types,
-            rows=[],
-            limit=limit,
-            more_rows=got.more_rows,
-            elapsed_ms=round(got.elapsed_s * 1000, 1),
-            shown=0,
-            total=got.fetched,
-            truncated=got.more_rows,
-            notes=list(got.notes),
+    if (sql is None) == (query is None):
+        raise ToolError("give the query as `sql` (or `query`, Ingero's name), exactly one of them")
+    with store.connection():
+        pass  # readable (else the reason), and reopened if it changed
+    text = sql if sql is not None else query or ""
+    if not text.strip():
+        raise SqlError("empty query")
+    got = sql_worker.run(text, limit, sql_timeout_s)
+    result = SqlRows(
+        columns=[clean(c, 200) for c in got.columns],
+        types=got.types,
+        rows=[],
+        limit=limit,
+        more_rows=got.more_rows,
+        elapsed_ms=round(got.elapsed_s * 1000, 1),
+        shown=0,
+        total=got.fetched,
+        truncated=got.more_rows,
+        notes=list(got.notes),
+    )
+    if got.more_rows:
+        result.notes.append(f"the query returned more than {limit} rows; only the first {limit} were fetched")
+    # the rows that fit the budget with the header, counted against the rows fetched (not only those passed on)
+    keep = fit(result, got.rows, lambda rows: setattr(result, "rows", rows))
+    result.shown = keep
+    if keep < got.fetched:
+        result.truncated = True
+        result.notes.append(
+            f"only {keep} of the {got.fetched} rows fetched fit in one result; select fewer or "
+            "narrower columns, aggregate, or lower limit"
         )
-        if got.more_rows:
-            result.notes.append(f"the query returned more than {limit} rows; only the first {limit} were fetched")
-        # the rows that fit the budget with the header, counted against the rows fetched (not only those passed on)
-        keep = fit(result, got.rows, lambda rows: setattr(result, "rows", rows))
-        result.shown = keep
-        if keep < got.fetched:
-            result.truncated = True
-            result.notes.append(
-                f"only {keep} of the {got.fetched} rows fetched fit in one result; select fewer or "
-                "narrower columns, aggregate, or lower limit"
-            )
-        return tool_result(render.render_sql(result), result)
-
-    return guard(run, SqlRows)
+    return tool_result(render.render_sql(result), result)
