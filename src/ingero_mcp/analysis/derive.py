@@ -67,9 +67,10 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def _drop_cache(con: duckdb.DuckDBPyConnection) -> None:
-    """The connection's views and the cache go: later readers see the stored tables."""
+    """The connection's views (the steps too) and the cache go: later readers see the stored tables."""
     for name in VIEWS:
         con.execute(f"DROP VIEW IF EXISTS temp.{TABLES[name]}").fetchall()
+    for name in DEFINITIONS:
         con.execute(f"DROP VIEW IF EXISTS temp.{name}").fetchall()
     con.execute(f"DETACH DATABASE IF EXISTS {CACHE}").fetchall()
 
