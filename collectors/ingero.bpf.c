@@ -25,6 +25,7 @@
 // symbols also get an entry-only variant (op id | OP_ENTRY_ONLY) that records the call at entry.
 
 #include <uapi/linux/ptrace.h>
+#include <uapi/linux/bpf_perf_event.h>
 
 #define MAX_DEPTH 4
 #define COMM_LEN 16
@@ -40,6 +41,16 @@
 #ifndef KSTACK_ENTRIES
 #define KSTACK_ENTRIES 8192
 #endif
+// User stacks, taken where the kernel stack is (a switch-out into sleep) and at on-CPU samples: the
+// innermost USTACK_DEPTH frames, walked by the kernel through frame pointers (code built without
+// them stops at the leaf). Userspace symbolises them while the process lives (collector/ustacks.py).
+#ifndef USTACK_DEPTH
+#define USTACK_DEPTH 32
+#endif
+#ifndef USTACK_ENTRIES
+#define USTACK_ENTRIES 32768
+#endif
+#define EFAULT_ 14   // bpf_get_stackid's -EFAULT: no stack there (a sample in user mode, a kernel thread)
 
 // counters (per-CPU array indices); mirrored in collector/records.py
 #define C_CUDA_SEEN 0
@@ -58,7 +69,10 @@
 #define C_AGG_DROP_PAGE 13
 #define C_WAKE_IRQ 14
 #define C_KSTACK_LOST 15   // a switch-out whose kernel stack could not be taken (a hash collision, a fault)
-#define N_COUNTERS 16
+#define C_USTACK_LOST 16   // a user stack that could not be stored (a hash collision in the stack map)
+#define C_SAMPLE_SEEN 17   // on-CPU samples of traced threads
+#define C_SAMPLE_DROP 18   // ... lost: the sample ring was full
+#define N_COUNTERS 19
 
 // event flags
 #define F_BYTES 1
@@ -138,6 +152,9 @@ struct tstate {
     char waker_comm[COMM_LEN];
     s32 syscall;       // syscall number at switch-out, -1: not in a syscall / unknown
     s32 kstack;        // kstacks id of the kernel stack at switch-out, < 0: not taken
+    s32 ustack;        // ustacks id of the user stack at switch-out, < 0: not taken
+    u32 pad0;
+    u64 py;            // the Python stack's id at switch-out (pyframes.bpf.h), 0: none
     u8 off_state;      // S_*
     u8 depth;
     u8 waker_ctx;      // W_*, 0: no wakeup seen
@@ -188,7 +205,20 @@ struct sched_ev {
     u8 flags;
     u8 pad;
     s32 kstack;         // kstacks id of the kernel stack at switch-out, < 0: not taken
-    u32 pad2;
+    s32 ustack;         // ustacks id of the user stack at switch-out, < 0: not taken
+    u64 py;             // the Python stack's id at switch-out, 0: none
+};
+
+// An on-CPU sample of a traced thread (the perf event program, --stack-hz per CPU).
+struct sample_ev {
+    u64 ts;
+    u64 py;             // the Python stack's id, 0: none
+    u32 pid;
+    u32 tid;
+    u32 cpu;
+    s32 kstack;         // kstacks id when the sample fell in the kernel, < 0: in user space (or lost)
+    s32 ustack;         // ustacks id, < 0: not taken
+    u32 pad;
 };
 
 struct proc_ev {
@@ -240,6 +270,10 @@ struct kstack_t {
     u64 ip[KSTACK_DEPTH];
 };
 
+struct ustack_t {
+    u64 ip[USTACK_DEPTH];
+};
+
 BPF_HASH(traced, u32, u8, 65536);
 BPF_HASH(tstate, u32, struct tstate, 16384);
 BPF_PERCPU_ARRAY(zero_state, struct tstate, 1);
@@ -253,6 +287,8 @@ BPF_PERCPU_ARRAY(pending_holder, struct pending_t, 1);
 BPF_ARRAY(config, u64, 4);   // [0]: trace every process that calls CUDA (no --pid); [1]: irq depth armed
 
 BPF_TABLE("stacktrace", int, struct kstack_t, kstacks, KSTACK_ENTRIES);
+BPF_TABLE("stacktrace", int, struct ustack_t, ustacks, USTACK_ENTRIES);
+BPF_RINGBUF_OUTPUT(sample_events, SAMPLE_RB_PAGES);
 BPF_RINGBUF_OUTPUT(cuda_events, CUDA_RB_PAGES);
 BPF_RINGBUF_OUTPUT(sched_events, SCHED_RB_PAGES);
 BPF_RINGBUF_OUTPUT(proc_events, PROC_RB_PAGES);
@@ -262,6 +298,10 @@ static __always_inline void count(int idx) {
     if (c)
         (*c)++;
 }
+
+// The Python walker (its maps and py_stack(tgid, tid)): the loader puts collectors/pyframes.bpf.h in place of
+// this line before compiling, so the compiled program's cache key covers it.
+#include "pyframes.bpf.h"
 
 static __always_inline struct tstate *get_state(u32 tid, u32 tgid) {
     struct tstate *st = tstate.lookup(&tid);
@@ -273,6 +313,7 @@ static __always_inline struct tstate *get_state(u32 tid, u32 tgid) {
         return 0;
     init->tgid = tgid;
     init->kstack = -1;
+    init->ustack = -1;
     if (tstate.insert(&tid, init) != 0) {
         st = tstate.lookup(&tid);   // raced with another CPU, or full
         if (!st)
@@ -674,11 +715,19 @@ TRACEPOINT_PROBE(sched, sched_switch) {
             // for a CPU, and the walk costs ~0.5-1 us on the H200). No BPF_F_REUSE_STACKID: an id, once
             // given, always names the same stack (userspace reads each id once); a different stack
             // hashing to a taken slot is counted, not stored.
+            // The user stack (and the Python one) only where the kernel stack is taken: what the thread's own
+            // code was blocked in; -EFAULT: no user stack (not counted as lost).
             st->kstack = -1;
+            st->ustack = -1;
+            st->py = 0;
             if (s != 0) {
                 st->kstack = kstacks.get_stackid(args, 0);
                 if (st->kstack < 0)
                     count(C_KSTACK_LOST);
+                st->ustack = ustacks.get_stackid(args, BPF_F_USER_STACK);
+                if (st->ustack < 0 && st->ustack != -EFAULT_)
+                    count(C_USTACK_LOST);
+                st->py = py_stack(prev_tgid, prev_tid);
             }
             if (pend && next_tid != 0) {
                 pend->waiter = prev_tid;
@@ -736,8 +785,40 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     ev->flags = nt->sflags;
     ev->pad = 0;
     ev->kstack = nt->kstack;
-    ev->pad2 = 0;
+    ev->ustack = nt->ustack;
+    ev->py = nt->py;
     sched_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
+    return 0;
+}
+
+// On-CPU samples: a software CPU-clock perf event per CPU (--stack-hz) runs this in the interrupted task's
+// context; only threads of traced processes are kept. Its kernel stack when it was in the kernel (-EFAULT: in user
+// space), its user stack, its Python stack. Loaded as a perf_event program (collector/bpfcache.py: `perf_`).
+int perf_sample(struct bpf_perf_event_data *ctx) {
+    u64 pt = bpf_get_current_pid_tgid();
+    u32 tgid = pt >> 32;
+    u32 tid = (u32)pt;
+    if (tid == 0 || !traced.lookup(&tgid))
+        return 0;
+    count(C_SAMPLE_SEEN);
+    struct sample_ev *ev = sample_events.ringbuf_reserve(sizeof(struct sample_ev));
+    if (!ev) {
+        count(C_SAMPLE_DROP);
+        return 0;
+    }
+    ev->ts = bpf_ktime_get_ns();
+    ev->pid = tgid;
+    ev->tid = tid;
+    ev->cpu = bpf_get_smp_processor_id();
+    ev->kstack = kstacks.get_stackid(&ctx->regs, 0);
+    if (ev->kstack < 0 && ev->kstack != -EFAULT_)
+        count(C_KSTACK_LOST);
+    ev->ustack = ustacks.get_stackid(&ctx->regs, BPF_F_USER_STACK);
+    if (ev->ustack < 0 && ev->ustack != -EFAULT_)
+        count(C_USTACK_LOST);
+    ev->py = py_stack(tgid, tid);
+    ev->pad = 0;
+    sample_events.ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
     return 0;
 }
 
@@ -773,6 +854,8 @@ TRACEPOINT_PROBE(sched, sched_wakeup_new) {
     st->cpu = args->target_cpu;
     st->syscall = -1;
     st->kstack = -1;
+    st->ustack = -1;
+    st->py = 0;
     note_waker(st, now);
     return 0;
 }

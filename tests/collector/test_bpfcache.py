@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -80,16 +81,16 @@ def test_second_start_is_a_cache_hit_and_records_the_same(standin: StandIn, tmp_
 def _program() -> tuple[str, list[str]]:
     """The collector's program text and the cflags every kernel gets (the tracer adds HAVE_* ones)."""
     from ingero_mcp.collector import tracer as T
-    from ingero_mcp.collector.ops import entry_functions_c
 
-    text = (T.collectors_dir() / "ingero.bpf.c").read_text() + "\n" + entry_functions_c()
-    return text, [f"-DCUDA_RB_PAGES={T.CUDA_RB_PAGES}", f"-DSCHED_RB_PAGES={T.SCHED_RB_PAGES}",
-                  f"-DPROC_RB_PAGES={T.PROC_RB_PAGES}", f"-DAGG_ENTRIES={T.AGG_ENTRIES}", "-Wno-macro-redefined"]
+    return T.program_text(), [f"-DCUDA_RB_PAGES={T.CUDA_RB_PAGES}", f"-DSCHED_RB_PAGES={T.SCHED_RB_PAGES}",
+                              f"-DPROC_RB_PAGES={T.PROC_RB_PAGES}", f"-DSAMPLE_RB_PAGES={T.SAMPLE_RB_PAGES}",
+                              f"-DAGG_ENTRIES={T.AGG_ENTRIES}", "-Wno-macro-redefined"]
 
 
 def _load(cache: Path, cflags: list[str] | None = None) -> str:
     from ingero_mcp.collector.bccload import import_bcc
     from ingero_mcp.collector.bpfcache import load_bpf
+    from ingero_mcp.collector.ustacks import attach_sampler, detach_sampler
 
     text, base = _program()
     bpf, status = load_bpf(import_bcc(), text, cflags or base, cache_dir=cache)
@@ -98,6 +99,11 @@ def _load(cache: Path, cflags: list[str] | None = None) -> str:
         config[config.Key(2)] = config.Leaf(7)
         assert config[config.Key(2)].value == 7 and len(config) == 4
         assert len(bpf.tracepoint_fds) >= 10
+        # the on-CPU sampler: a perf_event program, loaded and attached to one event per CPU either way
+        assert attach_sampler(bpf, 49) is None
+        assert 1 <= len(next(iter(bpf.open_perf_events.values()))) <= (os.cpu_count() or 1)
+        detach_sampler(bpf)
+        assert not bpf.open_perf_events
     finally:
         bpf.cleanup()
     return status

@@ -798,7 +798,8 @@ def test_v5_kernel_stacks_say_what_a_thread_waited_in(v2rec: dict[str, Any]) -> 
     assert "do_nanosleep" in per_thread.get(t["waker"], []), per_thread.get(t["waker"])
     assert any("futex" in f for f in per_thread.get(t["sleeper"], [])), per_thread.get(t["sleeper"])
     assert all(f == "__schedule" or "schedule" in f for f in
-               [s[0] for s, in _q(con, "SELECT frames FROM stacks")]), "innermost frame: the scheduler"
+               [s[0] for s, in _q(con, "SELECT frames FROM stacks WHERE stack_id IN (SELECT kstack_id FROM "
+                                       "sched_intervals)")]), "innermost frame: the scheduler"
     missing, with_stack, closed = _q(con, """
         SELECT count(*) FILTER (WHERE kstack_id IS NOT NULL AND kstack_id NOT IN (SELECT stack_id FROM stacks)),
                count(kstack_id) FILTER (WHERE prev_state IN ('sleeping', 'uninterruptible')),
@@ -809,7 +810,8 @@ def test_v5_kernel_stacks_say_what_a_thread_waited_in(v2rec: dict[str, Any]) -> 
     assert _q(con, "SELECT count(kstack_id) FROM sched_intervals WHERE prev_state = 'preempted'")[0][0] == 0
     assert _q(con, "SELECT count(*) - count(DISTINCT (session_id, stack_id)) FROM stacks")[0][0] == 0
     notes = json.loads(_q(con, "SELECT notes FROM sessions")[0][0])
-    assert notes["kernel_stacks"]["distinct"] == _q(con, "SELECT count(*) FROM stacks")[0][0], notes["kernel_stacks"]
+    assert notes["kernel_stacks"]["distinct"] == _q(con, "SELECT count(*) FROM stacks WHERE kind = 'kernel'")[0][0], \
+        notes["kernel_stacks"]
 
 
 def _cpu_cgroup_root() -> tuple[Path, bool]:

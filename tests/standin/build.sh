@@ -16,3 +16,6 @@ mkdir -p "$out/runtime-only"
 $cc -O2 -fPIC -shared -Wall -DSTANDIN_NO_DRIVER -Wl,-soname,libcudart.so.13 -o "$out/runtime-only/libcudart.so.13" \
     "$src/cudart.c"
 $cc -O2 -Wall -pthread -o "$out/workload" "$src/workload.c" -L"$lib" -l:libcudart.so.13 -l:libcuda.so.1 -Wl,-rpath,"$lib"
+# frame pointers, no sibling calls: every function of the stand-in training loop keeps a frame the walk passes
+$cc -O2 -Wall -fno-omit-frame-pointer -fno-optimize-sibling-calls -o "$out/stacks" "$src/stacks.c" \
+    -L"$lib" -l:libcudart.so.13 -Wl,-rpath,"$lib"

@@ -42,6 +42,11 @@ class StandIn:
         return self.lib_dir / "libcuda.so.1"
 
     @property
+    def stacks(self) -> Path:
+        """The stand-in training loop built with frame pointers (stacks.c): functions with known names."""
+        return self.root / "stacks"
+
+    @property
     def runtime_only(self) -> Path:
         """A stand-in libcudart.so.13 with no libcuda beneath it: it neither links nor calls one."""
         return self.root / "runtime-only" / "libcudart.so.13"
@@ -68,13 +73,13 @@ class Workload:
     """A stand-in workload process that waits for `go()` before calling anything."""
 
     def __init__(self, standin: StandIn, *args: str, cpu: int | None = None, fifo: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, binary: Path | None = None) -> None:
         env = {**os.environ, **(env or {}), "WL_WAIT": "1"}
         if cpu is not None:
             env["WL_CPU"] = str(cpu)
         if fifo:
             env["WL_FIFO"] = "1"
-        self.proc = subprocess.Popen([str(standin.workload), *args], env=env, stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([str(binary or standin.workload), *args], env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         assert line.startswith("ready"), \

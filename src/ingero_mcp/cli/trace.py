@@ -61,6 +61,17 @@ def _poll_interval(text: str) -> float:
     return value
 
 
+def _stack_hz(text: str) -> int:
+    """--stack-hz: on-CPU samples per second per CPU, 0 (none) to 1000."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--stack-hz {text}: a whole number of samples per second") from None
+    if not 0 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"--stack-hz {text}: must be between 0 (none) and 1000")
+    return value
+
+
 def _percent(text: str) -> float | None:
     """'2', '2%', '0.5' -> percent; 'off' -> None."""
     if text.strip().lower() in ("off", "none"):
@@ -120,6 +131,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "sooner when they fill faster, so nothing is lost. Shorter means more wake-ups, which may "
                         "cost the job too: on the H200 a training loop ran a median 19.5 %% slower traced with "
                         "0.02 and 6.7 %% with the default, in one call (bench/README.md)")
+    parser.add_argument("--stack-hz", type=_stack_hz, default=49, metavar="N",
+                        help="on-CPU samples of the traced threads per second per CPU (default 49; 0: none), each "
+                        "with the thread's user stack (and its kernel stack when it was in the kernel): which of its "
+                        "functions a thread ran (stack_samples). User stacks are also taken wherever the kernel "
+                        "stack is (a switch-out into sleep: sched_intervals.ustack_id), whatever N is")
     parser.add_argument("--quiet", action="store_true", help="no live view")
     parser.add_argument("--no-bpf-cache", dest="bpf_cache", action="store_false",
                         help="compile the eBPF program with clang, neither using nor writing the cache of "
@@ -147,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     opts = TraceOptions(db=args.db, duration_s=args.duration, pids=args.pid, cuda_libs=args.cuda_lib, apis=apis,
                         layer="auto" if args.api == "auto" else "both", launch_probes=args.launch_probes,
                         max_overhead_pct=args.max_overhead, calibrate=not args.no_calibrate, quiet=args.quiet,
-                        bpf_cache=args.bpf_cache, poll_interval_s=args.poll_interval, derive=_store_accounting)
+                        bpf_cache=args.bpf_cache, poll_interval_s=args.poll_interval, derive=_store_accounting,
+                        stack_hz=args.stack_hz)
     tracer = Tracer(opts, argv=sys.argv[1:])
     install_signal_handlers(tracer)
     try:

@@ -39,7 +39,7 @@ FORMAT = 1
 KEEP_FILES = 16  # older cache files (other sources, kernels, BCC versions) are pruned beyond this many
 _DEFAULT: Any = object()
 
-PROG_KPROBE, PROG_TRACEPOINT, PROG_RAW_TRACEPOINT = 2, 5, 17
+PROG_KPROBE, PROG_TRACEPOINT, PROG_PERF_EVENT, PROG_RAW_TRACEPOINT = 2, 5, 7, 17
 LD_IMM64 = 0x18
 PSEUDO_MAP_FD, PSEUDO_MAP_VALUE = 1, 2
 # map types whose BCC table class needs nothing from a libbcc module
@@ -124,6 +124,8 @@ def _prog_type(name: str) -> int:
         return PROG_TRACEPOINT
     if name.startswith("raw_tracepoint__"):
         return PROG_RAW_TRACEPOINT
+    if name.startswith("perf_"):  # the on-CPU sampler (perf_sample): attach_perf_event loads it as PERF_EVENT
+        return PROG_PERF_EVENT
     return PROG_KPROBE  # kprobes, uprobes, uretprobes
 
 

@@ -1,4 +1,4 @@
-"""Reading the kernel's side of a recording: the three ring buffers, the aggregate map, the thread states.
+"""Reading the kernel's side of a recording: the four ring buffers, the aggregate map, the thread states.
 
 A drain thread reads the rings in bulk (mmap, no per-event Python) into pending batches, pacing itself on how
 fast they fill; the main thread takes those batches to store them, harvests the finished per-second aggregate
@@ -19,6 +19,7 @@ import pyarrow as pa
 from ingero_mcp.collector import records as R
 from ingero_mcp.collector.kstacks import KernelStacks
 from ingero_mcp.collector.ringbuf import RingReader
+from ingero_mcp.collector.ustacks import UserStacks
 
 if TYPE_CHECKING:
     from ingero_mcp.collector.governor import Governor
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 CUDA_RB_PAGES = 16384  # 64 MiB: ~760k call records, >2 s of headroom at 300k calls/s
 SCHED_RB_PAGES = 4096  # 16 MiB
 PROC_RB_PAGES = 256  # 1 MiB
+SAMPLE_RB_PAGES = 256  # 1 MiB: ~21k on-CPU samples (49 Hz x 128 CPUs: 3 s)
 # Keys (pid, tid, cpu, second) for sched_switch, (pid, second) for mm_page_alloc; up to ~3 seconds
 # live before a harvest. A 16-CPU host with 4,000 threads running each second, each on ~2 CPUs:
 # ~24k switch keys a second, ~72k live; drops are counted (collector_stats 'sched_switch' lost).
@@ -52,8 +54,9 @@ OPEN_INTERVAL_SCHEMA = pa.schema([
     ("prev_state", pa.string()), ("preemptor_pid", pa.int32()), ("preemptor_tid", pa.int32()),
     ("preemptor_comm", pa.string()), ("cpu", pa.int32()), ("wakeup_ns", pa.int64()), ("sleep_ns", pa.int64()),
     ("cpu_wait_ns", pa.int64()), ("waker_pid", pa.int32()), ("waker_tid", pa.int32()), ("waker_comm", pa.string()),
-    ("waker_context", pa.string()), ("syscall", pa.string()), ("kstack_id", pa.int64()),
+    ("waker_context", pa.string()), ("syscall", pa.string()), ("kstack_id", pa.int64()), ("ustack_id", pa.int64()),
 ])
+RINGS = ("cuda", "sched", "proc", "sample")
 
 
 class Drain:
@@ -65,14 +68,14 @@ class Drain:
         self.agg: Any = None  # the kernel's (pid, second) buckets
         self.counters_map: Any = None
         self.governor: Governor | None = None  # counts the CUDA calls drained (Tracer.start makes it)
-        self.pending: dict[str, list[np.ndarray]] = {"cuda": [], "sched": [], "proc": []}
+        self.pending: dict[str, list[np.ndarray]] = {name: [] for name in RINGS}
         self.aggregated = {1: 0, 2: 0}
         self.last_record_ktime = 0  # the latest end of a CUDA call or off-CPU interval drained (kernel clock)
         self.lock = threading.Lock()  # pending, and the sampler's rows (Sink.queue_samples)
         self.stop = threading.Event()
         self.filled = FillSinceRead()  # what the rings received between two of the reader's reads
         self.traced_pages = 0  # page allocations of traced processes harvested so far
-        self.calibration_rows = {"cuda": 0, "sched": 0, "proc": 0}
+        self.calibration_rows = dict.fromkeys(RINGS, 0)
 
     def open(self, bpf: Any) -> None:
         """Take the loaded program's aggregate map, counters and rings."""
@@ -82,6 +85,7 @@ class Drain:
             "cuda": RingReader(bpf["cuda_events"].map_fd, CUDA_RB_PAGES * 4096, R.CUDA_DTYPE),
             "sched": RingReader(bpf["sched_events"].map_fd, SCHED_RB_PAGES * 4096, R.SCHED_DTYPE),
             "proc": RingReader(bpf["proc_events"].map_fd, PROC_RB_PAGES * 4096, R.PROC_DTYPE),
+            "sample": RingReader(bpf["sample_events"].map_fd, SAMPLE_RB_PAGES * 4096, R.SAMPLE_DTYPE),
         }
 
     def close(self) -> None:
@@ -134,7 +138,7 @@ class Drain:
         """What was read since the last take, per ring."""
         with self.lock:
             taken = self.pending
-            self.pending = {"cuda": [], "sched": [], "proc": []}
+            self.pending = {name: [] for name in RINGS}
         return taken
 
     def counters(self) -> np.ndarray:
@@ -181,8 +185,8 @@ class Drain:
         return pa.table({**rows, "bucket_ns": [BUCKET_NS] * len(done), "stored": [0] * len(done)}, schema=AGG_SCHEMA)
 
 
-def unfinished_rows(tstate: Any, now: int, offset_ns: int,
-                    kstacks: KernelStacks) -> tuple[list[tuple[int, ...]], dict[str, list[Any]], int]:
+def unfinished_rows(tstate: Any, now: int, offset_ns: int, kstacks: KernelStacks,
+                    ustacks: UserStacks) -> tuple[list[tuple[int, ...]], dict[str, list[Any]], int]:
     """Calls still in flight and threads still off-CPU at `now` (kernel clock), from the kernel's thread states:
     (CUDA call records without their first two fields, open sched_intervals columns, thread states read)."""
     calls: list[tuple[int, ...]] = []
@@ -217,6 +221,7 @@ def unfinished_rows(tstate: Any, now: int, offset_ns: int,
                 "waker_context": R.WAKER_CONTEXTS[st.waker_ctx] if seen_waker and st.waker_ctx < 4 else None,
                 "syscall": R.syscall_names(np.array([st.syscall]))[0].as_py(),
                 "kstack_id": None if new else kstacks.one(st.kstack),
+                "ustack_id": None if new else ustacks.one(st.tgid, st.ustack, st.py),
             }
             for k, v in row.items():
                 intervals[k].append(v)

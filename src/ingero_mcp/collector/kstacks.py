@@ -4,6 +4,8 @@ The eBPF program stores each traced thread's kernel stack as it leaves the CPU i
 reuse of ids: an id, once given, always names the same stack) and puts the map's id on the interval.
 Here each new map id is read once, symbolised against /proc/kallsyms (BCC's symbol cache), and given
 an id that is a hash of its frames, so one stack has one id in every session of the same kernel build.
+User stacks (collector/ustacks.py) use the same hash, over their modules, files and lines as well, and the
+same `stacks` row shape (STACKS_SCHEMA).
 """
 
 from __future__ import annotations
@@ -17,10 +19,24 @@ import pyarrow as pa
 
 Symbolize = Callable[[int], str]
 
+STACKS_SCHEMA = pa.schema([
+    ("stack_id", pa.int64()), ("kind", pa.string()), ("frames", pa.list_(pa.string())),
+    ("modules", pa.list_(pa.string())), ("files", pa.list_(pa.string())), ("lines", pa.list_(pa.int32())),
+])
 
-def stack_id(frames: Iterable[str]) -> int:
-    """A signed 64-bit id for a stack: a hash of its symbolised frames (innermost first)."""
-    digest = hashlib.blake2b("\n".join(frames).encode("utf-8", "replace"), digest_size=8).digest()
+
+def stack_id(frames: Iterable[str], modules: list[str | None] | None = None, files: list[str | None] | None = None,
+             lines: list[int | None] | None = None) -> int:
+    """A signed 64-bit id for a stack: a hash of its symbolised frames (innermost first), and of each frame's module,
+    file and line where given (user stacks; a kernel stack's id is the hash of its frames alone, as v5 made it)."""
+    frames = list(frames)
+    if modules is None and files is None and lines is None:
+        text = "\n".join(frames)
+    else:
+        cols = [c if c is not None else [None] * len(frames) for c in (modules, files, lines)]
+        text = "\n".join("\t".join(["" if v is None else str(v) for v in (f, m, fi, ln)])
+                         for f, m, fi, ln in zip(frames, *cols, strict=True))
+    digest = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=8).digest()
     return int.from_bytes(digest, "little", signed=True)
 
 
@@ -91,10 +107,17 @@ class KernelStacks:
         """The stable id of one map id (an interval still open at the stop)."""
         return self._resolve(int(map_id)) if map_id >= 0 else None
 
+    @property
+    def distinct(self) -> int:
+        """Distinct stacks resolved so far (each one `stacks` row)."""
+        return len(self._stored)
+
     def take_rows(self) -> pa.Table | None:
         """`stacks` rows for the stacks first seen since the last call."""
         if not self._new:
             return None
         new, self._new = self._new, []
-        return pa.table({"stack_id": pa.array([s for s, _ in new], pa.int64()), "kind": ["kernel"] * len(new),
-                         "frames": pa.array([f for _, f in new], pa.list_(pa.string()))})
+        n = len(new)
+        return pa.table([pa.array([s for s, _ in new], pa.int64()), pa.array(["kernel"] * n, pa.string()),
+                         pa.array([f for _, f in new], pa.list_(pa.string())), *[pa.nulls(n, t) for t in
+                         (pa.list_(pa.string()), pa.list_(pa.string()), pa.list_(pa.int32()))]], schema=STACKS_SCHEMA)

@@ -31,7 +31,15 @@ SCHED_DTYPE = np.dtype(
         ("cpu", "<u4"), ("on_cpu", "<u4"), ("holder_pid", "<u4"), ("holder_tid", "<u4"),
         ("waker_pid", "<u4"), ("waker_tid", "<u4"), ("syscall", "<i4"),
         ("preemptor_comm", "S16"), ("holder_comm", "S16"), ("waker_comm", "S16"),
-        ("state", "u1"), ("waker_ctx", "u1"), ("flags", "u1"), ("_pad", "V1"), ("kstack", "<i4"), ("_pad2", "V4"),
+        ("state", "u1"), ("waker_ctx", "u1"), ("flags", "u1"), ("_pad", "V1"), ("kstack", "<i4"), ("ustack", "<i4"),
+        ("py", "<u8"),
+    ]
+)
+SAMPLE_DTYPE = np.dtype(
+    _HDR
+    + [
+        ("ts", "<u8"), ("py", "<u8"), ("pid", "<u4"), ("tid", "<u4"), ("cpu", "<u4"), ("kstack", "<i4"),
+        ("ustack", "<i4"), ("_pad", "V4"),
     ]
 )
 PROC_DTYPE = np.dtype(
@@ -41,14 +49,16 @@ PROC_DTYPE = np.dtype(
         ("exit_code", "<i4"), ("flags", "<u4"), ("comm", "S16"), ("filename", "S128"),
     ]
 )
-assert CUDA_DTYPE.itemsize == 104 and SCHED_DTYPE.itemsize == 136 and PROC_DTYPE.itemsize == 184
+assert CUDA_DTYPE.itemsize == 104 and SCHED_DTYPE.itemsize == 144 and PROC_DTYPE.itemsize == 184
+assert SAMPLE_DTYPE.itemsize == 48
 
 # counters[] indices (C_* in ingero.bpf.c)
 C_CUDA_SEEN, C_CUDA_DROP, C_CUDA_DEPTH, C_CUDA_ORPHAN = 0, 1, 2, 3
 C_SCHED_SEEN, C_SCHED_DROP, C_PROC_SEEN, C_PROC_DROP = 4, 5, 6, 7
 C_AGG_DROP_SWITCH, C_SWITCH_TOTAL, C_PAGE_TOTAL, C_TSTATE_FULL = 8, 9, 10, 11
 C_WAKEUP_SEEN, C_AGG_DROP_PAGE, C_WAKE_IRQ, C_KSTACK_LOST = 12, 13, 14, 15
-N_COUNTERS = 16
+C_USTACK_LOST, C_SAMPLE_SEEN, C_SAMPLE_DROP = 16, 17, 18
+N_COUNTERS = 19
 
 F_BYTES, F_STREAM, F_HANDLE, F_HOSTPTR, F_NORET = 1, 2, 8, 16, 64
 # P_* in ingero.bpf.c; P_TEXIT (a thread's exit) only ends a threads row, it is not a process event
@@ -157,9 +167,10 @@ def syscall_names(nr: np.ndarray) -> pa.Array:
     return names.take(pa.array(inv.reshape(-1).astype(np.int32)))
 
 
-def sched_table(ev: np.ndarray, offset_ns: int, kstack_id: pa.Array | None = None) -> pa.Table:
-    """sched_intervals rows from switch-out/switch-in records of traced threads (kstack_id: the stacks' stable
-    ids, collector/kstacks.py; NULL without)."""
+def sched_table(ev: np.ndarray, offset_ns: int, kstack_id: pa.Array | None = None,
+                ustack_id: pa.Array | None = None) -> pa.Table:
+    """sched_intervals rows from switch-out/switch-in records of traced threads (kstack_id, ustack_id: the stacks'
+    stable ids, collector/kstacks.py and ustacks.py; NULL without)."""
     off = ev["off_ts"].astype(np.int64)
     on = ev["on_ts"].astype(np.int64)
     wake = ev["wake_ts"].astype(np.int64)
@@ -195,6 +206,21 @@ def sched_table(ev: np.ndarray, offset_ns: int, kstack_id: pa.Array | None = Non
             "waker_context": _names(ev["waker_ctx"], _WAKER_CONTEXTS),
             "syscall": syscall_names(ev["syscall"]),
             "kstack_id": kstack_id if kstack_id is not None else pa.nulls(len(ev), pa.int64()),
+            "ustack_id": ustack_id if ustack_id is not None else pa.nulls(len(ev), pa.int64()),
+        }
+    )
+
+
+def sample_table(ev: np.ndarray, offset_ns: int, kstack_id: pa.Array, ustack_id: pa.Array) -> pa.Table:
+    """stack_samples rows from on-CPU sample records (the stacks' stable ids already resolved)."""
+    return pa.table(
+        {
+            "ts_ns": pa.array(ev["ts"].astype(np.int64) + offset_ns, pa.int64()),
+            "pid": pa.array(ev["pid"].astype(np.int32), pa.int32()),
+            "tid": pa.array(ev["tid"].astype(np.int32), pa.int32()),
+            "cpu": pa.array(ev["cpu"].astype(np.int32), pa.int32()),
+            "kstack_id": kstack_id,
+            "ustack_id": ustack_id,
         }
     )
 

@@ -18,6 +18,7 @@ from ingero_mcp.collector.drain import OPEN_INTERVAL_SCHEMA, Drain, unfinished_r
 from ingero_mcp.collector.kstacks import KernelStacks
 from ingero_mcp.collector.ops import OP_NAMES, OPS
 from ingero_mcp.collector.targets import Targets
+from ingero_mcp.collector.ustacks import UserStacks
 
 if TYPE_CHECKING:
     from ingero_mcp.collector.cgroups import CgroupSampler
@@ -96,6 +97,7 @@ class Sink:
         self.writer: TraceWriter | Any = None  # opened by Tracer.start
         self.offset_ns = 0
         self.kstacks: KernelStacks | Any = None
+        self.ustacks: UserStacks | Any = None
         self.stored: dict[str, int] = {"cuda_calls": 0, "sched_intervals": 0, "process_events": 0,
                                        "host_aggregates": 0, "snapshots": 0}
         self.ops = OpStats()
@@ -107,11 +109,12 @@ class Sink:
         self.unfinished: dict[str, int] = {}  # calls in flight and threads off-CPU at the stop, once recorded
         self.thread_states_left: int | None = None
 
-    def open(self, writer: TraceWriter, offset_ns: int, kstacks: KernelStacks) -> None:
-        """Start writing: the store's writer, wall minus kernel clock, the kernel stacks' reader."""
+    def open(self, writer: TraceWriter, offset_ns: int, kstacks: KernelStacks, ustacks: UserStacks) -> None:
+        """Start writing: the store's writer, wall minus kernel clock, the kernel and user stacks' readers."""
         self.writer = writer
         self.offset_ns = offset_ns
         self.kstacks = kstacks
+        self.ustacks = ustacks
 
     def _count(self, table: str, rows: int) -> None:
         self.stored[table] = self.stored.get(table, 0) + rows
@@ -129,9 +132,9 @@ class Sink:
 
     def store_pending(self) -> None:
         """Decode and append what the drain thread queued: process events first (so that new pids are
-        known), then CUDA calls, then scheduler intervals."""
+        known), then CUDA calls, then scheduler intervals, then on-CPU samples."""
         taken = self.drain.take_pending()
-        for name in ("proc", "cuda", "sched"):
+        for name in ("proc", "cuda", "sched", "sample"):
             parts = taken[name]
             if not parts:
                 continue
@@ -140,10 +143,17 @@ class Sink:
                 self._store_cuda(ev)
             elif name == "sched":
                 kstack_ids = self.kstacks.column(ev["kstack"])
-                self.writer.append("sched_intervals", R.sched_table(ev, self.offset_ns, kstack_ids))
+                ustack_ids = self.ustacks.column(ev["pid"], ev["ustack"], ev["py"])
+                self.writer.append("sched_intervals", R.sched_table(ev, self.offset_ns, kstack_ids, ustack_ids))
                 self._count("sched_intervals", len(ev))
                 self.store_stacks()
                 self.targets.on_intervals(ev, self.offset_ns)
+            elif name == "sample":
+                table = R.sample_table(ev, self.offset_ns, self.kstacks.column(ev["kstack"]),
+                                       self.ustacks.column(ev["pid"], ev["ustack"], ev["py"]))
+                self.writer.append("stack_samples", table)
+                self._count("stack_samples", len(ev))
+                self.store_stacks()
             else:
                 self._store_proc(ev)
 
@@ -167,11 +177,12 @@ class Sink:
         self.targets.on_proc_events(ev, self.offset_ns)
 
     def store_stacks(self) -> None:
-        """The kernel stacks first seen in the intervals just stored."""
-        rows = self.kstacks.take_rows()
-        if rows is not None:
-            self.writer.append("stacks", rows)
-            self._count("stacks", rows.num_rows)
+        """The kernel and user stacks first seen in the rows just stored."""
+        for stacks in (self.kstacks, self.ustacks):
+            rows = stacks.take_rows()
+            if rows is not None:
+                self.writer.append("stacks", rows)
+                self._count("stacks", rows.num_rows)
 
     def store_costs(self, probes: Probes, governor: Governor | None, *, final: bool = False) -> None:
         """probe_costs once known, the governor's gaps and tracing_cost rows as they are made."""
@@ -219,7 +230,7 @@ class Sink:
         """Calls still in flight and threads still off-CPU when the recording stops, from the kernel's
         thread states: a hung cudaStreamSynchronize is exactly what a user wants to see. Such calls get
         duration = entry to stop and a NULL return_code; such intervals a NULL on_ns."""
-        calls, intervals, states = unfinished_rows(tstate, now, self.offset_ns, self.kstacks)
+        calls, intervals, states = unfinished_rows(tstate, now, self.offset_ns, self.kstacks, self.ustacks)
         self.thread_states_left = states
         self.unfinished = {"calls_in_flight": len(calls), "threads_off_cpu": len(intervals["pid"])}
         if calls:
@@ -250,6 +261,9 @@ class Sink:
         if self.targets.procs_dirty:
             self.writer.replace("processes", self.targets.procs_table())
             self.targets.procs_dirty = False
+        if self.ustacks is not None and self.ustacks.sources_dirty:
+            self.writer.replace("stack_sources", self.ustacks.sources_table())
+            self.ustacks.sources_dirty = False
 
     def _stats_table(self, c: np.ndarray, sampler: SystemSampler) -> dict[str, list[Any]]:
         lost = lost_counts(c)
@@ -265,6 +279,8 @@ class Sink:
             ("sched_switch", int(c[R.C_SWITCH_TOTAL]), 0, lost["sched_switch"], aggregated.get(1, 0)),
             ("mm_page_alloc", int(c[R.C_PAGE_TOTAL]), 0, lost["mm_page_alloc"], aggregated.get(2, 0)),
             ("snapshots", sampler.samples, self.stored["snapshots"], 0, 0),
+            ("stack_samples", int(c[R.C_SAMPLE_SEEN]) - calibration["sample"], self.stored.get("stack_samples", 0),
+             lost["stack_samples"], 0),
         ]
         self.counter_snapshot = c
         return {
@@ -284,6 +300,7 @@ def lost_counts(c: np.ndarray) -> dict[str, int]:
         "process_events": int(c[R.C_PROC_DROP]),
         "sched_switch": int(c[R.C_AGG_DROP_SWITCH]),
         "mm_page_alloc": int(c[R.C_AGG_DROP_PAGE]),
+        "stack_samples": int(c[R.C_SAMPLE_DROP]),
     }
 
 
@@ -298,9 +315,16 @@ def _coverage_table(c: np.ndarray, cgroups: CgroupSampler) -> dict[str, list[Any
          "launches made while the governor had detached the launch probes are not rows (probe_gaps)"),
         ("sched_intervals", lost["sched_intervals"] == 0,
          f"every switch-out/switch-in of threads of traced processes; lost {lost['sched_intervals']}; "
-         "on_ns NULL: still off-CPU when the recording stopped (off_cpu_ns up to the stop); kstack_id NULL: the "
-         "kernel stack at switch-out was not taken (sessions.notes kernel_stacks.not_taken)"),
-        ("stacks", True, "every distinct kernel stack that a kstack_id of sched_intervals names"),
+         "on_ns NULL: still off-CPU when the recording stopped (off_cpu_ns up to the stop); kstack_id / ustack_id "
+         "NULL: the kernel / user stack at switch-out was not taken (a preemption takes neither; sessions.notes "
+         "kernel_stacks / user_stacks not_taken)"),
+        ("stacks", True, "every distinct kernel, user or python stack that a kstack_id or ustack_id of "
+         "sched_intervals or stack_samples names"),
+        ("stack_samples", lost["stack_samples"] == 0, f"on-CPU samples of threads of traced processes at "
+         f"stack_sources.sample_hz per CPU (none when 0); lost {lost['stack_samples']}; kstack_id NULL: the sample "
+         "fell in user space"),
+        ("stack_sources", True, "each traced process: whether its Python frames were walked, whether its native "
+         "stacks go past the leaf (frame pointers; NULL: no user stack read), and why not"),
         ("host_aggregates", lost["sched_switch"] + lost["mm_page_alloc"] == 0,
          "exact counts for every task on the host: sched_switch per (pid, tid, cpu, 1 s bucket), sum_duration_ns "
          "the on-CPU time of the slices that ended in the bucket (pid 0: that CPU's idle); mm_page_alloc per "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ class Targets:
         self.pinned = PinnedRanges()
         self.pin_complete: dict[int, bool] = {}  # pid -> every pinned range it made can have been seen
         self.procs_dirty = True
+        self.on_traced: Callable[[int], None] | None = None  # told of each process when it is first traced
 
     def trace(self, pid: int, *, target: bool) -> None:
         """Mark a process traced in the kernel and remember it."""
@@ -71,6 +73,8 @@ class Targets:
         if rec["traced"] and pid not in self.pin_complete:
             self.pin_complete[pid] = _no_gpu_context(pid)
             self.seed_threads(pid)
+            if self.on_traced is not None:
+                self.on_traced(pid)
         self.procs_dirty = True
         return rec
 

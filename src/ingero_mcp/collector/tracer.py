@@ -44,6 +44,7 @@ from ingero_mcp.collector.drain import (
     DRAIN_FILL,
     MIN_POLL_S,
     PROC_RB_PAGES,
+    SAMPLE_RB_PAGES,
     SCHED_RB_PAGES,
     Drain,
     FillSinceRead,
@@ -54,14 +55,17 @@ from ingero_mcp.collector.kstacks import KernelStacks, bcc_symbolizer
 from ingero_mcp.collector.ops import entry_functions_c
 from ingero_mcp.collector.preflight import tracefs_dir
 from ingero_mcp.collector.probes import ENDBR64, AttachedLibrary, Probes, bpf_prog_info, bpf_run_stats, probe_site
+from ingero_mcp.collector.pyframes import PythonFrames
 from ingero_mcp.collector.sampler import Nvml, SystemSampler, host_info
 from ingero_mcp.collector.sink import OpRow, Sink, lost_counts
 from ingero_mcp.collector.targets import Targets
+from ingero_mcp.collector.ustacks import DEFAULT_STACK_HZ, UserStacks, attach_sampler, bcc_user_resolver, detach_sampler
 
 __all__ = [
-    "AGG_ENTRIES", "CUDA_RB_PAGES", "DRAIN_FILL", "ENDBR64", "MIN_POLL_S", "PROC_RB_PAGES", "SCHED_RB_PAGES",
+    "AGG_ENTRIES", "CUDA_RB_PAGES", "DRAIN_FILL", "ENDBR64", "MIN_POLL_S", "PROC_RB_PAGES", "SAMPLE_RB_PAGES",
+    "SCHED_RB_PAGES",
     "AttachedLibrary", "FillSinceRead", "TraceOptions", "Tracer", "bpf_prog_info", "bpf_run_stats",
-    "clock_offset_ns", "collectors_dir", "drain_wait", "install_signal_handlers", "probe_site",
+    "clock_offset_ns", "collectors_dir", "drain_wait", "install_signal_handlers", "probe_site", "program_text",
 ]
 
 
@@ -71,6 +75,14 @@ def collectors_dir() -> Path:
     if (repo / "ingero.bpf.c").is_file():
         return repo
     return Path(str(resources.files("ingero_mcp") / "collectors"))
+
+
+def program_text() -> str:
+    """The eBPF program's C text: ingero.bpf.c with the Python walker's header in place of its #include line (text,
+    not -I, so the compiled-program cache's key covers it), then the generated CUDA entry functions."""
+    text = (collectors_dir() / "ingero.bpf.c").read_text().replace(
+        '#include "pyframes.bpf.h"', (collectors_dir() / "pyframes.bpf.h").read_text(), 1)
+    return text + "\n" + entry_functions_c()
 
 
 def clock_offset_ns() -> int:
@@ -104,6 +116,7 @@ class TraceOptions:
     poll_interval_s: float = 0.25  # the longest the rings stay unread; sooner when they fill faster (Drain.loop)
     rescan_interval_s: float = 1.0
     bpf_cache: bool = True  # load the compiled eBPF program from ~/.cache/ingero-mcp/bpf (--no-bpf-cache)
+    stack_hz: int = DEFAULT_STACK_HZ  # on-CPU samples of traced threads per second per CPU (--stack-hz; 0: none)
     # What stores a finished store's accounting when the segments are folded (`trace` passes the analysis's
     # store_derived; the collector itself knows nothing of the analysis); None: readers compute it.
     derive: Callable[[Any], object] | None = None
@@ -229,6 +242,7 @@ class Tracer:
             f"-DCUDA_RB_PAGES={CUDA_RB_PAGES}",
             f"-DSCHED_RB_PAGES={SCHED_RB_PAGES}",
             f"-DPROC_RB_PAGES={PROC_RB_PAGES}",
+            f"-DSAMPLE_RB_PAGES={SAMPLE_RB_PAGES}",
             f"-DAGG_ENTRIES={AGG_ENTRIES}",
             "-Wno-macro-redefined",
         ]
@@ -246,7 +260,7 @@ class Tracer:
             cflags.append("-DHAVE_RENAME_PID")
         # bpf_task_pt_regs (kernel >= 5.15, BTF): the syscall a thread left the CPU in (x86-64 registers)
         want_regs = os.uname().machine == "x86_64" and Path("/sys/kernel/btf/vmlinux").is_file()
-        text = (collectors_dir() / "ingero.bpf.c").read_text() + "\n" + entry_functions_c()
+        text = program_text()
         self.bpf_version = getattr(bcc, "__version__", "?")
         # a start after the first loads the compiled program from the cache (collector/bpfcache.py)
         cache = {} if self.opts.bpf_cache else {"cache_dir": None}
@@ -275,6 +289,8 @@ class Tracer:
         self.probes.bpf = self.bpf
         self.targets.traced_map = self.bpf["traced"]
         self.kstacks = KernelStacks(self.bpf["kstacks"], bcc_symbolizer())
+        self.ustacks = UserStacks(self.bpf["ustacks"], bcc_user_resolver(), PythonFrames(self.bpf), self.opts.stack_hz)
+        self.targets.on_traced = self.ustacks.add_process
         self.drain.open(self.bpf)
 
     def _say(self, message: str) -> None:
@@ -326,10 +342,14 @@ class Tracer:
         for lib in forced_libs:
             self.attach_library(lib, forced=True)
         self._discover()
+        self.sampler_error = attach_sampler(self.bpf, self.opts.stack_hz)
+        if self.sampler_error:
+            self.ustacks.sample_hz = 0
+            self._say(f"no on-CPU stack samples ({self.sampler_error}); stacks at switch-outs only")
         self.started_ns = time.time_ns()
         self.cpu_at_start_s = _cpu_seconds()  # compile/load, attach and calibration
         self.writer = TraceWriter(self.opts.db, live=True, derive=self.opts.derive)
-        self.sink.open(self.writer, self.offset_ns, self.kstacks)
+        self.sink.open(self.writer, self.offset_ns, self.kstacks, self.ustacks)
         self._write_latest()
         self.writer.flush()
         probes = sum(len(rec.attached) for rec in self.libs.values())
@@ -428,6 +448,7 @@ class Tracer:
     def _detach(self) -> None:
         """Every probe and tracepoint at once (Probes.detach_all)."""
         self.probes.detach_all()
+        detach_sampler(self.bpf)
 
     def finish(self) -> None:
         """Detach, drain, write the final state, fold and close the store."""
@@ -496,7 +517,7 @@ class Tracer:
             "launch_probes": self.opts.launch_probes, "max_overhead_pct": self.opts.max_overhead_pct,
             "quiet": self.opts.quiet, "trace_all": self.trace_all,
             "flush_interval_s": self.opts.flush_interval_s, "bucket_ns": BUCKET_NS, "kernel_features": self.features,
-            "clock_offset_ns": self.offset_ns,
+            "clock_offset_ns": self.offset_ns, "stack_hz": self.opts.stack_hz,
         }
         from ingero_mcp import __version__
 
@@ -510,8 +531,13 @@ class Tracer:
                  "wakeups_seen": int(c[R.C_WAKEUP_SEEN]), "wakeups_from_interrupts": int(c[R.C_WAKE_IRQ]),
                  # switch-outs whose kernel stack was not taken (its slot in the stack map held another stack):
                  # their kstack_id is NULL; the interval itself is stored
-                 "kernel_stacks": {"distinct": self.stored.get("stacks", 0),
+                 "kernel_stacks": {"distinct": self.kstacks.distinct,
                                    "not_taken": int(c[R.C_KSTACK_LOST]) + self.kstacks.unreadable},
+                 # user stacks not stored (a hash collision in the stack map) or not symbolised: ustack_id NULL
+                 "user_stacks": {"distinct": self.ustacks.distinct, "not_taken": int(c[R.C_USTACK_LOST])
+                                 + self.ustacks.unreadable},
+                 "stack_samples": {"hz": self.ustacks.sample_hz, "error": getattr(self, "sampler_error", None),
+                                   "seen": int(c[R.C_SAMPLE_SEEN]), "ring_full": int(c[R.C_SAMPLE_DROP])},
                  "thread_states_left": self.sink.thread_states_left,
                  "detach_s": round(self.detach_s, 3),
                  "snapshot_errors": self.sample_errors, "last_snapshot_error": self.last_sample_error,

@@ -19,7 +19,8 @@ SCHEMA_VERSION = 6
 DERIVED_PREFIX = "acct_"
 
 # Tables whose rows for a session are rewritten whole (latest state), not appended.
-REPLACE_TABLES = frozenset({"sessions", "processes", "threads", "collector_stats", "table_coverage"})
+REPLACE_TABLES = frozenset({"sessions", "processes", "threads", "collector_stats", "table_coverage",
+                            "stack_sources"})
 
 
 # What an older store did not record, mapped to the current shape: (table, column) -> SQL over the

@@ -1,0 +1,218 @@
+"""User stacks of traced threads: the eBPF user stack map's ids turned into stable ids and `stacks` rows, the
+on-CPU sampler attached, and how each process's stacks were taken (`stack_sources`).
+
+The eBPF program takes a thread's user stack (frame-pointer walk, innermost first) where it takes the kernel
+stack (a switch-out into sleep) and at each on-CPU sample, with the id of its Python stack (pyframes.bpf.h).
+Here each new (pid, map id, Python id) is read once, symbolised against the process's own mappings (BCC's
+per-pid symbol cache, while the process lives; module = the mapped file's basename) and given an id that is a
+hash of its frames (kstacks.stack_id). A stack with a Python id becomes one 'python' stack: the native frames
+up to the first interpreter frame, then the Python frames; else one 'user' stack of native frames.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ingero_mcp.collector.kstacks import STACKS_SCHEMA, stack_id
+from ingero_mcp.collector.pyframes import PythonFrames
+
+Resolve = Callable[[int, int], tuple[str, str | None]]  # (pid, address) -> (function, module basename)
+Row = tuple[int, str, list[str], list[str | None], list[str | None] | None, list[int | None] | None]
+
+DEFAULT_STACK_HZ = 49  # on-CPU samples per second per CPU (--stack-hz); off the 50/100 Hz of periodic work
+PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK = 1, 0
+INTERPRETER_MODULE = re.compile(r"^(lib)?python\d")  # libpython3.12.so.1.0, python3.12, python3
+NO_FRAME_POINTERS = "built without frame pointers: native stacks stop at the first frame"
+SYMCACHE_REFRESH_S = 2.0  # a process's mappings are read again at most this often (libraries loaded later)
+STACK_SOURCES_SCHEMA = pa.schema([
+    ("pid", pa.int32()), ("python", pa.string()), ("python_frames", pa.bool_()), ("frame_pointers", pa.bool_()),
+    ("sample_hz", pa.int32()), ("note", pa.string()),
+])
+
+
+def bcc_user_resolver() -> Resolve:
+    """User addresses of a process -> (function, module basename), through BCC's per-pid symbol cache; an address
+    in no known mapping makes the cache read the process's mappings again (a library loaded since)."""
+    from bcc import SymbolCache  # type: ignore[import-not-found]
+
+    caches: dict[int, tuple[Any, float]] = {}
+
+    def cache(pid: int, fresh: bool = False) -> Any:
+        got = caches.get(pid)
+        if got is None or (fresh and time.monotonic() - got[1] > SYMCACHE_REFRESH_S):
+            got = caches[pid] = (SymbolCache(pid), time.monotonic())
+        return got[0]
+
+    def resolve(pid: int, addr: int) -> tuple[str, str | None]:
+        name, offset, module = cache(pid).resolve(addr, True)
+        if module is None:
+            name, offset, module = cache(pid, fresh=True).resolve(addr, True)
+        mod = os.path.basename(module.decode("utf-8", "replace")) if module else None
+        if name:
+            return (name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)), mod
+        return (f"0x{offset:x}" if mod else f"0x{addr:x}"), mod
+
+    resolve.warm = cache  # type: ignore[attr-defined]  # read a process's mappings now, while it lives
+    return resolve
+
+
+def attach_sampler(bpf: Any, hz: int) -> str | None:
+    """Attach the on-CPU sampler (a software CPU-clock event per CPU, `hz` a second); the error, if it failed."""
+    if hz <= 0:
+        return None
+    try:
+        bpf.attach_perf_event(ev_type=PERF_TYPE_SOFTWARE, ev_config=PERF_COUNT_SW_CPU_CLOCK, fn_name=b"perf_sample",
+                              sample_freq=hz)
+    except Exception as exc:  # noqa: BLE001 - no perf events here (a VM, perf_event_paranoid): stacks at switch-outs
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def detach_sampler(bpf: Any) -> None:
+    """Stop the on-CPU sampler, if it runs."""
+    if (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK) in getattr(bpf, "open_perf_events", {}):
+        bpf.detach_perf_event(ev_type=PERF_TYPE_SOFTWARE, ev_config=PERF_COUNT_SW_CPU_CLOCK)
+
+
+def is_interpreter(function: str, module: str | None) -> bool:
+    """A frame of the CPython interpreter itself (its eval loop, libpython, the python executable)."""
+    return function == "_PyEval_EvalFrameDefault" or bool(module and INTERPRETER_MODULE.match(module))
+
+
+class UserStacks:
+    """Resolves user stack ids as the records carrying them arrive; keeps the rows of stacks not yet stored and, per
+    traced process, how its stacks were taken."""
+
+    def __init__(self, table: Any, resolve: Resolve, pyframes: PythonFrames | Any, sample_hz: int) -> None:
+        self.table = table
+        self.resolve = resolve
+        self.pyframes = pyframes
+        self.sample_hz = sample_hz
+        self.ids: dict[tuple[int, int, int], int | None] = {}  # (pid, map id, python id) -> stable id
+        self._native: dict[tuple[int, int], list[tuple[str, str | None]] | None] = {}
+        self._symbols: dict[tuple[int, int], tuple[str, str | None]] = {}
+        self._new: list[Row] = []
+        self._stored: set[int] = set()
+        self.unreadable = 0
+        self.sources: dict[int, tuple[str | None, bool, str | None]] = {}  # pid -> add_process's answer
+        self.depths: dict[int, list[int]] = {}  # pid -> [native stacks read, of them deeper than 2 frames]
+        self.sources_dirty = False
+
+    def add_process(self, pid: int) -> None:
+        """A traced process first seen: its mappings read while it lives, the Python walker told about it."""
+        if pid in self.sources:
+            return
+        warm = getattr(self.resolve, "warm", None)
+        try:
+            if warm is not None:
+                warm(pid)
+            self.sources[pid] = self.pyframes.add_process(pid)
+        except Exception as exc:  # noqa: BLE001 - a process gone, a walker's failure: its stacks stay native
+            self.sources[pid] = (None, False, f"Python frames not walked: {type(exc).__name__}: {exc}")
+        self.sources_dirty = True
+
+    def _native_frames(self, pid: int, map_id: int) -> list[tuple[str, str | None]] | None:
+        key = (pid, map_id)
+        if key in self._native:
+            return self._native[key]
+        try:
+            leaf = self.table[self.table.Key(map_id)]
+        except KeyError:
+            self._native[key] = None
+            return None
+        frames: list[tuple[str, str | None]] = []
+        for addr in leaf.ip:
+            if not addr:
+                break
+            sym = self._symbols.get((pid, addr))
+            if sym is None:
+                sym = self._symbols[(pid, addr)] = self.resolve(pid, int(addr))
+            if frames and sym[1] is None:
+                # a return address in no mapped file: the walk left the frame chain (code without frame
+                # pointers keeps data in rbp); what follows is noise, which would also split one stack into many
+                break
+            frames.append(sym)
+        self._native[key] = frames or None
+        if frames:
+            seen = self.depths.setdefault(pid, [0, 0])
+            seen[0] += 1
+            seen[1] += len(frames) > 2
+            self.sources_dirty = True
+        return frames or None
+
+    def _resolve(self, pid: int, map_id: int, py_id: int) -> int | None:
+        key = (pid, map_id, py_id)
+        if key in self.ids:
+            return self.ids[key]
+        native = self._native_frames(pid, map_id) if map_id >= 0 else []
+        py = self.pyframes.frames(pid, py_id) if py_id else None
+        row: Row | None = None
+        if py:
+            head = []
+            for fn, mod in native or []:
+                if is_interpreter(fn, mod):
+                    break
+                head.append((fn, mod))
+            frames = [fn for fn, _ in head] + [f for f, _, _ in py]
+            modules = [m for _, m in head] + [None] * len(py)
+            files = [None] * len(head) + [f for _, f, _ in py]
+            lines = [None] * len(head) + [ln for _, _, ln in py]
+            row = (stack_id(frames, modules, files, lines), "python", frames, modules, files, lines)
+        elif native:
+            frames, modules = [fn for fn, _ in native], [m for _, m in native]
+            row = (stack_id(frames, modules), "user", frames, modules, None, None)
+        sid = None if row is None else row[0]
+        self.ids[key] = sid
+        if row is None:
+            self.unreadable += 1
+        elif row[0] not in self._stored:
+            self._stored.add(row[0])
+            self._new.append(row)
+        return sid
+
+    def column(self, pids: np.ndarray, map_ids: np.ndarray, py_ids: np.ndarray) -> pa.Array:
+        """Stable ids for records' (pid, map id, Python id) (map id < 0 and no Python id: not taken -> NULL)."""
+        keys = np.empty(len(pids), dtype=[("pid", "<i8"), ("map", "<i8"), ("py", "<u8")])
+        keys["pid"], keys["map"], keys["py"] = pids, map_ids, py_ids
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        resolved = [self._resolve(p, m, y) if m >= 0 or y else None for p, m, y in uniq.tolist()]
+        return pa.array(resolved, pa.int64()).take(pa.array(inverse.reshape(-1).astype(np.int32)))
+
+    def one(self, pid: int, map_id: int, py_id: int) -> int | None:
+        """The stable id of one record's stack (an interval still open at the stop)."""
+        return self._resolve(int(pid), int(map_id), int(py_id)) if map_id >= 0 or py_id else None
+
+    @property
+    def distinct(self) -> int:
+        """Distinct stacks resolved so far (each one `stacks` row)."""
+        return len(self._stored)
+
+    def take_rows(self) -> pa.Table | None:
+        """`stacks` rows for the stacks first seen since the last call."""
+        if not self._new:
+            return None
+        new, self._new = self._new, []
+        return pa.table([pa.array([r[i] for r in new], t) for i, t in enumerate(STACKS_SCHEMA.types)],
+                        schema=STACKS_SCHEMA)
+
+    def frame_pointers(self, pid: int) -> bool | None:
+        """Whether this process's native stacks go past the leaf (most deeper than 2 frames); None: none read."""
+        total, deep = self.depths.get(pid, (0, 0))
+        return None if not total else 2 * deep > total
+
+    def sources_table(self) -> pa.Table:
+        """stack_sources rows: each traced process seen, its Python walker's answer and its frame pointers."""
+        rows = []
+        for pid, (version, walked, note) in sorted(self.sources.items()):
+            fp = self.frame_pointers(pid)
+            notes = [n for n in (note, NO_FRAME_POINTERS if fp is False else None) if n]
+            rows.append((pid, version, bool(walked), fp, self.sample_hz, "; ".join(notes) or None))
+        return pa.table([pa.array([r[i] for r in rows], t) for i, t in enumerate(STACK_SOURCES_SCHEMA.types)],
+                        schema=STACK_SOURCES_SCHEMA)
