@@ -175,6 +175,9 @@ class Sink:
             self.writer.append("process_events", R.proc_table(rows, self.offset_ns))
         self._count("process_events", len(ev))
         self.targets.on_proc_events(ev, self.offset_ns)
+        if self.ustacks is not None:
+            for pid in np.unique(ev["pid"][ev["kind"] == R.P_EXEC]).tolist():
+                self.ustacks.forget(int(pid))
 
     def store_stacks(self) -> None:
         """The kernel and user stacks first seen in the rows just stored."""

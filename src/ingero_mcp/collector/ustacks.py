@@ -60,6 +60,7 @@ def bcc_user_resolver() -> Resolve:
         return (f"0x{offset:x}" if mod else f"0x{addr:x}"), mod
 
     resolve.warm = cache  # type: ignore[attr-defined]  # read a process's mappings now, while it lives
+    resolve.forget = lambda pid: caches.pop(pid, None)  # type: ignore[attr-defined]  # an exec: other mappings
     return resolve
 
 
@@ -117,6 +118,15 @@ class UserStacks:
         except Exception as exc:  # noqa: BLE001 - a process gone, a walker's failure: its stacks stay native
             self.sources[pid] = (None, False, f"Python frames not walked: {type(exc).__name__}: {exc}")
         self.sources_dirty = True
+
+    def forget(self, pid: int) -> None:
+        """A process exec'd: its addresses mean other code from now on (its stacks already stored stay)."""
+        forget = getattr(self.resolve, "forget", None)
+        if forget is not None:
+            forget(pid)
+        for cache in (self.ids, self._native, self._symbols):
+            for key in [k for k in cache if k[0] == pid]:
+                del cache[key]
 
     def _native_frames(self, pid: int, map_id: int) -> list[tuple[str, str | None]] | None:
         key = (pid, map_id)
