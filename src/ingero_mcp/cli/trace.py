@@ -93,8 +93,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Record every CUDA runtime/driver call of the traced processes (with what the kernel did "
         "to the calling thread during each call: preempted, blocked, context switches, page allocations), "
         "their scheduler intervals, fork/exec/exit/oom, exact per-process counts of context switches and "
-        "page allocations for the whole host, and a system snapshot each second. The store is readable "
-        "while recording.",
+        "page allocations for the whole host, and a system snapshot each second; the user and kernel stacks a "
+        "traced thread went to sleep in, and on-CPU stack samples of the traced threads (--stack-hz). The store is "
+        "readable while recording.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -189,11 +189,18 @@ class UserStacks:
 
     def column(self, pids: np.ndarray, map_ids: np.ndarray, py_ids: np.ndarray) -> pa.Array:
         """Stable ids for records' (pid, map id, Python id) (map id < 0 and no Python id: not taken -> NULL)."""
-        keys = np.empty(len(pids), dtype=[("pid", "<i8"), ("map", "<i8"), ("py", "<u8")])
-        keys["pid"], keys["map"], keys["py"] = pids, map_ids, py_ids
+        taken = (map_ids >= 0) | (py_ids != 0)  # preemptions take no stack: most intervals, skipped here
+        if not taken.any():
+            return pa.nulls(len(pids), pa.int64())
+        keys = np.empty(int(taken.sum()), dtype=[("pid", "<i8"), ("map", "<i8"), ("py", "<u8")])
+        keys["pid"], keys["map"], keys["py"] = pids[taken], map_ids[taken], py_ids[taken]
         uniq, inverse = np.unique(keys, return_inverse=True)
-        resolved = [self._resolve(p, m, y) if m >= 0 or y else None for p, m, y in uniq.tolist()]
-        return pa.array(resolved, pa.int64()).take(pa.array(inverse.reshape(-1).astype(np.int32)))
+        found = [self._resolve(p, m, y) for p, m, y in uniq.tolist()]
+        ids = np.array([0 if sid is None else sid for sid in found], np.int64)[inverse.reshape(-1)]
+        known = np.array([sid is not None for sid in found], bool)[inverse.reshape(-1)]
+        out, valid = np.zeros(len(pids), np.int64), np.zeros(len(pids), bool)
+        out[taken], valid[taken] = ids, known
+        return pa.array(out, pa.int64(), mask=~valid)
 
     def one(self, pid: int, map_id: int, py_id: int) -> int | None:
         """The stable id of one record's stack (an interval still open at the stop)."""
