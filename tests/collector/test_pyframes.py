@@ -47,12 +47,24 @@ def train_step():
     return build_batch()
 
 
+def größe():
+    while True:
+        time.sleep(0.003)
+
+
+def 批次():
+    while True:
+        time.sleep(0.003)
+
+
 threading.Thread(target=write_checkpoint, args=(sys.argv[1],), daemon=True).start()
+threading.Thread(target=größe, daemon=True).start()
+threading.Thread(target=批次, daemon=True).start()
 print("ready", flush=True)
 while True:
     train_step()
 '''
-DEF_LINES = {"write_checkpoint": 4, "build_batch": 12, "train_step": 19}
+DEF_LINES = {"write_checkpoint": 4, "build_batch": 12, "train_step": 19, "größe": 23, "批次": 28}
 
 HARNESS = r'''
 BPF_HASH(py_watch, u32, u8, 64);          // tgids whose switch-outs call py_stack (configured or not)
@@ -126,6 +138,29 @@ def test_offsets_table_covers_the_versions_walked() -> None:
         assert max(off.f_code, off.f_previous) + 8 <= 72 and (off.f_owner == 0xFFFF or off.f_owner < 72)
 
 
+def test_offsets_of_3_11_match_the_installed_headers(tmp_path: Path) -> None:
+    gcc, headers = shutil.which("gcc"), Path("/usr/include/python3.11/internal/pycore_frame.h")
+    if gcc is None or not headers.is_file():
+        pytest.skip("gcc and python3.11-dev's internal headers are needed")
+    fields = {"interp_head": "_PyRuntimeState, interpreters.head", "threads_head": "PyInterpreterState, threads.head",
+              "ts_next": "PyThreadState, next", "ts_interp": "PyThreadState, interp",
+              "ts_tid": "PyThreadState, native_thread_id", "ts_frame": "PyThreadState, cframe",
+              "cframe_frame": "_PyCFrame, current_frame", "f_code": "_PyInterpreterFrame, f_code",
+              "f_previous": "_PyInterpreterFrame, previous", "co_name": "PyCodeObject, co_qualname",
+              "co_filename": "PyCodeObject, co_filename", "co_firstlineno": "PyCodeObject, co_firstlineno"}
+    prints = "".join(f'printf("{k} %zu\\n", offsetof({v}));\n' for k, v in fields.items())
+    src = tmp_path / "off.c"
+    src.write_text("#define Py_BUILD_CORE 1\n#include <Python.h>\n#include <stddef.h>\n#include <stdio.h>\n"
+                   '#include "internal/pycore_runtime.h"\n#include "internal/pycore_interp.h"\n'
+                   '#include "internal/pycore_frame.h"\nint main(void) {\n' + prints +
+                   'printf("str_ascii %zu\\nstr_compact %zu\\n", sizeof(PyASCIIObject), '
+                   "sizeof(PyCompactUnicodeObject));\nreturn 0;\n}\n")
+    subprocess.run([gcc, "-I/usr/include/python3.11", "-o", str(tmp_path / "off"), str(src)], check=True)
+    out = subprocess.run([str(tmp_path / "off")], capture_output=True, text=True, check=True).stdout
+    got = {k: int(v) for k, v in (line.split() for line in out.splitlines())}
+    assert got == {k: getattr(OFFSETS[(3, 11)], k) for k in got}
+
+
 # ---- eBPF: the walk on real interpreters ----------------------------------------------------------
 
 def load_harness(cflags: list[str] | None = None) -> Any:
@@ -167,14 +202,14 @@ def test_frames_name_busy_and_sleeping_threads(bpf: Any, python: str, tmp_path: 
         watch(bpf, proc.pid)
         found: dict[str, list[tuple[str, str | None, int | None]]] = {}
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and len(found) < 2:
+        while time.monotonic() < deadline and len(found) < len(DEF_LINES) - 1:
             time.sleep(0.2)
             for tid, py_id in last_ids(bpf, proc.pid).items():
                 stack = frames.frames(proc.pid, py_id) if py_id else None
-                if stack and stack[0][0] in ("build_batch", "write_checkpoint"):
+                if stack and stack[0][0] in DEF_LINES:
                     found[stack[0][0]] = stack
                     assert (tid == proc.pid) == (stack[0][0] == "build_batch")  # the busy one is the main thread
-        assert set(found) == {"build_batch", "write_checkpoint"}, (found, frames.counters())
+        assert set(found) == set(DEF_LINES) - {"train_step"}, (found, frames.counters())
         busy = found["build_batch"]
         assert busy[:3] == [("build_batch", str(script), DEF_LINES["build_batch"]),
                             ("train_step", str(script), DEF_LINES["train_step"]),
@@ -182,6 +217,9 @@ def test_frames_name_busy_and_sleeping_threads(bpf: Any, python: str, tmp_path: 
         sleeping = found["write_checkpoint"]
         assert sleeping[0] == ("write_checkpoint", str(script), DEF_LINES["write_checkpoint"])
         assert sleeping[1][0] == "Thread.run" and sleeping[1][1] is not None and sleeping[1][1].endswith("threading.py")
+        # names beyond ASCII: latin-1 (1 byte a character) and UCS-2 strings, decoded exactly
+        for name in ("größe", "批次"):
+            assert found[name][0] == (name, str(script), DEF_LINES[name])
         assert frames.truncated(proc.pid, next(i for i in last_ids(bpf, proc.pid).values() if i)) is False
         counts = frames.counters()
         assert counts["calls"] > 0 and counts["stack_full"] == 0 and counts["code_full"] == 0
