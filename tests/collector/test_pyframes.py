@@ -82,6 +82,17 @@ TRACEPOINT_PROBE(sched, sched_switch) {
     py_last.update(&tid, &id);
     return 0;
 }
+
+BPF_HASH(py_sampled, u64, u64, 1024);     // a perf-event sample's py_stack id -> how many samples
+int on_sample(struct bpf_perf_event_data *ctx) {
+    u64 pt = bpf_get_current_pid_tgid();
+    u32 tgid = pt >> 32;
+    if (!py_watch.lookup(&tgid))
+        return 0;
+    u64 id = py_stack(tgid, (u32)pt);
+    py_sampled.increment(id);
+    return 0;
+}
 '''
 
 
@@ -166,7 +177,8 @@ def test_offsets_of_3_11_match_the_installed_headers(tmp_path: Path) -> None:
 def load_harness(cflags: list[str] | None = None) -> Any:
     from ingero_mcp.collector.bccload import import_bcc
 
-    text = "#include <uapi/linux/ptrace.h>\n" + header_path().read_text() + HARNESS
+    text = ("#include <uapi/linux/ptrace.h>\n#include <uapi/linux/bpf_perf_event.h>\n"
+            + header_path().read_text() + HARNESS)
     return import_bcc().BPF(text=text, cflags=cflags or [])
 
 
@@ -225,6 +237,34 @@ def test_frames_name_busy_and_sleeping_threads(bpf: Any, python: str, tmp_path: 
         assert counts["calls"] > 0 and counts["stack_full"] == 0 and counts["code_full"] == 0
         assert counts["walks"] < counts["calls"]  # thread states come from the per-tid cache
     finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.ebpf
+def test_perf_event_samples_of_the_running_thread(bpf: Any, tmp_path: Path) -> None:
+    from ingero_mcp.collector.bccload import import_bcc
+
+    bcc = import_bcc()
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "ckpt")], stdout=subprocess.PIPE, text=True)
+    bpf.attach_perf_event(ev_type=bcc.PerfType.SOFTWARE, ev_config=bcc.PerfSWConfig.CPU_CLOCK,
+                          fn_name=b"on_sample", sample_freq=499)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("ready")
+        frames = PythonFrames(bpf)
+        assert frames.add_process(proc.pid)[1]
+        watch(bpf, proc.pid)
+        time.sleep(1.5)
+        stacks = {k.value: v.value for k, v in bpf["py_sampled"].items()}
+        named = {k: frames.frames(proc.pid, k) for k in stacks if k}
+        busy = sum(n for k, n in stacks.items() if named.get(k) and named[k][0][0] == "build_batch")
+        assert busy > 0, (stacks, named)
+        top = max((n, k) for k, n in stacks.items() if k)[1]
+        assert [f[0] for f in named[top][:2]] == ["build_batch", "train_step"]  # most samples: the busy loop
+    finally:
+        bpf.detach_perf_event(ev_type=bcc.PerfType.SOFTWARE, ev_config=bcc.PerfSWConfig.CPU_CLOCK)
         proc.kill()
         proc.wait()
 
