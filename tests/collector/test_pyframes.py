@@ -241,6 +241,57 @@ def test_frames_name_busy_and_sleeping_threads(bpf: Any, python: str, tmp_path: 
         proc.wait()
 
 
+FORKED = '''\
+import multiprocessing as mp, time
+
+
+def fetch_batch():
+    total = 0
+    while True:
+        for i in range(20000):
+            total += i
+        time.sleep(0.001)
+
+
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    worker = mp.Process(target=fetch_batch, daemon=True)
+    worker.start()
+    print("ready", worker.pid, flush=True)
+    while True:
+        time.sleep(0.01)
+'''
+
+
+@pytest.mark.ebpf
+def test_forked_worker_is_walked_like_a_dataloader_worker(bpf: Any, tmp_path: Path) -> None:
+    script = tmp_path / "loader.py"
+    script.write_text(FORKED)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = 0
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline().split()[1])
+        frames = PythonFrames(bpf)
+        assert frames.add_process(child) == ("3.11", True, None)
+        watch(bpf, child)
+        stack = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not stack:
+            time.sleep(0.2)
+            stack = frames.frames(child, last_ids(bpf, child).get(child, 0))
+        assert stack is not None and stack[0] == ("fetch_batch", str(script), 4)
+        assert stack[1][0] == "BaseProcess.run" and stack[-1][0] == "<module>"
+    finally:
+        proc.kill()
+        proc.wait()
+        if child:
+            try:
+                os.kill(child, 9)  # the worker we started (a daemon child; its parent is gone)
+            except ProcessLookupError:
+                pass
+
+
 @pytest.mark.ebpf
 def test_perf_event_samples_of_the_running_thread(bpf: Any, tmp_path: Path) -> None:
     from ingero_mcp.collector.bccload import import_bcc
