@@ -71,6 +71,8 @@ struct py_cfg {
     u16 str_ascii;       // data offset of a compact ASCII str (sizeof(PyASCIIObject))
     u16 str_compact;     // data offset of a compact non-ASCII str (sizeof(PyCompactUnicodeObject))
     u16 pad;
+    u64 ns_dev;          // the process's PID namespace (nsfs dev, inode) when it is not the host's: its
+    u64 ns_ino;          // thread states hold the namespace's thread ids; 0: the host's
 };
 
 struct py_tstate_v {
@@ -142,7 +144,7 @@ static __always_inline u64 py_win_u64(u8 *win, u32 off, u32 size) {
     return v;
 }
 
-// The PyThreadState whose native_thread_id is tid: walk _PyRuntime.interpreters.head ->
+// The PyThreadState whose native_thread_id is tid (in the process's PID namespace): walk _PyRuntime.interpreters.head ->
 // threads.head -> next (the main interpreter only). Works for threads not holding the GIL.
 static __always_inline u64 py_find_tstate(struct py_cfg *cfg, u32 tid) {
     py_count(PYC_WALKS);
@@ -163,7 +165,8 @@ static __always_inline u64 py_find_tstate(struct py_cfg *cfg, u32 tid) {
 
 // The thread's PyThreadState*, from the per-tid cache (checked against the tid it names: a cached
 // state whose thread has gone, its tid reused, is looked up again).
-static __always_inline u64 py_thread_state(struct py_cfg *cfg, u32 tgid, u32 tid, u8 *win, u64 *frame_ptr) {
+static __always_inline u64 py_thread_state(struct py_cfg *cfg, u32 tgid, u32 tid, u32 ntid_want, u8 *win,
+                                           u64 *frame_ptr) {
     struct py_tstate_v *c = py_tstates.lookup(&tid);
     u64 now = 0;
     if (c && c->tgid == tgid) {
@@ -173,7 +176,7 @@ static __always_inline u64 py_thread_state(struct py_cfg *cfg, u32 tgid, u32 tid
                 return 0;
         } else if (bpf_probe_read_user(win, PY_TS_WIN, (void *)(c->tstate + cfg->ts_win)) == 0) {
             u64 ntid = py_win_u64(win, (u32)cfg->ts_tid - cfg->ts_win, PY_TS_WIN);
-            if (ntid == tid) {
+            if (ntid == ntid_want) {
                 *frame_ptr = py_win_u64(win, (u32)cfg->ts_frame - cfg->ts_win, PY_TS_WIN);
                 return c->tstate;
             }
@@ -181,7 +184,7 @@ static __always_inline u64 py_thread_state(struct py_cfg *cfg, u32 tgid, u32 tid
     }
     struct py_tstate_v v = {};
     v.tgid = tgid;
-    v.tstate = py_find_tstate(cfg, tid);
+    v.tstate = py_find_tstate(cfg, ntid_want);
     if (!v.tstate)
         v.miss_ts = now ? now : bpf_ktime_get_ns();
     py_tstates.update(&tid, &v);
@@ -255,8 +258,17 @@ static __always_inline u64 py_stack(u32 tgid, u32 tid) {
     if (!sc)
         return 0;
     py_count(PYC_CALLS);
+    u32 ntid = tid;   // the id CPython stored: the thread's id in the process's own PID namespace
+    if (cfg->ns_ino) {
+        struct bpf_pidns_info ns = {};
+        if (bpf_get_ns_current_pid_tgid(cfg->ns_dev, cfg->ns_ino, &ns, sizeof(ns)) != 0) {
+            py_count(PYC_NO_TSTATE);
+            return 0;
+        }
+        ntid = ns.pid;
+    }
     u64 fp = 0;
-    u64 ts = py_thread_state(cfg, tgid, tid, sc->win, &fp);
+    u64 ts = py_thread_state(cfg, tgid, tid, ntid, sc->win, &fp);
     if (!ts) {
         py_count(PYC_NO_TSTATE);
         return 0;

@@ -22,7 +22,14 @@ import pytest
 from harness import require_ebpf
 
 from ingero_mcp.collector.elfsym import ElfFile, NotElf
-from ingero_mcp.collector.pyframes import OFFSETS, PythonFrames, find_interpreter, header_path
+from ingero_mcp.collector.pyframes import (
+    OFFSETS,
+    PythonFrames,
+    find_interpreter,
+    header_path,
+    pid_namespace,
+    thread_ids,
+)
 
 SCRIPT = '''\
 import os, sys, threading, time
@@ -239,6 +246,39 @@ def test_frames_name_busy_and_sleeping_threads(bpf: Any, python: str, tmp_path: 
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.ebpf
+def test_process_in_its_own_pid_namespace(bpf: Any, tmp_path: Path) -> None:
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("util-linux unshare is needed")
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    proc = subprocess.Popen([unshare, "--pid", "--fork", "--kill-child", sys.executable, str(script),
+                             str(tmp_path / "ckpt")], stdout=subprocess.PIPE, text=True)
+    py = 0
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("ready")
+        py = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+        assert pid_namespace(py) is not None and 1 in thread_ids(py)  # pid 1 in its namespace
+        frames = PythonFrames(bpf)
+        assert frames.add_process(py) == ("3.11", True, None)
+        watch(bpf, py)
+        stack = None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (stack and stack[0][0] == "build_batch"):
+            time.sleep(0.2)
+            stack = frames.frames(py, last_ids(bpf, py).get(py, 0))
+        assert stack is not None and [f[0] for f in stack[:2]] == ["build_batch", "train_step"], stack
+    finally:
+        proc.kill()
+        proc.wait()
+        if py:
+            try:
+                os.kill(py, 9)  # the interpreter we started under unshare
+            except ProcessLookupError:
+                pass
 
 
 FORKED = '''\

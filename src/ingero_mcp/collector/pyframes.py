@@ -180,13 +180,33 @@ def _debug_offsets(mem: _Mem, runtime: int, base: Offsets) -> Offsets | None:
     return replace(base, **vals, str_ascii=ascii_size, str_compact=ascii_size + 16)
 
 
+def pid_namespace(pid: int) -> tuple[int, int] | None:
+    """(nsfs dev, inode) of the process's PID namespace when it is not ours (a container), else None."""
+    mine, theirs = os.stat("/proc/self/ns/pid"), os.stat(f"/proc/{pid}/ns/pid")
+    same = (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
+    return None if same else (theirs.st_dev, theirs.st_ino)
+
+
+def thread_ids(pid: int) -> set[int]:
+    """The process's thread ids as it sees them (innermost NSpid): what native_thread_id holds."""
+    out = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                ns = next((line.split()[1:] for line in f if line.startswith("NSpid:")), None)
+        except OSError:
+            continue
+        out.add(int(ns[-1]) if ns else int(tid))
+    return out
+
+
 def _verify(mem: _Mem, pid: int, runtime: int, off: Offsets) -> str | None:
     """None if the offsets fit the live process, else why not: every thread state of the first
     interpreter points back at it, and one of them carries the native id of a thread of the process."""
     interp = mem.ptr(runtime + off.interp_head)
     if not interp:
         return "its interpreter is not initialised yet (no interpreter in _PyRuntime)"
-    tids = {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    tids = thread_ids(pid)
     ts, seen, named = mem.ptr(interp + off.threads_head), 0, 0
     while ts and seen < 1024:
         if mem.ptr(ts + off.ts_interp) != interp:
@@ -238,12 +258,13 @@ class PythonFrames:
             mem.close()
         if why is not None:
             return version, False, f"CPython {version} ({interp.path}): offsets not confirmed: {why}"
-        self._configure(pid, interp.runtime, off)
+        self._configure(pid, interp.runtime, off, pid_namespace(pid))
         return version, True, None
 
-    def _configure(self, pid: int, runtime: int, off: Offsets) -> None:
+    def _configure(self, pid: int, runtime: int, off: Offsets, ns: tuple[int, int] | None) -> None:
         leaf = self.procs.Leaf()
         leaf.runtime = runtime
+        leaf.ns_dev, leaf.ns_ino = ns or (0, 0)
         for name in ("interp_head", "threads_head", "ts_next", "ts_tid", "ts_frame", "cframe_frame", "f_code",
                      "f_previous", "f_owner", "co_name", "co_filename", "co_firstlineno", "str_ascii",
                      "str_compact"):
