@@ -144,8 +144,9 @@ static __always_inline u64 py_win_u64(u8 *win, u32 off, u32 size) {
     return v;
 }
 
-// The PyThreadState whose native_thread_id is tid (in the process's PID namespace): walk _PyRuntime.interpreters.head ->
-// threads.head -> next (the main interpreter only). Works for threads not holding the GIL.
+// The PyThreadState whose native_thread_id is tid (in the process's PID namespace): walk
+// _PyRuntime.interpreters.head -> threads.head -> next (the newest interpreter only, the main one
+// unless subinterpreters exist). Works for threads not holding the GIL.
 static __always_inline u64 py_find_tstate(struct py_cfg *cfg, u32 tid) {
     py_count(PYC_WALKS);
     u64 interp = py_read_ptr(cfg->runtime + cfg->interp_head);
@@ -277,7 +278,7 @@ static __always_inline u64 py_stack(u32 tgid, u32 tid) {
     u32 oc = cfg->f_code, op = cfg->f_previous, oo = cfg->f_owner;
     if (oc > PY_FRAME_WIN - 8 || op > PY_FRAME_WIN - 8)
         return 0;
-    u8 shim = oo < PY_FRAME_WIN ? PY_OWNED_BY_CSTACK : 0xff;
+    u32 shim = oo < PY_FRAME_WIN ? PY_OWNED_BY_CSTACK : 0x100;   // 0x100: no byte matches (no owner field)
     oo &= PY_TS_WIN - 1;
     u64 h = 0x9E3779B97F4A7C15ULL ^ tgid;
     u32 depth = 0;
@@ -287,7 +288,7 @@ static __always_inline u64 py_stack(u32 tgid, u32 tid) {
         if (fp) {
             if (bpf_probe_read_user(sc->win, PY_FRAME_WIN, (void *)fp) == 0) {
                 code = *(u64 *)(sc->win + oc);
-                if (sc->win[oo] == shim)
+                if ((u32)sc->win[oo] == shim)
                     code = PY_SHIM;
                 fp = *(u64 *)(sc->win + op);
                 depth++;
