@@ -9,8 +9,10 @@ shared libpython like Ubuntu's python3.12) and check the frames named for a busy
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -25,6 +27,7 @@ from ingero_mcp.collector.elfsym import ElfFile, NotElf
 from ingero_mcp.collector.pyframes import (
     OFFSETS,
     PythonFrames,
+    debug_offsets,
     find_interpreter,
     header_path,
     pid_namespace,
@@ -154,6 +157,28 @@ def test_offsets_table_covers_the_versions_walked() -> None:
     for off in OFFSETS.values():
         assert max(off.ts_tid, off.ts_frame) + 8 - min(off.ts_tid, off.ts_frame) <= 128  # PY_TS_WIN
         assert max(off.f_code, off.f_previous) + 8 <= 72 and (off.f_owner == 0xFFFF or off.f_owner < 72)
+
+
+class _FakeMem:
+    """A _PyRuntime image as 3.13 lays out its _Py_DebugOffsets (from py-spy's v3.13.0 bindings)."""
+
+    def __init__(self, free_threaded: int = 0) -> None:
+        self.raw = bytearray(584)
+        struct.pack_into("<8sQQ", self.raw, 0, b"xdebugpy", 0x030D05F0, free_threaded)
+        for field, value in {40: 632, 72: 7344, 168: 8, 176: 16, 184: 72, 200: 160, 232: 8, 240: 0, 264: 70,
+                             280: 112, 296: 128, 312: 68, 560: 40}.items():
+            struct.pack_into("<Q", self.raw, field, value)
+
+    def read(self, addr: int, size: int) -> bytes:
+        return bytes(self.raw[addr - 0x1000: addr - 0x1000 + size])
+
+
+def test_debug_offsets_of_3_13_are_read_from_the_process() -> None:
+    base = dataclasses.replace(OFFSETS[(3, 12)], cframe_frame=0xFFFF)  # 3.12's numbers, to be overridden
+    off = debug_offsets(_FakeMem(), 0x1000, base)  # type: ignore[arg-type]
+    assert off == OFFSETS[(3, 13)]  # the table and what the process publishes agree, field by field
+    with pytest.raises(ValueError, match="free-threaded"):
+        debug_offsets(_FakeMem(free_threaded=1), 0x1000, OFFSETS[(3, 13)])  # type: ignore[arg-type]
 
 
 def test_offsets_of_3_11_match_the_installed_headers(tmp_path: Path) -> None:

@@ -166,14 +166,17 @@ class _Mem:
         os.close(self.fd)
 
 
-def _debug_offsets(mem: _Mem, runtime: int, base: Offsets) -> Offsets | None:
-    """3.13+: the offsets the process publishes in _Py_DebugOffsets at the start of _PyRuntime."""
+def debug_offsets(mem: _Mem, runtime: int, base: Offsets) -> Offsets | None:
+    """3.13: the offsets the process publishes in _Py_DebugOffsets at the start of _PyRuntime (ValueError:
+    a free-threaded build, which this walk does not read)."""
     raw = mem.read(runtime, 584)
     if not raw or raw[:8] != DEBUG_COOKIE:
         return None
     vals = {k: struct.unpack_from("<Q", raw, off)[0] for k, off in DEBUG_FIELDS_313.items()}
     if (vals.pop("version") >> 16) != 0x030D:
         return None  # another layout of the struct (3.14+): not this table's
+    if struct.unpack_from("<Q", raw, 16)[0]:
+        raise ValueError("a free-threaded build (its objects and strings are laid out otherwise)")
     ascii_size = vals.pop("str_ascii")
     if any(v > 0xFFF0 for v in vals.values()):
         return None
@@ -252,8 +255,10 @@ class PythonFrames:
             return version, False, f"CPython {version}: its memory cannot be read ({exc.strerror or exc})"
         try:
             if interp.version >= (3, 13):
-                off = _debug_offsets(mem, interp.runtime, off) or off
+                off = debug_offsets(mem, interp.runtime, off) or off
             why = _verify(mem, pid, interp.runtime, off)
+        except ValueError as exc:
+            return version, False, f"CPython {version}: {exc}; native frames only"
         finally:
             mem.close()
         if why is not None:
