@@ -12,7 +12,7 @@
 //  - py_tstates: tid -> the thread's PyThreadState* (0: none found, retried after PY_MISS_RETRY_NS),
 //                so the list walk runs once per thread, not at every switch.
 //  - py_stacks:  stack id -> the code-object pointers of the stack, innermost first.
-//  - py_codes:   (tgid, code pointer) -> function name (co_qualname; co_name before 3.11), file
+//  - py_codes:   (tgid, code pointer) -> function name (co_qualname), file
 //                (co_filename) and co_firstlineno (the line of the `def`, not the line executing).
 //                Stored once per code object: strings are copied raw (latin-1 / UCS-2 / UCS-4 units,
 //                `kind` bytes each) and decoded in userspace, so non-ASCII names are exact unless cut:
@@ -20,8 +20,10 @@
 //                A code object freed and another allocated at the same address keeps the first name.
 //  - py_counters: per-CPU counts (PYC_*), so misses are seen, not silent.
 // A stack keeps its innermost PY_MAX_FRAMES frames read, entry (shim) frames of 3.12+ included as
-// PY_SHIM slots; deeper frames are not read (flag `truncated`), and the id hashes only the slots kept, so
-// two stacks differing only deeper than that share an id.
+// PY_SHIM slots; deeper frames are not read (flag `truncated`), and the id hashes only the slots
+// kept, so two stacks differing only deeper than that share an id.
+// Memory (hash maps are preallocated; memlock measured): py_codes 7.9 MB, py_stacks 5.5 MB, py_tstates
+// 3.1 MB, py_procs 0.5 MB.
 
 #ifndef PY_MAX_FRAMES
 #define PY_MAX_FRAMES 32
@@ -33,7 +35,7 @@
 #define PY_STACK_ENTRIES 16384
 #endif
 #ifndef PY_CODE_ENTRIES
-#define PY_CODE_ENTRIES 32768
+#define PY_CODE_ENTRIES 16384
 #endif
 #define PY_NAME_LEN 128
 #define PY_FILE_LEN 256
@@ -115,7 +117,7 @@ struct py_scratch_t {
 };
 
 BPF_HASH(py_procs, u32, struct py_cfg, 4096);
-BPF_TABLE("lru_hash", u32, struct py_tstate_v, py_tstates, 65536);
+BPF_TABLE("lru_hash", u32, struct py_tstate_v, py_tstates, 32768);
 BPF_HASH(py_stacks, u64, struct py_stack_v, PY_STACK_ENTRIES);
 BPF_HASH(py_codes, struct py_code_key, struct py_code_v, PY_CODE_ENTRIES);
 BPF_PERCPU_ARRAY(py_scratch, struct py_scratch_t, 1);
