@@ -246,7 +246,7 @@ static __always_inline void py_store_code(struct py_cfg *cfg, u32 tgid, u64 code
                                &cv->name_cut, 0);
     cv->file_len = py_read_str(cfg, py_read_ptr(code + cfg->co_filename), cv->file, PY_FILE_LEN, &cv->file_kind,
                                &cv->file_cut, 1);
-    if (!cv->name_kind || py_codes.insert(&key, cv) != 0)
+    if (!cv->name_kind || (py_codes.insert(&key, cv) != 0 && !py_codes.lookup(&key)))   // not lost to a race
         py_count(PYC_CODE_FULL);
 }
 
