@@ -127,6 +127,15 @@ class UserStacks:
         for cache in (self.ids, self._native, self._symbols):
             for key in [k for k in cache if k[0] == pid]:
                 del cache[key]
+        # The walker's config pointed into the old image: drop it, and ask again what the new program is.
+        remove = getattr(self.pyframes, "remove_process", None)
+        if remove is not None and pid in self.sources:
+            try:
+                remove(pid)
+            except Exception:  # noqa: BLE001, S110 - a config already gone
+                pass
+            del self.sources[pid]
+            self.add_process(pid)
 
     def _native_frames(self, pid: int, map_id: int) -> list[tuple[str, str | None]] | None:
         key = (pid, map_id)
