@@ -23,7 +23,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, ToolAnnotations
-from pydantic import BaseModel, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ingero_mcp import __version__
 from ingero_mcp.mcp import render, tools
@@ -77,16 +77,16 @@ def _refuse_unknown_arguments(server: MCPServer, name: str) -> None:
         # the function's parameter names ('from_'), not the wire names ('from')
         return {field_name: getattr(self, field_name) for field_name in type(self).model_fields}
 
-    strict = create_model(
-        base.__name__,
-        __base__=base,
-        __validators__={"known_only": model_validator(mode="before")(classmethod(known_only))},
-    )
-    strict.model_config["extra"] = "forbid"
-    strict.model_dump_one_level = dump_by_name  # type: ignore[method-assign]
-    strict.model_rebuild(force=True)
+    # one class, built once (its schema is the SDK's with extra arguments refused: no second schema generation)
+    strict = type(base)(base.__name__, (base,), {
+        "__module__": base.__module__,
+        "__qualname__": base.__qualname__,
+        "model_config": ConfigDict(**{**base.model_config, "extra": "forbid"}),
+        "known_only": model_validator(mode="before")(classmethod(known_only)),
+        "model_dump_one_level": dump_by_name,
+    })
     tool.fn_metadata.arg_model = strict
-    tool.parameters = strict.model_json_schema(by_alias=True)
+    tool.parameters = {"additionalProperties": False, **tool.parameters}
 
 
 SINCE = Annotated[
