@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis._sql import rows, sql_round
 from ingero_mcp.analysis.models import TimeWindow
 
 MAX_HOPS = 3  # edges followed from the sleeping thread
@@ -110,6 +110,7 @@ class Hop:
     unknown_ns: int = 0
     sql: str = ""
     summary_sql: str = ""  # one row per thing it did (running, waiting for a CPU, asleep in a kind) with its share
+    doing: str | None = None  # summary_sql's rows as text (doing_text), once known
 
     @property
     def sleeping_ns(self) -> int:
@@ -188,10 +189,37 @@ def summary_sql(hop_sql: str, intervals: str) -> str:
 
 
 def doing_text(con: duckdb.DuckDBPyConnection, h: Hop) -> str:
-    """'running 80%, asleep on a timer (a sleep it chose) 15%': the hop's summary_sql rows as text."""
+    """'running 80%, asleep on a timer (a sleep it chose) 15%': the hop's summary_sql rows as text (run once a hop,
+    and not at all where hop() could read them off its own rows)."""
     if not h.summary_sql:
         return "not recorded (not traced)"
-    return ", ".join(f"{what} {pct:.0f}%" for what, pct in rows(con, h.summary_sql)) or "not recorded"
+    if h.doing is None:
+        h.doing = _as_text(rows(con, h.summary_sql))
+    return h.doing
+
+
+def _as_text(parts: list[tuple]) -> str:
+    return ", ".join(f"{what} {pct:.0f}%" for what, pct in parts) or "not recorded"
+
+
+_EXACT = 2**53 // 1000  # below this, 100.0 * ns / tot in DuckDB (DECIMAL to DOUBLE) is Python's float division
+
+
+def _summary_rows(got: list[tuple], total: int) -> list[tuple[str, float]] | None:
+    """summary_sql's rows computed from the hop's own rows (the same SQL over the same rows: its CTE r), or None
+    where they might differ in a last digit (no time, or ns too large for a double to hold exactly)."""
+    if total <= 0 or total >= _EXACT or any(r[6] is None for r in got):
+        return None
+    parts: dict[str, int] = {}
+    for state, kind, *_w, ns, _total in got:
+        what = ("waiting for a CPU" if state == "cpu_wait" else  # summary_sql's CASE, as it labels r's rows
+                "asleep " + KIND_LABEL.get(kind, "in the kernel") if state == "sleeping" else "off-CPU, split unknown")
+        parts[what] = parts.get(what, 0) + int(ns)
+    items = [*parts.items(), ("running", total - sum(parts.values()))]
+    if any(abs(ns) >= _EXACT for _, ns in items):
+        return None
+    kept = sorted(((what, ns) for what, ns in items if 100 * ns >= 5 * total), key=lambda p: (-p[1], p[0]))
+    return [(what, sql_round(100 * ns / total)) for what, ns in kept]
 
 
 def hop(con: duckdb.DuckDBPyConnection, intervals: str, pid: int, tid: int, w: TimeWindow) -> Hop:
@@ -212,6 +240,8 @@ def hop(con: duckdb.DuckDBPyConnection, intervals: str, pid: int, tid: int, w: T
         else:
             h.unknown_ns += ns
     h.running_ns = max(0, total - h.cpu_wait_ns - h.sleeping_ns - h.unknown_ns)
+    summary = _summary_rows(got, total)
+    h.doing = None if summary is None else _as_text(summary)
     return h
 
 

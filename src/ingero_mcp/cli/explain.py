@@ -96,15 +96,18 @@ def print_report(report: Report, db: str, *, full: bool, per_process: bool, show
     import io
     import sys
 
-    from ingero_mcp.render.report import make_console, render_report
-    from ingero_mcp.render.summary import summary_lines
+    from ingero_mcp.render.console import make_console
 
     out = sys.stdout
     tty = out.isatty()
     console = make_console(out if tty else io.StringIO())
     if full:
+        from ingero_mcp.render.report import render_report
+
         render_report(console, report, db, per_process=per_process, show_sql=show_sql)
     else:
+        from ingero_mcp.render.summary import summary_lines
+
         for line in summary_lines(report, db, console.width):
             console.print(line, soft_wrap=True)  # already wrapped to the width, never at a traced name
     if not tty:

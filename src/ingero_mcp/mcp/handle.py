@@ -32,8 +32,8 @@ class StoreHandle:
         self.on_close: list[Callable[[], None]] = []  # what else holds the store (run_sql's process)
         self.unreadable: str | None = None  # why the store could not be opened at start (None: it could)
         try:
-            with self.connection():
-                pass
+            with self._lock:
+                self._current()  # opened now (no cursor: the first call lays its own)
         except StoreError as exc:  # served anyway: every tool says why, and a store that appears later is read
             self.unreadable = str(exc)
 
@@ -64,18 +64,8 @@ class StoreHandle:
         not hold up the other tools (each call has its own cursor: DuckDB runs them in parallel). A
         changed store is reopened when no call is using the old connection."""
         with self._lock:
-            stamp = self._fingerprint()
-            changed = stamp != self._stamp and time.monotonic() - self._opened_at >= self.reopen_min_s
-            if self._con is None or (changed and self._active == 0):
-                # Close first: DuckDB keeps one instance per file while any connection to it is
-                # open, so opening before closing would hand back the old, unchanged instance.
-                if self._con is not None:
-                    self._con.close()
-                    self._con = None
-                self._con = _open(self.path)
-                self._stamp, self._opened_at = stamp, time.monotonic()
             # a connection of its own, laid out as the store's: every tool reads what the report reads
-            cursor = store_cursor(self._con)
+            cursor = store_cursor(self._current())
             self._active += 1
         try:
             yield cursor
@@ -86,6 +76,20 @@ class StoreHandle:
                 pass
             with self._lock:
                 self._active -= 1
+
+    def _current(self) -> duckdb.DuckDBPyConnection:
+        """The shared connection, (re)opened first when there is none or the store changed; the lock is held."""
+        stamp = self._fingerprint()
+        changed = stamp != self._stamp and time.monotonic() - self._opened_at >= self.reopen_min_s
+        if self._con is None or (changed and self._active == 0):
+            # Close first: DuckDB keeps one instance per file while any connection to it is
+            # open, so opening before closing would hand back the old, unchanged instance.
+            if self._con is not None:
+                self._con.close()
+                self._con = None
+            self._con = _open(self.path)
+            self._stamp, self._opened_at = stamp, time.monotonic()
+        return self._con
 
     def close(self) -> None:
         """Close the connection and stop what else holds the store (tests; the process exit does it otherwise)."""

@@ -16,6 +16,7 @@ import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated, Any, Literal
 
 import duckdb
@@ -23,10 +24,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, ToolAnnotations
-from pydantic import BaseModel, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ingero_mcp import __version__
-from ingero_mcp.mcp import render, tools
 from ingero_mcp.mcp.handle import REOPEN_MIN_S, StoreHandle
 from ingero_mcp.mcp.prompt import investigate_text
 from ingero_mcp.mcp.results import (
@@ -77,16 +77,16 @@ def _refuse_unknown_arguments(server: MCPServer, name: str) -> None:
         # the function's parameter names ('from_'), not the wire names ('from')
         return {field_name: getattr(self, field_name) for field_name in type(self).model_fields}
 
-    strict = create_model(
-        base.__name__,
-        __base__=base,
-        __validators__={"known_only": model_validator(mode="before")(classmethod(known_only))},
-    )
-    strict.model_config["extra"] = "forbid"
-    strict.model_dump_one_level = dump_by_name  # type: ignore[method-assign]
-    strict.model_rebuild(force=True)
+    # one class, built once (its schema is the SDK's with extra arguments refused: no second schema generation)
+    strict = type(base)(base.__name__, (base,), {
+        "__module__": base.__module__,
+        "__qualname__": base.__qualname__,
+        "model_config": ConfigDict(**{**base.model_config, "extra": "forbid"}),
+        "known_only": model_validator(mode="before")(classmethod(known_only)),
+        "model_dump_one_level": dump_by_name,
+    })
     tool.fn_metadata.arg_model = strict
-    tool.parameters = strict.model_json_schema(by_alias=True)
+    tool.parameters = {"additionalProperties": False, **tool.parameters}
 
 
 SINCE = Annotated[
@@ -153,7 +153,7 @@ def build_server(
         """Per-CUDA-operation statistics: count, p50/p95/p99/max latency, total time and share of the
         trace span, plus exact in-kernel host event totals, the trace's time span, the pids with CUDA
         calls, and which tables were captured completely (vs a sample)."""
-        return tools.get_trace_stats(store, since=since, pid=pid, pids=pids, top_n=top_n)
+        return _tools().get_trace_stats(store, since=since, pid=pid, pids=pids, top_n=top_n)
 
     @tool
     def get_causal_chains(
@@ -172,7 +172,8 @@ def build_server(
         offsets from the trace start. Every chain up to top_n is returned; a large one is shortened
         (it says what it left out) rather than dropped. Evidence SQL only with include_sql, or per
         chain from get_evidence_sql."""
-        return tools.get_causal_chains(store, since=since, pid=pid, pids=pids, top_n=top_n, include_sql=include_sql)
+        return _tools().get_causal_chains(store, since=since, pid=pid, pids=pids, top_n=top_n,
+                                          include_sql=include_sql)
 
     @tool
     def get_time_accounting(
@@ -187,7 +188,7 @@ def build_server(
         baseline vs slow stretches, with the slowdown; 'recurrent': short slow episodes that repeat, with
         their count, period and work lost); and the causes too small to be chains. Start here
         to see where the time went; the chains say who took it."""
-        return tools.get_time_accounting(store, since=since, pid=pid, pids=pids)
+        return _tools().get_time_accounting(store, since=since, pid=pid, pids=pids)
 
     @tool
     def get_evidence_sql(
@@ -200,7 +201,7 @@ def build_server(
         """One causal chain's evidence in full, each item with the SQL that recomputes it from the store
         (run it with run_sql). Pass the same since/pid/pids as the get_causal_chains call that listed the
         chain: the chain, and its SQL, depend on the window."""
-        return tools.get_evidence_sql(store, chain_id=chain_id, since=since, pid=pid, pids=pids)
+        return _tools().get_evidence_sql(store, chain_id=chain_id, since=since, pid=pid, pids=pids)
 
     @tool
     def get_per_process_breakdown(
@@ -212,7 +213,7 @@ def build_server(
         """Per process: name, parent, command line, CUDA ops with p50/p99/max, context switches,
         off-CPU time split into preempted (runnable, CPU contention) and blocked (sleeping: GPU, lock,
         IO), worst stall and when, page allocations, children (e.g. DataLoader workers)."""
-        return tools.get_per_process_breakdown(store, since=since, pid=pid, pids=pids, top_n=top_n)
+        return _tools().get_per_process_breakdown(store, since=since, pid=pid, pids=pids, top_n=top_n)
 
     @tool
     def get_timeline(
@@ -242,7 +243,8 @@ def build_server(
         `since`, or 1 s centred on `around`; else the whole trace. When more than `limit` events fall in
         the window, process events and the longest calls and stalls are kept, then snapshots; entries are
         shown in time order."""
-        return tools.get_timeline(store, pid=pid, tid=tid, since=since, around=around, from_=from_, to=to, limit=limit)
+        return _tools().get_timeline(store, pid=pid, tid=tid, since=since, around=around, from_=from_, to=to,
+                                     limit=limit)
 
     @tool
     def get_system_context(
@@ -251,7 +253,7 @@ def build_server(
     ) -> Annotated[CallToolResult, ContextResult]:
         """The host over time: CPU %, runnable processes, load, memory used, available memory, swap,
         and GPU utilisation / memory when NVML was recorded (one snapshot a second, downsampled)."""
-        return tools.get_system_context(store, since=since, max_points=max_points)
+        return _tools().get_system_context(store, since=since, max_points=max_points)
 
     pictures = Path(out_dir) if out_dir else Path(tempfile.gettempdir()) / f"ingero-mcp-{os.getuid()}"
     writes_files = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
@@ -273,7 +275,7 @@ def build_server(
         chain_id, the picture covers that chain's window (pass the since/pid/pids that listed the chain).
         Hand the user the path; the file is written on the machine running this server and changes nothing
         in the trace."""
-        return tools.save_picture(store, kind=kind, chain_id=chain_id, since=since, pid=pid,
+        return _tools().save_picture(store, kind=kind, chain_id=chain_id, since=since, pid=pid,
                                   pids=pids, pictures=pictures)
 
     server.add_tool(save_picture, description=" ".join(inspect.cleandoc(save_picture.__doc__ or "").split()),
@@ -285,7 +287,7 @@ def build_server(
         """What the trace is: sessions (host, kernel, GPU, driver, CUDA runtime, collector version and
         flags, what was attached), start and duration, events seen/stored/lost per source, which tables
         hold every event vs a sample (exact totals then come from host_aggregates), and row counts."""
-        return tools.get_trace_info(store)
+        return _tools().get_trace_info(store)
 
     @server.tool(
         annotations=read_only,
@@ -311,7 +313,7 @@ def build_server(
         limit: Annotated[int, Field(description=f"At most this many rows (1..{MAX_LIMIT}).", ge=1,
                                     le=MAX_LIMIT)] = DEFAULT_LIMIT,
     ) -> Annotated[CallToolResult, SqlRows]:
-        return tools.run_sql(store, sql=sql, query=query, limit=limit, sql_worker=sql_worker,
+        return _tools().run_sql(store, sql=sql, query=query, limit=limit, sql_worker=sql_worker,
                              sql_timeout_s=sql_timeout_s)
 
     _refuse_unknown_arguments(server, "run_sql")
@@ -349,8 +351,9 @@ def build_server(
         out = io.StringIO()
         render_report(make_console(out), report, str(db_path))
         text = out.getvalue()
-        if len(text) > render.TEXT_BUDGET * 2:
-            text = text[: render.TEXT_BUDGET * 2] + "\n[report cut to fit one resource: use the tools for the rest]"
+        budget = _tools().render.TEXT_BUDGET
+        if len(text) > budget * 2:
+            text = text[: budget * 2] + "\n[report cut to fit one resource: use the tools for the rest]"
         return clean_lines(DATA_NOTE + "\n" + text)
 
     @server.prompt(
@@ -386,6 +389,13 @@ def build_server(
 
     server.get_prompt = get_prompt  # type: ignore[method-assign]
     return server
+
+
+def _tools() -> ModuleType:
+    """tools.py (and the text half, render.py), loaded at the first call rather than before the first reply."""
+    from ingero_mcp.mcp import tools
+
+    return tools
 
 
 def _current_schema_text() -> str:

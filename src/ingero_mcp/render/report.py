@@ -8,9 +8,6 @@ wrapped line starts with the gutter or border, never with traced text). Table ce
 
 from __future__ import annotations
 
-import os
-import sys
-
 from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -20,31 +17,13 @@ from ingero_mcp.analysis import cost_lines
 from ingero_mcp.analysis import short_why
 from ingero_mcp.analysis import CausalChain, ImportedAccounting, OpStats, ProcessBreakdown, Report
 from ingero_mcp.render import fmt
+from ingero_mcp.render.console import MIN_WIDTH, PLAIN_WIDTH, make_console, plain_width  # noqa: F401
 from ingero_mcp.render.table import Column, layout
 from ingero_mcp.render.traced import traced_names
 from ingero_mcp.render.wrap import wrap
 
 SEVERITY_STYLE = {"HIGH": "bold red", "MEDIUM": "bold yellow", "LOW": "cyan"}
-PLAIN_WIDTH = 100  # columns of piped output when $COLUMNS does not say
-MIN_WIDTH = 40
 CELL_CAP = 2_000  # characters of one table cell (cells wrap: a long value takes more lines, it is not cut)
-
-
-def plain_width() -> int:
-    """The width of piped output: $COLUMNS when it is a number (at least MIN_WIDTH), else PLAIN_WIDTH."""
-    try:
-        return max(MIN_WIDTH, int(os.environ.get("COLUMNS", "")))
-    except ValueError:
-        return PLAIN_WIDTH
-
-
-def make_console(file: object = None) -> Console:
-    """A terminal's console (colours, its width), or for a file or pipe plain text at plain_width() columns."""
-    out = file or sys.stdout
-    if hasattr(out, "isatty") and out.isatty():
-        return Console(file=out, highlight=False, soft_wrap=False)
-    return Console(file=out, width=plain_width(), no_color=True, color_system=None, highlight=False, soft_wrap=False,
-                   force_terminal=False)
 
 
 def plain(console: Console) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from functools import cache
 from pathlib import Path
 
 import duckdb
@@ -25,11 +24,10 @@ from ingero_mcp.store.schema import (
     SCHEMA_VERSION,
     TABLES,
     V1_AS_V2,
-    current_version,
-    ddl,
     migrate,
 )
 from ingero_mcp.store.segments import insert_segments, list_segments, remember_skipped, segment_dir
+from ingero_mcp.store.shapes import expected_columns
 from ingero_mcp.store.views import lay_views
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -91,14 +89,32 @@ def _connect_read_only(path: Path) -> duckdb.DuckDBPyConnection:
             raise StoreError(f"{path} is not a readable DuckDB trace store ({exc})") from exc
 
 
-def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
-    version = current_version(con)
-    if version == 0:
+class _Seen:
+    """What one look at a store's catalog said: its database name, its tables' columns and types, its version."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+        got = con.execute(
+            "SELECT current_database(), table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main' AND table_catalog = current_database() ORDER BY table_name, ordinal_position"
+        ).fetchall()
+        self.db = str(got[0][0]) if got else str(con.execute("SELECT current_database()").fetchall()[0][0])
+        self.columns: dict[str, dict[str, str]] = {}
+        for _db, table, column, dtype in got:
+            self.columns.setdefault(str(table), {})[str(column)] = str(dtype)
+        self.version = 0
+        if "version" in self.columns.get("schema_version", {}):
+            self.version = int(con.execute("SELECT max(version) FROM schema_version").fetchall()[0][0] or 0)
+
+
+def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> _Seen:
+    seen = _Seen(con)
+    if seen.version == 0:  # no schema_version table, or an empty one
         raise StoreError(f"{path} is a DuckDB file but not an ingero-mcp trace store (no schema_version table)")
-    if version > SCHEMA_VERSION:
-        raise StoreError(f"{path} has schema version {version}; this ingero-mcp reads up to "
+    if seen.version > SCHEMA_VERSION:
+        raise StoreError(f"{path} has schema version {seen.version}; this ingero-mcp reads up to "
                          f"{SCHEMA_VERSION}: upgrade it")
-    _check_schema(con, path, version)
+    _check_schema(con, path, seen)
+    return seen
 
 
 # No *_ns value of a sound store comes near INT64's limits: a moment past 2116 or a duration of 146
@@ -106,32 +122,11 @@ def _check_version(con: duckdb.DuckDBPyConnection, path: Path) -> None:
 NS_LIMIT = 2**62
 
 
-@cache
-def expected_columns(version: int) -> dict[str, dict[str, str]]:
-    """table -> column -> type of a store at schema `version`, from the versioned DDL applied in order."""
-    con = duckdb.connect(":memory:")
-    try:
-        for v in range(1, version + 1):
-            con.execute(ddl(v)).fetchall()
-        return _columns(con)
-    finally:
-        con.close()
-
-
-def _columns(con: duckdb.DuckDBPyConnection) -> dict[str, dict[str, str]]:
-    got: dict[str, dict[str, str]] = {}
-    for table, column, dtype in con.execute(
-        "SELECT table_name, column_name, data_type FROM information_schema.columns "
-        "WHERE table_schema = 'main' AND table_catalog = current_database() ORDER BY table_name, ordinal_position"
-    ).fetchall():
-        got.setdefault(str(table), {})[str(column)] = str(dtype)
-    return got
-
-
-def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, version: int) -> None:
+def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, seen: _Seen) -> None:
     """One StoreError line naming what a damaged store lacks: a table, a column, a type, a sane *_ns range."""
+    version = seen.version
     want = expected_columns(version)
-    have = _columns(con)
+    have = seen.columns
     for table, columns in want.items():
         if table not in have:
             raise StoreError(f"{path} is damaged: table {table} is missing (schema v{version} has it); "
@@ -143,55 +138,48 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, version: int) -> N
                                  f"schema v{version})")
             if got != dtype:
                 raise StoreError(f"{path} is damaged: {table}.{column} is {got}, schema v{version} says {dtype}")
-    checks = [f"(SELECT greatest(abs(min({c})::HUGEINT), abs(max({c})::HUGEINT)) FROM {t})"
-              for t, columns in want.items() for c, dtype in columns.items() if c.endswith("_ns") and dtype == "BIGINT"]
-    names = [f"{t}.{c}" for t, columns in want.items() for c, dtype in columns.items()
-             if c.endswith("_ns") and dtype == "BIGINT"]
-    if not checks:
+    # one scan per table (min and max of each *_ns column; DuckDB answers them from its statistics), one query
+    per_table = [(t, [c for c, dtype in columns.items() if c.endswith("_ns") and dtype == "BIGINT"])
+                 for t, columns in want.items()]
+    per_table = [(t, cs) for t, cs in per_table if cs]
+    if not per_table:
         return
+    sql = "SELECT " + ", ".join(f"(SELECT [{', '.join(f'min({c}), max({c})' for c in cs)}] FROM {t})"
+                                for t, cs in per_table)
     try:
-        extremes = con.execute("SELECT " + ", ".join(checks)).fetchall()[0]
+        got = con.execute(sql).fetchall()[0]
     except duckdb.Error as exc:
         raise StoreError(
             f"{path} is damaged: its *_ns columns cannot be read ({str(exc).strip().splitlines()[0]})") from exc
-    for name, extreme in zip(names, extremes, strict=True):
-        if extreme is not None and extreme >= NS_LIMIT:
-            raise StoreError(f"{path} is damaged: {name} holds {extreme:,}, beyond any time or duration in ns "
-                             f"(limit {NS_LIMIT:,}: the year 2116, or 146 years)")
+    for (table, cs), values in zip(per_table, got, strict=True):
+        for i, column in enumerate(cs):
+            lo, hi = values[2 * i], values[2 * i + 1]
+            extreme = None if lo is None else max(abs(int(lo)), abs(int(hi)))  # Python ints: no overflow
+            if extreme is not None and extreme >= NS_LIMIT:
+                raise StoreError(f"{path} is damaged: {table}.{column} holds {extreme:,}, beyond any time or "
+                                 f"duration in ns (limit {NS_LIMIT:,}: the year 2116, or 146 years)")
 
 
-@cache
 def _current_shape() -> dict[str, list[tuple[str, str]]]:
-    """Each table's (column, type) in SCHEMA_VERSION, from an empty in-memory store."""
-    mem = duckdb.connect()
-    try:
-        migrate(mem)
-        rows = mem.execute(
-            "SELECT table_name, column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = 'main' ORDER BY table_name, ordinal_position"
-        ).fetchall()
-    finally:
-        mem.close()
-    shape: dict[str, list[tuple[str, str]]] = {}
-    for table, column, dtype in rows:
-        shape.setdefault(str(table), []).append((str(column), str(dtype)))
-    return shape
+    """Each table's (column, type) in SCHEMA_VERSION (store/shapes.py)."""
+    return {table: list(columns.items()) for table, columns in expected_columns(SCHEMA_VERSION).items()}
 
 
-def lay_current_views(con: duckdb.DuckDBPyConnection) -> None:
+def lay_current_views(con: duckdb.DuckDBPyConnection, seen: _Seen | None = None) -> None:
     """An older store opened read-only cannot be migrated: show it in the current shape through TEMP views.
 
     DuckDB resolves the temp catalog first, so `FROM cuda_calls` reads the view; the view reads the
     stored table by its qualified name (`<db>.main.<table>`), which does not bind back to itself.
+    `seen`: the store's catalog as _check_version read it on this connection (else it is read now).
     """
-    if current_version(con) >= SCHEMA_VERSION:
+    seen = seen or _Seen(con)
+    if seen.version >= SCHEMA_VERSION:
         return
-    db = str(con.execute("SELECT current_database()").fetchall()[0][0])
-    stored = _stored_columns(con, db)
+    db = seen.db
     for table, columns in _current_shape().items():
         if table == "schema_version" or table.startswith(DERIVED_PREFIX):
             continue  # an older store has no derived tables: its views are computed (store/views.py)
-        have = stored.get(table, set())
+        have = set(seen.columns.get(table, {}))
         if have == {c for c, _ in columns}:
             continue
         con.execute(f'CREATE TEMP VIEW "{table}" AS {_select_as_current(table, columns, have, f"{db}")}').fetchall()
@@ -224,7 +212,8 @@ def open_store(db_path: str | os.PathLike[str], settings: dict[str, str] | None 
     """A read-only connection on the trace at `db_path`, live segments included, in the current shape and with the
     store's views laid (store/views.py). `settings`: DuckDB settings (memory_limit, temp_directory, ...) made before
     the configuration is locked, for a process's first open."""
-    return _with_views(_open(db_path, settings))
+    con, seen = _open(db_path, settings)
+    return _with_views(con, seen)
 
 
 def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
@@ -233,13 +222,13 @@ def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return _with_views(con.cursor())
 
 
-def _with_views(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    lay_current_views(con)
+def _with_views(con: duckdb.DuckDBPyConnection, seen: _Seen | None = None) -> duckdb.DuckDBPyConnection:
+    lay_current_views(con, seen)
     lay_views(con)
     return con
 
 
-def _open(db_path: str | os.PathLike[str], settings: dict[str, str] | None) -> duckdb.DuckDBPyConnection:
+def _open(db_path: str | os.PathLike[str], settings: dict[str, str] | None) -> tuple[duckdb.DuckDBPyConnection, _Seen]:
     path = Path(db_path)
     segments = segment_dir(path)
     has_segments = segments.is_dir() and any(segments.glob("*/*.parquet"))
@@ -250,14 +239,15 @@ def _open(db_path: str | os.PathLike[str], settings: dict[str, str] | None) -> d
     if not has_segments:
         remember_skipped(path, [])
         con = _connect_read_only(path)
-        _check_version(con, path)
-        return _lock_down(con, settings)
+        seen = _check_version(con, path)
+        return _lock_down(con, settings), seen
     for attempt in range(4):
         # The collector replaces latest-*.parquet every second and deletes the segments when it
         # folds them; a snapshot that caught a file mid-change (DuckDB reads a Parquet footer and
         # its data in two opens) is simply taken again.
         try:
-            return _lock_down(_live_snapshot(path, segments), settings)
+            con = _lock_down(_live_snapshot(path, segments), settings)
+            return con, _Seen(con)
         except (duckdb.Error, OSError):
             if attempt == 3:
                 raise
