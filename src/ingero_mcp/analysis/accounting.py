@@ -23,6 +23,7 @@ from collections import defaultdict
 import duckdb
 
 from ingero_mcp.analysis._sql import rows, table_complete
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import Account, Accounting, Phase, Progress, SecondAccount, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.launches import launch_coverage_sql, launch_recording
 from ingero_mcp.analysis.progress import per_bin_sql, progress_of
@@ -290,7 +291,7 @@ def _waited_on(con: duckdb.DuckDBPyConnection, feeders: list[tuple[int, int]], t
         sleep = totals[(pid, tid)].sleep_outside_ns
         if sleep <= 0:
             continue
-        for wpid, wtid, *_rest, sleep_ns, _io, _sc in rows(con, wakers_sql(pid, tid, window)):
+        for wpid, wtid, *_rest, sleep_ns, _io, _sc in shared_rows(con, wakers_sql(pid, tid, window)):
             key = (int(wpid), int(wtid)) if wpid is not None and wtid is not None else None
             if key and key in totals and key != (pid, tid) and (sleep_ns or 0) >= MIN_WAITED_SHARE * sleep:
                 out.append(key)
@@ -343,7 +344,7 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int, m
     """Baseline and slow stretches of a process's progress: iterations per second where a marker counts them
     (progress.py), else launches and copies per second (see the module's docstring); and when the process reached its
     steady rate (the end of its start-up: its first healthy second, from its first mark in that second)."""
-    every = rows(con, work_rate_sql(pid, in_window, SECONDS_TABLE))
+    every = shared_rows(con, work_rate_sql(pid, in_window, SECONDS_TABLE))
     unit = "launches+copies/s"
     first_mark = None
     if marker is not None and iterations is not None:
@@ -477,7 +478,7 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
     bin_ns = next((b for b in BINS_NS if base_rate * b / SECOND_NS >= min_per_bin), SECOND_NS)
     base_bin = round(base_rate * bin_ns / SECOND_NS, 3)
     sql = episodes_sql(pid, ks, t0, bin_ns, base_bin, marker)
-    eps = [(float(a), float(d), float(lost)) for a, d, lost in rows(con, sql)]
+    eps = [(float(a), float(d), float(lost)) for a, d, lost in shared_rows(con, sql)]
     if not eps or (len(eps) < MIN_EPISODES and max(e[2] for e in eps) < BIG_EPISODE_S):
         return None
     windows = [TimeWindow(start_ns=t0 + round(a * SECOND_NS), end_ns=t0 + round((a + d) * SECOND_NS))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import TimeWindow
 
 MAX_HOPS = 3  # edges followed from the sleeping thread
@@ -191,14 +192,14 @@ def doing_text(con: duckdb.DuckDBPyConnection, h: Hop) -> str:
     """'running 80%, asleep on a timer (a sleep it chose) 15%': the hop's summary_sql rows as text."""
     if not h.summary_sql:
         return "not recorded (not traced)"
-    return ", ".join(f"{what} {pct:.0f}%" for what, pct in rows(con, h.summary_sql)) or "not recorded"
+    return ", ".join(f"{what} {pct:.0f}%" for what, pct in shared_rows(con, h.summary_sql)) or "not recorded"
 
 
 def hop(con: duckdb.DuckDBPyConnection, intervals: str, pid: int, tid: int, w: TimeWindow) -> Hop:
     """What one thread did during a set of intervals (see _hop_sql)."""
     lo, hi = w.start_ns - 60 * 1_000_000_000, w.end_ns  # a sleep that began up to a minute before the window
     sql = _hop_sql(intervals, pid, tid, lo, hi)
-    got = rows(con, sql)
+    got = shared_rows(con, sql)
     total = int(got[0][7] or 0) if got else int(rows(con, f"SELECT coalesce(sum(b - a), 0) FROM ({intervals})")[0][0])
     h = Hop(pid=pid, tid=tid, total_ns=total, sql=sql, summary_sql=summary_sql(sql, intervals))
     for state, kind, wpid, wtid, wcomm, wctx, ns, _total in got:
