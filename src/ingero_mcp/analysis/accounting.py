@@ -18,7 +18,9 @@ apart: an idle server's sleep between requests is not lost feeding time.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import threading
+from bisect import bisect_left
+from collections import OrderedDict, defaultdict
 
 import duckdb
 
@@ -469,7 +471,8 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
     # a slow phase's seconds and the one on each side of it (its ramps) are the phase's, not episodes of their own
     taken = [TimeWindow(start_ns=p.window.start_ns - SECOND_NS, end_ns=p.window.end_ns + SECOND_NS)
              for p in phases if p.kind == "slow"]
-    ks = [k for k, start, n in got if n < SCAN_FRACTION * reference and min(healthy) < k < max(healthy)
+    first, last = min(healthy), max(healthy)
+    ks = [k for k, start, n in got if n < SCAN_FRACTION * reference and first < k < last
           and not any(w.start_ns <= start < w.end_ns for w in taken)]
     if not ks:
         return None
@@ -509,10 +512,36 @@ def sum_seconds(seconds: list[SecondAccount], window: TimeWindow | None = None) 
     seconds that know them (None when none does)."""
     total = {c: 0 for c in _COLUMNS}
     iterations: float | None = None
-    for s in seconds:
-        if window is None or window.start_ns <= s.start_ns < window.end_ns:
-            for c in _COLUMNS:
-                total[c] += getattr(s, c)
-            if s.iterations is not None:
-                iterations = (iterations or 0.0) + s.iterations
+    for s in seconds_within(seconds, window):
+        for c in _COLUMNS:
+            total[c] += getattr(s, c)
+        if s.iterations is not None:
+            iterations = (iterations or 0.0) + s.iterations
     return Account(**total, iterations=iterations)
+
+
+# A thread's seconds -> their starts, where they are in order (the chains ask a few seconds of a long trace many
+# times): the list is held with them, so its id names it while it is here.
+_STARTS: OrderedDict[int, tuple[list[SecondAccount], list[int] | None]] = OrderedDict()
+_STARTS_LOCK = threading.Lock()
+
+
+def seconds_within(seconds: list[SecondAccount], window: TimeWindow | None) -> list[SecondAccount]:
+    """The seconds whose start lies in the window (all when None), in their order."""
+    if window is None:
+        return seconds
+    with _STARTS_LOCK:
+        known = _STARTS.get(id(seconds))
+    if known is None or known[0] is not seconds or (known[1] is not None and len(known[1]) != len(seconds)):
+        starts: list[int] | None = [s.start_ns for s in seconds]
+        if any(a > b for a, b in zip(starts, starts[1:])):  # type: ignore[index]
+            starts = None
+        known = (seconds, starts)
+        with _STARTS_LOCK:
+            _STARTS[id(seconds)] = known
+            while len(_STARTS) > 64:
+                _STARTS.popitem(last=False)
+    starts = known[1]
+    if starts is None:
+        return [s for s in seconds if window.start_ns <= s.start_ns < window.end_ns]
+    return seconds[bisect_left(starts, window.start_ns):bisect_left(starts, window.end_ns)]
