@@ -80,14 +80,17 @@ def _has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
 
 def _store_answers(con: duckdb.DuckDBPyConnection) -> None:
     """The report over the whole trace, run once on the derived rows just stored, its shared questions' answers
-    kept in acct_answers (answers.py). A report that fails here stores none: readers ask as before."""
+    kept in acct_answers (answers.py), with the trace's description as the MCP tool asks it (the overlap checks the
+    report leaves out). A report that fails here stores none: readers ask as before."""
     import logging
 
+    from ingero_mcp.analysis.info import trace_info
     from ingero_mcp.analysis.report import build_report
 
     try:
         with recording() as asked:
             build_report(con)
+            trace_info(con)
         con.execute("BEGIN TRANSACTION").fetchall()
         try:
             store_answers(con, asked)
