@@ -278,7 +278,7 @@ def _may_idle(con: duckdb.DuckDBPyConnection, key: tuple[int, int], total: Accou
     if total.sleep_outside_ns < MIN_IDLE_SHARE * total.wall_ns:
         return False
     lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
-    got = rows(con, f"SELECT sum(least(end_ns, {hi}) - greatest(start_ns, {lo})) FROM thread_sleeps "
+    got = shared_rows(con, f"SELECT sum(least(end_ns, {hi}) - greatest(start_ns, {lo})) FROM thread_sleeps "
                     f"WHERE pid = {int(key[0])} AND tid = {int(key[1])} AND inside_ns = 0 AND sleep_state = 'S' "
                     f"AND waker_context IN ('irq', 'softirq') AND syscall IN {INPUT_WAITS} "
                     f"AND end_ns > {int(lo)} AND start_ns < {int(hi)}")[0][0]
@@ -308,8 +308,9 @@ def _seconds(con: duckdb.DuckDBPyConnection, keys: list[tuple[int, int]],
     cols = ", ".join(_COLUMNS)
     util = dict(_gpu_util_per_second(con))
     got: dict[tuple[int, int], list[SecondAccount]] = defaultdict(list)
-    for r in rows(con, f"SELECT pid, tid, k, start_ns, {cols} FROM {SECONDS_TABLE} WHERE {in_window} AND ({which}) "
-                       "ORDER BY pid, tid, k"):
+    for r in shared_rows(con, f"SELECT pid, tid, k, start_ns, {cols} FROM {SECONDS_TABLE} "
+                              f"WHERE {in_window} AND ({which}) "
+                              "ORDER BY pid, tid, k"):
         values = {c: int(v or 0) for c, v in zip(_COLUMNS, r[4:], strict=True)}
         got[(int(r[0]), int(r[1]))].append(SecondAccount(k=int(r[2]), start_ns=int(r[3]),
                                                          gpu_util_percent=util.get(int(r[2])), **values))

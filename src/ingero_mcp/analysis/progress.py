@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import duckdb
 
-from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import Progress
 
@@ -85,7 +84,7 @@ MAX_TRIED = 24  # signatures whose gaps are read, rarest first
 
 
 def _has_launch_gaps(con: duckdb.DuckDBPyConnection, pid: int) -> bool:
-    return bool(rows(con, f"""SELECT 1 FROM probe_gaps g WHERE g.probes = 'launch' AND g.session_id IN
+    return bool(shared_rows(con, f"""SELECT 1 FROM probe_gaps g WHERE g.probes = 'launch' AND g.session_id IN
                                  (SELECT DISTINCT session_id FROM cuda_calls WHERE pid = {int(pid)}) LIMIT 1"""))
 
 

@@ -11,6 +11,7 @@ import re
 import duckdb
 
 from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import origin_ns
 from ingero_mcp.analysis.models import Account, CausalChain, Phase, Progress, ThreadAccount, TimeWindow
 
@@ -136,7 +137,7 @@ class Ctx:
         """Every (pid, tid) with scheduler rows: the threads whose time is recorded."""
         key = ("traced_threads",)
         if key not in self.cache:
-            self.cache[key] = rows(self.con, "SELECT DISTINCT pid, tid FROM sched_intervals")
+            self.cache[key] = shared_rows(self.con, "SELECT DISTINCT pid, tid FROM sched_intervals")
         return self.cache[key]
 
     def is_collector(self, pid: int | None) -> bool:
