@@ -104,3 +104,28 @@ def test_encoding_keeps_values_and_types() -> None:
     import datetime
 
     assert encode([(datetime.date(2026, 1, 1),)]) is None  # not kept exactly: not recorded (asked again)
+
+
+def test_answers_kept_for_the_process_follow_the_store(store: Path, tmp_path: Path) -> None:
+    """Answers worked out in this process are reused while the store is unchanged, and not once rows are added."""
+    from ingero_mcp.analysis.calls import call_groups
+
+    plain = tmp_path / "plain.duckdb"
+    shutil.copy(store, plain)
+    con = duckdb.connect(str(plain))
+    con.execute(f"DELETE FROM {STORED}").fetchall()
+    con.close()
+
+    def launches() -> int:
+        con = open_store(plain)
+        try:
+            return sum(g.count for g in call_groups(con) if g.pid is None and g.op == "cudaLaunchKernel")
+        finally:
+            con.close()
+
+    before = launches()
+    assert launches() == before
+    con = duckdb.connect(str(plain))
+    con.execute("INSERT INTO cuda_calls BY NAME SELECT * FROM cuda_calls WHERE op = 'cudaLaunchKernel' LIMIT 1")
+    con.close()
+    assert launches() == before + 1

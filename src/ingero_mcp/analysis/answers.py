@@ -33,6 +33,7 @@ _RECORDING: ContextVar[dict[str, tuple[str, list[tuple]]] | None] = ContextVar("
 # connection and cursor of the process shares them; a few stores at most (an MCP server reopening a live one).
 _KEPT: OrderedDict[tuple[str, str], dict[str, object]] = OrderedDict()
 _KEPT_STORES = 4
+_KEPT_ANSWERS = 5000  # per store: a server asked about many windows keeps the first ones, then asks again
 _LOCK = threading.Lock()
 # A read-only connection's store does not change under it: where it reads from, worked out once per connection.
 _WHERE: weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, tuple[str, str] | None] = weakref.WeakKeyDictionary()
@@ -92,7 +93,9 @@ def shared_rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[objec
     got = rows(con, sql, params)
     if where is not None:
         with _LOCK:
-            _KEPT.get(where, {})[key] = list(got)
+            known = _KEPT.get(where)
+            if known is not None and len(known) < _KEPT_ANSWERS:
+                known[key] = list(got)
     return got
 
 
