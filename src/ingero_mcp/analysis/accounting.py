@@ -540,7 +540,7 @@ def seconds_within(seconds: list[SecondAccount], window: TimeWindow | None) -> l
         known = (seconds, starts)
         with _STARTS_LOCK:
             _STARTS[id(seconds)] = known
-            while len(_STARTS) > 64:
+            while len(_STARTS) > 16:
                 _STARTS.popitem(last=False)
     starts = known[1]
     if starts is None:
