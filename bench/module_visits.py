@@ -1,8 +1,8 @@
 """Which analysis modules `explain`'s connection visits, in order (issue 22: each at most once or twice).
 
-A visit is an entry into an analysis module, by a call that receives the connection, from another module; `_sql`
-(the query runner every module uses) is left out. Prints the visits, the modules, the returns (visits to a module
-already left) and the sequence.
+A visit is an entry into an analysis module, by a call that receives the connection, from another module; `_sql` and
+`answers` (the query runners every module uses) are left out. Prints the visits, the modules, the returns (visits to
+a module already left) and the sequence.
 
     .venv/bin/python bench/module_visits.py investigations/h200-seed-benchmark.duckdb
 """
@@ -26,7 +26,7 @@ def main() -> int:
         if event != "call":
             return
         module = str(frame.f_globals.get("__name__", ""))
-        if not module.startswith("ingero_mcp.analysis.") or module.endswith("._sql"):
+        if not module.startswith("ingero_mcp.analysis.") or module.endswith(("._sql", ".answers")):
             return
         if any(value is con for value in frame.f_locals.values()):
             short = module.removeprefix("ingero_mcp.analysis.")

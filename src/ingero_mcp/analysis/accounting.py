@@ -18,11 +18,14 @@ apart: an idle server's sleep between requests is not lost feeding time.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import threading
+from bisect import bisect_left
+from collections import OrderedDict, defaultdict
 
 import duckdb
 
 from ingero_mcp.analysis._sql import rows, table_complete
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import Account, Accounting, Phase, Progress, SecondAccount, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.launches import launch_coverage_sql, launch_recording
 from ingero_mcp.analysis.progress import per_bin_sql, progress_of
@@ -275,7 +278,7 @@ def _may_idle(con: duckdb.DuckDBPyConnection, key: tuple[int, int], total: Accou
     if total.sleep_outside_ns < MIN_IDLE_SHARE * total.wall_ns:
         return False
     lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
-    got = rows(con, f"SELECT sum(least(end_ns, {hi}) - greatest(start_ns, {lo})) FROM thread_sleeps "
+    got = shared_rows(con, f"SELECT sum(least(end_ns, {hi}) - greatest(start_ns, {lo})) FROM thread_sleeps "
                     f"WHERE pid = {int(key[0])} AND tid = {int(key[1])} AND inside_ns = 0 AND sleep_state = 'S' "
                     f"AND waker_context IN ('irq', 'softirq') AND syscall IN {INPUT_WAITS} "
                     f"AND end_ns > {int(lo)} AND start_ns < {int(hi)}")[0][0]
@@ -290,7 +293,7 @@ def _waited_on(con: duckdb.DuckDBPyConnection, feeders: list[tuple[int, int]], t
         sleep = totals[(pid, tid)].sleep_outside_ns
         if sleep <= 0:
             continue
-        for wpid, wtid, *_rest, sleep_ns, _io, _sc in rows(con, wakers_sql(pid, tid, window)):
+        for wpid, wtid, *_rest, sleep_ns, _io, _sc in shared_rows(con, wakers_sql(pid, tid, window)):
             key = (int(wpid), int(wtid)) if wpid is not None and wtid is not None else None
             if key and key in totals and key != (pid, tid) and (sleep_ns or 0) >= MIN_WAITED_SHARE * sleep:
                 out.append(key)
@@ -305,8 +308,9 @@ def _seconds(con: duckdb.DuckDBPyConnection, keys: list[tuple[int, int]],
     cols = ", ".join(_COLUMNS)
     util = dict(_gpu_util_per_second(con))
     got: dict[tuple[int, int], list[SecondAccount]] = defaultdict(list)
-    for r in rows(con, f"SELECT pid, tid, k, start_ns, {cols} FROM {SECONDS_TABLE} WHERE {in_window} AND ({which}) "
-                       "ORDER BY pid, tid, k"):
+    for r in shared_rows(con, f"SELECT pid, tid, k, start_ns, {cols} FROM {SECONDS_TABLE} "
+                              f"WHERE {in_window} AND ({which}) "
+                              "ORDER BY pid, tid, k"):
         values = {c: int(v or 0) for c, v in zip(_COLUMNS, r[4:], strict=True)}
         got[(int(r[0]), int(r[1]))].append(SecondAccount(k=int(r[2]), start_ns=int(r[3]),
                                                          gpu_util_percent=util.get(int(r[2])), **values))
@@ -343,7 +347,7 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int, m
     """Baseline and slow stretches of a process's progress: iterations per second where a marker counts them
     (progress.py), else launches and copies per second (see the module's docstring); and when the process reached its
     steady rate (the end of its start-up: its first healthy second, from its first mark in that second)."""
-    every = rows(con, work_rate_sql(pid, in_window, SECONDS_TABLE))
+    every = shared_rows(con, work_rate_sql(pid, in_window, SECONDS_TABLE))
     unit = "launches+copies/s"
     first_mark = None
     if marker is not None and iterations is not None:
@@ -468,7 +472,8 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
     # a slow phase's seconds and the one on each side of it (its ramps) are the phase's, not episodes of their own
     taken = [TimeWindow(start_ns=p.window.start_ns - SECOND_NS, end_ns=p.window.end_ns + SECOND_NS)
              for p in phases if p.kind == "slow"]
-    ks = [k for k, start, n in got if n < SCAN_FRACTION * reference and min(healthy) < k < max(healthy)
+    first, last = min(healthy), max(healthy)
+    ks = [k for k, start, n in got if n < SCAN_FRACTION * reference and first < k < last
           and not any(w.start_ns <= start < w.end_ns for w in taken)]
     if not ks:
         return None
@@ -477,7 +482,7 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
     bin_ns = next((b for b in BINS_NS if base_rate * b / SECOND_NS >= min_per_bin), SECOND_NS)
     base_bin = round(base_rate * bin_ns / SECOND_NS, 3)
     sql = episodes_sql(pid, ks, t0, bin_ns, base_bin, marker)
-    eps = [(float(a), float(d), float(lost)) for a, d, lost in rows(con, sql)]
+    eps = [(float(a), float(d), float(lost)) for a, d, lost in shared_rows(con, sql)]
     if not eps or (len(eps) < MIN_EPISODES and max(e[2] for e in eps) < BIG_EPISODE_S):
         return None
     windows = [TimeWindow(start_ns=t0 + round(a * SECOND_NS), end_ns=t0 + round((a + d) * SECOND_NS))
@@ -508,10 +513,36 @@ def sum_seconds(seconds: list[SecondAccount], window: TimeWindow | None = None) 
     seconds that know them (None when none does)."""
     total = {c: 0 for c in _COLUMNS}
     iterations: float | None = None
-    for s in seconds:
-        if window is None or window.start_ns <= s.start_ns < window.end_ns:
-            for c in _COLUMNS:
-                total[c] += getattr(s, c)
-            if s.iterations is not None:
-                iterations = (iterations or 0.0) + s.iterations
+    for s in seconds_within(seconds, window):
+        for c in _COLUMNS:
+            total[c] += getattr(s, c)
+        if s.iterations is not None:
+            iterations = (iterations or 0.0) + s.iterations
     return Account(**total, iterations=iterations)
+
+
+# A thread's seconds -> their starts, where they are in order (the chains ask a few seconds of a long trace many
+# times): the list is held with them, so its id names it while it is here.
+_STARTS: OrderedDict[int, tuple[list[SecondAccount], list[int] | None]] = OrderedDict()
+_STARTS_LOCK = threading.Lock()
+
+
+def seconds_within(seconds: list[SecondAccount], window: TimeWindow | None) -> list[SecondAccount]:
+    """The seconds whose start lies in the window (all when None), in their order."""
+    if window is None:
+        return seconds
+    with _STARTS_LOCK:
+        known = _STARTS.get(id(seconds))
+    if known is None or known[0] is not seconds or (known[1] is not None and len(known[1]) != len(seconds)):
+        starts: list[int] | None = [s.start_ns for s in seconds]
+        if any(a > b for a, b in zip(starts, starts[1:])):  # type: ignore[index]
+            starts = None
+        known = (seconds, starts)
+        with _STARTS_LOCK:
+            _STARTS[id(seconds)] = known
+            while len(_STARTS) > 16:
+                _STARTS.popitem(last=False)
+    starts = known[1]
+    if starts is None:
+        return [s for s in seconds if window.start_ns <= s.start_ns < window.end_ns]
+    return seconds[bisect_left(starts, window.start_ns):bisect_left(starts, window.end_ns)]

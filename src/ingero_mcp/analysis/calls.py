@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 
 import duckdb
 
-from ingero_mcp.analysis._sql import pid_in, rows, sql_str, tidy, ts_in, where
+from ingero_mcp.analysis._sql import pid_in, sql_str, tidy, ts_in, where
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import TimeWindow
 
 
@@ -77,12 +78,12 @@ def call_groups(
     con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, pids: list[int] | None = None
 ) -> list[CallGroup]:
     """Per-(pid, op) groups and per-op groups (pid None), exact over every row in the window."""
-    per_pid = [_group(r) for r in rows(con, pid_op_sql(window, pids))]
+    per_pid = [_group(r) for r in shared_rows(con, pid_op_sql(window, pids))]
     callers: dict[str, list[CallGroup]] = {}
     for g in per_pid:
         callers.setdefault(g.op, []).append(g)
     shared = sorted(op for op, gs in callers.items() if len(gs) > 1)
     per_op = [replace(gs[0], pid=None) for op, gs in callers.items() if len(gs) == 1]
     if shared:
-        per_op += [_group(r) for r in rows(con, op_sql(window, pids, shared))]
+        per_op += [_group(r) for r in shared_rows(con, op_sql(window, pids, shared))]
     return per_op + per_pid

@@ -14,6 +14,7 @@ import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, table_complete
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import accounting, origin_ns, second_runs, thread_names
 from ingero_mcp.analysis.calls import CallGroup
 from ingero_mcp.analysis.models import PART_LABEL
@@ -115,12 +116,12 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
     upper = (" (upper bounds: launches were probed entry-only, so each is timed from its entry to the thread's next "
              "CUDA call, only where the launch probes stayed attached in between)") if bound else ""
     if bound and minor is not None:  # say what could not be judged rather than stay silent about it
-        for pid, after, kernels in rows(con, uncovered_firsts_sql(pids)):
+        for pid, after, kernels in shared_rows(con, uncovered_firsts_sql(pids)):
             minor.append(f"{rc.COLD_START} (not assessable): {names.get(int(pid), '?')}[{pid}]: {after} of "
                          f"{kernels} distinct kernels were first seen after the launch probes' first gap (probe_gaps): "
                          "their real first launch may have been in a gap, so whether first launches of distinct "
                          "kernels were slow is not known")
-    for pid, kernels, cold, excess, first, last, worst, median in rows(con, sql):
+    for pid, kernels, cold, excess, first, last, worst, median in shared_rows(con, sql):
         wall = walls.get(int(pid)) or window.duration_ns or 1
         share = excess / wall
         if share < 0.01:
@@ -270,7 +271,7 @@ def driver_lock_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: 
     out = []
     for t in pace_threads(acc)[:2]:
         sql = driver_lock_sql(t.pid, t.tid, window)
-        for op, other_op, other_tid, calls, overlap, worst, first, last in rows(con, sql)[:3]:
+        for op, other_op, other_tid, calls, overlap, worst, first, last in shared_rows(con, sql)[:3]:
             wall = t.total.wall_ns or 1
             who = f"{t.process_comm or names.get(t.pid, '?')}[{t.pid}]'s " + ("main thread" if t.tid == t.pid
                                                                               else f"thread {t.tid}")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import duckdb
 
 from ingero_mcp.analysis._sql import rows, tidy
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.launches import has_launch_gaps, launch_coverage_sql
 from ingero_mcp.analysis.models import (
     BpfProgramTime,
@@ -125,7 +126,7 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
     """The store's tracing cost and launch recording, or None where it has none (stores before v4)."""
     costs = [ProbeCost(probe=p, cost_ns=None if c is None else float(c), method=m)
              for p, c, m in rows(con, PROBE_COSTS_SQL)]
-    per = rows(con, process_cost_sql())
+    per = shared_rows(con, process_cost_sql())
     entry_only = int(rows(con, ENTRY_ONLY_SQL)[0][0])
     has_gaps = has_launch_gaps(con)
     if not costs and not per and not entry_only and not has_gaps:

@@ -13,6 +13,7 @@ import time
 
 import duckdb
 
+from ingero_mcp.analysis.answers import STORED, recording, store_answers
 from ingero_mcp.store.views import (
     CACHE,
     CACHE_LOCK,
@@ -39,9 +40,11 @@ from ingero_mcp.store.views import (
 
 def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
     """On a writable v3 store: compute the views' rows and store them in the acct_* tables (replacing any), with
-    acct_meta recording what they were made from. One transaction. Returns False where the store has no such tables."""
+    acct_meta recording what they were made from. One transaction. Returns False where the store has no such tables.
+    Then (v7) the report's costly questions for the whole trace, answered over those rows, go to acct_answers."""
     if not has_meta(con):
         return False
+    answers = _has_table(con, STORED)
     con.execute("SET enable_progress_bar = false").fetchall()  # the collector's fold, a demo: no bars on stderr
     try:
         _make_cache(con)  # from the store's tables, whatever derived rows it holds (one transaction writes one catalog)
@@ -51,6 +54,8 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
         raise
     try:
         con.execute(f"DELETE FROM {DERIVED_META}").fetchall()
+        if answers:
+            con.execute(f"DELETE FROM {STORED}").fetchall()
         for name in VIEWS:
             con.execute(f"DELETE FROM {DERIVED[name]}").fetchall()
         for name in VIEWS:
@@ -63,7 +68,40 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
         raise
     finally:
         _drop_cache(con)
+    if answers:
+        _store_answers(con)
     return True
+
+
+def _has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE NOT temporary AND schema_name = 'main' "
+                            "AND table_name = ? AND database_name = current_database()", [table]).fetchall()[0][0])
+
+
+def _store_answers(con: duckdb.DuckDBPyConnection) -> None:
+    """The report over the whole trace, run once on the derived rows just stored, its shared questions' answers
+    kept in acct_answers (answers.py), with the trace's description as the MCP tool asks it (the overlap checks the
+    report leaves out). A report that fails here stores none: readers ask as before."""
+    import logging
+
+    from ingero_mcp.analysis.info import trace_info
+    from ingero_mcp.analysis.report import build_report
+
+    try:
+        with recording() as asked:
+            build_report(con)
+            trace_info(con)
+        con.execute("BEGIN TRANSACTION").fetchall()
+        try:
+            store_answers(con, asked)
+            con.execute("COMMIT").fetchall()
+        except BaseException:
+            con.execute("ROLLBACK").fetchall()
+            raise
+    except Exception as exc:  # the derived tables are committed: never lose them over a recorded answer
+        logging.getLogger(__name__).warning("recorded answers not stored: %s", exc)
+    finally:
+        _drop_cache(con)
 
 
 def _drop_cache(con: duckdb.DuckDBPyConnection) -> None:

@@ -18,6 +18,7 @@ import json
 import duckdb
 
 from ingero_mcp.analysis._sql import pid_in, rows, sql_str, tidy, ts_in, where
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import CausalChain, Evidence, ImportedAccounting, TimelineEntry, TimeWindow
 
 
@@ -147,7 +148,7 @@ def imported_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = 
     names = thread_names(con) if imp else {}
     out: list[CausalChain] = []
     for (origin, op, sev, stored, first_ns, last_ns, cid, summary, cause, expl, recs,
-         p99, p50, ratio, tl, nodes) in rows(
+         p99, p50, ratio, tl, nodes) in shared_rows(
         con, imported_chains_sql(window)
     ):
         sql = tidy(

@@ -7,6 +7,7 @@ from collections import defaultdict
 import duckdb
 
 from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.cost import tracing_cost
 from ingero_mcp.analysis.quality import data_quality_sql
 from ingero_mcp.analysis.models import DataQuality, SessionInfo, SourceStats, TableCoverage, TraceInfo
@@ -63,7 +64,7 @@ def data_quality(con: duckdb.DuckDBPyConnection, overlaps: bool = True) -> list[
     """Damaged rows by kind, each with the SQL that counts it (data_quality_sql); kinds with none left out."""
     sql = " ".join(data_quality_sql(overlaps).split())
     return [DataQuality(what=str(what), count=int(n), sql=f"SELECT n FROM ({sql}) WHERE what = '{what}'")
-            for what, n in rows(con, sql) if n]
+            for what, n in shared_rows(con, sql) if n]
 
 
 def events_lost(info: TraceInfo) -> int:

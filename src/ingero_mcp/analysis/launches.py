@@ -6,6 +6,7 @@ from __future__ import annotations
 import duckdb
 
 from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.answers import shared_rows
 
 
 def launch_coverage_sql() -> str:
@@ -23,7 +24,8 @@ def has_launch_gaps(con: duckdb.DuckDBPyConnection) -> bool:
 
 def launch_recording(con: duckdb.DuckDBPyConnection) -> tuple[bool, float | None]:
     """(launches probed entry-only, launch coverage or None when no probe gap): how v4 recorded the launches."""
-    entry_only = bool(rows(con, "SELECT 1 FROM cuda_calls WHERE duration_ns IS NULL AND contains(op, 'aunch') LIMIT 1"))
+    entry_only = bool(shared_rows(
+        con, "SELECT 1 FROM cuda_calls WHERE duration_ns IS NULL AND contains(op, 'aunch') LIMIT 1"))
     if not has_launch_gaps(con):
         return entry_only, None
     got = rows(con, launch_coverage_sql())[0][0]

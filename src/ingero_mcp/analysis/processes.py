@@ -19,6 +19,7 @@ from collections import defaultdict
 import duckdb
 
 from ingero_mcp.analysis._sql import SLEEP_STATES, interval_in, pid_in, rows, table_complete, tidy, ts_in, where
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.imported import only_imported_sql
 from ingero_mcp.analysis.models import ProcessBreakdown, ProcessOp, TimeWindow
@@ -142,15 +143,15 @@ def per_process_breakdown(
                 ProcessOp(op=g.op, count=g.count, total_ns=g.total_ns, p50_ns=g.p50_ns, p99_ns=g.p99_ns,
                           max_ns=g.max_ns, entry_only=g.entry_only)
             )
-    sched = {int(r[0]): r[1:] for r in rows(con, sched_rows_sql(window, pids))}
+    sched = {int(r[0]): r[1:] for r in shared_rows(con, sched_rows_sql(window, pids))}
     rows_complete = table_complete(con, "sched_intervals")
     aggs: dict[tuple[int, str], tuple] = {}
     agg_comm: dict[int, str] = {}
-    for pid, op, n, dur, mx, nbytes, comm in rows(con, aggregates_sql(window, pids)):
+    for pid, op, n, dur, mx, nbytes, comm in shared_rows(con, aggregates_sql(window, pids)):
         aggs[(int(pid), op)] = (int(n), dur, mx, nbytes)
         if comm:
             agg_comm[int(pid)] = comm
-    call_pages = {int(r[0]): r[1:] for r in rows(con, call_pages_sql(window, pids))}
+    call_pages = {int(r[0]): r[1:] for r in shared_rows(con, call_pages_sql(window, pids))}
     ident = _identity(con, pids)
     kids = _children(con, pids)
     event_comm = _event_comms(con, pids)
@@ -163,11 +164,11 @@ def per_process_breakdown(
         if bucket is not None:
             rows_from = (f"(SELECT pid, on_ns, coalesce(off_cpu_ns, on_ns - off_ns) AS off FROM sched_intervals "
                          f"{where(ts_in(window, 'on_ns'), pid_in(pids))}) s")
-            reconciled = {int(r[0]): r[1:] for r in rows(
+            reconciled = {int(r[0]): r[1:] for r in shared_rows(
                 con, reconcile_sql(rows_from, "on_ns", "off", agg_where, ["pid"], bucket, window))}
-    worst = {int(r[0]): r[1:] for r in rows(con, worst_threads_sql(window, pids))} if sched else {}
+    worst = {int(r[0]): r[1:] for r in shared_rows(con, worst_threads_sql(window, pids))} if sched else {}
 
-    only_imported = {int(p): what for p, what in rows(con, only_imported_sql(window, pids))}
+    only_imported = {int(p): what for p, what in shared_rows(con, only_imported_sql(window, pids))}
 
     seen = set(ops) | set(sched) | {p for p, _ in aggs} | (set(kids) & set(ident)) | set(only_imported)
     if pids:

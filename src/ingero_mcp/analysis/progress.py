@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import duckdb
 
-from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import Progress
 
 SECOND_NS = 1_000_000_000
@@ -84,7 +84,7 @@ MAX_TRIED = 24  # signatures whose gaps are read, rarest first
 
 
 def _has_launch_gaps(con: duckdb.DuckDBPyConnection, pid: int) -> bool:
-    return bool(rows(con, f"""SELECT 1 FROM probe_gaps g WHERE g.probes = 'launch' AND g.session_id IN
+    return bool(shared_rows(con, f"""SELECT 1 FROM probe_gaps g WHERE g.probes = 'launch' AND g.session_id IN
                                  (SELECT DISTINCT session_id FROM cuda_calls WHERE pid = {int(pid)}) LIMIT 1"""))
 
 
@@ -106,7 +106,7 @@ def marks_filter(op: str, sig: str) -> str:
 def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
     """The call that marks one iteration of a process, or None (see the module's docstring)."""
     # launches the governor left unprobed for part of a second are not all rows: no launch marks iterations then
-    sigs = rows(con, signatures_sql(pid, launches=not _has_launch_gaps(con, pid)))
+    sigs = shared_rows(con, signatures_sql(pid, launches=not _has_launch_gaps(con, pid)))
     groups: list[list[tuple]] = []  # ascending count: a rhythm is a run of counts within SAME_COUNT of its first
     for r in sigs:
         if groups and int(r[3]) <= int(groups[-1][0][3]) * (1 + SAME_COUNT):
@@ -122,9 +122,9 @@ def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
             if len(kept) >= MIN_RHYTHM or tried >= MAX_TRIED:
                 break
             tried += 1
-            cover, gap, long_gap, long_end, marks, lo, hi = rows(con, cover_sql(pid, str(op), str(sig)))[0]
+            cover, gap, long_gap, long_end, marks, lo, hi = shared_rows(con, cover_sql(pid, str(op), str(sig)))[0]
             if long_gap is not None and long_gap >= QUIET_GAP_NS:
-                busy = rows(con, gap_work_sql(pid, long_end - long_gap, long_end, lo, hi, marks))[0][0]
+                busy = shared_rows(con, gap_work_sql(pid, long_end - long_gap, long_end, lo, hi, marks))[0][0]
                 if busy is not None and float(busy) >= BUSY_IN_GAP:
                     continue  # it stopped while the process kept working: a phase's call (a bulk copy), not the step's
             # bursts (an evaluation pass) cover little of their span
@@ -182,7 +182,7 @@ def per_bin_sql(marker: Progress, t0: int, lo: int, hi: int, bin_ns: int) -> str
 
 def iterations_per_second(con: duckdb.DuckDBPyConnection, marker: Progress, t0: int) -> dict[int, tuple[float, int]]:
     """k -> (iterations in second k, ns of it between the first and the last mark)."""
-    return {int(k): (float(it), int(seen)) for k, it, seen in rows(con, per_second_sql(marker, t0))}
+    return {int(k): (float(it), int(seen)) for k, it, seen in shared_rows(con, per_second_sql(marker, t0))}
 
 
 def progress_of(con: duckdb.DuckDBPyConnection, pids: list[int], t0: int

@@ -10,6 +10,7 @@ from __future__ import annotations
 import duckdb
 
 from ingero_mcp.analysis._sql import bucket_in, pid_in, rows, table_complete, tidy, ts_in, where
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.imported import unanalysed_note
 from ingero_mcp.analysis.models import HostTotal, OpStats, TimeWindow, TraceStats
@@ -178,7 +179,7 @@ def trace_stats(
     call_pids = sorted({g.pid for g in groups if g.pid is not None})
     notes = [sample_note(con, {h.op for h in host} & {s.op for s in ops})] if sampled else []
     if not sampled:
-        nested = {str(op): int(n) for op, n in rows(con, nested_sql(window, pids))}
+        nested = {str(op): int(n) for op, n in shared_rows(con, nested_sql(window, pids))}
         ops = [o.model_copy(update={"nested": nested.get(o.op, 0)}) for o in ops]
         if nested:
             notes.append("one logical call made in both API layers is counted once: "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import duckdb
 
 from ingero_mcp.analysis._sql import rows, sql_round
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import TimeWindow
 
 MAX_HOPS = 3  # edges followed from the sleeping thread
@@ -194,7 +195,7 @@ def doing_text(con: duckdb.DuckDBPyConnection, h: Hop) -> str:
     if not h.summary_sql:
         return "not recorded (not traced)"
     if h.doing is None:
-        h.doing = _as_text(rows(con, h.summary_sql))
+        h.doing = _as_text(shared_rows(con, h.summary_sql))
     return h.doing
 
 
@@ -226,7 +227,7 @@ def hop(con: duckdb.DuckDBPyConnection, intervals: str, pid: int, tid: int, w: T
     """What one thread did during a set of intervals (see _hop_sql)."""
     lo, hi = w.start_ns - 60 * 1_000_000_000, w.end_ns  # a sleep that began up to a minute before the window
     sql = _hop_sql(intervals, pid, tid, lo, hi)
-    got = rows(con, sql)
+    got = shared_rows(con, sql)
     total = int(got[0][7] or 0) if got else int(rows(con, f"SELECT coalesce(sum(b - a), 0) FROM ({intervals})")[0][0])
     h = Hop(pid=pid, tid=tid, total_ns=total, sql=sql, summary_sql=summary_sql(sql, intervals))
     for state, kind, wpid, wtid, wcomm, wctx, ns, _total in got:

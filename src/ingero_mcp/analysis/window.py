@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 
 import duckdb
 
-from ingero_mcp.analysis._sql import AnalysisError, rows
+from ingero_mcp.analysis._sql import AnalysisError
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import TimeWindow
 
 _UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "h": 3_600_000_000_000}
@@ -40,7 +41,7 @@ def parse_duration_ns(text: str) -> int:
 
 def trace_window(con: duckdb.DuckDBPyConnection) -> TimeWindow | None:
     """The span of the whole trace (sessions and every timestamped row), or None when it is empty."""
-    lo, hi = rows(con, _BOUNDS_SQL)[0]
+    lo, hi = shared_rows(con, _BOUNDS_SQL)[0]
     if lo is None or hi is None:
         return None
     return TimeWindow(start_ns=int(lo), end_ns=int(max(lo, hi)))

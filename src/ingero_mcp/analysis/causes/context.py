@@ -11,6 +11,7 @@ import re
 import duckdb
 
 from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import origin_ns
 from ingero_mcp.analysis.models import Account, CausalChain, Phase, Progress, ThreadAccount, TimeWindow
 
@@ -100,11 +101,12 @@ class Ctx:
     chains: list[CausalChain] = field(default_factory=list)
     cache: dict[tuple, list[tuple]] = field(default_factory=dict)  # query results reused by explainers
 
-    def family(self, pid: int) -> set[int]:
-        """The process and its descendants (forked workers); worked out once per process (relation() asks often)."""
+    def family(self, pid: int) -> frozenset[int]:
+        """The process and its descendants (forked workers); worked out once per process (relation() asks often, so
+        the set itself is kept: thousands of workers are not copied at every ask)."""
         key = ("family", pid)
         if key in self.cache:
-            return set(self.cache[key])  # type: ignore[arg-type]
+            return self.cache[key]  # type: ignore[return-value]
         out, todo = {pid}, [pid]
         kids: dict[int, list[int]] = defaultdict(list)
         for p, (pp, _c, _m) in self.procs.items():
@@ -115,8 +117,9 @@ class Ctx:
                 if k not in out:
                     out.add(k)
                     todo.append(k)
-        self.cache[key] = list(out)  # type: ignore[assignment]
-        return out
+        kept = frozenset(out)
+        self.cache[key] = kept  # type: ignore[assignment]
+        return kept
 
     def alive_children(self, pid: int, w: TimeWindow) -> list[int]:
         """Descendants of a process alive for at least half of the window."""
@@ -134,7 +137,7 @@ class Ctx:
         """Every (pid, tid) with scheduler rows: the threads whose time is recorded."""
         key = ("traced_threads",)
         if key not in self.cache:
-            self.cache[key] = rows(self.con, "SELECT DISTINCT pid, tid FROM sched_intervals")
+            self.cache[key] = shared_rows(self.con, "SELECT DISTINCT pid, tid FROM sched_intervals")
         return self.cache[key]
 
     def is_collector(self, pid: int | None) -> bool:

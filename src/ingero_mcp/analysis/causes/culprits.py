@@ -9,6 +9,7 @@ import re
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding, part_ns
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 
@@ -215,7 +216,7 @@ def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
     w = f.window
     if ctx.has_cpu_aggregates:
         idle_sql = idle_during_waits_sql(t.pid, t.tid, w)
-        idle = rows(ctx.con, idle_sql)[0][0]
+        idle = shared_rows(ctx.con, idle_sql)[0][0]
         if idle is not None and float(idle) >= 50:
             throttled = _throttled(ctx, f, job, float(idle), idle_sql)
             if throttled is not None:
@@ -227,7 +228,7 @@ def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
                         "other tasks; a CPU quota would explain it, but no cgroup throttling was recorded (the store "
                         "has no cgroup samples, or they show none)"))
     sql = holders_sql(ctx, t.pid, t.tid, w) if ctx.has_cpu_aggregates else first_holders_sql(t.pid, t.tid, w)
-    got = rows(ctx.con, sql)
+    got = shared_rows(ctx.con, sql)
     method = ("per-CPU on-CPU time in the same second" if ctx.has_cpu_aggregates
               else "the task that took the CPU at each preemption")
     culprits = _merge_hogs(_group_culprits(ctx, job, got))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
 from ingero_mcp.analysis.causes.in_calls import _grew_per_iteration, explain_in_calls, explain_run_outside
@@ -84,7 +85,7 @@ def _spawning(ctx: Ctx, f: Finding, baseline: list[TimeWindow], ex: Explained) -
         return ex
     t = f.thread
     sql = spawned_sql(t.pid, f.window)
-    n, comm, life_ns, kids = rows(ctx.con, sql)[0]
+    n, comm, life_ns, kids = shared_rows(ctx.con, sql)[0]
     seconds = f.window.duration_ns / 1e9
     if not n or n < SPAWN_MIN or n / seconds < SPAWN_RATE or life_ns is None or life_ns >= SPAWN_LIFE_NS:
         return ex

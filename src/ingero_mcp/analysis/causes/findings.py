@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ingero_mcp.analysis.accounting import SECOND_NS, second_runs, sum_seconds
+from ingero_mcp.analysis.accounting import SECOND_NS, second_runs, seconds_within, sum_seconds
 from ingero_mcp.analysis.causes.context import (
     Ctx,
     Finding,
@@ -95,7 +95,7 @@ def contrast_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
 
 def _idle(seconds: list[SecondAccount], w: TimeWindow) -> int:
     """A thread's idle time in the seconds starting in a window (accounting.idle_sql)."""
-    return sum(s.idle_ns for s in seconds if w.start_ns <= s.start_ns < w.end_ns)
+    return sum(s.idle_ns for s in seconds_within(seconds, w))
 
 
 def _minus_idle(a: Account, idle: int) -> Account:

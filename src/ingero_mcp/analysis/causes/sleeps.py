@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, sql_round
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
@@ -21,7 +22,7 @@ TIMED_SLEEPS = frozenset({"nanosleep", "clock_nanosleep"})
 
 def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> tuple[str, list[tuple]]:
     sql = " ".join(wakers_sql(pid, tid, w).split())
-    return sql, rows(ctx.con, sql)
+    return sql, shared_rows(ctx.con, sql)
 
 
 def _is_timed(syscall: str | None, wctx: str | None, rel: str) -> bool:
@@ -78,7 +79,7 @@ def _own_kind(ctx: Ctx, f: Finding) -> tuple[str, str | None, float, str]:
     of the sleep, and the SQL."""
     t = f.thread
     sql = sleep_kinds_sql(t.pid, t.tid, f.window)
-    got = rows(ctx.con, sql)
+    got = shared_rows(ctx.con, sql)
     total = sum(int(r[3] or 0) for r in got) or 1
     if not got:
         return "other", None, 0.0, sql

@@ -1,0 +1,19 @@
+-- ingero-mcp trace store, schema version 7: applied on top of v6.sql.
+
+-- == wt-explain-fast: the report's costly answers, recorded when a store is finished (issue 20) ==
+--
+-- Why: at 10M events most of `explain`'s time went to a few window-independent questions over
+-- millions of rows (exact per-op quantiles, the per-process breakdown, launch-span medians, the
+-- progress marker's candidates), asked again by every reader. When a finished store is derived
+-- (analysis/derive.py store_derived), the report over the whole trace runs once on the acct_* rows
+-- and the answers of its costly questions (analysis/answers.py `shared_rows`) are kept here: the
+-- exact rows that each SQL text gave. A reader asking the same SQL over the same store rows reads
+-- them back; any other question (another window, other pids) runs as before. Like the other acct_*
+-- tables, not trace tables: never appended to, not copied into a live snapshot; empty in a store
+-- migrated from an older version (nothing recorded: every question runs).
+CREATE TABLE IF NOT EXISTS acct_answers (
+    made_from   VARCHAR NOT NULL,  -- what the store's rows were (analysis/answers.py made_from): answers of other rows are not read
+    query_key   VARCHAR NOT NULL,  -- sha256 of the SQL text and its parameters (answers.key_of)
+    sql         VARCHAR NOT NULL,  -- the SQL that was run (recompute it to check an answer)
+    answer      VARCHAR NOT NULL   -- its rows as JSON (answers.encode: types kept exactly, or not recorded)
+);
