@@ -22,6 +22,7 @@ from ingero_mcp.store.views import (
     DERIVED_META,
     SECONDS_TABLE,
     SOURCE_SQL,
+    STORED,
     TABLES,
     VIEWS,
     attach_cache,
@@ -53,7 +54,7 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
         con.execute(f"DELETE FROM {DERIVED_META}").fetchall()
         for name in VIEWS:
             con.execute(f"DELETE FROM {DERIVED[name]}").fetchall()
-        for name in VIEWS:
+        for name in STORED:  # thread_state is laid by its SQL over sched_intervals (views.COMPUTED): not a copy
             con.execute(f"INSERT INTO {DERIVED[name]} BY NAME SELECT * FROM {TABLES[name]}").fetchall()
         con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({SOURCE_SQL})",
                     [time.time_ns(), views_hash()]).fetchall()

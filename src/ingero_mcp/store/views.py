@@ -39,6 +39,11 @@ CACHE_LOCK = threading.Lock()  # cursors run tool calls in parallel: one of them
 
 # v3 stores (schemas/v3.sql): the views' rows made once when the store was finished, in stored tables.
 DERIVED = {name: f"acct_{name}" for name in VIEWS}
+# Views laid by their own SQL where the store's table of their rows is empty: a projection of one store table
+# (thread_state: sched_intervals in another shape) costs a scan to read, not a second copy of every interval on disk.
+# Since v7 the finish leaves acct_thread_state empty; a v3-v6 store's rows there (the same rows) are still read.
+COMPUTED: tuple[str, ...] = ("thread_state",)
+STORED: tuple[str, ...] = tuple(name for name in VIEWS if name not in COMPUTED)
 DERIVED_META = "acct_meta"
 SOURCE_SQL = ("SELECT (SELECT count(*) FROM cuda_calls), (SELECT count(*) FROM sched_intervals), "
               "(SELECT count(*) FROM sessions), (SELECT min(started_ns) FROM sessions), "
@@ -114,16 +119,22 @@ def cached_tables() -> dict[str, str]:
 
 
 def read_from(con: duckdb.DuckDBPyConnection, source: dict[str, str]) -> None:
-    """Point the connection's views and per-view table names at made rows (`source`: view -> qualified table)."""
+    """Point the connection's views and per-view table names at made rows (`source`: view -> qualified table); the
+    store's own (`DERIVED`) lay a COMPUTED view by its SQL where its table is empty."""
     for name in VIEWS:
+        if source is DERIVED and name in COMPUTED and not con.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {source[name]} LIMIT 1)").fetchall()[0][0]:
+            con.execute(view_sql(name)).fetchall()
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {name}").fetchall()
+            continue
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {source[name]}").fetchall()
         con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {source[name]}").fetchall()
 
 
 def reads_made_rows(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the connection's views read rows already made: the store's derived tables or the process's cache."""
-    got = con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [VIEWS[0]]).fetchall()
-    return bool(got) and (DERIVED[VIEWS[0]] in got[0][0] or f"{CACHE}." in got[0][0])
+    got = con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [STORED[0]]).fetchall()
+    return bool(got) and (DERIVED[STORED[0]] in got[0][0] or f"{CACHE}." in got[0][0])
 
 
 def lay_views(con: duckdb.DuckDBPyConnection) -> None:
