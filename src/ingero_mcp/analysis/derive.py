@@ -20,6 +20,7 @@ from ingero_mcp.store.views import (
     DEFINITIONS,
     DERIVED,
     DERIVED_META,
+    RECOMPUTED,
     SECONDS_TABLE,
     SOURCE_SQL,
     STORED,
@@ -55,7 +56,9 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
         for name in VIEWS:
             con.execute(f"DELETE FROM {DERIVED[name]}").fetchall()
         for name in STORED:  # thread_state is laid by its SQL over sched_intervals (views.COMPUTED): not a copy
-            con.execute(f"INSERT INTO {DERIVED[name]} BY NAME SELECT * FROM {TABLES[name]}").fetchall()
+            left = ", ".join(RECOMPUTED.get(name, {}))  # columns readers compute (views.RECOMPUTED): NULL here
+            con.execute(f"INSERT INTO {DERIVED[name]} BY NAME SELECT * {f'EXCLUDE ({left})' if left else ''} "
+                        f"FROM {TABLES[name]}").fetchall()
         con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({SOURCE_SQL})",
                     [time.time_ns(), views_hash()]).fetchall()
         con.execute("COMMIT").fetchall()

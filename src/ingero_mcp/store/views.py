@@ -44,6 +44,12 @@ DERIVED = {name: f"acct_{name}" for name in VIEWS}
 # Since v7 the finish leaves acct_thread_state empty; a v3-v6 store's rows there (the same rows) are still read.
 COMPUTED: tuple[str, ...] = ("thread_state",)
 STORED: tuple[str, ...] = tuple(name for name in VIEWS if name not in COMPUTED)
+# Stored columns a v7 finish leaves NULL, and what a reader computes in their place (the same values: before_ns is
+# call_span_rows' running sum of the thread's earlier span lengths). DuckDB drops the window from a query that does
+# not read the column; one that does pays a sort of the spans.
+RECOMPUTED: dict[str, dict[str, str]] = {"call_spans": {"before_ns": (
+    "coalesce(before_ns, CAST(coalesce(sum(end_ns - start_ns) OVER (PARTITION BY pid, tid ORDER BY start_ns "
+    "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS HUGEINT))")}}
 DERIVED_META = "acct_meta"
 SOURCE_SQL = ("SELECT (SELECT count(*) FROM cuda_calls), (SELECT count(*) FROM sched_intervals), "
               "(SELECT count(*) FROM sessions), (SELECT min(started_ns) FROM sessions), "
@@ -125,6 +131,12 @@ def read_from(con: duckdb.DuckDBPyConnection, source: dict[str, str]) -> None:
         if source is DERIVED and name in COMPUTED and not con.execute(
                 f"SELECT count(*) FROM (SELECT 1 FROM {source[name]} LIMIT 1)").fetchall()[0][0]:
             con.execute(view_sql(name)).fetchall()
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {name}").fetchall()
+            continue
+        if source is DERIVED and name in RECOMPUTED:
+            made = ", ".join(f"{expr} AS {column}" for column, expr in RECOMPUTED[name].items())
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * REPLACE ({made}) FROM {source[name]}"
+                        ).fetchall()
             con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {name}").fetchall()
             continue
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {source[name]}").fetchall()
