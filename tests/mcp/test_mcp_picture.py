@@ -12,7 +12,6 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ingero_mcp.demo.scenarios import generate
 from ingero_mcp.mcp.server import build_server
-from ingero_mcp.store.views import view_sql
 
 
 @pytest.fixture(scope="module")
@@ -67,10 +66,6 @@ async def test_a_picture_that_cannot_be_written_says_why(demo_store: Path, tmp_p
     nulls = tmp_path / "null-start.duckdb"
     shutil.copyfile(demo_store, damaged)
     shutil.copyfile(demo_store, nulls)
-    for path in (damaged, nulls):  # thread states stored as a v3-v6 finish stored them (v7 lays them by their SQL)
-        with duckdb.connect(str(path)) as con:
-            con.execute(view_sql("thread_state"))
-            con.execute("INSERT INTO acct_thread_state BY NAME SELECT * FROM thread_state")
     with duckdb.connect(str(damaged)) as con:  # the fold's stored thread states, one value changed by hand
         con.execute("UPDATE acct_thread_state SET state = 'bogus' WHERE state = 'sleeping'")
     with duckdb.connect(str(nulls)) as con:  # and a time the report needs, emptied
