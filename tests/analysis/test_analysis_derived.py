@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 
 from ingero_mcp.analysis.derive import materialize, store_derived
-from ingero_mcp.store.views import DERIVED, TABLES, VIEWS, has_derived, lay_views
+from ingero_mcp.store.views import DERIVED, STORED, TABLES, VIEWS, has_derived, lay_views
 from ingero_mcp.store import TraceWriter, open_store
 
 from test_analysis_views import (
@@ -54,8 +54,9 @@ def _check_derived(path: Path, want: dict, types: dict) -> None:
     assert has_derived(con)
     lay_views(con)
     for v in VIEWS:
-        assert DERIVED[v] in con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?",
-                                         [v]).fetchall()[0][0]
+        sql = con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [v]).fetchall()[0][0]
+        # a views.COMPUTED view is laid by its own SQL: its rows are not stored
+        assert (DERIVED[v] in sql) == (v in STORED), v
         assert con.execute(f"DESCRIBE SELECT * FROM {v}").fetchall() == types[v], v
         assert _rows(con, f"SELECT * FROM {v}") == want[v], v
     materialize(con)  # nothing made: the per-connection names read the stored tables
@@ -79,6 +80,19 @@ def test_stored_tables_equal_the_views(tmp_path: Path) -> None:
     _check_derived(db, want, types)
     _derive(db)  # again: replaced, not doubled
     _check_derived(db, want, types)
+
+
+def test_finishing_again_does_not_grow_the_file(tmp_path: Path) -> None:
+    """Each finish rewrites the acct rows: the old ones' blocks are freed before the new are written (10M store: 826
+    of 2,120 blocks were free after repeated finishes)."""
+    db = write_store(tmp_path / "f.duckdb", STATE, random_calls(20))
+    sizes = []
+    for _ in range(3):
+        _derive(db)
+        con = duckdb.connect(str(db), read_only=True)
+        sizes.append(con.execute("SELECT total_blocks, free_blocks FROM pragma_database_size()").fetchall()[0])
+        con.close()
+    assert sizes[2] == sizes[1] and sizes[1][1] == 0, sizes
 
 
 def test_empty_store(tmp_path: Path) -> None:

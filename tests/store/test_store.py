@@ -13,7 +13,7 @@ import pytest
 from paths import REPO
 
 from ingero_mcp.store.views import DEFINITIONS
-from ingero_mcp.store import StoreError, TraceWriter, fold_segments, open_store, segment_dir
+from ingero_mcp.store import SCHEMA_VERSION, StoreError, TraceWriter, fold_segments, open_store, segment_dir
 
 CALL = {"ts_ns": [1, 2], "duration_ns": [5, 6], "pid": [7, 7], "tid": [7, 8], "api": ["runtime"] * 2,
         "op": ["cudaMalloc"] * 2}
@@ -218,7 +218,8 @@ def test_writable_v1_store_migrates(tmp_path: Path) -> None:
     with TraceWriter(db) as w:  # opening for writing migrates in place
         w.append("threads", {"pid": [1], "tid": [2], "comm": ["x"]})
     con = open_store(db)
-    assert con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall() == [(v,) for v in range(1, 8)]
+    versions = con.execute("SELECT version FROM schema_version ORDER BY 1").fetchall()
+    assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
     # no current-shape views over it (the store's own views, laid on every reader, aside)
     assert con.execute("SELECT count(*) FROM information_schema.tables WHERE table_catalog = 'temp' "
                        "AND table_name NOT IN ?", [list(DEFINITIONS)]).fetchall() == [(0,)]

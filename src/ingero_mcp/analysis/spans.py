@@ -97,10 +97,14 @@ def span_rows(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, InCall] | None:
         nxt = np.append(si[1:], n)
         end = run[nxt - 1]
         calls_n = nxt - si
+        del run
         dur = end - s[si]
-        excl = np.cumsum(dur) - dur
+        excl = np.cumsum(dur)
+        excl -= dur
+        del dur
         thread_first = np.maximum.accumulate(np.where(new[si], np.arange(len(si)), 0))
         before = excl - excl[thread_first]
+        del excl, thread_first, nxt
         first = np.zeros(len(si), bool)
         kh = calls["kernel_handle"]
         kh_np = kh.fill_null(0).to_numpy() if kh.null_count else kh.to_numpy()
@@ -116,8 +120,9 @@ def span_rows(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, InCall] | None:
                 if kh_np[i] == handle and (kh_valid is None or kh_valid[i]):
                     first[np.searchsorted(si, i, "right") - 1] = True
                     break
-    heads = calls if len(si) == n else calls.take(pa.array(si))  # every call its own span: no copy
-    in_call = InCall(p[si], t[si], s[si], end, before)
+    every = len(si) == n  # every call its own span: the calls' own columns, no copies
+    heads = calls if every else calls.take(pa.array(si))
+    in_call = InCall(p, t, s, end, before) if every else InCall(p[si], t[si], s[si], end, before)
     return pa.table({
         "pid": heads["pid"], "tid": heads["tid"], "start_ns": heads["ts_ns"],
         "end_ns": pa.array(end), "calls": pa.array(calls_n.astype(np.int64)), "before_ns": pa.array(before),

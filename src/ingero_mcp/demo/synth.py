@@ -210,6 +210,53 @@ class Proc:
     exit_code: int | None = None
 
 
+class Tally:
+    """Per-second values of one task (a column per CPU where `cpus`), kept over the seconds it touched only: a
+    DataLoader worker living 10 s of a 100M-event trace holds 10 rows, not 7,800 (dense arrays for every task made
+    the generator's memory grow with the square of the trace's length)."""
+
+    __slots__ = ("n", "lo", "a")
+
+    def __init__(self, n: int, cpus: int = 0) -> None:
+        self.n = n
+        self.lo = 0
+        self.a = np.zeros((0, cpus) if cpus else 0, np.int64)
+
+    def __iadd__(self, full: np.ndarray) -> Tally:
+        """Add a value per second (an array over every second of the trace)."""
+        nz = np.flatnonzero(full)
+        if nz.size:
+            self._add(int(nz[0]), np.asarray(full[nz[0]:nz[-1] + 1], np.int64))
+        return self
+
+    def add_at(self, k: np.ndarray, v: np.ndarray | int, cpu: np.ndarray | None = None) -> None:
+        """np.add.at over seconds `k` (and CPUs `cpu`)."""
+        if k.size == 0:
+            return
+        lo = int(k.min())
+        piece = np.zeros((int(k.max()) + 1 - lo, *self.a.shape[1:]), np.int64)
+        np.add.at(piece, (k - lo,) if cpu is None else (k - lo, cpu), v)
+        self._add(lo, piece)
+
+    def _add(self, lo: int, piece: np.ndarray) -> None:
+        hi = lo + piece.shape[0]
+        if self.a.shape[0] == 0:
+            self.lo, self.a = lo, piece.copy()
+            return
+        new_lo, new_hi = min(self.lo, lo), max(self.lo + self.a.shape[0], hi)
+        if (new_lo, new_hi) != (self.lo, self.lo + self.a.shape[0]):
+            grown = np.zeros((new_hi - new_lo, *self.a.shape[1:]), np.int64)
+            grown[self.lo - new_lo:self.lo - new_lo + self.a.shape[0]] = self.a
+            self.lo, self.a = new_lo, grown
+        self.a[lo - self.lo:hi - self.lo] += piece
+
+    def dense(self) -> np.ndarray:
+        """The values over every second of the trace."""
+        out = np.zeros((self.n, *self.a.shape[1:]), np.int64)
+        out[self.lo:self.lo + self.a.shape[0]] = self.a
+        return out
+
+
 class TraceBuilder:
     """Accumulates one synthetic session and writes it through `TraceWriter` in columnar batches.
 
@@ -225,14 +272,14 @@ class TraceBuilder:
         self.rng = np.random.default_rng(seed)
         self.n_buckets = int((end_ns - start_ns + BUCKET_NS - 1) // BUCKET_NS)
         self.procs: dict[int, Proc] = {}
-        self._agg: dict[tuple[int, str], np.ndarray] = defaultdict(lambda: np.zeros(self.n_buckets, np.int64))
-        self._agg_stored: dict[tuple[int, str], np.ndarray] = defaultdict(lambda: np.zeros(self.n_buckets, np.int64))
-        self._agg_bytes: dict[tuple[int, str], np.ndarray] = defaultdict(lambda: np.zeros(self.n_buckets, np.int64))
+        self._agg: dict[tuple[int, str], Tally] = defaultdict(lambda: Tally(self.n_buckets))
+        self._agg_stored: dict[tuple[int, str], Tally] = defaultdict(lambda: Tally(self.n_buckets))
+        self._agg_bytes: dict[tuple[int, str], Tally] = defaultdict(lambda: Tally(self.n_buckets))
         self.process_events: list[dict[str, Any]] = []
         self.counts: dict[str, int] = defaultdict(int)
         self.cpus = 1  # the host's CPU count: each scenario sets it first
-        self._off: dict[tuple[int, int], np.ndarray] = {}  # traced thread -> off-CPU ns per bucket
-        self._sw: dict[tuple[int, int], np.ndarray] = {}  # traced thread -> switch-outs per (bucket, cpu)
+        self._off: dict[tuple[int, int], Tally] = {}  # traced thread -> off-CPU ns per bucket
+        self._sw: dict[tuple[int, int], Tally] = {}  # traced thread -> switch-outs per (bucket, cpu)
         self._life: dict[tuple[int, int], tuple[int, int]] = {}  # traced thread -> first, last seen
         # untraced task -> on-CPU ns, switches per (bucket, cpu)
         self._bg: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -539,11 +586,11 @@ class TraceBuilder:
     def _off_cpu(self, pid: int, tid: int, off_ns: np.ndarray, on_ns: np.ndarray, cpu: np.ndarray, cpus: int) -> None:
         key = (pid, tid)
         if key not in self._off:
-            self._off[key] = np.zeros(self.n_buckets, np.int64)
-            self._sw[key] = np.zeros((self.n_buckets, cpus), np.int64)
+            self._off[key] = Tally(self.n_buckets)
+            self._sw[key] = Tally(self.n_buckets, cpus)
         k, ns = self._split_buckets(off_ns, on_ns)
-        np.add.at(self._off[key], k, ns)
-        np.add.at(self._sw[key], (self._bucket(off_ns), cpu), 1)
+        self._off[key].add_at(k, ns)
+        self._sw[key].add_at(self._bucket(off_ns), 1, cpu)
         lo, hi = self._life.get(key, (int(off_ns.min()), int(on_ns.max())))
         self._life[key] = (min(lo, int(off_ns.min())), max(hi, int(on_ns.max())))
 
@@ -570,25 +617,37 @@ class TraceBuilder:
         """sched_switch aggregates per (pid, tid, CPU, second): switch counts and on-CPU ns of every task, the idle
         task (pid 0) taking what is left of each CPU-second."""
         starts = self.start_ns + np.arange(self.n_buckets, dtype=np.int64) * BUCKET_NS
-        tasks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, bool]] = {}
-        for key, off in self._off.items():
+
+        def task(key: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, bool]:
+            """A task's on-CPU ns and switches per (second, CPU), made when asked: held for every task at once, they
+            grew with the number of tasks times the seconds."""
+            if key in self._bg:  # an untraced task's (a key in both was the untraced one's)
+                on_bg, sw_bg = self._bg[key]
+                return on_bg.astype(np.float64), sw_bg, False
             lo, hi = self._life[key]
             p = self.procs.get(key[0])
             if p is not None:
                 lo = min(lo, p.first_seen_ns or lo)
                 hi = max(hi, p.exit_ns if p.exit_ns is not None else self.end_ns) if p.pid == key[1] else hi
             alive = np.clip(np.minimum(starts + BUCKET_NS, hi) - np.maximum(starts, lo), 0, None)
-            on = np.maximum(alive - off, 0)
-            tasks[key] = (on[:, None] * np.full((1, cpus), 1.0 / cpus), self._sw[key], True)
-        for key, (on, sw) in self._bg.items():
-            tasks[key] = (on.astype(np.float64), sw, False)
-        traced = sum((v[0] for v in tasks.values() if v[2]), np.zeros((self.n_buckets, cpus)))
-        other = sum((v[0] for v in tasks.values() if not v[2]), np.zeros((self.n_buckets, cpus)))
+            on = np.maximum(alive - self._off[key].dense(), 0)
+            return on[:, None] * np.full((1, cpus), 1.0 / cpus), self._sw[key].dense(), True
+
+        keys = list(self._off) + [key for key in self._bg if key not in self._off]
+        traced = np.zeros((self.n_buckets, cpus))
+        other = np.zeros((self.n_buckets, cpus))
+        for key in keys:  # summed in the order the dense arrays were (float sums: the same bits)
+            on, _sw, is_traced = task(key)
+            if is_traced:
+                traced = traced + on
+            else:
+                other = other + on
         room = np.clip(BUCKET_NS - traced, 0, None)
         squeeze = np.where(other > room, room / np.maximum(other, 1), 1.0)
         cols: dict[str, list[np.ndarray]] = defaultdict(list)
         used = np.zeros((self.n_buckets, cpus))
-        for (pid, tid), (on, sw, is_traced) in sorted(tasks.items()):
+        for pid, tid in sorted(keys):
+            on, sw, is_traced = task((pid, tid))
             on = on if is_traced else on * squeeze
             on = on.astype(np.int64)
             used += on
@@ -609,9 +668,10 @@ class TraceBuilder:
         """host_aggregates: sched_switch per (pid, tid, CPU, second) with on-CPU ns; other ops per (pid, second)."""
         cols: dict[str, list[np.ndarray]] = defaultdict(list)
         comms: list[str] = []
-        for (pid, op), counts in sorted(self._agg.items()):
+        for (pid, op), tally in sorted(self._agg.items()):
             if op == "sched_switch":
                 continue
+            counts = tally.dense()
             nz = np.nonzero(counts)[0]
             if nz.size == 0:
                 continue
@@ -627,7 +687,8 @@ class TraceBuilder:
             cols["count"].append(counts[nz])
             cols["stored"].append(np.zeros(nz.size, np.int64))
             cols["dur"].append(np.full(nz.size, -1, np.int64))
-            byt = self._agg_bytes[(pid, op)][nz] if (pid, op) in self._agg_bytes else np.full(nz.size, -1, np.int64)
+            byt = (self._agg_bytes[(pid, op)].dense()[nz] if (pid, op) in self._agg_bytes
+                   else np.full(nz.size, -1, np.int64))
             cols["sum_bytes"].append(byt)
         sched = self._sched_rows(cpus)
         names = {(p, p): self.procs[p].comm for p in self.procs}

@@ -39,6 +39,18 @@ CACHE_LOCK = threading.Lock()  # cursors run tool calls in parallel: one of them
 
 # v3 stores (schemas/v3.sql): the views' rows made once when the store was finished, in stored tables.
 DERIVED = {name: f"acct_{name}" for name in VIEWS}
+# Views laid by their own SQL where the store's table of their rows is empty: a projection of one store table costs
+# a scan to read, not a second copy on disk. None now: thread_state (sched_intervals in another shape, ~55 MB of a
+# 10M-event store) was laid so for a while, and explain --json at 10M took ~0.2 s more CPU (2.23 -> 2.45 s, four
+# pairs): worth it again once explain reads its sleeps and waits from per-thread summaries (bench/README.md).
+COMPUTED: tuple[str, ...] = ()
+STORED: tuple[str, ...] = tuple(name for name in VIEWS if name not in COMPUTED)
+# Stored columns a v7 finish leaves NULL, and what a reader computes in their place (the same values: before_ns is
+# call_span_rows' running sum of the thread's earlier span lengths). DuckDB drops the window from a query that does
+# not read the column; one that does pays a sort of the spans.
+RECOMPUTED: dict[str, dict[str, str]] = {"call_spans": {"before_ns": (
+    "coalesce(before_ns, CAST(coalesce(sum(end_ns - start_ns) OVER (PARTITION BY pid, tid ORDER BY start_ns "
+    "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS HUGEINT))")}}
 DERIVED_META = "acct_meta"
 SOURCE_SQL = ("SELECT (SELECT count(*) FROM cuda_calls), (SELECT count(*) FROM sched_intervals), "
               "(SELECT count(*) FROM sessions), (SELECT min(started_ns) FROM sessions), "
@@ -114,16 +126,28 @@ def cached_tables() -> dict[str, str]:
 
 
 def read_from(con: duckdb.DuckDBPyConnection, source: dict[str, str]) -> None:
-    """Point the connection's views and per-view table names at made rows (`source`: view -> qualified table)."""
+    """Point the connection's views and per-view table names at made rows (`source`: view -> qualified table); the
+    store's own (`DERIVED`) lay a COMPUTED view by its SQL where its table is empty."""
     for name in VIEWS:
+        if source is DERIVED and name in COMPUTED and not con.execute(
+                f"SELECT count(*) FROM (SELECT 1 FROM {source[name]} LIMIT 1)").fetchall()[0][0]:
+            con.execute(view_sql(name)).fetchall()
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {name}").fetchall()
+            continue
+        if source is DERIVED and name in RECOMPUTED:
+            made = ", ".join(f"{expr} AS {column}" for column, expr in RECOMPUTED[name].items())
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * REPLACE ({made}) FROM {source[name]}"
+                        ).fetchall()
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {name}").fetchall()
+            continue
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {source[name]}").fetchall()
         con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {source[name]}").fetchall()
 
 
 def reads_made_rows(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the connection's views read rows already made: the store's derived tables or the process's cache."""
-    got = con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [VIEWS[0]]).fetchall()
-    return bool(got) and (DERIVED[VIEWS[0]] in got[0][0] or f"{CACHE}." in got[0][0])
+    got = con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [STORED[0]]).fetchall()
+    return bool(got) and (DERIVED[STORED[0]] in got[0][0] or f"{CACHE}." in got[0][0])
 
 
 def lay_views(con: duckdb.DuckDBPyConnection) -> None:
