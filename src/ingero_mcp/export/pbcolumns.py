@@ -52,8 +52,14 @@ def varint_bytes(value: int) -> bytes:
 
 
 def varint_sizes(values: np.ndarray) -> np.ndarray:
-    """Bytes each value takes as a varint (1..10; a negative int64 takes 10)."""
-    return np.searchsorted(_LIMITS, values, side="right").astype(np.int64) + 1
+    """Bytes each value (uint64) takes as a varint (1..10; a negative int64 takes 10)."""
+    sizes = np.ones(len(values), dtype=np.int64)
+    top = values.max() if len(values) else 0
+    for limit in _LIMITS:
+        if top < limit:
+            break
+        sizes += values >= limit
+    return sizes
 
 
 @dataclass
@@ -100,9 +106,10 @@ def _only(f: Field, present: np.ndarray) -> None:
 
 
 def _sizes(f: Field, n: int, bodies: dict[int, np.ndarray]) -> np.ndarray:
-    """Each row's bytes for `f` (0 where absent); message bodies kept in `bodies` for the write."""
+    """Each row's bytes for `f` (0 where absent); message bodies and varint sizes kept in `bodies` for the write."""
     if f.kind == "varint":
-        size = len(f.key) + varint_sizes(f.values)
+        bodies[id(f)] = varint_sizes(f.values)
+        size = len(f.key) + bodies[id(f)]
     elif f.kind == "fixed64":
         size = np.full(n, len(f.key) + 8, dtype=np.int64)
     elif f.kind == "const":
@@ -118,20 +125,32 @@ def _sizes(f: Field, n: int, bodies: dict[int, np.ndarray]) -> np.ndarray:
 
 def _put_bytes(buf: np.ndarray, at: np.ndarray, blob: np.ndarray) -> None:
     """The same bytes at each offset."""
-    if len(at) and len(blob):
+    if len(blob) <= 4:
+        for j, byte in enumerate(blob):
+            buf[at + j] = byte
+    elif len(at):
         buf[(at[:, None] + np.arange(len(blob))).ravel()] = np.tile(blob, len(at))
 
 
-def _put_varints(buf: np.ndarray, at: np.ndarray, values: np.ndarray) -> np.ndarray:
+def _put_varints(buf: np.ndarray, at: np.ndarray, values: np.ndarray, sizes: np.ndarray | None = None) -> np.ndarray:
     """Varints at the offsets; returns their sizes."""
-    sizes = varint_sizes(values)
-    rows = np.arange(len(values))
-    for k in range(int(sizes.max()) if len(sizes) else 0):
-        if k:
-            rows = rows[sizes[rows] > k]
-        low = ((values[rows] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
-        buf[at[rows] + k] = low | ((sizes[rows] > k + 1).astype(np.uint8) << 7)
-    return sizes
+    if sizes is None:
+        sizes = varint_sizes(values)
+    width = int(sizes.max()) if len(sizes) else 0
+    if width <= 1:
+        buf[at] = values.astype(np.uint8)
+        return sizes
+    result = sizes
+    at, values, sizes = at.copy(), values.copy(), sizes.copy()
+    for _ in range(width):
+        buf[at] = (values & np.uint64(0x7F)).astype(np.uint8) | ((sizes > 1).astype(np.uint8) << 7)
+        more = sizes > 1
+        if not more.all():
+            at, values, sizes = at[more], values[more], sizes[more]
+        at += 1
+        values >>= np.uint64(7)
+        sizes -= 1
+    return result
 
 
 def _write(f: Field, buf: np.ndarray, at: np.ndarray, bodies: dict[int, np.ndarray]) -> None:
@@ -141,7 +160,9 @@ def _write(f: Field, buf: np.ndarray, at: np.ndarray, bodies: dict[int, np.ndarr
     _put_bytes(buf, here, np.frombuffer(f.key, dtype=np.uint8))
     here = here + len(f.key)
     if f.kind == "varint":
-        here += _put_varints(buf, here, f.values if rows is None else f.values[rows])
+        sizes = bodies[id(f)] if rows is None else bodies[id(f)][rows]
+        _put_varints(buf, here, f.values if rows is None else f.values[rows], sizes)
+        here += sizes
     elif f.kind == "fixed64":
         vals = f.values if rows is None else f.values[rows]
         raw = np.ascontiguousarray(vals.astype("<u8")).view(np.uint8).reshape(len(vals), 8)
@@ -167,15 +188,28 @@ def _write(f: Field, buf: np.ndarray, at: np.ndarray, bodies: dict[int, np.ndarr
 
 def encode(fields: list[Field], n: int) -> bytes:
     """The rows one after another, each its fields in order (a message's fields, or Trace.packet entries)."""
+    return encode_shapes([(np.arange(n), fields)], n)
+
+
+def encode_shapes(shapes: list[tuple[np.ndarray, list[Field]]], n: int) -> bytes:
+    """Rows of several shapes interleaved: each shape's rows go to the output positions given with it (together a
+    permutation of 0..n-1), each row its shape's fields in order. Rows of one shape share its fields' columns."""
     if not n:
         return b""
-    bodies: dict[int, np.ndarray] = {}
     sizes = np.zeros(n, dtype=np.int64)
-    for f in fields:
-        sizes += _sizes(f, n, bodies)
+    measured = []
+    for positions, fields in shapes:
+        bodies: dict[int, np.ndarray] = {}
+        shape_sizes = np.zeros(len(positions), dtype=np.int64)
+        for f in fields:
+            shape_sizes += _sizes(f, len(positions), bodies)
+        sizes[positions] = shape_sizes
+        measured.append(bodies)
     at = np.zeros(n, dtype=np.int64)
     np.cumsum(sizes[:-1], out=at[1:])
     buf = np.zeros(int(sizes.sum()), dtype=np.uint8)
-    for f in fields:
-        _write(f, buf, at, bodies)
+    for (positions, fields), bodies in zip(shapes, measured):
+        cursor = at[positions]
+        for f in fields:
+            _write(f, buf, cursor, bodies)
     return buf.tobytes()

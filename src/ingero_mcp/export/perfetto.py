@@ -20,6 +20,7 @@ up), and every name and string arg is interned once per sequence (`InternedData`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import IO
 
 import duckdb
@@ -43,6 +44,20 @@ ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
 Progress = Callable[[str, int, int | None], None]
 
 
+@dataclass
+class Rows:
+    """Rows of one packet shape for `_Writer.bulk`: their times and sequences, a tiebreak for equal times on a
+    sequence (lower first), columns, and `build`, which makes the TracePacket's other fields from the columns;
+    interned: (iid column, presence column or None, InternedData field number) to declare first."""
+
+    ts: np.ndarray
+    seqs: np.ndarray
+    tiebreak: int
+    cols: dict[str, np.ndarray]
+    build: Callable[[dict[str, np.ndarray]], list[col.Field]]
+    interned: tuple[tuple[str, str | None, int], ...] = ()
+
+
 class _Writer:
     """Packets: one-offs on the MISC sequence (pb2), bulk rows column-encoded on their track's own sequence."""
 
@@ -50,7 +65,7 @@ class _Writer:
         self.out, self.origin = out, origin
         self.names: dict[str, int] = {}  # event names -> iid (the same iid on every sequence)
         self.strings: dict[str, int] = {}  # debug annotation string values -> iid
-        self.declared: dict[int, set[int]] = {2: set(), 29: set()}  # InternedData field -> {seq << 32 | iid}
+        self.declared = {2: np.zeros((1, 64), dtype=bool), 29: np.zeros((1, 64), dtype=bool)}  # [seq, iid] declared
         self.uuid = 0
         self.seq_of = seq_of  # track uuid -> its sequence (assigned before the tracks, busiest first)
         self.opened: set[int] = set()
@@ -116,54 +131,64 @@ class _Writer:
 
     def _declare(self, seqs: np.ndarray, iids: np.ndarray, field: int) -> None:
         """Declare on each sequence the interned names (field 2) or string values (29) it is about to use."""
-        keys = np.unique((seqs.astype(np.int64) << 32) | iids)
-        new = [int(k) for k in keys if int(k) not in self.declared[field]]
-        if not new:
+        seen = self.declared[field]
+        rows, width = int(seqs.max(initial=0)) + 1, int(iids.max(initial=0)) + 1
+        if seen.shape[0] < rows or seen.shape[1] < width:
+            grown = np.zeros((max(rows, seen.shape[0]), max(width, 2 * seen.shape[1])), dtype=bool)
+            grown[:seen.shape[0], :seen.shape[1]] = seen
+            self.declared[field] = seen = grown
+        new = ~seen[seqs, iids]
+        if not new.any():
             return
         table = {v: k for k, v in (self.names if field == 2 else self.strings).items()}
         packets: dict[int, pb.TracePacket] = {}
-        for key in new:
-            seq, iid = key >> 32, key & 0xFFFFFFFF
+        for seq, iid in sorted(set(zip(seqs[new].tolist(), iids[new].tolist()))):
             p = packets.setdefault(seq, pb.TracePacket(trusted_packet_sequence_id=seq))
             if field == 2:
                 p.interned_data.event_names.add(iid=iid, name=table[iid])
             else:
                 p.interned_data.debug_annotation_string_values.add(iid=iid, str=table[iid].encode())
-            self.declared[field].add(key)
+            seen[seq, iid] = True
         for p in packets.values():
             self.write(p)
 
-    def bulk(self, ts: np.ndarray, seqs: np.ndarray, tiebreak: np.ndarray, cols: dict[str, np.ndarray],
-             build: Callable[[dict[str, np.ndarray]], list[col.Field]],
-             interned: tuple[tuple[str, str | None, int], ...] = ()) -> None:
-        """Rows as packets on their sequences, in (sequence, time, tiebreak) order, timestamps as deltas.
-
-        cols: row-aligned arrays, reordered before `build` makes the packet's fields from them; interned:
-        (iid column, presence column or None, InternedData field) to declare on the rows' sequences first."""
-        n = len(ts)
-        if not n:
+    def bulk(self, shapes: list[Rows]) -> None:
+        """Rows of one or more shapes as packets on their sequences, in (sequence, time, tiebreak) order (ties: the
+        order given), each timestamp the ns since the previous packet on its sequence."""
+        shapes = [r for r in shapes if len(r.ts)]
+        if not shapes:
             return
+        ts = np.concatenate([r.ts for r in shapes])
+        seqs = np.concatenate([r.seqs for r in shapes])
+        tiebreak = np.concatenate([np.full(len(r.ts), r.tiebreak, dtype=np.int8) for r in shapes])
+        n = len(ts)
         order = np.lexsort((tiebreak, ts, seqs))
-        ts, seqs = ts[order], seqs[order]
-        cols = {k: v[order] for k, v in cols.items()}
-        for seq in np.unique(seqs):
+        position = np.empty(n, dtype=np.int64)
+        position[order] = np.arange(n)
+        ts_s, seq_s = ts[order], seqs[order]
+        for seq in np.unique(seq_s):
             if int(seq) not in self.opened:
                 self.open(int(seq), self.track_of.get(int(seq)))
         first = np.ones(n, dtype=bool)
-        first[1:] = seqs[1:] != seqs[:-1]
+        first[1:] = seq_s[1:] != seq_s[:-1]
         prev = np.empty(n, dtype=np.int64)
-        prev[1:] = ts[:-1]
-        prev[first] = self.last[seqs[first]]
+        prev[1:] = ts_s[:-1]
+        prev[first] = self.last[seq_s[first]]
         last = np.ones(n, dtype=bool)
         last[:-1] = first[1:]
-        self.last[seqs[last]] = ts[last]
-        for column, present, field in interned:
-            rows = slice(None) if present is None else cols[present]
-            self._declare(seqs[rows], cols[column][rows], field)
-        packet = col.message(pb.Trace, "packet", [
-            col.varint(pb.TracePacket, "timestamp", ts - prev),
-            col.varint(pb.TracePacket, "trusted_packet_sequence_id", seqs), *build(cols)])
-        self.out.write(col.encode([packet], n))
+        self.last[seq_s[last]] = ts_s[last]
+        delta = (ts_s - prev)[position]
+        encoded, start = [], 0
+        for r in shapes:
+            rows = slice(start, start + len(r.ts))
+            for column, present, field in r.interned:
+                keep = slice(None) if present is None else r.cols[present]
+                self._declare(r.seqs[keep], r.cols[column][keep], field)
+            encoded.append((position[rows], [col.message(pb.Trace, "packet", [
+                col.varint(pb.TracePacket, "timestamp", delta[rows]),
+                col.varint(pb.TracePacket, "trusted_packet_sequence_id", r.seqs), *r.build(r.cols)])]))
+            start += len(r.ts)
+        self.out.write(col.encode_shapes(encoded, n))
 
     @property
     def track_of(self) -> dict[int, int]:
@@ -224,24 +249,12 @@ def _event(fields: list[col.Field]) -> list[col.Field]:
     return [col.message(pb.TracePacket, "track_event", fields)]
 
 
-def _ends_and_begins(ts: np.ndarray, dur: np.ndarray | None, tracks: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Rows for the ENDs of the timed rows (dur not None) then one row per input row: (ts, track, type, tiebreak,
-    is_input_row). A 0 ns slice ends 1 ns later (an end before its own begin would close its parent); where one
-    slice ends as the next begins (same ns), the end sorts first and Perfetto keeps file order for equal times."""
-    n = len(ts)
-    if dur is None:
-        return ts, tracks, np.full(n, INSTANT), np.ones(n, dtype=np.int8), np.ones(n, dtype=bool)
-    timed = dur >= 0
-    m = int(timed.sum())
-    return (np.concatenate([(ts + np.maximum(dur, 1))[timed], ts]), np.concatenate([tracks[timed], tracks]),
-            np.concatenate([np.full(m, END), np.full(n, BEGIN)]), np.concatenate([np.zeros(m, np.int8),
-                                                                                  np.ones(n, np.int8)]),
-            np.concatenate([np.zeros(m, dtype=bool), np.ones(n, dtype=bool)]))
-
-
-def _pad(m: int, values: np.ndarray) -> np.ndarray:
-    """Input-row values behind m END rows (which carry none)."""
-    return np.concatenate([np.zeros(m, dtype=values.dtype), values])
+def _ends(ts: np.ndarray, dur: np.ndarray, seqs: np.ndarray) -> Rows:
+    """The ENDs of slices (ts, dur): a 0 ns slice ends 1 ns later (an end before its own begin would close its
+    parent); where one slice ends as the next begins (same ns), the end goes first (tiebreak 0) and Perfetto's
+    sorter keeps file order for equal times."""
+    body = col.const(pb.TracePacket(track_event=TE(type=END)).SerializeToString())
+    return Rows(ts + np.maximum(dur, 1), seqs, 0, {}, lambda c: [body])
 
 
 def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope: ev.Scope,
@@ -299,29 +312,24 @@ def _calls(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, thread_s
         ts, _ = _int(b, "ts_ns")
         dur, timed = _int(b, "duration_ns")
         ops, names, _ = _codes(b, "op")
-        iids = np.array(w.intern(names), dtype=np.int64)[ops]
-        rows = _ends_and_begins(ts, np.where(timed, dur, -1), _lookup(thread_seq, _int(b, "tid")[0]))
-        all_ts, seqs, kinds, tiebreak, is_row = rows
-        m = len(all_ts) - len(ts)
-        kinds[m:] = np.where(timed, BEGIN, INSTANT)
-        cols = {"kind": kinds, "is_row": is_row, "name": _pad(m, iids)}
+        seqs = _lookup(thread_seq, _int(b, "tid")[0])
+        cols = {"kind": np.where(timed, BEGIN, INSTANT), "name": np.array(w.intern(names), dtype=np.int64)[ops]}
         for column in ("bytes", "kernel_handle", "off_cpu_ns", "sleep_ns", "cpu_wait_ns", "return_code"):
-            values, valid = _int(b, column)
-            if column == "return_code":
-                valid = valid & (values != 0)
-            cols[column], cols[column + "?"] = _pad(m, values), _pad(m, valid)
+            cols[column], cols[column + "?"] = _int(b, column)
+        cols["return_code?"] &= cols["return_code"] != 0
         kind_codes, strings, valid = _codes(b, "memcpy_kind")
-        cols["direction"], cols["direction?"] = _pad(m, w.string_iids(strings)[kind_codes]), _pad(m, valid)
+        cols["direction"], cols["direction?"] = w.string_iids(strings)[kind_codes], valid
 
         def build(c: dict[str, np.ndarray]) -> list[col.Field]:
             args = [_arg_int(arg, c[column], c[column + "?"])
                     for column, arg in (("bytes", "bytes"), ("kernel_handle", "kernel"), ("off_cpu_ns", "off_cpu_ns"),
                                         ("sleep_ns", "sleep_ns"), ("cpu_wait_ns", "cpu_wait_ns"),
                                         ("return_code", "return_code"))]
-            return _event([_type(c["kind"]), _name(c["name"], c["is_row"]), *args,
+            return _event([_type(c["kind"]), _name(c["name"], None), *args,
                            _arg_str("direction", c["direction"], c["direction?"])])
 
-        w.bulk(all_ts, seqs, tiebreak, cols, build, (("name", "is_row", 2), ("direction", "direction?", 29)))
+        w.bulk([_ends(ts[timed], dur[timed], seqs[timed]),
+                Rows(ts, seqs, 1, cols, build, (("name", None, 2), ("direction", "direction?", 29)))])
         counts["call_slices"] += int(timed.sum())
         counts["call_instants"] += int((~timed).sum())
         done += len(ts)
@@ -332,54 +340,51 @@ def _wakeups(con: duckdb.DuckDBPyConnection, w: _Writer, state_seq: dict[int, in
              tell: Progress) -> None:
     """Wake-up arrows: 'wakes' on the waker's state track, 'woken' on the wakee's where no CPU wait ends it."""
     wakes, woken = w.intern(["wakes", "woken"])
+    head = {name: col.const(TE(type=INSTANT, name_iid=iid).SerializeToString()) for name, iid in (("wakes", wakes),
+                                                                                                 ("woken", woken))}
     done = 0
     for b in _arrow_batches(con, f"SELECT * FROM {ev.WAKEUPS} ORDER BY flow_id"):
         ts, _ = _int(b, "wakeup_ns")
         n = len(ts)
         cols = {"flow": _int(b, "flow_id")[0], "wakee": _int(b, "tid")[0], "name": np.full(n, wakes)}
-        w.bulk(ts, _lookup(state_seq, _int(b, "waker_tid")[0]), np.zeros(n), cols,
-               lambda c: _event([_type(np.full(len(c["flow"]), INSTANT)), _name(c["name"], None),
-                                 _arg_int("wakee_tid", c["wakee"], None), col.fixed64(TE, "flow_ids", c["flow"])]),
-               (("name", None, 2),))
+        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "waker_tid")[0]), 1, cols,
+                     lambda c: _event([head["wakes"], _arg_int("wakee_tid", c["wakee"], None),
+                                       col.fixed64(TE, "flow_ids", c["flow"])]), (("name", None, 2),))])
         done += n
         tell("wake-ups", done, counts["flows"])
     for b in _arrow_batches(con, ev.woken_sql()):
         ts, _ = _int(b, "wakeup_ns")
-        n = len(ts)
-        cols = {"flow": _int(b, "flow_id")[0], "name": np.full(n, woken)}
-        w.bulk(ts, _lookup(state_seq, _int(b, "tid")[0]), np.zeros(n), cols,
-               lambda c: _event([_type(np.full(len(c["flow"]), INSTANT)), _name(c["name"], None),
-                                 col.fixed64(TE, "terminating_flow_ids", c["flow"])]),
-               (("name", None, 2),))
+        cols = {"flow": _int(b, "flow_id")[0], "name": np.full(len(ts), woken)}
+        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "tid")[0]), 1, cols,
+                     lambda c: _event([head["woken"], col.fixed64(TE, "terminating_flow_ids", c["flow"])]),
+                     (("name", None, 2),))])
 
 
 def _states(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, state_seq: dict[int, int],
             counts: dict[str, int], tell: Progress) -> None:
     """Thread states: one slice each on the state track, the wake-up arrow ending on a CPU wait."""
+    begin = col.const(TE(type=BEGIN).SerializeToString())
     for b in _arrow_batches(con, ev.states_sql(scope)):
         ts, _ = _int(b, "start_ns")
         dur, _ = _int(b, "dur_ns")
         states, names, _ = _codes(b, "state", clean=False)
-        iids = np.array(w.intern([ev.state_name(s) for s in names]), dtype=np.int64)[states]
-        all_ts, seqs, kinds, tiebreak, is_row = _ends_and_begins(ts, dur, _lookup(state_seq, _int(b, "tid")[0]))
-        m = len(all_ts) - len(ts)
-        cols = {"kind": kinds, "is_row": is_row, "name": _pad(m, iids)}
+        seqs = _lookup(state_seq, _int(b, "tid")[0])
+        cols = {"name": np.array(w.intern([ev.state_name(s) for s in names]), dtype=np.int64)[states]}
         for column in ("syscall", "waker_comm", "holder_comm"):
             codes, strings, valid = _codes(b, column)
-            cols[column], cols[column + "?"] = _pad(m, w.string_iids(strings)[codes]), _pad(m, valid)
-        flow, valid = _int(b, "flow_id")
-        cols["flow"], cols["flow?"] = _pad(m, flow), _pad(m, valid)
+            cols[column], cols[column + "?"] = w.string_iids(strings)[codes], valid
+        cols["flow"], cols["flow?"] = _int(b, "flow_id")
 
         def build(c: dict[str, np.ndarray]) -> list[col.Field]:
             args = [_arg_str(arg, c[column], c[column + "?"])
                     for column, arg in (("syscall", "syscall"), ("waker_comm", "woken_by"),
                                         ("holder_comm", "cpu_held_by"))]
-            return _event([_type(c["kind"]), _name(c["name"], c["is_row"]), *args,
+            return _event([begin, _name(c["name"], None), *args,
                            col.fixed64(TE, "terminating_flow_ids", c["flow"], c["flow?"])])
 
-        w.bulk(all_ts, seqs, tiebreak, cols, build, (("name", "is_row", 2), ("syscall", "syscall?", 29),
-                                                     ("waker_comm", "waker_comm?", 29),
-                                                     ("holder_comm", "holder_comm?", 29)))
+        w.bulk([_ends(ts, dur, seqs), Rows(ts, seqs, 1, cols, build, (
+            ("name", None, 2), ("syscall", "syscall?", 29), ("waker_comm", "waker_comm?", 29),
+            ("holder_comm", "holder_comm?", 29)))])
         counts["state_slices"] += len(ts)
         tell("thread states", counts["state_slices"], None)
 
@@ -392,18 +397,16 @@ def _samples(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, counts
     seq = MISC + 1
     w.open(seq, None)
     w.write(pb.TracePacket(trusted_packet_sequence_id=seq, interned_data=sm.interned_stacks(con, scope)))
+    ps = pb.PerfSample
     for b in _arrow_batches(con, sm.samples_sql(scope)):
         ts, _ = _int(b, "ts_ns")
-        n = len(ts)
         cols = {"pid": _int(b, "pid")[0], "tid": _int(b, "tid")[0]}
         cols["cpu"], cols["cpu?"] = _int(b, "cpu")
         cols["stack"], cols["stack?"] = _int(b, "callstack")
-        PS = pb.PerfSample
-        w.bulk(ts, np.full(n, seq), np.zeros(n), cols,
-               lambda c: [col.message(pb.TracePacket, "perf_sample", [
-                   col.varint(PS, "cpu", c["cpu"], c["cpu?"]), col.varint(PS, "pid", c["pid"]),
-                   col.varint(PS, "tid", c["tid"]), col.varint(PS, "callstack_iid", c["stack"], c["stack?"])])])
-        counts["stack_samples"] += n
+        w.bulk([Rows(ts, np.full(len(ts), seq), 1, cols, lambda c: [col.message(pb.TracePacket, "perf_sample", [
+            col.varint(ps, "cpu", c["cpu"], c["cpu?"]), col.varint(ps, "pid", c["pid"]),
+            col.varint(ps, "tid", c["tid"]), col.varint(ps, "callstack_iid", c["stack"], c["stack?"])])])])
+        counts["stack_samples"] += len(ts)
         tell("stack samples", counts["stack_samples"], None)
 
 

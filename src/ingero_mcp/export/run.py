@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from ingero_mcp.analysis import TimeWindow
 from ingero_mcp.export import events as ev
@@ -11,8 +12,11 @@ from ingero_mcp.export.output import check_output, write_whole
 
 def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str = "perfetto",
                     window: TimeWindow | None = None, pids: list[int] | None = None,
-                    since: str | None = None, start: str | None = None, end: str | None = None) -> dict[str, int]:
-    """Write the timeline of `db` (window/pids as in explain) to `out`; returns the counts written."""
+                    since: str | None = None, start: str | None = None, end: str | None = None,
+                    progress: Callable[[str, int, int | None], None] | None = None) -> dict[str, int]:
+    """Write the timeline of `db` (window/pids as in explain) to `out`; returns the counts written.
+
+    progress(stage, done, total or None): called as the Perfetto export's bulk goes out, a batch at a time."""
     from ingero_mcp.analysis import diagnose
     from ingero_mcp.analysis import resolve_window
     from ingero_mcp.store import open_store
@@ -32,7 +36,7 @@ def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt
         else:
             from ingero_mcp.export.perfetto import write_perfetto
 
-            counts = write_whole(out, lambda f: write_perfetto(con, timeline, scope, f))
+            counts = write_whole(out, lambda f: write_perfetto(con, timeline, scope, f, progress))
         return counts
     finally:
         con.close()
