@@ -41,18 +41,18 @@ ARG_NAMES = ("bytes", "direction", "kernel", "off_cpu_ns", "sleep_ns", "cpu_wait
              "syscall", "woken_by", "cpu_held_by", "root_cause", "seconds_lost", "severity", "chain_id",
              "filename", "child_pid", "exit_code", "old_name", "tid", "wakee_tid")
 ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
+CHUNK = 32_768  # rows encoded at once: the buffer stays in cache while every field is written over it
 Progress = Callable[[str, int, int | None], None]
 
 
 @dataclass
 class Rows:
-    """Rows of one packet shape for `_Writer.bulk`: their times and sequences, a tiebreak for equal times on a
-    sequence (lower first), columns, and `build`, which makes the TracePacket's other fields from the columns;
-    interned: (iid column, presence column or None, InternedData field number) to declare first."""
+    """Rows of one packet shape for `_Writer.bulk`: their times and sequences, columns, and `build`, which makes
+    the TracePacket's other fields from (a slice of) the columns; interned: (iid column, presence column or None,
+    InternedData field number) to declare first."""
 
     ts: np.ndarray
     seqs: np.ndarray
-    tiebreak: int
     cols: dict[str, np.ndarray]
     build: Callable[[dict[str, np.ndarray]], list[col.Field]]
     interned: tuple[tuple[str, str | None, int], ...] = ()
@@ -137,12 +137,14 @@ class _Writer:
             grown = np.zeros((max(rows, seen.shape[0]), max(width, 2 * seen.shape[1])), dtype=bool)
             grown[:seen.shape[0], :seen.shape[1]] = seen
             self.declared[field] = seen = grown
-        new = ~seen[seqs, iids]
-        if not new.any():
+        width = seen.shape[1]
+        used = np.flatnonzero(np.bincount(seqs * width + iids))  # the distinct (sequence, iid) pairs, few
+        used = used[~seen.ravel()[used]]
+        if not len(used):
             return
         table = {v: k for k, v in (self.names if field == 2 else self.strings).items()}
         packets: dict[int, pb.TracePacket] = {}
-        for seq, iid in sorted(set(zip(seqs[new].tolist(), iids[new].tolist()))):
+        for seq, iid in zip((used // width).tolist(), (used % width).tolist()):
             p = packets.setdefault(seq, pb.TracePacket(trusted_packet_sequence_id=seq))
             if field == 2:
                 p.interned_data.event_names.add(iid=iid, name=table[iid])
@@ -153,42 +155,51 @@ class _Writer:
             self.write(p)
 
     def bulk(self, shapes: list[Rows]) -> None:
-        """Rows of one or more shapes as packets on their sequences, in (sequence, time, tiebreak) order (ties: the
-        order given), each timestamp the ns since the previous packet on its sequence."""
+        """Rows of one or more shapes as packets on their sequences, in the order given (shape after shape), each
+        timestamp the ns since the previous packet on its sequence; encoded CHUNK rows at a time (cache-sized)."""
         shapes = [r for r in shapes if len(r.ts)]
         if not shapes:
             return
         ts = np.concatenate([r.ts for r in shapes])
         seqs = np.concatenate([r.seqs for r in shapes])
-        tiebreak = np.concatenate([np.full(len(r.ts), r.tiebreak, dtype=np.int8) for r in shapes])
-        n = len(ts)
-        order = np.lexsort((tiebreak, ts, seqs))
-        position = np.empty(n, dtype=np.int64)
-        position[order] = np.arange(n)
-        ts_s, seq_s = ts[order], seqs[order]
-        for seq in np.unique(seq_s):
+        for seq in np.unique(seqs):
             if int(seq) not in self.opened:
                 self.open(int(seq), self.track_of.get(int(seq)))
-        first = np.ones(n, dtype=bool)
-        first[1:] = seq_s[1:] != seq_s[:-1]
-        prev = np.empty(n, dtype=np.int64)
-        prev[1:] = ts_s[:-1]
-        prev[first] = self.last[seq_s[first]]
-        last = np.ones(n, dtype=bool)
-        last[:-1] = first[1:]
-        self.last[seq_s[last]] = ts_s[last]
-        delta = (ts_s - prev)[position]
-        encoded, start = [], 0
+        delta = self._deltas(ts, seqs)
+        start = 0
         for r in shapes:
-            rows = slice(start, start + len(r.ts))
             for column, present, field in r.interned:
                 keep = slice(None) if present is None else r.cols[present]
                 self._declare(r.seqs[keep], r.cols[column][keep], field)
-            encoded.append((position[rows], [col.message(pb.Trace, "packet", [
-                col.varint(pb.TracePacket, "timestamp", delta[rows]),
-                col.varint(pb.TracePacket, "trusted_packet_sequence_id", r.seqs), *r.build(r.cols)])]))
+        for r in shapes:
+            for a in range(0, len(r.ts), CHUNK):
+                rows = slice(a, min(a + CHUNK, len(r.ts)))
+                n = rows.stop - a
+                packet = col.message(pb.Trace, "packet", [
+                    col.varint(pb.TracePacket, "timestamp", delta[start + a:start + rows.stop]),
+                    col.varint(pb.TracePacket, "trusted_packet_sequence_id", r.seqs[rows]),
+                    *r.build({k: v[rows] for k, v in r.cols.items()})])
+                self.out.write(col.encode([packet], n))
             start += len(r.ts)
-        self.out.write(col.encode_shapes(encoded, n))
+
+    def _deltas(self, ts: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        """Each row's time less the previous row's on its sequence (the sequence's last before these rows)."""
+        n = len(ts)
+        runs = np.flatnonzero(np.concatenate([[True], seqs[1:] != seqs[:-1]]))
+        grouped = np.bincount(seqs[runs]).max() == 1  # each sequence's rows already together (calls, states)
+        order = np.arange(n) if grouped else np.argsort(seqs.astype(np.uint32), kind="stable")
+        ts_g, seq_g = ts[order], seqs[order]
+        first = np.ones(n, dtype=bool)
+        first[1:] = seq_g[1:] != seq_g[:-1]
+        prev = np.empty(n, dtype=np.int64)
+        prev[1:] = ts_g[:-1]
+        prev[first] = self.last[seq_g[first]]
+        last = np.ones(n, dtype=bool)
+        last[:-1] = first[1:]
+        self.last[seq_g[last]] = ts_g[last]
+        delta = np.empty(n, dtype=np.int64)
+        delta[order] = ts_g - prev
+        return delta
 
     @property
     def track_of(self) -> dict[int, int]:
@@ -250,11 +261,11 @@ def _event(fields: list[col.Field]) -> list[col.Field]:
 
 
 def _ends(ts: np.ndarray, dur: np.ndarray, seqs: np.ndarray) -> Rows:
-    """The ENDs of slices (ts, dur): a 0 ns slice ends 1 ns later (an end before its own begin would close its
-    parent); where one slice ends as the next begins (same ns), the end goes first (tiebreak 0) and Perfetto's
-    sorter keeps file order for equal times."""
+    """The ENDs of slices (ts, dur), to go before the batch's BEGINs: a 0 ns slice ends 1 ns later (an end before
+    its own begin would close its parent); where one slice ends as the next begins (same ns), the end is first in
+    the file and Perfetto's sorter keeps file order for equal times."""
     body = col.const(pb.TracePacket(track_event=TE(type=END)).SerializeToString())
-    return Rows(ts + np.maximum(dur, 1), seqs, 0, {}, lambda c: [body])
+    return Rows(ts + np.maximum(dur, 1), seqs, {}, lambda c: [body])
 
 
 def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope: ev.Scope,
@@ -329,7 +340,7 @@ def _calls(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, thread_s
                            _arg_str("direction", c["direction"], c["direction?"])])
 
         w.bulk([_ends(ts[timed], dur[timed], seqs[timed]),
-                Rows(ts, seqs, 1, cols, build, (("name", None, 2), ("direction", "direction?", 29)))])
+                Rows(ts, seqs, cols, build, (("name", None, 2), ("direction", "direction?", 29)))])
         counts["call_slices"] += int(timed.sum())
         counts["call_instants"] += int((~timed).sum())
         done += len(ts)
@@ -347,7 +358,7 @@ def _wakeups(con: duckdb.DuckDBPyConnection, w: _Writer, state_seq: dict[int, in
         ts, _ = _int(b, "wakeup_ns")
         n = len(ts)
         cols = {"flow": _int(b, "flow_id")[0], "wakee": _int(b, "tid")[0], "name": np.full(n, wakes)}
-        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "waker_tid")[0]), 1, cols,
+        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "waker_tid")[0]), cols,
                      lambda c: _event([head["wakes"], _arg_int("wakee_tid", c["wakee"], None),
                                        col.fixed64(TE, "flow_ids", c["flow"])]), (("name", None, 2),))])
         done += n
@@ -355,7 +366,7 @@ def _wakeups(con: duckdb.DuckDBPyConnection, w: _Writer, state_seq: dict[int, in
     for b in _arrow_batches(con, ev.woken_sql()):
         ts, _ = _int(b, "wakeup_ns")
         cols = {"flow": _int(b, "flow_id")[0], "name": np.full(len(ts), woken)}
-        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "tid")[0]), 1, cols,
+        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "tid")[0]), cols,
                      lambda c: _event([head["woken"], col.fixed64(TE, "terminating_flow_ids", c["flow"])]),
                      (("name", None, 2),))])
 
@@ -382,7 +393,7 @@ def _states(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, state_s
             return _event([begin, _name(c["name"], None), *args,
                            col.fixed64(TE, "terminating_flow_ids", c["flow"], c["flow?"])])
 
-        w.bulk([_ends(ts, dur, seqs), Rows(ts, seqs, 1, cols, build, (
+        w.bulk([_ends(ts, dur, seqs), Rows(ts, seqs, cols, build, (
             ("name", None, 2), ("syscall", "syscall?", 29), ("waker_comm", "waker_comm?", 29),
             ("holder_comm", "holder_comm?", 29)))])
         counts["state_slices"] += len(ts)
@@ -403,7 +414,7 @@ def _samples(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, counts
         cols = {"pid": _int(b, "pid")[0], "tid": _int(b, "tid")[0]}
         cols["cpu"], cols["cpu?"] = _int(b, "cpu")
         cols["stack"], cols["stack?"] = _int(b, "callstack")
-        w.bulk([Rows(ts, np.full(len(ts), seq), 1, cols, lambda c: [col.message(pb.TracePacket, "perf_sample", [
+        w.bulk([Rows(ts, np.full(len(ts), seq), cols, lambda c: [col.message(pb.TracePacket, "perf_sample", [
             col.varint(ps, "cpu", c["cpu"], c["cpu?"]), col.varint(ps, "pid", c["pid"]),
             col.varint(ps, "tid", c["tid"]), col.varint(ps, "callstack_iid", c["stack"], c["stack?"])])])])
         counts["stack_samples"] += len(ts)

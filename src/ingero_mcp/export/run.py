@@ -9,6 +9,10 @@ from ingero_mcp.analysis import TimeWindow
 from ingero_mcp.export import events as ev
 from ingero_mcp.export.output import check_output, write_whole
 
+# The export streams its rows a batch at a time; DuckDB's sorts for them are what holds memory (1.2 GB at 10M
+# events unbounded): capped here, a sort larger than the cap goes to DuckDB's temporary files.
+EXPORT_DUCKDB = {"memory_limit": "512MB"}
+
 
 def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str = "perfetto",
                     window: TimeWindow | None = None, pids: list[int] | None = None,
@@ -22,7 +26,7 @@ def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt
     from ingero_mcp.store import open_store
 
     check_output(out, reads=[db])
-    con = open_store(db)
+    con = open_store(db, settings=EXPORT_DUCKDB)
     try:
         if window is None and (since or start or end):
             window = resolve_window(con, since=since, start=start, end=end)

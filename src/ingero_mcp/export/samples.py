@@ -52,7 +52,10 @@ def _frames(kind: str | None, frames: list | None, modules: list | None, files: 
     """One stack's frames, outermost first: (kind, function, module, file, line)."""
     frames = frames or []
     n = len(frames)
-    pick = lambda column, i: column[i] if column is not None and i < len(column) else None  # noqa: E731
+
+    def pick(column: list | None, i: int) -> object:
+        return column[i] if column is not None and i < len(column) else None
+
     for i in reversed(range(n)):
         module, file = pick(modules, i), pick(files, i)
         frame_kind = KIND.get(kind or "", pb.Frame.KIND_UNKNOWN)
