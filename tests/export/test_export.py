@@ -377,3 +377,16 @@ def test_a_full_disk_fails_and_leaves_the_old_file(command: str, name: str, demo
         subprocess.run(["umount", str(small)], check=True)
     assert err == f"ingero-mcp {command}: cannot write {small / name}: No space left on device\n"
     assert left == [name] and previous == b"the previous report\n"
+
+
+def test_progress_is_told_per_batch(demo_db: Path, tmp_path: Path) -> None:
+    """A long export says how far it is: the calls against their total, then the wake-ups and thread states."""
+    from ingero_mcp.export.run import export_timeline
+
+    told: list[tuple[str, int, int | None]] = []
+    counts = export_timeline(demo_db, tmp_path / "run.pftrace", progress=lambda *step: told.append(step))
+    stages = [stage for stage, _, _ in told]
+    assert stages[0] == "calls" and "thread states" in stages and "wake-ups" in stages
+    calls = [(done, total) for stage, done, total in told if stage == "calls"]
+    assert calls[-1] == (counts["call_slices"] + counts["call_instants"],) * 2
+    assert [d for stage, d, _ in told if stage == "thread states"][-1] == counts["state_slices"]
