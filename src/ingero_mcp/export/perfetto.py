@@ -138,10 +138,13 @@ class _Writer:
             grown[:seen.shape[0], :seen.shape[1]] = seen
             self.declared[field] = seen = grown
         width = seen.shape[1]
-        used = np.flatnonzero(np.bincount(seqs * width + iids))  # the distinct (sequence, iid) pairs, few
-        used = used[~seen.ravel()[used]]
-        if not len(used):
+        keys = seqs * width + iids
+        if len(keys) > 1:
+            keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]  # runs of one pair: checked once
+        keys = keys[~seen.ravel()[keys]]
+        if not len(keys):
             return
+        used = np.unique(keys)  # the new (sequence, iid) pairs: few
         table = {v: k for k, v in (self.names if field == 2 else self.strings).items()}
         packets: dict[int, pb.TracePacket] = {}
         for seq, iid in zip((used // width).tolist(), (used % width).tolist()):
@@ -162,7 +165,8 @@ class _Writer:
             return
         ts = np.concatenate([r.ts for r in shapes])
         seqs = np.concatenate([r.seqs for r in shapes])
-        for seq in np.unique(seqs):
+        runs = seqs[np.concatenate([[True], seqs[1:] != seqs[:-1]])]
+        for seq in np.unique(runs):
             if int(seq) not in self.opened:
                 self.open(int(seq), self.track_of.get(int(seq)))
         delta = self._deltas(ts, seqs)
