@@ -25,6 +25,7 @@ from analysis_fixtures import MS, T0
 from hostile import NASTY, bad_chars, hostile_store
 from paths import REPO
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from perfetto_decode import decode as read_trace
 
 from ingero_mcp.store.views import lay_views
 from ingero_mcp.cli import main
@@ -53,63 +54,53 @@ def zoo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def decode(path: Path) -> dict:
     """Tally a .pftrace: tracks by kind, slices per track kind and name, flows, counters, instants."""
-    trace = pb.Trace()
-    trace.ParseFromString(path.read_bytes())
-    names: dict[int, str] = {}
-    tracks: dict[int, pb.TrackDescriptor] = {}
+    d = read_trace(path)
+    tracks = d.tracks
     kind_of: dict[int, str] = {}
     out = {"process_tracks": set(), "thread_tracks": set(), "counter_tracks": Counter(), "calls": Counter(),
            "states": Counter(), "ends": Counter(), "flows_out": [], "flows_in": [], "instants": Counter(),
-           "chains": [], "call_args": [], "open": Counter(), "per_track": {}}
-    for p in trace.packet:
-        for n in p.interned_data.event_names:
-            names[n.iid] = n.name
-        if p.HasField("track_descriptor"):
-            d = p.track_descriptor
-            tracks[d.uuid] = d
-            if d.HasField("process"):
-                kind_of[d.uuid] = "process"
-                out["process_tracks"].add(d.process.pid)
-            elif d.HasField("thread"):
-                kind_of[d.uuid] = "thread"
-                out["thread_tracks"].add(d.thread.tid)
-            elif d.HasField("counter"):
-                kind_of[d.uuid] = "counter"
-            elif d.parent_uuid in kind_of and kind_of[d.parent_uuid] == "thread":
-                kind_of[d.uuid] = "state"
-            else:
-                kind_of[d.uuid] = "chain"
-        if not p.HasField("track_event"):
-            continue
-        e = p.track_event
-        kind = kind_of[e.track_uuid]
-        name = names.get(e.name_iid, e.name)
-        out["flows_out"] += list(e.flow_ids)
-        out["flows_in"] += list(e.terminating_flow_ids)
+           "chains": [], "call_args": [], "open": Counter(), "per_track": {}, "samples": d.samples}
+    for uuid, desc in tracks.items():
+        if desc.HasField("process"):
+            kind_of[uuid] = "process"
+            out["process_tracks"].add(desc.process.pid)
+        elif desc.HasField("thread"):
+            kind_of[uuid] = "thread"
+            out["thread_tracks"].add(desc.thread.tid)
+        elif desc.HasField("counter"):
+            kind_of[uuid] = "counter"
+    for uuid, desc in tracks.items():
+        if uuid not in kind_of:
+            kind_of[uuid] = "state" if kind_of.get(desc.parent_uuid) == "thread" else "chain"
+    for e in d.events:
+        kind = kind_of[e.track]
+        name = e.name
+        out["flows_out"] += e.flows
+        out["flows_in"] += e.ends_flows
         if e.type in (TE.TYPE_SLICE_BEGIN, TE.TYPE_SLICE_END):
-            out["per_track"].setdefault(e.track_uuid, []).append((p.timestamp, e.type))
+            out["per_track"].setdefault(e.track, []).append((e.ts, e.index, e.type))
         if e.type == TE.TYPE_SLICE_BEGIN:
-            out["open"][e.track_uuid] += 1
+            out["open"][e.track] += 1
             if kind == "thread":
                 out["calls"][name] += 1
-                out["call_args"].append((p.timestamp, name, {a.name_iid: a for a in e.debug_annotations}))
+                out["call_args"].append((e.ts, name, e.args))
             elif kind == "state":
                 out["states"][name] += 1
             elif kind == "chain":
                 out["chains"].append(name)
         elif e.type == TE.TYPE_SLICE_END:
             out["ends"][kind] += 1
-            out["open"][e.track_uuid] -= 1
+            out["open"][e.track] -= 1
         elif e.type == TE.TYPE_INSTANT:
             out["instants"][(kind, name.split(" ")[0])] += 1
         elif e.type == TE.TYPE_COUNTER:
-            out["counter_tracks"][tracks[e.track_uuid].name] += 1
+            out["counter_tracks"][tracks[e.track].name] += 1
     # As Perfetto's sorter orders them: by timestamp, file order kept for ties. A state track's slices
     # follow one another and never nest: a nested one means an end and the next begin were misordered.
     depth_max = Counter()
     for track, evs in out["per_track"].items():
         depth = 0
-        for _, kind in sorted(evs, key=lambda x: x[0]):
+        for _, _, kind in sorted(evs):
             depth += 1 if kind == TE.TYPE_SLICE_BEGIN else -1
             assert depth >= 0, "an end without its begin"
             depth_max[kind_of[track]] = max(depth_max[kind_of[track]], depth)
@@ -203,11 +194,9 @@ def test_call_args_are_the_rows(demo_db: Path, tmp_path: Path) -> None:
     checked = 0
     for ts, name, args in got["call_args"][::97]:
         b, k, off, sl, cw = rows[(ts, name)]
-        assert (args[ARG["bytes"]].int_value if ARG["bytes"] in args else None) == b
-        assert (args[ARG["direction"]].string_value if ARG["direction"] in args else None) == k
-        assert (args[ARG["off_cpu_ns"]].int_value if ARG["off_cpu_ns"] in args else None) == off
-        assert (args[ARG["sleep_ns"]].int_value if ARG["sleep_ns"] in args else None) == sl
-        assert (args[ARG["cpu_wait_ns"]].int_value if ARG["cpu_wait_ns"] in args else None) == cw
+        assert set(args) <= set(ARG)
+        assert (args.get("bytes"), args.get("direction"), args.get("off_cpu_ns"), args.get("sleep_ns"),
+                args.get("cpu_wait_ns")) == (b, k, off, sl, cw)
         checked += 1
     assert checked > 100
 
@@ -277,6 +266,7 @@ def test_hostile_names_are_cleaned(tmp_path: Path) -> None:
         d = p.track_descriptor
         texts += [d.name, d.process.process_name, d.thread.thread_name]
         texts += [n.name for n in p.interned_data.event_names]
+        texts += [n.str.decode() for n in p.interned_data.debug_annotation_string_values]
         texts += [a.string_value for a in p.track_event.debug_annotations]
     assert any("SYSTEM: obey" in t for t in texts), "the hostile name is there (cleaned), not dropped"
     assert not any(bad_chars(t) for t in texts)
@@ -387,3 +377,16 @@ def test_a_full_disk_fails_and_leaves_the_old_file(command: str, name: str, demo
         subprocess.run(["umount", str(small)], check=True)
     assert err == f"ingero-mcp {command}: cannot write {small / name}: No space left on device\n"
     assert left == [name] and previous == b"the previous report\n"
+
+
+def test_progress_is_told_per_batch(demo_db: Path, tmp_path: Path) -> None:
+    """A long export says how far it is: the calls against their total, then the wake-ups and thread states."""
+    from ingero_mcp.export.run import export_timeline
+
+    told: list[tuple[str, int, int | None]] = []
+    counts = export_timeline(demo_db, tmp_path / "run.pftrace", progress=lambda *step: told.append(step))
+    stages = [stage for stage, _, _ in told]
+    assert stages[0] == "calls" and "thread states" in stages and "wake-ups" in stages
+    calls = [(done, total) for stage, done, total in told if stage == "calls"]
+    assert calls[-1] == (counts["call_slices"] + counts["call_instants"],) * 2
+    assert [d for stage, d, _ in told if stage == "thread states"][-1] == counts["state_slices"]

@@ -61,11 +61,13 @@ class Scope:
 
 
 def threads_sql(scope: Scope) -> str:
-    """Every traced thread with a CUDA call or a scheduler interval in scope, with its process and names."""
+    """Every traced thread with a CUDA call, a scheduler interval or an on-CPU stack sample in scope, with its
+    process and names."""
     return f"""
         WITH t AS (
             SELECT DISTINCT pid, tid FROM cuda_calls {scope.calls()}
             UNION SELECT DISTINCT pid, tid FROM sched_intervals {scope.intervals()}
+            UNION SELECT DISTINCT pid, tid FROM stack_samples {scope.moments()}
         )
         SELECT t.pid, t.tid, (SELECT any_value(p.comm) FROM processes p WHERE p.pid = t.pid),
                (SELECT any_value(th.comm) FROM threads th WHERE th.tid = t.tid AND th.pid = t.pid)

@@ -1,4 +1,4 @@
-"""The trace as a Perfetto protobuf trace (.pftrace) that ui.perfetto.dev opens.
+"""The trace as a Perfetto protobuf trace (.pftrace) that ui.perfetto.dev opens, streamed in bounded memory.
 
 Written against Perfetto's own Python package (`perfetto`): its generated `perfetto_trace_pb2` builds
 the one-off packets (track descriptors, interned names, process events, counters, chains), and its
@@ -6,13 +6,21 @@ descriptors give every field number the column encoder (`pbcolumns`) uses for th
 slices. No field number is typed in here.
 
 Layout: a process track per traced process (fork/exec/exit/rename as instants), a thread track per
-traced thread (its CUDA calls as slices, args: bytes, direction, kernel, the off-CPU split), a
-"state" child track per thread (running, waiting for a CPU, sleeping, IO), wake-up flows from the
-waker's state track to the wakee's, host counters, and a track per causal chain holding its window.
+traced thread (its CUDA calls as slices, args: bytes, direction, kernel, the off-CPU split; its
+on-CPU stack samples), a "state" child track per thread (running, waiting for a CPU, sleeping, IO),
+wake-up flows from the waker's state track to the wakee's, host counters, and a track per causal
+chain holding its window.
+
+Compact: the bulk of a track goes on a writer sequence of its own whose `TracePacketDefaults` name
+the track (no track_uuid per event) and an incremental sequence clock (a packet's timestamp is the
+ns since the previous packet of its sequence, 2-3 bytes instead of 9; trace_processor adds them
+up), and every name and string arg is interned once per sequence (`InternedData`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import IO
 
 import duckdb
@@ -23,24 +31,46 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ingero_mcp.export import events as ev
 from ingero_mcp.export import pbcolumns as col
+from ingero_mcp.export import samples as sm
 
-SEQ = 1  # one writer sequence: the interned names are valid on it
-TE = pb.TrackEvent
+MISC = 1  # the sequence of the one-off packets (absolute timestamps); each bulk track's sequence follows
+CLOCK = 64  # a sequence-scoped clock (64..127), incremental: see the module's docstring
+TE, DA = pb.TrackEvent, pb.DebugAnnotation
 BEGIN, END, INSTANT, COUNTER = TE.TYPE_SLICE_BEGIN, TE.TYPE_SLICE_END, TE.TYPE_INSTANT, TE.TYPE_COUNTER
 ARG_NAMES = ("bytes", "direction", "kernel", "off_cpu_ns", "sleep_ns", "cpu_wait_ns", "return_code",
              "syscall", "woken_by", "cpu_held_by", "root_cause", "seconds_lost", "severity", "chain_id",
              "filename", "child_pid", "exit_code", "old_name", "tid", "wakee_tid")
 ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
+CHUNK = 32_768  # rows encoded at once: the buffer stays in cache while every field is written over it
+Progress = Callable[[str, int, int | None], None]
+
+
+@dataclass
+class Rows:
+    """Rows of one packet shape for `_Writer.bulk`: their times and sequences, columns, and `build`, which makes
+    the TracePacket's other fields from (a slice of) the columns; interned: (iid column, presence column or None,
+    InternedData field number) to declare first."""
+
+    ts: np.ndarray
+    seqs: np.ndarray
+    cols: dict[str, np.ndarray]
+    build: Callable[[dict[str, np.ndarray]], list[col.Field]]
+    interned: tuple[tuple[str, str | None, int], ...] = ()
 
 
 class _Writer:
-    """Packets onto one sequence: interned event names, pb2-built one-offs, column-built bulk."""
+    """Packets: one-offs on the MISC sequence (pb2), bulk rows column-encoded on their track's own sequence."""
 
-    def __init__(self, out: IO[bytes]) -> None:
-        self.out = out
-        self.names: dict[str, int] = {}
+    def __init__(self, out: IO[bytes], origin: int, seq_of: dict[int, int]) -> None:
+        self.out, self.origin = out, origin
+        self.names: dict[str, int] = {}  # event names -> iid (the same iid on every sequence)
+        self.strings: dict[str, int] = {}  # debug annotation string values -> iid
+        self.declared = {2: np.zeros((1, 64), dtype=bool), 29: np.zeros((1, 64), dtype=bool)}  # [seq, iid] declared
         self.uuid = 0
-        first = pb.TracePacket(trusted_packet_sequence_id=SEQ,
+        self.seq_of = seq_of  # track uuid -> its sequence (assigned before the tracks, busiest first)
+        self.opened: set[int] = set()
+        self.last = np.zeros(len(seq_of) + 3, dtype=np.int64)  # per sequence: the last timestamp written
+        first = pb.TracePacket(trusted_packet_sequence_id=MISC,
                                sequence_flags=pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED)
         for name, iid in ARG.items():
             first.interned_data.debug_annotation_names.add(iid=iid, name=name)
@@ -50,28 +80,25 @@ class _Writer:
         self.out.write(pb.Trace(packet=[packet]).SerializeToString())
 
     def intern(self, names: list[str]) -> list[int]:
-        """iids of event names, declaring the new ones first."""
-        new = [n for n in dict.fromkeys(names) if n not in self.names]
-        if new:
-            p = pb.TracePacket(trusted_packet_sequence_id=SEQ,
-                               sequence_flags=pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE)
-            for n in new:
-                self.names[n] = len(self.names) + 1
-                p.interned_data.event_names.add(iid=self.names[n], name=n)
-            self.write(p)
-        return [self.names[n] for n in names]
+        """iids of event names (declared on a sequence when first used there)."""
+        return [self.names.setdefault(n, len(self.names) + 1) for n in names]
+
+    def string_iids(self, strings: list[str]) -> np.ndarray:
+        return np.array([self.strings.setdefault(s, len(self.strings) + 1) for s in strings], dtype=np.int64)
 
     def track(self, **fields: object) -> int:
         self.uuid += 1
-        self.write(pb.TracePacket(trusted_packet_sequence_id=SEQ,
+        self.write(pb.TracePacket(trusted_packet_sequence_id=MISC,
                                   track_descriptor=pb.TrackDescriptor(uuid=self.uuid, **fields)))
         return self.uuid
 
     def event(self, ts: int, kind: int, track: int, name: str | None = None, args: dict | None = None,
               value: float | None = None) -> None:
+        """One track event on the MISC sequence (absolute timestamp)."""
         e = TE(type=kind, track_uuid=track)
         if name is not None:
             e.name_iid = self.intern([name])[0]
+            self._declare(np.array([MISC]), np.array([e.name_iid]), 2)
         for key, val in (args or {}).items():
             if val is None:
                 continue
@@ -84,19 +111,105 @@ class _Writer:
                 a.int_value = int(val)
         if value is not None:
             e.double_counter_value = value
-        self.write(pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=SEQ, track_event=e,
-                                  sequence_flags=pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE))
+        self.write(pb.TracePacket(timestamp=ts, trusted_packet_sequence_id=MISC, track_event=e))
 
-    def bulk(self, ts: np.ndarray, kind: int, tracks: np.ndarray, name_iids: np.ndarray | None = None,
-             *extra: col.Seg) -> None:
-        """One packet per row: a track event of `kind` on `tracks`, named, with extra TrackEvent fields."""
-        n = len(ts)
-        if not n:
+    def open(self, seq: int, track: int | None) -> None:
+        """A bulk sequence's first packets: state cleared, its defaults (track, clock), the arg names, its clock."""
+        first = pb.TracePacket(trusted_packet_sequence_id=seq,
+                               sequence_flags=pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED,
+                               trace_packet_defaults=pb.TracePacketDefaults(timestamp_clock_id=CLOCK))
+        if track is not None:
+            first.trace_packet_defaults.track_event_defaults.track_uuid = track
+        for name, iid in ARG.items():
+            first.interned_data.debug_annotation_names.add(iid=iid, name=name)
+        self.write(first)
+        self.write(pb.TracePacket(trusted_packet_sequence_id=seq, clock_snapshot=pb.ClockSnapshot(clocks=[
+            pb.ClockSnapshot.Clock(clock_id=pb.BUILTIN_CLOCK_BOOTTIME, timestamp=self.origin),
+            pb.ClockSnapshot.Clock(clock_id=CLOCK, timestamp=self.origin, is_incremental=True)])))
+        self.last[seq] = self.origin
+        self.opened.add(seq)
+
+    def _declare(self, seqs: np.ndarray, iids: np.ndarray, field: int) -> None:
+        """Declare on each sequence the interned names (field 2) or string values (29) it is about to use."""
+        seen = self.declared[field]
+        rows, width = int(seqs.max(initial=0)) + 1, int(iids.max(initial=0)) + 1
+        if seen.shape[0] < rows or seen.shape[1] < width:
+            grown = np.zeros((max(rows, seen.shape[0]), max(width, 2 * seen.shape[1])), dtype=bool)
+            grown[:seen.shape[0], :seen.shape[1]] = seen
+            self.declared[field] = seen = grown
+        width = seen.shape[1]
+        keys = seqs * width + iids
+        if len(keys) > 1:
+            keys = keys[np.concatenate([[True], keys[1:] != keys[:-1]])]  # runs of one pair: checked once
+        keys = keys[~seen.ravel()[keys]]
+        if not len(keys):
             return
-        parts = [col.field_varint(TE, "type", np.full(n, kind)), col.field_varint(TE, "track_uuid", tracks)]
-        if name_iids is not None:
-            parts.append(col.field_varint(TE, "name_iid", name_iids))
-        self.out.write(col.packets(ts, col.concat(*parts, *extra), SEQ))
+        used = np.unique(keys)  # the new (sequence, iid) pairs: few
+        table = {v: k for k, v in (self.names if field == 2 else self.strings).items()}
+        packets: dict[int, pb.TracePacket] = {}
+        for seq, iid in zip((used // width).tolist(), (used % width).tolist()):
+            p = packets.setdefault(seq, pb.TracePacket(trusted_packet_sequence_id=seq))
+            if field == 2:
+                p.interned_data.event_names.add(iid=iid, name=table[iid])
+            else:
+                p.interned_data.debug_annotation_string_values.add(iid=iid, str=table[iid].encode())
+            seen[seq, iid] = True
+        for p in packets.values():
+            self.write(p)
+
+    def bulk(self, shapes: list[Rows]) -> None:
+        """Rows of one or more shapes as packets on their sequences, in the order given (shape after shape), each
+        timestamp the ns since the previous packet on its sequence; encoded CHUNK rows at a time (cache-sized)."""
+        shapes = [r for r in shapes if len(r.ts)]
+        if not shapes:
+            return
+        ts = np.concatenate([r.ts for r in shapes])
+        seqs = np.concatenate([r.seqs for r in shapes])
+        runs = seqs[np.concatenate([[True], seqs[1:] != seqs[:-1]])]
+        for seq in np.unique(runs):
+            if int(seq) not in self.opened:
+                self.open(int(seq), self.track_of.get(int(seq)))
+        delta = self._deltas(ts, seqs)
+        start = 0
+        for r in shapes:
+            for column, present, field in r.interned:
+                keep = slice(None) if present is None else r.cols[present]
+                self._declare(r.seqs[keep], r.cols[column][keep], field)
+        for r in shapes:
+            for a in range(0, len(r.ts), CHUNK):
+                rows = slice(a, min(a + CHUNK, len(r.ts)))
+                n = rows.stop - a
+                packet = col.message(pb.Trace, "packet", [
+                    col.varint(pb.TracePacket, "timestamp", delta[start + a:start + rows.stop]),
+                    col.varint(pb.TracePacket, "trusted_packet_sequence_id", r.seqs[rows]),
+                    *r.build({k: v[rows] for k, v in r.cols.items()})])
+                self.out.write(col.encode([packet], n))
+            start += len(r.ts)
+
+    def _deltas(self, ts: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+        """Each row's time less the previous row's on its sequence (the sequence's last before these rows)."""
+        n = len(ts)
+        runs = np.flatnonzero(np.concatenate([[True], seqs[1:] != seqs[:-1]]))
+        grouped = np.bincount(seqs[runs]).max() == 1  # each sequence's rows already together (calls, states)
+        order = np.arange(n) if grouped else np.argsort(seqs.astype(np.uint32), kind="stable")
+        ts_g, seq_g = ts[order], seqs[order]
+        first = np.ones(n, dtype=bool)
+        first[1:] = seq_g[1:] != seq_g[:-1]
+        prev = np.empty(n, dtype=np.int64)
+        prev[1:] = ts_g[:-1]
+        prev[first] = self.last[seq_g[first]]
+        last = np.ones(n, dtype=bool)
+        last[:-1] = first[1:]
+        self.last[seq_g[last]] = ts_g[last]
+        delta = np.empty(n, dtype=np.int64)
+        delta[order] = ts_g - prev
+        return delta
+
+    @property
+    def track_of(self) -> dict[int, int]:
+        if not hasattr(self, "_track_of"):
+            self._track_of = {s: t for t, s in self.seq_of.items()}
+        return self._track_of
 
 
 def _int(batch: pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -115,23 +228,71 @@ def _codes(batch: pa.RecordBatch, name: str, clean: bool = True) -> tuple[np.nda
     return np.asarray(pc.fill_null(enc.indices, 0)).astype(np.int64), strings or [""], valid
 
 
-def _arrow_batches(con: duckdb.DuckDBPyConnection, sql: str):
-    reader = con.sql(sql).to_arrow_reader(ev.BATCH)
-    yield from reader
+def _arrow_batches(con: duckdb.DuckDBPyConnection, sql: str) -> Iterator[pa.RecordBatch]:
+    yield from con.sql(sql).to_arrow_reader(ev.BATCH)
 
 
-def _lookup(tids: np.ndarray, table: dict[int, int]) -> np.ndarray:
-    keys = np.array(sorted(table), dtype=np.int64)
-    vals = np.array([table[k] for k in keys], dtype=np.int64)
+def _lookup(keys_of: dict[int, int], tids: np.ndarray) -> np.ndarray:
+    keys = np.array(sorted(keys_of), dtype=np.int64)
+    vals = np.array([keys_of[k] for k in keys], dtype=np.int64)
     return vals[np.searchsorted(keys, tids)]
 
 
+def _type(kinds: np.ndarray) -> col.Field:
+    return col.varint(TE, "type", kinds)
+
+
+def _name(iids: np.ndarray, present: np.ndarray) -> col.Field:
+    return col.varint(TE, "name_iid", iids, present)
+
+
+def _arg_int(name: str, values: np.ndarray, present: np.ndarray) -> col.Field:
+    """A debug annotation {name_iid, int_value}."""
+    return col.message(TE, "debug_annotations", [col.const(col.tag(DA, "name_iid", col.VARINT)
+                                                           + col.varint_bytes(ARG[name])),
+                                                 col.varint(DA, "int_value", values)], present)
+
+
+def _arg_str(name: str, iids: np.ndarray, present: np.ndarray) -> col.Field:
+    """A debug annotation {name_iid, string_value_iid} (the string interned on the sequence)."""
+    return col.message(TE, "debug_annotations", [col.const(col.tag(DA, "name_iid", col.VARINT)
+                                                           + col.varint_bytes(ARG[name])),
+                                                 col.varint(DA, "string_value_iid", iids)], present)
+
+
+def _event(fields: list[col.Field]) -> list[col.Field]:
+    return [col.message(pb.TracePacket, "track_event", fields)]
+
+
+def _ends(ts: np.ndarray, dur: np.ndarray, seqs: np.ndarray) -> Rows:
+    """The ENDs of slices (ts, dur), to go before the batch's BEGINs: a 0 ns slice ends 1 ns later (an end before
+    its own begin would close its parent); where one slice ends as the next begins (same ns), the end is first in
+    the file and Perfetto's sorter keeps file order for equal times."""
+    body = col.const(pb.TracePacket(track_event=TE(type=END)).SerializeToString())
+    return Rows(ts + np.maximum(dur, 1), seqs, {}, lambda c: [body])
+
+
 def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope: ev.Scope,
-                   out: IO[bytes]) -> dict[str, int]:
+                   out: IO[bytes], progress: Progress | None = None) -> dict[str, int]:
     """Write the timeline; returns what it wrote (tracks, slices, flows, counter points, instants, chains)."""
-    w = _Writer(out)
+    from ingero_mcp.analysis import window_or_trace
+
+    tell = progress or (lambda stage, done, total: None)
     counts = {"process_tracks": 0, "thread_tracks": 0, "call_slices": 0, "call_instants": 0, "state_slices": 0,
-              "flows": 0, "counter_points": 0, "process_events": 0, "chains": 0}
+              "flows": 0, "counter_points": 0, "process_events": 0, "chains": 0, "stack_samples": 0}
+    # Sequences, busiest first (a sequence id under 128 is one byte): each thread's and state track's own.
+    calls_of = dict(ev.rows(con, f"SELECT tid, count(*) FROM cuda_calls {scope.calls()} GROUP BY tid"))
+    offs_of = dict(ev.rows(con, f"SELECT tid, count(*) FROM sched_intervals {scope.intervals()} GROUP BY tid"))
+    # Track uuids are laid out as below: per thread (after its process's), the thread's then its state track's.
+    uuid, planned, pids = 0, [], set()
+    for t in timeline.threads:
+        if t.pid not in pids:
+            pids.add(t.pid)
+            uuid += 1
+        planned += [(calls_of.get(t.tid, 0), uuid + 1), (3 * offs_of.get(t.tid, 0), uuid + 2)]
+        uuid += 2
+    seq_of = {track: MISC + 2 + i for i, (_, track) in enumerate(sorted(planned, key=lambda p: -p[0]))}
+    w = _Writer(out, window_or_trace(con, scope.window).start_ns, seq_of)
     procs: dict[int, int] = {}
     thread_track: dict[int, int] = {}
     state_track: dict[int, int] = {}
@@ -143,67 +304,130 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
                                       thread=pb.ThreadDescriptor(pid=t.pid, tid=t.tid, thread_name=t.name))
         state_track[t.tid] = w.track(parent_uuid=thread_track[t.tid], name=f"{t.name} {t.tid}: state")
         counts["thread_tracks"] += 1
+    assert set(seq_of) == set(thread_track.values()) | set(state_track.values()), "tracks laid out as planned"
+    thread_seq = {tid: seq_of[track] for tid, track in thread_track.items()}
+    state_seq = {tid: seq_of[track] for tid, track in state_track.items()}
 
     if thread_track:
-        for whole in _arrow_batches(con, ev.calls_sql(scope)):
-            timed = np.asarray(whole.column("duration_ns").is_valid())
-            parts = [(whole, True)] if timed.all() else [(whole.filter(pa.array(timed)), True),
-                                                         (whole.filter(pa.array(~timed)), False)]
-            for b, slices in parts:
-                if not b.num_rows:
-                    continue
-                ts, _ = _int(b, "ts_ns")
-                dur, _ = _int(b, "duration_ns")
-                tracks = _lookup(_int(b, "tid")[0], thread_track)
-                ops, names, _ = _codes(b, "op")
-                iids = np.array(w.intern(names), dtype=np.int64)[ops]
-                args = []
-                for column, arg in (("bytes", "bytes"), ("kernel_handle", "kernel"), ("off_cpu_ns", "off_cpu_ns"),
-                                    ("sleep_ns", "sleep_ns"), ("cpu_wait_ns", "cpu_wait_ns")):
-                    values, valid = _int(b, column)
-                    args.append(col.annotation_int(ARG[arg], values, valid))
-                rc, valid = _int(b, "return_code")
-                args.append(col.annotation_int(ARG["return_code"], rc, valid & (rc != 0)))
-                kinds, strings, valid = _codes(b, "memcpy_kind")
-                args.append(col.annotation_strings(ARG["direction"], kinds, strings, valid))
-                if not slices:  # entry-only calls (v4 launches): no duration, an instant, never a 0 ns slice
-                    w.bulk(ts, INSTANT, tracks, iids, *args)
-                    counts["call_instants"] += len(ts)
-                    continue
-                # ENDs first, rows in (tid, time) order: where one slice ends as the next begins (same ns), the
-                # end comes first in the file, and Perfetto's sorter keeps file order for equal timestamps.
-                # A 0 ns call ends 1 ns later (an end before its own begin would close its parent).
-                w.bulk(ts + np.maximum(dur, 1), END, tracks)
-                w.bulk(ts, BEGIN, tracks, iids, *args)
-                counts["call_slices"] += len(ts)
-
+        _calls(con, w, scope, thread_seq, counts, tell)
         counts["flows"] = ev.make_wakeups(con, scope)
-        for b in _arrow_batches(con, f"SELECT * FROM {ev.WAKEUPS} ORDER BY flow_id"):
-            ts, _ = _int(b, "wakeup_ns")
-            flow, _ = _int(b, "flow_id")
-            wakee, _ = _int(b, "tid")
-            w.bulk(ts, INSTANT, _lookup(_int(b, "waker_tid")[0], state_track), np.full(len(ts), w.intern(["wakes"])[0]),
-                   col.annotation_int(ARG["wakee_tid"], wakee), col.field_fixed64(TE, "flow_ids", flow))
-        for b in _arrow_batches(con, ev.woken_sql()):
-            ts, _ = _int(b, "wakeup_ns")
-            flow, _ = _int(b, "flow_id")
-            w.bulk(ts, INSTANT, _lookup(_int(b, "tid")[0], state_track), np.full(len(ts), w.intern(["woken"])[0]),
-                   col.field_fixed64(TE, "terminating_flow_ids", flow))
-        for b in _arrow_batches(con, ev.states_sql(scope)):
-            ts, _ = _int(b, "start_ns")
-            dur, _ = _int(b, "dur_ns")
-            tracks = _lookup(_int(b, "tid")[0], state_track)
-            states, names, _ = _codes(b, "state", clean=False)
-            iids = np.array(w.intern([ev.state_name(s) for s in names]), dtype=np.int64)[states]
-            args = [col.annotation_strings(ARG[arg], *_codes(b, column))
+        _wakeups(con, w, state_seq, counts, tell)
+        _states(con, w, scope, state_seq, counts, tell)
+    _samples(con, w, scope, counts, tell)
+    _one_offs(con, w, timeline, scope, procs, counts)
+    return counts
+
+
+def _calls(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, thread_seq: dict[int, int],
+           counts: dict[str, int], tell: Progress) -> None:
+    """CUDA calls: a slice per timed call, an instant per entry-only one (v4 launches: no duration, never 0 ns)."""
+    total = int(ev.rows(con, f"SELECT count(*) FROM cuda_calls {scope.calls()}")[0][0])
+    done = 0
+    for b in _arrow_batches(con, ev.calls_sql(scope)):
+        ts, _ = _int(b, "ts_ns")
+        dur, timed = _int(b, "duration_ns")
+        ops, names, _ = _codes(b, "op")
+        seqs = _lookup(thread_seq, _int(b, "tid")[0])
+        cols = {"kind": np.where(timed, BEGIN, INSTANT), "name": np.array(w.intern(names), dtype=np.int64)[ops]}
+        for column in ("bytes", "kernel_handle", "off_cpu_ns", "sleep_ns", "cpu_wait_ns", "return_code"):
+            cols[column], cols[column + "?"] = _int(b, column)
+        cols["return_code?"] &= cols["return_code"] != 0
+        kind_codes, strings, valid = _codes(b, "memcpy_kind")
+        cols["direction"], cols["direction?"] = w.string_iids(strings)[kind_codes], valid
+
+        def build(c: dict[str, np.ndarray]) -> list[col.Field]:
+            args = [_arg_int(arg, c[column], c[column + "?"])
+                    for column, arg in (("bytes", "bytes"), ("kernel_handle", "kernel"), ("off_cpu_ns", "off_cpu_ns"),
+                                        ("sleep_ns", "sleep_ns"), ("cpu_wait_ns", "cpu_wait_ns"),
+                                        ("return_code", "return_code"))]
+            return _event([_type(c["kind"]), _name(c["name"], None), *args,
+                           _arg_str("direction", c["direction"], c["direction?"])])
+
+        w.bulk([_ends(ts[timed], dur[timed], seqs[timed]),
+                Rows(ts, seqs, cols, build, (("name", None, 2), ("direction", "direction?", 29)))])
+        counts["call_slices"] += int(timed.sum())
+        counts["call_instants"] += int((~timed).sum())
+        done += len(ts)
+        tell("calls", done, total)
+
+
+def _wakeups(con: duckdb.DuckDBPyConnection, w: _Writer, state_seq: dict[int, int], counts: dict[str, int],
+             tell: Progress) -> None:
+    """Wake-up arrows: 'wakes' on the waker's state track, 'woken' on the wakee's where no CPU wait ends it."""
+    wakes, woken = w.intern(["wakes", "woken"])
+    head = {name: col.const(TE(type=INSTANT, name_iid=iid).SerializeToString()) for name, iid in (("wakes", wakes),
+                                                                                                 ("woken", woken))}
+    done = 0
+    for b in _arrow_batches(con, f"SELECT * FROM {ev.WAKEUPS} ORDER BY flow_id"):
+        ts, _ = _int(b, "wakeup_ns")
+        n = len(ts)
+        cols = {"flow": _int(b, "flow_id")[0], "wakee": _int(b, "tid")[0], "name": np.full(n, wakes)}
+        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "waker_tid")[0]), cols,
+                     lambda c: _event([head["wakes"], _arg_int("wakee_tid", c["wakee"], None),
+                                       col.fixed64(TE, "flow_ids", c["flow"])]), (("name", None, 2),))])
+        done += n
+        tell("wake-ups", done, counts["flows"])
+    for b in _arrow_batches(con, ev.woken_sql()):
+        ts, _ = _int(b, "wakeup_ns")
+        cols = {"flow": _int(b, "flow_id")[0], "name": np.full(len(ts), woken)}
+        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "tid")[0]), cols,
+                     lambda c: _event([head["woken"], col.fixed64(TE, "terminating_flow_ids", c["flow"])]),
+                     (("name", None, 2),))])
+
+
+def _states(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, state_seq: dict[int, int],
+            counts: dict[str, int], tell: Progress) -> None:
+    """Thread states: one slice each on the state track, the wake-up arrow ending on a CPU wait."""
+    begin = col.const(TE(type=BEGIN).SerializeToString())
+    for b in _arrow_batches(con, ev.states_sql(scope)):
+        ts, _ = _int(b, "start_ns")
+        dur, _ = _int(b, "dur_ns")
+        states, names, _ = _codes(b, "state", clean=False)
+        seqs = _lookup(state_seq, _int(b, "tid")[0])
+        cols = {"name": np.array(w.intern([ev.state_name(s) for s in names]), dtype=np.int64)[states]}
+        for column in ("syscall", "waker_comm", "holder_comm"):
+            codes, strings, valid = _codes(b, column)
+            cols[column], cols[column + "?"] = w.string_iids(strings)[codes], valid
+        cols["flow"], cols["flow?"] = _int(b, "flow_id")
+
+        def build(c: dict[str, np.ndarray]) -> list[col.Field]:
+            args = [_arg_str(arg, c[column], c[column + "?"])
                     for column, arg in (("syscall", "syscall"), ("waker_comm", "woken_by"),
                                         ("holder_comm", "cpu_held_by"))]
-            flow, valid = _int(b, "flow_id")
-            args.append(col.field_fixed64(TE, "terminating_flow_ids", flow, valid))
-            w.bulk(ts + np.maximum(dur, 1), END, tracks)  # ends first: see the calls above
-            w.bulk(ts, BEGIN, tracks, iids, *args)
-            counts["state_slices"] += len(ts)
+            return _event([begin, _name(c["name"], None), *args,
+                           col.fixed64(TE, "terminating_flow_ids", c["flow"], c["flow?"])])
 
+        w.bulk([_ends(ts, dur, seqs), Rows(ts, seqs, cols, build, (
+            ("name", None, 2), ("syscall", "syscall?", 29), ("waker_comm", "waker_comm?", 29),
+            ("holder_comm", "holder_comm?", 29)))])
+        counts["state_slices"] += len(ts)
+        tell("thread states", counts["state_slices"], None)
+
+
+def _samples(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, counts: dict[str, int],
+             tell: Progress) -> None:
+    """On-CPU stack samples (v6) as PerfSamples on a sequence of their own, which interns their stacks."""
+    if not ev.rows(con, f"SELECT count(*) FROM stack_samples {scope.moments()}")[0][0]:
+        return
+    seq = MISC + 1
+    w.open(seq, None)
+    w.write(pb.TracePacket(trusted_packet_sequence_id=seq, interned_data=sm.interned_stacks(con, scope)))
+    ps = pb.PerfSample
+    for b in _arrow_batches(con, sm.samples_sql(scope)):
+        ts, _ = _int(b, "ts_ns")
+        cols = {"pid": _int(b, "pid")[0], "tid": _int(b, "tid")[0]}
+        cols["cpu"], cols["cpu?"] = _int(b, "cpu")
+        cols["stack"], cols["stack?"] = _int(b, "callstack")
+        w.bulk([Rows(ts, np.full(len(ts), seq), cols, lambda c: [col.message(pb.TracePacket, "perf_sample", [
+            col.varint(ps, "cpu", c["cpu"], c["cpu?"]), col.varint(ps, "pid", c["pid"]),
+            col.varint(ps, "tid", c["tid"]), col.varint(ps, "callstack_iid", c["stack"], c["stack?"])])])])
+        counts["stack_samples"] += len(ts)
+        tell("stack samples", counts["stack_samples"], None)
+
+
+def _one_offs(con: duckdb.DuckDBPyConnection, w: _Writer, timeline: ev.Timeline, scope: ev.Scope,
+              procs: dict[int, int], counts: dict[str, int]) -> None:
+    """Process events, host counters and the causal chains: few, built with pb2 on the MISC sequence."""
     for ts, event, pid, tid, child, comm, filename, code, old in ev.batches_flat(con, ev.process_events_sql(scope)):
         track = procs.get(pid)
         if track is None:
@@ -233,4 +457,3 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
                      "severity": chain.severity, "chain_id": ev.label(chain.id)})
             w.event(max(chain.window.end_ns, chain.window.start_ns + 1), END, track)
             counts["chains"] += 1
-    return counts

@@ -3,22 +3,30 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from ingero_mcp.analysis import TimeWindow
 from ingero_mcp.export import events as ev
 from ingero_mcp.export.output import check_output, write_whole
 
+# The export streams its rows a batch at a time; DuckDB's sorts for them are what holds memory (1.2 GB at 10M
+# events unbounded): capped here, a sort larger than the cap goes to DuckDB's temporary files.
+EXPORT_DUCKDB = {"memory_limit": "512MB"}
+
 
 def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt: str = "perfetto",
                     window: TimeWindow | None = None, pids: list[int] | None = None,
-                    since: str | None = None, start: str | None = None, end: str | None = None) -> dict[str, int]:
-    """Write the timeline of `db` (window/pids as in explain) to `out`; returns the counts written."""
+                    since: str | None = None, start: str | None = None, end: str | None = None,
+                    progress: Callable[[str, int, int | None], None] | None = None) -> dict[str, int]:
+    """Write the timeline of `db` (window/pids as in explain) to `out`; returns the counts written.
+
+    progress(stage, done, total or None): called as the Perfetto export's bulk goes out, a batch at a time."""
     from ingero_mcp.analysis import diagnose
     from ingero_mcp.analysis import resolve_window
     from ingero_mcp.store import open_store
 
     check_output(out, reads=[db])
-    con = open_store(db)
+    con = open_store(db, settings=EXPORT_DUCKDB)
     try:
         if window is None and (since or start or end):
             window = resolve_window(con, since=since, start=start, end=end)
@@ -32,7 +40,7 @@ def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt
         else:
             from ingero_mcp.export.perfetto import write_perfetto
 
-            counts = write_whole(out, lambda f: write_perfetto(con, timeline, scope, f))
+            counts = write_whole(out, lambda f: write_perfetto(con, timeline, scope, f, progress))
         return counts
     finally:
         con.close()

@@ -1,0 +1,45 @@
+"""Issue 20: the compact Perfetto export carries the same events as the exporter before it.
+
+`timeline_golden.json` holds, per shipped store, a digest of the timeline that main's exporter at
+46e05ab (absolute timestamps, no per-track sequences, inline string args) wrote, decoded with
+`perfetto_decode.timeline`: per track (by what it is: kind, pid, tid, name), every slice (name, start,
+duration, args, flows, depth), instant and counter point, as trace_processor's sorter and slice stack
+make them. The causal chains' tracks are left out (they follow the analysis, not the exporter). The
+same digest of today's export must match: same tracks, names, timestamps, durations, args.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import shutil
+from pathlib import Path
+
+import pytest
+from paths import REPO
+from perfetto_decode import decode, timeline
+
+from ingero_mcp.cli import main
+
+GOLDEN = json.loads((Path(__file__).parent / "timeline_golden.json").read_text())
+
+
+def digest(path: Path) -> dict:
+    rows = {k: v for k, v in timeline(decode(path)).items() if "causal chains" not in repr(k)}
+    return {"sha256": hashlib.sha256(repr(sorted(rows.items(), key=repr)).encode()).hexdigest(),
+            "tracks": len(rows), "rows": sum(map(len, rows.values()))}
+
+
+@pytest.mark.parametrize("store", sorted(GOLDEN))
+def test_same_events_as_before(store: str, tmp_path: Path) -> None:
+    src = REPO / "investigations" / store
+    db = tmp_path / "store.duckdb"
+    if store.startswith("zoo/"):
+        with lzma.open(f"{src}.duckdb.xz") as fin, db.open("wb") as fout:
+            shutil.copyfileobj(fin, fout)
+    else:
+        shutil.copyfile(f"{src}.duckdb", db)
+    out = tmp_path / "run.pftrace"
+    assert main(["export", "--db", str(db), "-o", str(out)]) == 0
+    assert digest(out) == GOLDEN[store]
