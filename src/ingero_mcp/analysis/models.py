@@ -202,8 +202,8 @@ class CausalChain(BaseModel):
     store_check: str | None = Field(None, description="imported chains: what the store's rows show of the chain's "
                                     "p99 and of its cause, where they contradict it, or why it could not be checked")
     from_sample: bool = False
-    frames: FindingFrames | None = Field(None, description="the code behind it: top frames and stacks (None: the "
-                                         "store has no stacks, or none for this finding)")
+    frames: FindingFrames | None = Field(None, exclude_if=lambda v: v is None, description="the code behind it: top "
+                                         "frames and stacks (left out: the store has no stacks, or none for this one)")
 
 
 class Snapshot(BaseModel):

@@ -46,7 +46,8 @@ def attach_frames(ctx: Ctx, f: Finding, chain: CausalChain) -> None:
         words.append(_said(ctx, chain, own, "its"))
     for p in culprits:
         words.append(_said(ctx, chain, p, f"{ctx.who(p.pid, p.tid)}'s"))
-    chain.frames = FindingFrames(part=f.part, profile=own or culprits[0], culprits=culprits, sentence="; ".join(words))
+    chain.frames = FindingFrames(part=f.part, profile=own or culprits[0], culprits=culprits if own else culprits[1:],
+                                 sentence="; ".join(words))
 
 
 def _said(ctx: Ctx, chain: CausalChain, p: StackProfile, who: str) -> str:
