@@ -41,7 +41,8 @@ class FoldedStack(BaseModel):
     """One distinct stack, outermost first, with its weight (the folded-stack format of flame graphs)."""
 
     folded: str = Field(description="frames outermost first, joined by ';' (user frames, then kernel frames)")
-    frames: list[Frame] = Field(description="outermost first: the user (or Python) frames, then the kernel's")
+    frames: list[Frame] = Field([], description="outermost first: the user (or Python) frames, then the kernel's "
+                                                "(empty in a finding's frames, to keep chains small: folded has them)")
     kernel_from: int | None = Field(None, description="index in frames where the kernel's frames begin")
     leaf: int | None = Field(None, description="index in frames of the frame of interest")
     seconds: float

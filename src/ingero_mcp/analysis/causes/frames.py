@@ -41,6 +41,9 @@ def attach_frames(ctx: Ctx, f: Finding, chain: CausalChain) -> None:
             culprits.append(p)
     if own is None and not culprits:
         return
+    for p in ([own] if own else []) + culprits:
+        for s in p.stacks:
+            s.frames = []  # a finding carries its stacks folded (get_stacks gives each frame's file and line)
     words = []
     if own is not None:
         words.append(_said(ctx, chain, own, "its"))
