@@ -11,7 +11,7 @@ import duckdb
 import pytest
 from analysis_fixtures import check_evidence_sql
 from paths import REPO
-from stack_fixtures import PID, S, T0, checkpoint_store, host_bound_store, no_stacks_store
+from stack_fixtures import PID, T0, S, checkpoint_store, host_bound_store, no_stacks_store
 
 from ingero_mcp.analysis import TimeWindow, stacks_of
 from ingero_mcp.analysis.report import build_report
@@ -117,8 +117,9 @@ def test_a_store_recorded_before_v6_says_so(tmp_path: Path) -> None:
     with lzma.open(src) as f, db.open("wb") as out:
         shutil.copyfileobj(f, out)
     con = open_store(db)
-    pid, tid, lo, hi = con.execute("SELECT pid, tid, min(off_ns), max(off_ns) + 1 FROM sched_intervals "
-                                   "WHERE kstack_id IS NOT NULL GROUP BY ALL ORDER BY count(*) DESC LIMIT 1").fetchall()[0]
+    pid, tid, lo, hi = con.execute(
+        "SELECT pid, tid, min(off_ns), max(off_ns) + 1 FROM sched_intervals WHERE kstack_id IS NOT NULL "
+        "GROUP BY ALL ORDER BY count(*) DESC LIMIT 1").fetchall()[0]
     w = TimeWindow(start_ns=lo, end_ns=hi)
     on = profile(con, "on_cpu", pid, tid, w)
     assert on.why_none == "recorded before schema v6 (this store is v5): no on-CPU samples were taken"

@@ -10,8 +10,8 @@ share shown is the share its SQL gives. Where there are no stacks, `why_none` sa
 
 from __future__ import annotations
 
-from collections import defaultdict
 import re
+from collections import defaultdict
 
 import duckdb
 
@@ -98,7 +98,8 @@ def _raw(frame: Frame) -> str:
 _MOD = re.compile(r"^(.*?) \[([^\]]+)\]$")
 
 
-def _frames(kind: str | None, frames: list, modules: list | None, files: list | None, lines: list | None) -> list[Frame]:
+def _frames(kind: str | None, frames: list, modules: list | None, files: list | None,
+            lines: list | None) -> list[Frame]:
     """A stack's frames, innermost first; v5's 'function [module]' split where the modules column is NULL."""
     out = []
     for i, fn in enumerate(frames or []):

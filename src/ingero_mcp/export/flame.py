@@ -59,8 +59,8 @@ def profile_svg(p: StackProfile, title: str) -> str:
             room = int(w / CHAR_W) - 1
             text = label if len(clean(name, 400)) <= room else (_esc(clean(name, 400)[:room - 1]) + "…"
                                                                  if room > 3 else "")
-            out.append(f'<g class="frame" data-share="{share:.1f}"><title>{label} ({share:.1f}%, {secs:.3f} s'
-                       f'{", in the kernel" if kind == "kernel" else ", the frame of interest" if kind == "leaf" else ""}'
+            note = {"kernel": ", in the kernel", "leaf": ", the frame of interest"}.get(kind, "")
+            out.append(f'<g class="frame" data-share="{share:.1f}"><title>{label} ({share:.1f}%, {secs:.3f} s{note}'
                        f')</title><rect x="{x:.2f}" y="{(depth + 1) * ROW}" width="{max(w - 0.5, 0.5):.2f}" '
                        f'height="{ROW - 1}" fill="{color}"/>'
                        + (f'<text x="{x + 3:.2f}" y="{(depth + 2) * ROW - 5}"{fill}>{text}</text>' if text else "")
