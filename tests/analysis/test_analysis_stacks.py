@@ -126,3 +126,39 @@ def test_a_store_recorded_before_v6_says_so(tmp_path: Path) -> None:
     off = profile(con, "off_cpu", pid, tid, w)
     assert off.kernel_frames and off.top_frames[0].frame.function == off.kernel_frames[0].frame.function
     assert not recorded(con)  # the findings do not look for frames: the reports stay as they were
+
+
+def test_a_gil_holding_pool_is_named_by_the_code_it_ran(tmp_path: Path) -> None:
+    """The mechanisms' GIL store (three py_task threads hold the GIL in turn while the main thread waits for it),
+    with on-CPU samples of the pool in tokenize (data.py:12) where they ran: the chain's culprits' code names it,
+    and the main thread's own sleeps name the kernel's futex wait."""
+    from test_analysis_mechanisms import PID as GIL_PID
+    from test_analysis_mechanisms import T0 as GIL_T0
+    from test_analysis_mechanisms import gil_pool_store
+
+    db = gil_pool_store(tmp_path / "gil.duckdb")
+    raw = duckdb.connect(str(db))
+    sid = raw.execute("SELECT min(session_id) FROM sessions").fetchall()[0][0]
+    raw.execute("INSERT INTO stacks (session_id, stack_id, kind, frames, modules, files, lines) VALUES "
+                "(?, 31, 'python', ['_PyEval_EvalFrameDefault', 'tokenize', 'worker_loop'], "
+                "['libpython3.12.so.1.0', NULL, NULL], [NULL, 'data.py', 'data.py'], [NULL, 12, 3])", [sid])
+    raw.execute("INSERT INTO stack_sources VALUES (?, ?, '3.12', TRUE, TRUE, 97, NULL)", [sid, GIL_PID])
+    raw.execute(f"""INSERT INTO stack_samples SELECT {sid}, g.t, {GIL_PID}, p.tid, 6, NULL, 31
+                    FROM range({GIL_T0 + 8 * S}, {GIL_T0 + 16 * S}, {S // 97}) g(t), (VALUES (611), (612), (613)) p(tid)
+                    WHERE NOT EXISTS (SELECT 1 FROM sched_intervals i WHERE i.tid = p.tid AND g.t >= i.off_ns
+                                      AND g.t < i.on_ns)""")
+    raw.close()
+    report = build_report(open_store(db))
+    top = next(c for c in report.chains if c.root_cause == "gil-or-lock")
+    assert top.frames is not None and top.frames.culprits
+    pool = top.frames.culprits[0]
+    assert pool.tids == [611, 612, 613] and pool.top_frames[0].frame.function == "tokenize"
+    assert pool.top_frames[0].self_share == 1.0 and pool.top_frames[0].caller.function == "worker_loop"
+    assert "and 2 more of its threads's" not in top.frames.sentence
+    assert "100% of" in top.frames.sentence and "in tokenize (data.py:12), called from worker_loop" in (
+        top.frames.sentence)
+    own = top.frames.profile
+    assert own.mode == "off_cpu" and own.top_frames[0].frame.function == "futex_wait_queue"
+    fresh = open_store(db)
+    lay_views(fresh)
+    assert check_evidence_sql(fresh, [top]) >= 3

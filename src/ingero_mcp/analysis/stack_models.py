@@ -60,6 +60,7 @@ class StackProfile(BaseModel):
     mode: Literal["on_cpu", "off_cpu"]
     pid: int
     tid: int | None = None
+    tids: list[int] = Field([], description="a group of the process's threads (a pool named as a culprit)")
     start_ns: int
     end_ns: int
     seconds: float = Field(0.0, description="time the stacks stand for (on-CPU: samples / sample_hz, an estimate)")

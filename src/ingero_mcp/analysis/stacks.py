@@ -41,12 +41,15 @@ def _lo_hi(window: TimeWindow) -> tuple[int, int]:
     return int(window.start_ns), int(window.end_ns)
 
 
-def _who(pid: int, tid: int | None, col: str = "") -> str:
+def _who(pid: int, tid: int | list[int] | None, col: str = "") -> str:
+    """The rows of a process, of one of its threads, or of a group of its threads (a pool named as a culprit)."""
     p = f"{col}pid = {int(pid)}"
+    if isinstance(tid, list):
+        return f"{p} AND {col}tid IN ({', '.join(str(int(t)) for t in tid)})"
     return p if tid is None else f"{p} AND {col}tid = {int(tid)}"
 
 
-def weights_sql(mode: str, pid: int, tid: int | None, window: TimeWindow) -> str:
+def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow) -> str:
     """Per distinct (user stack, kernel stack): how many samples or intervals, the ns they stand for, and each
     stack's frames with the index of its frame of interest. on_cpu: samples, each 1e9 / sample_hz ns of its
     process's session; off_cpu: sleeps that began at a switch-out with a stack, clipped to the window."""
@@ -68,7 +71,7 @@ def weights_sql(mode: str, pid: int, tid: int | None, window: TimeWindow) -> str
             f"WHERE u.frames IS NOT NULL OR k.frames IS NOT NULL ORDER BY s.ns DESC, s.n DESC")
 
 
-def self_share_sql(mode: str, pid: int, tid: int | None, window: TimeWindow, frame: Frame, kernel: bool,
+def self_share_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, frame: Frame, kernel: bool,
                    t0: int | None = None) -> str:
     """The numbers a profile's sentence shows: the share (%) of its weight whose frame of interest is `frame` (user,
     or kernel), the samples (intervals), the seconds they stand for and, given t0, the share (%) of the thread's
@@ -125,13 +128,14 @@ def _caller(user: list[Frame], leaf: int) -> Frame | None:
     return None
 
 
-def profile(con: duckdb.DuckDBPyConnection, mode: str, pid: int, tid: int | None, window: TimeWindow,
+def profile(con: duckdb.DuckDBPyConnection, mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow,
             t0: int | None = None, top: int = 10, top_stacks: int = 10) -> StackProfile:
     """A thread's (tid None: a process's) profile over the window: top frames (self and inclusive), the heaviest
     folded stacks, the time they cover against the accounting's (when `t0`, the trace's second 0, is given)."""
     sql = weights_sql(mode, pid, tid, window)
     got = rows(con, sql)
-    prof = StackProfile(mode=mode, pid=pid, tid=tid, start_ns=window.start_ns, end_ns=window.end_ns,  # type: ignore
+    prof = StackProfile(mode=mode, pid=pid, tid=None if isinstance(tid, list) else tid,  # type: ignore[arg-type]
+                        tids=tid if isinstance(tid, list) else [], start_ns=window.start_ns, end_ns=window.end_ns,
                         sql=sql, estimate=mode == "on_cpu")
     if mode == "on_cpu":
         hz = rows(con, f"SELECT max(sample_hz) FROM stack_sources WHERE pid = {int(pid)}")

@@ -84,8 +84,8 @@ def flame_html(frames: FindingFrames | None) -> str:
     if frames is None:
         return ""
     parts = [profile_svg(frames.profile, "its code" if frames.part != "cpu_wait" else "the culprit's code")]
-    parts += [profile_svg(c, f"culprit pid {c.pid}" + (f"/{c.tid}" if c.tid is not None else "")) for c in
-              frames.culprits]
+    parts += [profile_svg(c, f"culprit pid {c.pid}" + (f"/{c.tid}" if c.tid is not None else "")
+                          + (f" threads {', '.join(map(str, c.tids))}" if c.tids else "")) for c in frames.culprits]
     graphs = "".join(p for p in parts if p)
     sentence = f"<p><b>Code:</b> {_esc(frames.sentence, 2000)}</p>" if frames.sentence else ""
     return f'<div class="code">{sentence}{graphs}</div>' if sentence or graphs else ""

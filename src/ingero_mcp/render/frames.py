@@ -22,6 +22,8 @@ def code_sentence(frames: FindingFrames | None) -> str | None:
 
 def who(p: StackProfile) -> str:
     """'pid 700, thread 701' (the renderer's words: numbers only)."""
+    if p.tids:
+        return f"pid {p.pid}, threads {', '.join(map(str, p.tids))}"
     return f"pid {p.pid}" + (f", thread {p.tid}" if p.tid is not None else "")
 
 

@@ -29,14 +29,11 @@ def attach_frames(ctx: Ctx, f: Finding, chain: CausalChain) -> None:
     traced = {tid for _p, tid in ctx.traced_threads()}
     culprits = []
     for c in chain.culprits:
-        if len(culprits) >= CULPRITS:
-            break
-        tid = c.tids[0] if len(c.tids) == 1 else None
-        if c.pid is None or (tid is not None and tid not in traced) or (tid is None and c.pid not in traced):
+        tids = sorted(set(c.tids) & traced - {t.tid})  # the culprit's traced threads (the thread itself aside)
+        if len(culprits) >= CULPRITS or c.pid is None or not tids:
             continue
-        if tid == t.tid:
-            continue
-        p = profile(ctx.con, "on_cpu", c.pid, tid, f.window, ctx.t0, top=TOP, top_stacks=TOP_STACKS)
+        p = profile(ctx.con, "on_cpu", c.pid, tids[0] if len(tids) == 1 else tids, f.window, ctx.t0, top=TOP,
+                    top_stacks=TOP_STACKS)
         if p.top_frames:
             culprits.append(p)
     if own is None and not culprits:
@@ -48,7 +45,8 @@ def attach_frames(ctx: Ctx, f: Finding, chain: CausalChain) -> None:
     if own is not None:
         words.append(_said(ctx, chain, own, "its"))
     for p in culprits:
-        words.append(_said(ctx, chain, p, f"{ctx.who(p.pid, p.tid)}'s"))
+        group = f"{ctx.who(p.pid, p.tids[0])} and {len(p.tids) - 1} more of its threads'" if p.tids else ""
+        words.append(_said(ctx, chain, p, group or f"{ctx.who(p.pid, p.tid)}'s"))
     chain.frames = FindingFrames(part=f.part, profile=own or culprits[0], culprits=culprits if own else culprits[1:],
                                  sentence="; ".join(words))
 
@@ -61,7 +59,7 @@ def _said(ctx: Ctx, chain: CausalChain, p: StackProfile, who: str) -> str:
                                        sql=f"SELECT count(*), sum(n) FROM ({p.sql})"))
         return text
     top = p.top_frames[0]
-    sql = self_share_sql(p.mode, p.pid, p.tid, _window(p), top.frame, kernel=False, t0=ctx.t0)
+    sql = self_share_sql(p.mode, p.pid, p.tids or p.tid, _window(p), top.frame, kernel=False, t0=ctx.t0)
     share, count, seconds, covered = rows(ctx.con, sql)[0]
     # the numbers the sentence shows are the ones its SQL gives (a share of samples, not of their ns)
     top.self_share = round(float(share or 0) / 100, 4)
