@@ -100,3 +100,34 @@ async def test_get_stacks_over_stdio(host: Path) -> None:
     got = result.structured_content["stacks"]
     assert got["on_cpu"] is None and len(got["off_cpu"]["stacks"]) <= 2
     assert got["off_cpu"]["stacks"][0]["count"] > 0
+
+
+async def test_causal_chains_carry_each_findings_code_in_both_halves(host: Path) -> None:
+    """get_causal_chains: a finding's code (its sentence, top frames, heaviest stacks) in the structured content
+    and as 'code:'/'frame'/'stack' lines of the text; a store without stacks has neither."""
+    server = build_server(host)
+    try:
+        async with Client(server) as client:
+            result = await client.call_tool("get_causal_chains", {})
+    finally:
+        server.store.close()
+    top = result.structured_content["chains"][0]
+    assert "in default_collate (torch/utils/data/_utils/collate.py:123)" in top["code"]["sentence"]
+    frames = top["code"]["profiles"][0]["top_frames"]
+    assert frames[0]["frame"] == "default_collate (torch/utils/data/_utils/collate.py:123)"
+    assert frames[0]["caller"] == "train_step (train.py:88)"
+    text = result.content[0].text
+    assert '  code: "80% of its ' in text
+    assert 'frame (on_cpu, pid 700 tid 700): self 80.1% incl 80.1% "default_collate' in text
+
+
+async def test_chains_of_a_store_without_stacks_have_no_code(tmp_path: Path) -> None:
+    db = no_stacks_store(tmp_path / "none.duckdb")
+    server = build_server(db)
+    try:
+        async with Client(server) as client:
+            result = await client.call_tool("get_causal_chains", {})
+    finally:
+        server.store.close()
+    assert result.structured_content["chains"] and all("code" not in c for c in result.structured_content["chains"])
+    assert "  code: " not in result.content[0].text
