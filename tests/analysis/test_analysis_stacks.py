@@ -74,7 +74,8 @@ def test_a_checkpoint_stall_names_write_checkpoint_and_the_kernels_fsync(tmp_pat
     report = build_report(open_store(db))
     io = next(c for c in report.chains if c.root_cause == "io-wait")
     assert io.frames is not None and io.frames.profile.mode == "off_cpu"
-    assert "blocked in write_checkpoint (ckpt.py:30)" in io.frames.sentence
+    assert io.frames.profile.io and "blocked in write_checkpoint (ckpt.py:30)" in io.frames.sentence
+    assert io.frames.sentence.startswith("100% of its 6.40 s asleep in IO with a stack (160 sleeps, 100% of its IO ")
     assert "in the kernel in folio_wait_bit_common" in io.frames.sentence
     fresh = open_store(db)
     lay_views(fresh)

@@ -330,11 +330,16 @@ def test_explain_prints_each_findings_code(tmp_path: Path, capsys: pytest.Captur
     assert "blocked in write_checkpoint (ckpt.py:30), called from train_step (train.py:88)" in flat(out)
     assert "in the kernel in folio_wait_bit_common" in flat(out)
     _, full, _ = run(capsys, "explain", "--db", str(db), "--full")
-    assert re.search(r"self +88%  incl +88%  write_checkpoint \(ckpt\.py:30\) <- train_step", full)
-    assert re.search(r"kernel +88%  folio_wait_bit_common", full)
-    assert "stack  88%  <module>; train_step; write_checkpoint; fsync;" in full
-    for line in full.splitlines():  # a wrapped frame never starts a line (the renderer's words or indent do)
-        inner = line[2:] if line.startswith("| ") else line
-        assert not inner.startswith(("write_checkpoint", "folio_wait", "_PyEval", "<module>")), line
+    # the IO finding reads its IO sleeps only: all of them in write_checkpoint's fsync
+    assert re.search(r"self 100%  incl 100%  write_checkpoint \(ckpt\.py:30\) <- train_step", full)
+    assert re.search(r"kernel 100%  folio_wait_bit_common", full)
+    assert "stack 100%  <module>; train_step; write_checkpoint; fsync;" in full
+    lines, code = full.splitlines(), []
+    for i, line in enumerate(lines):  # the Code sections: from their title to the panel's next part
+        if line.startswith("| Code "):
+            code += [x for x in lines[i + 1:] if not x.startswith(("| Fix ", "| Timeline "))][:12]
+    assert len(code) >= 6
+    for line in code:  # a wrapped frame never starts a line (the renderer's words or indent do)
+        assert not line.removeprefix("| ").startswith(("write_checkpoint", "folio_wait", "_PyEval", "<module>")), line
     _, plain, _ = run(capsys, "explain", "--db", str(no_stacks_store(tmp_path / "none.duckdb")), "--full")
     assert "code:" not in plain and "Code" not in plain

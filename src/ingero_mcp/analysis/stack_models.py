@@ -61,6 +61,7 @@ class StackProfile(BaseModel):
     pid: int
     tid: int | None = None
     tids: list[int] = Field([], description="a group of the process's threads (a pool named as a culprit)")
+    io: bool = Field(False, description="off_cpu: only its uninterruptible (IO) sleeps")
     start_ns: int
     end_ns: int
     seconds: float = Field(0.0, description="time the stacks stand for (on-CPU: samples / sample_hz, an estimate)")

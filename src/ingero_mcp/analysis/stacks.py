@@ -49,7 +49,13 @@ def _who(pid: int, tid: int | list[int] | None, col: str = "") -> str:
     return p if tid is None else f"{p} AND {col}tid = {int(tid)}"
 
 
-def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow) -> str:
+def _covered(mode: str, io: bool) -> str:
+    """The accounting's time the stacks stand for, over thread_seconds: on-CPU, asleep, or asleep in IO."""
+    return "run_inside_ns + run_outside_ns" if mode == "on_cpu" else "sleep_io_ns" if io else (
+        "sleep_inside_ns + sleep_outside_ns")
+
+
+def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, io: bool = False) -> str:
     """Per distinct (user stack, kernel stack): how many samples or intervals, the ns they stand for, and each
     stack's frames with the index of its frame of interest. on_cpu: samples, each 1e9 / sample_hz ns of its
     process's session; off_cpu: sleeps that began at a switch-out with a stack, clipped to the window."""
@@ -63,6 +69,7 @@ def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWi
         s = (f"SELECT session_id, ustack_id, kstack_id, count(*) AS n, "
              f"sum(least(off_ns + sleep_ns, {hi}) - greatest(off_ns, {lo}))::BIGINT AS ns FROM sched_intervals "
              f"WHERE {_who(pid, tid)} AND sleep_ns > 0 AND off_ns < {hi} AND off_ns + sleep_ns > {lo} "
+             + ("AND prev_state = 'uninterruptible' " if io else "") +
              f"AND (ustack_id IS NOT NULL OR kstack_id IS NOT NULL) GROUP BY ALL")
     return (f"WITH s AS ({s}) SELECT s.n, s.ns, u.kind, u.frames, u.modules, u.files, u.lines, {leaf_sql('u')} AS "
             f"uleaf, k.frames AS kframes, k.modules AS kmodules, {leaf_sql('k')} AS kleaf FROM s "
@@ -72,7 +79,7 @@ def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWi
 
 
 def self_share_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, frame: Frame, kernel: bool,
-                   t0: int | None = None) -> str:
+                   t0: int | None = None, io: bool = False) -> str:
     """The numbers a profile's sentence shows: the share (%) of its weight whose frame of interest is `frame` (user,
     or kernel), the samples (intervals), the seconds they stand for and, given t0, the share (%) of the thread's
     on-CPU (sleep) time in the accounting that they cover."""
@@ -85,12 +92,12 @@ def self_share_sql(mode: str, pid: int, tid: int | list[int] | None, window: Tim
                f"FROM {'NULL' if frame.file is None else sql_str(frame.file)} OR frames IS NULL AND {kern}")
     cover = "NULL"
     if t0 is not None:
-        part = "run_inside_ns + run_outside_ns" if mode == "on_cpu" else "sleep_inside_ns + sleep_outside_ns"
-        cover = (f"round(100 * sum(ns) / (SELECT sum({part}) FROM thread_seconds WHERE {_who(pid, tid)} AND "
+        cover = (f"round(100 * sum(ns) / (SELECT sum({_covered(mode, io)}) FROM thread_seconds "
+                 f"WHERE {_who(pid, tid)} AND "
                  f"{seconds_in(window, t0)}))")
     return (f"SELECT round(100 * sum({weight}) FILTER (WHERE {hit}) / sum({weight}), 1) AS share_pct, "
             f"sum(n)::BIGINT AS count, round(sum(ns) / 1e9, 2) AS seconds, {cover} AS covered_pct "
-            f"FROM ({weights_sql(mode, pid, tid, window)})")
+            f"FROM ({weights_sql(mode, pid, tid, window, io)})")
 
 
 def _raw(frame: Frame) -> str:
@@ -129,13 +136,14 @@ def _caller(user: list[Frame], leaf: int) -> Frame | None:
 
 
 def profile(con: duckdb.DuckDBPyConnection, mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow,
-            t0: int | None = None, top: int = 10, top_stacks: int = 10) -> StackProfile:
+            t0: int | None = None, top: int = 10, top_stacks: int = 10, io: bool = False) -> StackProfile:
     """A thread's (tid None: a process's) profile over the window: top frames (self and inclusive), the heaviest
     folded stacks, the time they cover against the accounting's (when `t0`, the trace's second 0, is given)."""
-    sql = weights_sql(mode, pid, tid, window)
+    sql = weights_sql(mode, pid, tid, window, io)
     got = rows(con, sql)
     prof = StackProfile(mode=mode, pid=pid, tid=None if isinstance(tid, list) else tid,  # type: ignore[arg-type]
-                        tids=tid if isinstance(tid, list) else [], start_ns=window.start_ns, end_ns=window.end_ns,
+                        tids=tid if isinstance(tid, list) else [], io=io, start_ns=window.start_ns,
+                        end_ns=window.end_ns,
                         sql=sql, estimate=mode == "on_cpu")
     if mode == "on_cpu":
         hz = rows(con, f"SELECT max(sample_hz) FROM stack_sources WHERE pid = {int(pid)}")
@@ -144,8 +152,8 @@ def profile(con: duckdb.DuckDBPyConnection, mode: str, pid: int, tid: int | list
     prof.count = sum(int(r[0]) for r in got)
     prof.seconds = round(total_ns / 1e9, 3)
     if t0 is not None:
-        part = "run_inside_ns + run_outside_ns" if mode == "on_cpu" else "sleep_inside_ns + sleep_outside_ns"
-        cov = rows(con, f"SELECT sum({part}) FROM thread_seconds WHERE {_who(pid, tid)} AND {seconds_in(window, t0)}")
+        cov = rows(con, f"SELECT sum({_covered(mode, io)}) FROM thread_seconds WHERE {_who(pid, tid)} "
+                        f"AND {seconds_in(window, t0)}")
         if cov and cov[0][0] is not None:
             prof.covered_of_s = round(int(cov[0][0]) / 1e9, 3)
             prof.coverage = round(total_ns / int(cov[0][0]), 3) if cov[0][0] else None
@@ -287,9 +295,10 @@ def sentence(p: StackProfile, who: str = "its") -> str:
                 f"(an estimate of {p.seconds:.2f} s at {p.sample_hz or '?'} Hz"
                 + (f", {100 * p.coverage:.0f}% of its on-CPU time" if p.coverage is not None else "") + ")")
         return f"{what} in {t.frame.label()}{called}"
-    what = (f"{100 * t.self_share:.0f}% of {who} {p.seconds:.2f} s asleep with a stack ({p.count} sleep"
-            f"{'s' if p.count != 1 else ''}" + (f", {100 * p.coverage:.0f}% of its sleep" if p.coverage is not None
-                                                else "") + ")")
+    io = "IO " if p.io else ""
+    cov = f", {100 * p.coverage:.0f}% of its {io}sleep" if p.coverage is not None else ""
+    what = (f"{100 * t.self_share:.0f}% of {who} {p.seconds:.2f} s asleep {'in IO ' if p.io else ''}with a "
+            f"stack ({p.count} sleep{'s' if p.count != 1 else ''}{cov})")
     kern = f"; in the kernel in {p.kernel_frames[0].frame.label()}" if p.kernel_frames and not (
         p.kernel_frames[0].frame == t.frame) else ""
     return f"{what} blocked in {t.frame.label()}{called}{kern}"

@@ -25,7 +25,8 @@ def attach_frames(ctx: Ctx, f: Finding, chain: CausalChain) -> None:
     t = f.thread
     own = None
     if f.part != "cpu_wait":  # waiting for a CPU, the thread ran nothing: its culprits' frames are the point
-        own = profile(ctx.con, mode, t.pid, t.tid, f.window, ctx.t0, top=TOP, top_stacks=TOP_STACKS)
+        own = profile(ctx.con, mode, t.pid, t.tid, f.window, ctx.t0, top=TOP, top_stacks=TOP_STACKS,
+                      io=f.part == "io")  # an IO finding: its IO sleeps only
     traced = {tid for _p, tid in ctx.traced_threads()}
     culprits = []
     for c in chain.culprits:
@@ -59,7 +60,7 @@ def _said(ctx: Ctx, chain: CausalChain, p: StackProfile, who: str) -> str:
                                        sql=f"SELECT count(*), sum(n) FROM ({p.sql})"))
         return text
     top = p.top_frames[0]
-    sql = self_share_sql(p.mode, p.pid, p.tids or p.tid, _window(p), top.frame, kernel=False, t0=ctx.t0)
+    sql = self_share_sql(p.mode, p.pid, p.tids or p.tid, _window(p), top.frame, kernel=False, t0=ctx.t0, io=p.io)
     share, count, seconds, covered = rows(ctx.con, sql)[0]
     # the numbers the sentence shows are the ones its SQL gives (a share of samples, not of their ns)
     top.self_share = round(float(share or 0) / 100, 4)
