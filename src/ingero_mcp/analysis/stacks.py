@@ -69,8 +69,8 @@ def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWi
         s = (f"SELECT session_id, ustack_id, kstack_id, count(*) AS n, "
              f"sum(least(off_ns + sleep_ns, {hi}) - greatest(off_ns, {lo}))::BIGINT AS ns FROM sched_intervals "
              f"WHERE {_who(pid, tid)} AND sleep_ns > 0 AND off_ns < {hi} AND off_ns + sleep_ns > {lo} "
-             + ("AND prev_state = 'uninterruptible' " if io else "") +
-             f"AND (ustack_id IS NOT NULL OR kstack_id IS NOT NULL) GROUP BY ALL")
+             + ("AND prev_state = 'uninterruptible' " if io else "")
+             + "AND (ustack_id IS NOT NULL OR kstack_id IS NOT NULL) GROUP BY ALL")
     return (f"WITH s AS ({s}) SELECT s.n, s.ns, u.kind, u.frames, u.modules, u.files, u.lines, {leaf_sql('u')} AS "
             f"uleaf, k.frames AS kframes, k.modules AS kmodules, {leaf_sql('k')} AS kleaf FROM s "
             f"LEFT JOIN stacks u ON u.session_id = s.session_id AND u.stack_id = s.ustack_id "
