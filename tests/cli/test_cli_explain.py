@@ -313,3 +313,33 @@ def test_explain_on_a_finished_store_loads_neither_pyarrow_nor_numpy() -> None:
     got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert got.returncode == 0, got.stderr[-2000:]
     assert got.stdout.strip() == "[]", got.stdout
+
+
+def test_explain_prints_each_findings_code(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 21: the default page names the function under each finding ('code:'), --full lists its top frames
+    with self and inclusive shares and its heaviest stacks; a store without stacks prints neither."""
+    from stack_fixtures import checkpoint_store, no_stacks_store
+
+    monkeypatch.setenv("COLUMNS", "100")
+    db = checkpoint_store(tmp_path / "ckpt.duckdb")
+    _, out, _ = run(capsys, "explain", "--db", str(db))
+    lines = out.splitlines()
+    code = next(i for i, line in enumerate(lines) if line.startswith("   code: "))
+    assert "io-wait" in next(x for x in reversed(lines[:code]) if re.match(r"\d+\. ", x))
+    assert "blocked in write_checkpoint (ckpt.py:30), called from train_step (train.py:88)" in flat(out)
+    assert "in the kernel in folio_wait_bit_common" in flat(out)
+    _, full, _ = run(capsys, "explain", "--db", str(db), "--full")
+    # the IO finding reads its IO sleeps only: all of them in write_checkpoint's fsync
+    assert re.search(r"self 100%  incl 100%  write_checkpoint \(ckpt\.py:30\) <- train_step", full)
+    assert re.search(r"kernel 100%  folio_wait_bit_common", full)
+    assert "stack 100%  <module>; train_step; write_checkpoint; fsync;" in full
+    lines, code = full.splitlines(), []
+    for i, line in enumerate(lines):  # the Code sections: from their title to the panel's next part
+        if line.startswith("| Code "):
+            code += [x for x in lines[i + 1:] if not x.startswith(("| Fix ", "| Timeline "))][:12]
+    assert len(code) >= 6
+    for line in code:  # a wrapped frame never starts a line (the renderer's words or indent do)
+        assert not line.removeprefix("| ").startswith(("write_checkpoint", "folio_wait", "_PyEval", "<module>")), line
+    _, plain, _ = run(capsys, "explain", "--db", str(no_stacks_store(tmp_path / "none.duckdb")), "--full")
+    assert "code:" not in plain and "Code" not in plain

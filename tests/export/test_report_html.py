@@ -233,3 +233,33 @@ def test_report_shades_windows_labels_units_and_sorts(browser, tmp_path: Path) -
     assert "kworker/" in listed and "rcu_preempt[15]" in listed and "UVM " in listed
     assert len(names) == len(report.processes) - n + 1
     page.close()
+
+
+def test_a_finding_with_frames_draws_its_flame_graph(browser, tmp_path: Path) -> None:
+    """Issue 21: a finding that names its code carries an inline SVG flame graph (no script, nothing fetched): the
+    frame of interest (write_checkpoint) spans its IO sleep, the kernel's fsync frames sit under it, and a
+    finding of a store without stacks draws none."""
+    from stack_fixtures import checkpoint_store, no_stacks_store
+
+    db = checkpoint_store(tmp_path / "ckpt.duckdb")
+    out = tmp_path / "ckpt.html"
+    assert main(["report", "--db", str(db), "-o", str(out)]) == 0
+    page, errors, requests = open_page(browser, out, tmp_path / "ckpt.png")
+    assert errors == [] and requests == []
+    first = page.locator("section.chain").first
+    assert "write_checkpoint (ckpt.py:30)" in first.locator(".code p").inner_text()
+    svg = first.locator("svg.flame").first
+    assert svg.is_visible()
+    frame = svg.locator("g.frame", has=page.locator("title", has_text="write_checkpoint"))
+    assert frame.count() == 1
+    share = float(frame.get_attribute("data-share"))
+    assert share == 100.0  # the IO finding's graph: its IO sleeps, all in write_checkpoint
+    box = frame.locator("rect").bounding_box()
+    whole = svg.bounding_box()
+    assert box and whole and 0.98 <= box["width"] / whole["width"] <= 1.0
+    assert svg.locator("g.frame", has=page.locator("title", has_text="do_fsync")).count() == 1
+    assert page.locator("script").count() == 3  # the flame graph added none
+    page.close()
+    plain = tmp_path / "none.html"
+    assert main(["report", "--db", str(no_stacks_store(tmp_path / "none.duckdb")), "-o", str(plain)]) == 0
+    assert "<svg" not in plain.read_text()

@@ -22,6 +22,7 @@ TOOLS_ARGS: dict[str, dict[str, Any]] = {
     "get_trace_stats": {}, "get_causal_chains": {}, "get_per_process_breakdown": {}, "get_timeline": {},
     "get_system_context": {}, "get_trace_info": {}, "run_sql": {"sql": "SELECT 1"},
     "get_evidence_sql": {"chain_id": "ingero-mcp:cudaStreamSynchronize"}, "save_picture": {},
+    "get_stacks": {"pid": 100},
 }
 
 

@@ -22,6 +22,7 @@ MCP1_PYTHON = REPO / ".venv-mcp1" / "bin" / "python"
 TOOLS = {
     "get_trace_stats", "get_causal_chains", "get_per_process_breakdown", "get_timeline",
     "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql", "get_time_accounting", "save_picture",
+    "get_stacks",
 }
 
 

@@ -33,10 +33,10 @@ from ingero_mcp.store import TraceWriter, open_store
 TOOLS = {
     "get_trace_stats", "get_causal_chains", "get_per_process_breakdown", "get_timeline",
     "get_system_context", "get_trace_info", "run_sql", "get_evidence_sql", "get_time_accounting",
-    "save_picture",
+    "save_picture", "get_stacks",
 }
 DEFAULT_ARGS: dict[str, dict[str, Any]] = {name: {} for name in TOOLS} | {
-    "run_sql": {"sql": "SELECT 42 AS answer"}, "get_evidence_sql": {},
+    "run_sql": {"sql": "SELECT 42 AS answer"}, "get_evidence_sql": {}, "get_stacks": {"pid": 100},
 }
 
 EVIL_PID = 666

@@ -72,6 +72,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
             "get_evidence_sql": await client.call_tool("get_evidence_sql", {}),
             "get_time_accounting": await client.call_tool("get_time_accounting", {}),
             "save_picture": await client.call_tool("save_picture", {"kind": "perfetto"}),
+            "get_stacks": await client.call_tool("get_stacks", {"pid": 100}),
         }
         unknown = await client.call_tool("get_per_process_breakdown", {"pid": 424242})
         empty = await client.call_tool("get_trace_stats", {"since": "0s"})
@@ -80,7 +81,7 @@ async def test_over_stdio_as_the_config_starts_it(store: Path) -> None:
         write = await client.call_tool("run_sql", {"sql": "DELETE FROM cuda_calls"})
         read_file = await client.call_tool("run_sql", {"sql": "SELECT * FROM read_csv('/etc/passwd')"})
         prompt = await client.get_prompt("investigate", {"pid": "100"})
-    assert len(tools) == 10 and set(results) == tools
+    assert len(tools) == 11 and set(results) == tools
     assert prompts == ["investigate"]
     for name, result in results.items():
         assert not result.is_error, (name, result.content)

@@ -13,6 +13,7 @@ Each question delegates in a line and imports its module when first asked, so a 
     thread_timeline        the rows of a window, a process or a thread, in time order (timeline.timeline)
     system_context         the host: CPUs, memory, GPUs over time
     resolve_window         a window from since/start/end; trace_window, window_or_trace
+    stacks_of              where a thread ran and blocked in its own code, from stacks (StacksResult)
 
 A name here never repeats a module's (`chains`, `timeline`): importing the module would replace it.
 """
@@ -49,7 +50,7 @@ def account(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
 _NAMES = {
     "causal_chains": "chains", "trace_stats": "stats", "trace_info": "info", "per_process_breakdown": "processes",
     "system_context": "context", "thread_timeline": "timeline", "resolve_window": "window", "trace_window": "window",
-    "window_or_trace": "window",
+    "window_or_trace": "window", "stacks_of": "stacks",
     "events_lost": "info", "cost_lines": "cost", "short_why": "imported_accounting",
     "pace_threads": "causes", "origin_ns": "accounting", "recording_notes": "accounting", "store_derived": "derive",
     "AnalysisError": "_sql", "interval_in": "_sql", "pid_in": "_sql", "rows": "_sql", "ts_in": "_sql", "where": "_sql",

@@ -9,6 +9,15 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ingero_mcp.analysis.stack_models import (  # noqa: F401 - served by the facade with the other models
+    FindingFrames,
+    FoldedStack,
+    Frame,
+    FrameShare,
+    StackProfile,
+    StacksResult,
+)
+
 Severity = Literal["HIGH", "MEDIUM", "LOW"]
 SEVERITY_RANK: dict[str, int] = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}  # the one order of severities, most severe first
 
@@ -193,6 +202,8 @@ class CausalChain(BaseModel):
     store_check: str | None = Field(None, description="imported chains: what the store's rows show of the chain's "
                                     "p99 and of its cause, where they contradict it, or why it could not be checked")
     from_sample: bool = False
+    frames: FindingFrames | None = Field(None, exclude_if=lambda v: v is None, description="the code behind it: top "
+                                         "frames and stacks (left out: the store has no stacks, or none for this one)")
 
 
 class Snapshot(BaseModel):

@@ -20,6 +20,7 @@ import duckdb
 
 from ingero_mcp.analysis import cost_lines
 from ingero_mcp.analysis import CausalChain, ProcessBreakdown, Report, ThreadAccount, TimeWindow
+from ingero_mcp.export.flame import flame_html
 from ingero_mcp.export.output import check_output, write_whole
 from ingero_mcp.render.summary import cost_line
 from ingero_mcp.sanitize import clean
@@ -142,6 +143,7 @@ def _chain_card(chain) -> str:  # noqa: ANN001 (CausalChain)
             + (f"<p><b>Culprits:</b> {culprits}</p>" if culprits else "")
             + (f"<table class='evidence sortable'><thead><tr><th>evidence</th><th>value</th><th>recompute</th></tr>"
                f"</thead><tbody>{ev}</tbody></table>" if ev else "")
+            + flame_html(chain.frames)
             + (f"<p><b>Fix:</b></p><ul>{recs}</ul>" if recs else "") + "</section>")
 
 
@@ -207,7 +209,8 @@ h1{font-size:1.4em}.verdict{background:#fff7e6;border-left:4px solid #f28e2b;pad
 td,th{border:1px solid #ddd;padding:2px 6px;vertical-align:top}
 .num{text-align:right;font-variant-numeric:tabular-nums}pre{white-space:pre-wrap;max-width:900px;font-size:12px}
 table.sortable th{cursor:pointer;user-select:none}table.sortable th[aria-sort=ascending]::after{content:" \\25B2"}
-table.sortable th[aria-sort=descending]::after{content:" \\25BC"}.shade{padding:0 .4em;border-radius:3px}"""
+table.sortable th[aria-sort=descending]::after{content:" \\25BC"}.shade{padding:0 .4em;border-radius:3px}
+svg.flame{display:block;margin:.5em 0 1em}svg.flame g.frame:hover rect{stroke:#222}"""
 
 JS = r"""
 (function(){

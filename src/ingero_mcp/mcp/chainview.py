@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ingero_mcp.analysis import SEVERITY_RANK
+from ingero_mcp.analysis import SEVERITY_RANK, Frame
 from ingero_mcp.sanitize import clean, clean_data
 from ingero_mcp.units import fmt_ns, fmt_rel
 
@@ -33,7 +33,8 @@ _LEVELS: list[tuple[int, int, int, int, int, int, int, bool]] = [
 ]
 MAX_LEVEL = len(_LEVELS) - 1
 _KNOWN = {"id", "origin", "op", "severity", "summary", "root_cause", "explanation", "evidence", "recommendations",
-          "timeline", "pids", "count", "p50_ns", "p99_ns", "max_ns", "tail_ratio", "from_sample", "store_check"}
+          "timeline", "pids", "count", "p50_ns", "p99_ns", "max_ns", "tail_ratio", "from_sample", "store_check",
+          "frames"}
 
 
 def rank(chains: list[Any]) -> list[Any]:
@@ -122,6 +123,8 @@ def chain_view(chain: BaseModel, origin_ns: int, level: int = 0, include_sql: bo
         timeline.append(clean_data(entry, 160))
     if timeline:
         view["timeline"] = timeline
+    if data.get("frames"):
+        view["code"] = _code_view(data["frames"], level)
     # Fields the analysis has that this renderer does not know by name: passed through, bounded.
     for key in (k for k in data if k not in _KNOWN):
         value = data[key]
@@ -138,6 +141,31 @@ def chain_view(chain: BaseModel, origin_ns: int, level: int = 0, include_sql: bo
     if omitted:
         view["omitted"] = omitted
     return view
+
+
+def _code_view(frames: dict[str, Any], level: int) -> dict[str, Any]:
+    """A finding's code, compact: its sentence, then (while there is room) each profile's top frames and heaviest
+    folded stacks; get_stacks gives them whole."""
+    out: dict[str, Any] = {"sentence": clean(str(frames.get("sentence") or ""), 600 if level < 4 else 300)}
+    n_frames, n_stacks = [(5, 3), (3, 2), (2, 1), (1, 0), (0, 0), (0, 0)][level]
+    if not n_frames:
+        return out
+    profiles = []
+    for p in [frames.get("profile") or {}] + list(frames.get("culprits") or []):
+        who = {k: p[k] for k in ("mode", "pid", "tid", "tids") if p.get(k) not in (None, [])}
+        top = [{"frame": clean(_label(f["frame"]), 300), "self_share": f["self_share"],
+                "inclusive_share": f["inclusive_share"]} | ({"caller": clean(_label(f["caller"]), 300)}
+                                                            if f.get("caller") else {})
+               for f in (p.get("top_frames") or [])[:n_frames]]
+        stacks = [{"folded": clean(s["folded"], 1500), "share": s["share"]} for s in (p.get("stacks") or [])[:n_stacks]]
+        profiles.append(who | {"top_frames": top} | ({"stacks": stacks} if stacks else {}))
+    out["profiles"] = profiles
+    return out
+
+
+def _label(frame: dict[str, Any]) -> str:
+    """A frame as the analysis labels it ('f (file:line)', 'f [module]', 'f')."""
+    return Frame.model_validate(frame).label()
 
 
 def _q(value: Any) -> str:
@@ -181,9 +209,21 @@ def _block(view: dict[str, Any]) -> str:
             + (f" ({t['duration']})" if "duration" in t else "")
             + "".join(f"; {k} {json.dumps(v, ensure_ascii=False)}" for k, v in rest.items())
         )
+    code = view.get("code") or {}
+    if code.get("sentence"):
+        lines.append(f"  code: {_q(code['sentence'])}")
+    for p in code.get("profiles", []):
+        who = f"pid {p.get('pid')}" + (f" tid {p['tid']}" if "tid" in p else "") + (
+            f" tids {p['tids']}" if "tids" in p else "")
+        for f in p["top_frames"]:
+            lines.append(f"  frame ({p.get('mode')}, {who}): self {100 * f['self_share']:.1f}% incl "
+                         f"{100 * f['inclusive_share']:.1f}% {_q(f['frame'])}"
+                         + (f" called from {_q(f['caller'])}" if "caller" in f else ""))
+        for st in p.get("stacks", []):
+            lines.append(f"  stack ({p.get('mode')}, {who}) {100 * st['share']:.1f}%: {_q(st['folded'])}")
     for key, value in view.items():
         if key in {"id", "severity", "found_by", "op", "summary", "root_cause", "explanation", "numbers", "pids",
-                   "evidence", "recommendations", "timeline", "omitted"}:
+                   "evidence", "recommendations", "timeline", "omitted", "code"}:
             continue
         lines.append(f"  {key}: {json.dumps(value, ensure_ascii=False)}")
     if view.get("omitted"):

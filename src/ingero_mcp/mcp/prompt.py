@@ -18,7 +18,9 @@ Steps:
    asleep outside them, waiting for a CPU), with the job's slow phases against its healthy baseline.
 3. get_causal_chains{chain_args}: who took the lost time, most severe first, each with the seconds
    it explains, its window, its culprits and its evidence; get_evidence_sql(chain_id) gives the
-   SQL behind a chain's numbers, to check one with run_sql.
+   SQL behind a chain's numbers, to check one with run_sql. Where a chain names its code (frames),
+   get_stacks (pid, tid, the chain's window) shows the thread's top frames and stacks: the line to
+   change; when it says there are no stacks, say why rather than guess a function.
 4. get_trace_stats and get_per_process_breakdown{pid_args}: which CUDA operations took the time
    (p99 against p50), and the processes involved: context switches, waits for a CPU, sleeps,
    page allocations, children (DataLoader workers are forked children).

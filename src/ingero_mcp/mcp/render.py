@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ingero_mcp.analysis import cost_lines
-from ingero_mcp.analysis import TimeWindow
+from ingero_mcp.analysis import StackProfile, TimeWindow
 from ingero_mcp.mcp.chainview import chains_text
 from ingero_mcp.units import fmt_bytes, fmt_ns, fmt_pct, fmt_rel, fmt_wall
 from ingero_mcp.mcp.results import (
@@ -24,6 +24,7 @@ from ingero_mcp.mcp.results import (
     EvidenceResult,
     InfoResult,
     SqlRows,
+    StacksToolResult,
     StatsResult,
     TimelineResult,
 )
@@ -343,5 +344,44 @@ def render_accounting(r: AccountingResult, whole: TimeWindow | None) -> str:
                      f"{fmt_rel(ph['end_ns'], origin)}, {'~' if ph.get('estimated') else ''}{ph['work_rate']:.0f} "
                      f"launches/copies per s{' (estimated)' if ph.get('estimated') else ''}{slow}")
     lines += [f"minor: {quote(m, 600)}" for m in r.minor]
+    text, _ = fit_lines(head, lines, len(lines))
+    return text
+
+
+def _profile_lines(p: StackProfile) -> tuple[list[str], list[str]]:
+    """A profile's summary lines (its total, coverage, top frames) and its stack lines (one folded stack each)."""
+    kind = "on-CPU" if p.mode == "on_cpu" else "off-CPU"
+    if not p.top_frames:
+        return [f"{kind}: no stacks: {clean(p.why_none or 'none in this window', 600)}"], []
+    est = f", an estimate from samples at {p.sample_hz or '?'} Hz" if p.estimate else ", weighted by sleep time"
+    cov = (f"; {fmt_pct(100 * p.coverage)} of its {'on-CPU' if p.mode == 'on_cpu' else 'sleep'} time "
+           f"({p.covered_of_s} s in the accounting)" if p.coverage is not None else "")
+    what = "samples" if p.mode == "on_cpu" else "sleeps"
+    head = [f"{kind}: {p.count} {what}, {p.seconds} s{est}{cov}; {p.stacks_total} distinct stacks",
+            "  top frames (self share | inclusive share | frame | called from):"]
+    head += [f"  {fmt_pct(100 * f.self_share)} | {fmt_pct(100 * f.inclusive_share)} | {quote(f.frame.label(), 300)}"
+             f" | {quote(f.caller.label(), 300) if f.caller else '-'}" for f in p.top_frames]
+    if p.kernel_frames:
+        head.append("  in the kernel (self share | function):")
+        head += [f"  {fmt_pct(100 * f.self_share)} | {quote(f.frame.label(), 300)}" for f in p.kernel_frames]
+    stacks = [f"  {kind} stack {fmt_pct(100 * s.share)} ({s.count} {what}, {s.seconds} s): "
+              f"{quote(s.folded, 3000)}" for s in p.stacks]
+    return head, stacks
+
+
+def render_stacks(r: StacksToolResult, whole: TimeWindow | None) -> str:
+    """get_stacks as text: per profile its top frames, then its heaviest folded stacks (outermost first)."""
+    st = r.stacks
+    who = f"pid {st.pid}" + (f", thread {st.tid}" if st.tid is not None else " (all its threads)")
+    head = [f"stacks of {who}, {window_line(TimeWindow(start_ns=st.start_ns, end_ns=st.end_ns), whole)}", DATA_NOTE,
+            *[f"stack source: {clean(s, 600)}" for s in st.sources], *_notes(r.notes)]
+    lines: list[str] = []
+    for p in (st.on_cpu, st.off_cpu):
+        if p is not None:
+            h, s = _profile_lines(p)
+            head += h
+            lines += s
+    if lines:
+        head.append("heaviest stacks, outermost frame first (share | count | seconds | frames joined by ';'):")
     text, _ = fit_lines(head, lines, len(lines))
     return text

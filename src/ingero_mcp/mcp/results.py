@@ -15,6 +15,7 @@ from ingero_mcp.analysis import (
     HostTotal,
     OpStats,
     ProcessBreakdown,
+    StacksResult,
     SystemContext,
     TableCoverage,
     Timeline,
@@ -151,3 +152,9 @@ class PictureResult(Bounds):
     chain_id: str | None = None
     bytes: int = 0
     counts: dict[str, int] = {}
+
+
+class StacksToolResult(Bounds):
+    """get_stacks: where a thread (or process) ran and blocked in its own code over a window, from stacks."""
+
+    stacks: StacksResult

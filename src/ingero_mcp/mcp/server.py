@@ -1,4 +1,4 @@
-"""The stdio MCP server: nine read-only tools over one trace store, save_picture (writes a report or timeline file,
+"""The stdio MCP server: ten read-only tools over one trace store, save_picture (writes a report or timeline file,
 never the trace), two resources and the `investigate` prompt.
 
 This module says what the tools are (names, descriptions, argument schemas, unknown arguments refused) and hands
@@ -38,6 +38,7 @@ from ingero_mcp.mcp.results import (
     InfoResult,
     PictureResult,
     SqlRows,
+    StacksToolResult,
     StatsResult,
     TimelineResult,
 )
@@ -245,6 +246,32 @@ def build_server(
         shown in time order."""
         return _tools().get_timeline(store, pid=pid, tid=tid, since=since, around=around, from_=from_, to=to,
                                      limit=limit)
+
+    @tool
+    def get_stacks(
+        pid: PID = None,
+        tid: Annotated[int | None, Field(description="Only this thread id (else every thread of pid).", ge=0,
+                                         le=2**31 - 1)] = None,
+        since: SINCE = None,
+        from_: Annotated[
+            str | None,
+            Field(alias="from", description="Window start: '+12.5s' after the trace start (as tools print it), a "
+                  "duration before the trace end ('30s'), ns since the epoch, or an ISO time.", max_length=64),
+        ] = None,
+        to: Annotated[str | None, Field(description="Window end, in the same forms as `from`.", max_length=64)] = None,
+        mode: Annotated[Literal["on_cpu", "off_cpu", "both"], Field(
+            description="on_cpu: where it ran (sampled stacks); off_cpu: where it blocked (stacks at its "
+                        "switch-outs into sleep, weighted by sleep time); both.")] = "both",
+        top_n: Annotated[int, Field(description="At most this many top frames and folded stacks per mode.", ge=1,
+                                    le=50)] = 10,
+    ) -> Annotated[CallToolResult, StacksToolResult]:
+        """Which code a thread ran and where it blocked: its top frames (self and inclusive shares, the
+        caller of each) and heaviest folded stacks (outermost frame first), on-CPU from samples (an
+        estimate: each sample stands for 1/sample_hz s) and off-CPU from the stacks taken as it went to
+        sleep, with the share of the thread's time they cover. Where there are none it says why (recorded
+        before stacks were kept, sampling off, Python frames not walkable, no frame pointers). The window:
+        `from`/`to` or `since`, else the whole trace; a chain's window is a good start."""
+        return tools.get_stacks(store, pid=pid, tid=tid, since=since, from_=from_, to=to, mode=mode, top_n=top_n)
 
     @tool
     def get_system_context(

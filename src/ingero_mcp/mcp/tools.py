@@ -39,6 +39,7 @@ from ingero_mcp.mcp.results import (
     InfoResult,
     PictureResult,
     SqlRows,
+    StacksToolResult,
     StatsResult,
     TimelineResult,
 )
@@ -538,3 +539,42 @@ def run_sql(
             "narrower columns, aggregate, or lower limit"
         )
     return tool_result(render.render_sql(result), result)
+
+
+@guarded(StacksToolResult)
+def get_stacks(
+    store: StoreHandle,
+    pid: int | None = None,
+    tid: int | None = None,
+    since: str | None = None,
+    from_: str | None = None,
+    to: str | None = None,
+    mode: Literal["on_cpu", "off_cpu", "both"] = "both",
+    top_n: int = 10,
+) -> CallToolResult:
+    """The get_stacks tool (its description is in server.py)."""
+    from ingero_mcp.analysis import AnalysisError, resolve_window, stacks_of
+
+    with store.connection() as con:
+        whole = whole_trace(con)
+        window = resolve_window(con, since=since, start=from_, end=to) if since or from_ or to else whole
+        if window is None:
+            raise AnalysisError("the trace is empty: no stacks to read")
+        if pid is None and tid is not None:
+            got = con.execute("SELECT any_value(pid) FROM sched_intervals WHERE tid = ?", [tid]).fetchall()
+            pid = got[0][0] if got and got[0][0] is not None else None
+        if pid is None:
+            raise ToolError("pass pid (or tid): get_time_accounting and get_per_process_breakdown list them")
+        res = stacks_of(con, int(pid), tid, window, mode, top=top_n, t0=origin_of(whole, window))
+    result = StacksToolResult(stacks=res, trace_start_ns=origin_of(whole, window))
+    profiles = [p for p in (res.on_cpu, res.off_cpu) if p is not None]
+    result.total = sum(p.stacks_total for p in profiles)
+    while json_size(result) > STRUCTURED_BUDGET - 400 and any(p.stacks for p in profiles):
+        fullest = max(profiles, key=lambda p: len(p.stacks))
+        fullest.stacks.pop()  # the lightest stack of the longer list
+        result.truncated = True
+    result.shown = sum(len(p.stacks) for p in profiles)
+    if result.truncated:
+        result.notes.append(f"only {result.shown} of the {result.total} distinct stacks fit in one result; narrow "
+                            "the window or lower top_n")
+    return tool_result(render.render_stacks(result, whole), result)

@@ -18,6 +18,7 @@ from ingero_mcp.analysis import short_why
 from ingero_mcp.analysis import CausalChain, ImportedAccounting, OpStats, ProcessBreakdown, Report
 from ingero_mcp.render import fmt
 from ingero_mcp.render.console import MIN_WIDTH, PLAIN_WIDTH, make_console, plain_width  # noqa: F401
+from ingero_mcp.render.frames import frames_lines
 from ingero_mcp.render.table import Column, layout
 from ingero_mcp.render.traced import traced_names
 from ingero_mcp.render.wrap import wrap
@@ -106,6 +107,9 @@ def chain_panel(chain: CausalChain, start_ns: int, console: Console | None = Non
                 c.cells.append(v)
         parts.append(Text("Evidence", style="bold"))
         parts.extend(layout(cols, inner, rule=None))
+    code = frames_lines(chain.frames, (console.width if console else 100) - 4)
+    if code:
+        parts.append(Text("Code\n", style="bold").append("\n".join(code) + "\n", style=""))
     if chain.timeline:
         tl = Text("Timeline\n", style="bold")
         for e in chain.timeline:

@@ -14,6 +14,7 @@ from rich.text import Text
 from ingero_mcp.analysis import recommend
 from ingero_mcp.analysis import Accounting, CausalChain, Culprit, OpStats, Phase, Report, ThreadAccount
 from ingero_mcp.render import fmt
+from ingero_mcp.render.frames import code_sentence
 from ingero_mcp.render.table import Column, layout
 from ingero_mcp.render.traced import traced_names
 from ingero_mcp.render.wrap import protected_spans, wrap
@@ -234,6 +235,9 @@ def finding(page: Page, n: int, chain: CausalChain, t0: int, fixes: dict[str, in
         page.para(fmt.clean(chain.summary, 2000), "   what: ", "   ", first_style="bold")
     if named:
         page.para(culprits_text(chain, page.width - len("   who: ")), "   who: ", "   ", first_style="bold")
+    code = code_sentence(chain.frames)
+    if code:
+        page.para(code, "   code: ", "   ", first_style="bold")
     if chain.recommendations:
         fix = fix_text(chain, page.names)
         if fix in fixes:

@@ -13,7 +13,7 @@ from ingero_mcp.render import fmt
 TRACED_KEYS = frozenset({
     "comm", "process_comm", "cmdline", "op", "api", "source", "host", "gpu_model", "gpu_driver", "kernel", "node",
     "method", "program", "table_name", "attached", "collector_flags", "collector_version",
-    "cuda_runtime_version", "worst_stall_thread", "known_from",
+    "cuda_runtime_version", "worst_stall_thread", "known_from", "function", "module", "file", "folded",
 })
 SKIP_KEYS = frozenset({"seconds", "evidence", "timeline", "sql"})  # large, and never printed outside a box
 # Fields that name this project's own vocabulary (a table, an API layer, a collector source): a plain lowercase
@@ -48,5 +48,6 @@ def traced_names(report: Report) -> list[str]:
         if chain.get("origin") != "ingero-mcp":
             _collect({k: v for k, v in chain.items() if k not in SKIP_KEYS}, True, raw)
         _collect(chain.get("culprits", []), False, raw)
+        _collect(chain.get("frames") or {}, False, raw)  # the code behind a finding: its frames are traced text
     cleaned = {fmt.clean(s, NAME_CAP).strip() for s in raw}
     return sorted((c for c in cleaned if len(c) >= 2), key=len, reverse=True)

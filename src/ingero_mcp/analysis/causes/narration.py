@@ -31,6 +31,7 @@ from ingero_mcp.analysis.causes.context import (
 from ingero_mcp.analysis.causes.culprits import Explained
 from ingero_mcp.analysis.causes.explain import _explain
 from ingero_mcp.analysis.causes.findings import contrast_findings, steady_findings
+from ingero_mcp.analysis.causes.frames import attach_frames
 from ingero_mcp.analysis.models import (
     PART_LABEL,
     SEVERITY_RANK,
@@ -40,6 +41,7 @@ from ingero_mcp.analysis.models import (
     ThreadAccount,
     TimeWindow,
 )
+from ingero_mcp.analysis.stacks import recorded
 
 def _severity(seconds: float, wall_s: float, f: Finding, confident: bool) -> str:
     if f.startup or not confident and f.mode == "steady":
@@ -190,6 +192,7 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
         return [], []
     ctx = _context(con, window, names, acc.origin_ns)
     ctx.progress = {m.pid: m for m in acc.progress}
+    stacked = recorded(con)  # the one query a store without stacks pays for them
     chains: list[tuple[int, CausalChain]] = []
     minor: list[str] = []
     paces = [t for t in pace_threads(acc) if not ctx.is_collector(t.pid)]
@@ -203,6 +206,8 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
                               + steady_findings(ctx, t, phases, steady_from)):
             ex = _explain(ctx, _worst(ctx, f), baseline)
             chain = _chain(ctx, f, ex, wall_s, i)
+            if stacked:
+                attach_frames(ctx, _worst(ctx, f), chain)
             if rank > 0 and chain.severity == "HIGH":
                 chain.severity = "MEDIUM"
             found.append((f, chain))

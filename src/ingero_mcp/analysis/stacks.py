@@ -1,0 +1,309 @@
+"""Where a thread ran and where it blocked, in its own code (issue 21, "name the code"): on-CPU samples and the
+stacks taken at switch-outs into sleep (schemas/v6.sql), read into top frames and folded stacks.
+
+On-CPU time is an estimate: each sample stands for 1/sample_hz s. Off-CPU time is exact: each interval with a stack
+is weighted by its sleep time in the window. The frame of interest of a stack is its innermost frame past the
+runtime's noise (the scheduler in the kernel; libc, the loader and the interpreter's C in native stacks; for
+'python' stacks, the innermost Python function), and the same rule is written once in SQL (`leaf_sql`) so that a
+share shown is the share its SQL gives. Where there are no stacks, `why_none` says why; a frame is never invented.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+import duckdb
+
+from ingero_mcp.analysis._sql import rows, sql_round, sql_str, tidy
+from ingero_mcp.analysis.accounting import seconds_in
+from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.analysis.stack_models import FoldedStack, Frame, FrameShare, StackProfile, StacksResult
+
+# The runtime's noise, skipped when naming the frame of interest (a stack made only of noise keeps its leaf).
+KERNEL_NOISE = (r"^(__schedule|schedule|schedule_[a-z_]+|io_schedule[a-z_]*|preempt_schedule[a-z_]*|"
+                r"__wait_for_common|do_syscall_64|x64_sys_call|entry_SYSCALL_64[a-z_]*|__x64_sys_[a-z_0-9]+)"
+                r"( \[.*\])?$")
+MODULE_NOISE = r"(^|/)(libc[.-]|ld-linux|libpthread|libpython[0-9.]*\.so|python[0-9.]*$)"
+FUNCTION_NOISE = r"^(_?Py[A-Z_][A-Za-z_]*|_PyEval_[A-Za-z_]+|__libc_[a-z_]+|_start|start_thread|clone3?|__clone3?)$"
+
+
+def leaf_sql(s: str) -> str:
+    """The 1-based index of a stack's frame of interest, over the `stacks` row aliased `s` (1: only noise)."""
+    return tidy(f"""coalesce(list_position(list_transform(range(1, len({s}.frames) + 1), lambda i: CASE
+        WHEN {s}.kind = 'kernel' THEN NOT regexp_matches({s}.frames[i], '{KERNEL_NOISE}')
+        WHEN {s}.kind = 'python' THEN {s}.files[i] IS NOT NULL AND {s}.modules[i] IS NULL
+        ELSE NOT (regexp_matches(coalesce({s}.modules[i], ''), '{MODULE_NOISE}')
+                  OR regexp_matches({s}.frames[i], '{FUNCTION_NOISE}')) END), true), 1)""")
+
+
+def _lo_hi(window: TimeWindow) -> tuple[int, int]:
+    return int(window.start_ns), int(window.end_ns)
+
+
+def _who(pid: int, tid: int | list[int] | None, col: str = "") -> str:
+    """The rows of a process, of one of its threads, or of a group of its threads (a pool named as a culprit)."""
+    p = f"{col}pid = {int(pid)}"
+    if isinstance(tid, list):
+        return f"{p} AND {col}tid IN ({', '.join(str(int(t)) for t in tid)})"
+    return p if tid is None else f"{p} AND {col}tid = {int(tid)}"
+
+
+def _covered(mode: str, io: bool) -> str:
+    """The accounting's time the stacks stand for, over thread_seconds: on-CPU, asleep, or asleep in IO."""
+    return "run_inside_ns + run_outside_ns" if mode == "on_cpu" else "sleep_io_ns" if io else (
+        "sleep_inside_ns + sleep_outside_ns")
+
+
+def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, io: bool = False) -> str:
+    """Per distinct (user stack, kernel stack): how many samples or intervals, the ns they stand for, and each
+    stack's frames with the index of its frame of interest. on_cpu: samples, each 1e9 / sample_hz ns of its
+    process's session; off_cpu: sleeps that began at a switch-out with a stack, clipped to the window."""
+    lo, hi = _lo_hi(window)
+    if mode == "on_cpu":
+        s = (f"SELECT x.session_id, x.ustack_id, x.kstack_id, count(*) AS n, "
+             f"sum(1000000000 // nullif(src.sample_hz, 0))::BIGINT AS ns FROM stack_samples x "
+             f"LEFT JOIN stack_sources src ON src.session_id = x.session_id AND src.pid = x.pid "
+             f"WHERE {_who(pid, tid, 'x.')} AND x.ts_ns >= {lo} AND x.ts_ns < {hi} GROUP BY ALL")
+    else:
+        s = (f"SELECT session_id, ustack_id, kstack_id, count(*) AS n, "
+             f"sum(least(off_ns + sleep_ns, {hi}) - greatest(off_ns, {lo}))::BIGINT AS ns FROM sched_intervals "
+             f"WHERE {_who(pid, tid)} AND sleep_ns > 0 AND off_ns < {hi} AND off_ns + sleep_ns > {lo} "
+             + ("AND prev_state = 'uninterruptible' " if io else "")
+             + "AND (ustack_id IS NOT NULL OR kstack_id IS NOT NULL) GROUP BY ALL")
+    return (f"WITH s AS ({s}) SELECT s.n, s.ns, u.kind, u.frames, u.modules, u.files, u.lines, {leaf_sql('u')} AS "
+            f"uleaf, k.frames AS kframes, k.modules AS kmodules, {leaf_sql('k')} AS kleaf FROM s "
+            f"LEFT JOIN stacks u ON u.session_id = s.session_id AND u.stack_id = s.ustack_id "
+            f"LEFT JOIN stacks k ON k.session_id = s.session_id AND k.stack_id = s.kstack_id "
+            f"WHERE u.frames IS NOT NULL OR k.frames IS NOT NULL ORDER BY s.ns DESC, s.n DESC")
+
+
+def self_share_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, frame: Frame, kernel: bool,
+                   t0: int | None = None, io: bool = False) -> str:
+    """The numbers a profile's sentence shows: the share (%) of its weight whose frame of interest is `frame` (user,
+    or kernel), the samples (intervals), the seconds they stand for and, given t0, the share (%) of the thread's
+    on-CPU (sleep) time in the accounting that they cover."""
+    weight = "n" if mode == "on_cpu" else "ns"
+    kern = f"kframes[kleaf] = {sql_str(_raw(frame))}"
+    if kernel:
+        hit = kern
+    else:
+        hit = (f"frames IS NOT NULL AND frames[uleaf] = {sql_str(frame.function)} AND files[uleaf] IS NOT DISTINCT "
+               f"FROM {'NULL' if frame.file is None else sql_str(frame.file)} OR frames IS NULL AND {kern}")
+    cover = "NULL"
+    if t0 is not None:
+        cover = (f"round(100 * sum(ns) / (SELECT sum({_covered(mode, io)}) FROM thread_seconds "
+                 f"WHERE {_who(pid, tid)} AND "
+                 f"{seconds_in(window, t0)}))")
+    return (f"SELECT round(100 * sum({weight}) FILTER (WHERE {hit}) / sum({weight}), 1) AS share_pct, "
+            f"sum(n)::BIGINT AS count, round(sum(ns) / 1e9, 2) AS seconds, {cover} AS covered_pct "
+            f"FROM ({weights_sql(mode, pid, tid, window, io)})")
+
+
+def _raw(frame: Frame) -> str:
+    """A kernel frame as `stacks.frames` holds it ('function [module]' where v5 wrote it so)."""
+    return frame.function if frame.file or not frame.module else f"{frame.function} [{frame.module}]"
+
+
+_MOD = re.compile(r"^(.*?) \[([^\]]+)\]$")
+
+
+def _frames(kind: str | None, frames: list, modules: list | None, files: list | None,
+            lines: list | None) -> list[Frame]:
+    """A stack's frames, innermost first; v5's 'function [module]' split where the modules column is NULL."""
+    out = []
+    for i, fn in enumerate(frames or []):
+        mod = modules[i] if modules else None
+        file = files[i] if files else None
+        fn = str(fn)
+        if mod is None and (m := _MOD.match(fn)):
+            fn, mod = m.group(1), m.group(2)
+        out.append(Frame(function=fn, module=mod, file=file, line=lines[i] if lines else None,
+                         python=kind == "python" and mod is None and file is not None))
+    return out
+
+
+def _key(f: Frame) -> tuple:
+    return (f.function, f.module, f.file, f.line)
+
+
+def _caller(user: list[Frame], leaf: int) -> Frame | None:
+    """The next frame outward from the frame of interest (a Python caller for a Python frame)."""
+    for f in user[leaf + 1:]:
+        if not user[leaf].python or f.python:
+            return f
+    return None
+
+
+def profile(con: duckdb.DuckDBPyConnection, mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow,
+            t0: int | None = None, top: int = 10, top_stacks: int = 10, io: bool = False) -> StackProfile:
+    """A thread's (tid None: a process's) profile over the window: top frames (self and inclusive), the heaviest
+    folded stacks, the time they cover against the accounting's (when `t0`, the trace's second 0, is given)."""
+    sql = weights_sql(mode, pid, tid, window, io)
+    got = rows(con, sql)
+    prof = StackProfile(mode=mode, pid=pid, tid=None if isinstance(tid, list) else tid,  # type: ignore[arg-type]
+                        tids=tid if isinstance(tid, list) else [], io=io, start_ns=window.start_ns,
+                        end_ns=window.end_ns,
+                        sql=sql, estimate=mode == "on_cpu")
+    if mode == "on_cpu":
+        hz = rows(con, f"SELECT max(sample_hz) FROM stack_sources WHERE pid = {int(pid)}")
+        prof.sample_hz = int(hz[0][0]) if hz and hz[0][0] is not None else None
+    total_ns = sum(int(r[1] or 0) for r in got)
+    prof.count = sum(int(r[0]) for r in got)
+    prof.seconds = round(total_ns / 1e9, 3)
+    if t0 is not None:
+        cov = rows(con, f"SELECT sum({_covered(mode, io)}) FROM thread_seconds WHERE {_who(pid, tid)} "
+                        f"AND {seconds_in(window, t0)}")
+        if cov and cov[0][0] is not None:
+            prof.covered_of_s = round(int(cov[0][0]) / 1e9, 3)
+            prof.coverage = round(total_ns / int(cov[0][0]), 3) if cov[0][0] else None
+    if not got or not total_ns:
+        prof.why_none = why_none(con, mode, pid, window)
+        return prof
+    selfs: dict[tuple, list] = {}
+    kself: dict[tuple, list] = {}
+    incl: dict[tuple, list] = {}
+    callers: dict[tuple, dict[tuple, list]] = defaultdict(dict)
+    folded: dict[str, FoldedStack] = {}
+    for n, ns, kind, frames, modules, files, lines, uleaf, kframes, kmodules, kleaf in got:
+        user = _frames(kind, frames, modules, files, lines) if frames else []
+        kern = _frames("kernel", kframes, kmodules, None, None) if kframes else []
+        n, ns = int(n), int(ns or 0)
+        if user:
+            i = int(uleaf) - 1
+            leaf = user[i]
+            c = _caller(user, i)
+            if c is not None:
+                callers[_key(leaf)].setdefault(_key(c), [c, 0])[1] += ns
+        else:
+            i, leaf = int(kleaf) - 1, kern[int(kleaf) - 1]
+        selfs.setdefault(_key(leaf), [leaf, 0])[1] += ns
+        if kern:
+            kl = kern[int(kleaf) - 1]
+            kself.setdefault(_key(kl), [kl, 0])[1] += ns
+        for f in {_key(f): f for f in user + kern}.values():
+            incl.setdefault(_key(f), [f, 0])[1] += ns
+        chain = list(reversed(user)) + list(reversed(kern))
+        text = ";".join(f.function for f in chain)
+        at = (len(user) - 1 - i) if user else len(user) + len(kern) - 1 - i
+        fs = folded.get(text)
+        if fs is None:
+            folded[text] = FoldedStack(folded=text, frames=chain, kernel_from=len(user) if kern else None, leaf=at,
+                                       seconds=0.0, share=0.0, count=0)
+            fs = folded[text]
+        fs.seconds += ns / 1e9
+        fs.count += n
+    prof.top_frames = _shares(selfs, incl, callers, total_ns, top)
+    if mode == "off_cpu" or any(k for k in kself):
+        prof.kernel_frames = _shares(kself, incl, {}, total_ns, top) if kself else []
+    heavy = sorted(folded.values(), key=lambda s: (-s.seconds, s.folded))
+    prof.stacks_total = len(heavy)
+    for s in heavy:
+        s.share, s.seconds = round(s.seconds * 1e9 / total_ns, 4), round(s.seconds, 4)
+    prof.stacks = heavy[:top_stacks]
+    return prof
+
+
+def _shares(selfs: dict, incl: dict, callers: dict, total_ns: int, top: int) -> list[FrameShare]:
+    """The top frames by self weight, with their inclusive weight and commonest caller."""
+    out = []
+    for key, (frame, ns) in sorted(selfs.items(), key=lambda kv: (-kv[1][1], kv[0][0]))[:top]:
+        inc = incl.get(key, [frame, ns])[1]
+        by = callers.get(key) or {}
+        caller = max(by.values(), key=lambda cv: cv[1])[0] if by and max(v[1] for v in by.values()) else None
+        out.append(FrameShare(frame=frame, self_s=round(ns / 1e9, 4), self_share=round(ns / total_ns, 4),
+                              inclusive_s=round(inc / 1e9, 4), inclusive_share=round(inc / total_ns, 4),
+                              caller=caller))
+    return out
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The version the store was recorded at (an older store is shown in the current shape, but recorded less)."""
+    return int(rows(con, "SELECT max(version) FROM schema_version")[0][0] or 0)
+
+
+def why_none(con: duckdb.DuckDBPyConnection, mode: str, pid: int, window: TimeWindow) -> str:
+    """Why a process has no stacks of this kind in the window, in words from the schema version and
+    stack_sources."""
+    version = schema_version(con)
+    if version < 6:
+        if mode == "on_cpu":
+            return f"recorded before schema v6 (this store is v{version}): no on-CPU samples were taken"
+        kernel = ("no kernel stack was recorded at its switch-outs in this window" if version == 5
+                  else "no stacks at all (kernel stacks at switch-outs came with v5)")
+        return f"recorded before schema v6 (this store is v{version}): no user stacks were taken; {kernel}"
+    src = rows(con, f"SELECT python, python_frames, frame_pointers, sample_hz, note FROM stack_sources "
+                    f"WHERE pid = {int(pid)} ORDER BY session_id DESC LIMIT 1")
+    if not src:
+        return f"the collector recorded no stack source for pid {int(pid)}: stacks were not taken for it"
+    python, frames, fp, hz, note = src[0]
+    why = []
+    if mode == "on_cpu" and not hz:
+        why.append("on-CPU sampling was off (sample_hz 0)")
+    if python and not frames:
+        why.append(f"a CPython {python} process whose Python frames could not be walked")
+    elif not python and frames is False and mode == "on_cpu":
+        pass
+    if fp is False:
+        why.append("its native code has no frame pointers (user stacks stop at the leaf)")
+    if note:
+        why.append(str(note))
+    if not why:
+        why.append("no samples of it fell in this window" if mode == "on_cpu"
+                   else "none of its sleeps in this window began with a stack")
+    return "; ".join(why)
+
+
+def sources(con: duckdb.DuckDBPyConnection, pid: int) -> list[str]:
+    """How a process's stacks were taken, one line per session (empty before v6)."""
+    out = []
+    for python, frames, fp, hz, note in rows(con, f"SELECT python, python_frames, frame_pointers, sample_hz, note "
+                                                  f"FROM stack_sources WHERE pid = {int(pid)} ORDER BY session_id"):
+        words = [f"CPython {python}" if python else "not CPython",
+                 "Python frames merged" if frames else "no Python frames",
+                 {True: "frame pointers", False: "no frame pointers", None: "frame pointers unknown"}[fp],
+                 f"{hz} on-CPU samples/s" if hz else "on-CPU sampling off"]
+        out.append(", ".join(words) + (f" ({note})" if note else ""))
+    return out
+
+
+def stacks_of(con: duckdb.DuckDBPyConnection, pid: int, tid: int | None, window: TimeWindow, mode: str = "both",
+              top: int = 10, t0: int | None = None) -> StacksResult:
+    """get_stacks: a thread's (or process's) on-CPU and/or off-CPU profile over the window."""
+    res = StacksResult(pid=pid, tid=tid, start_ns=window.start_ns, end_ns=window.end_ns, sources=sources(con, pid))
+    if mode in ("on_cpu", "both"):
+        res.on_cpu = profile(con, "on_cpu", pid, tid, window, t0, top=top, top_stacks=top)
+    if mode in ("off_cpu", "both"):
+        res.off_cpu = profile(con, "off_cpu", pid, tid, window, t0, top=top, top_stacks=top)
+    return res
+
+
+def recorded(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the collector recorded how it took stacks (v6 and later): the one cheap query a store without
+    stacks pays before the findings look for their frames."""
+    return bool(rows(con, "SELECT 1 FROM stack_sources LIMIT 1"))
+
+
+def sentence(p: StackProfile, who: str = "its") -> str:
+    """The profile's top frame in words: '61% of its 412 on-CPU samples (~4.1 s) in f (file:line) called from g'."""
+    if not p.top_frames:
+        return f"no {'on-CPU samples' if p.mode == 'on_cpu' else 'stacks at its sleeps'}: {p.why_none}"
+    t = p.top_frames[0]
+    called = f", called from {t.caller.label()}" if t.caller else ""
+    if p.mode == "on_cpu":
+        what = (f"{100 * t.self_share:.0f}% of {who} {p.count} on-CPU sample{'s' if p.count != 1 else ''} "
+                f"(an estimate of {p.seconds:.2f} s at {p.sample_hz or '?'} Hz"
+                + (f", {100 * p.coverage:.0f}% of its on-CPU time" if p.coverage is not None else "") + ")")
+        return f"{what} in {t.frame.label()}{called}"
+    io = "IO " if p.io else ""
+    cov = f", {100 * p.coverage:.0f}% of its {io}sleep" if p.coverage is not None else ""
+    what = (f"{100 * t.self_share:.0f}% of {who} {p.seconds:.2f} s asleep {'in IO ' if p.io else ''}with a "
+            f"stack ({p.count} sleep{'s' if p.count != 1 else ''}{cov})")
+    kern = f"; in the kernel in {p.kernel_frames[0].frame.label()}" if p.kernel_frames and not (
+        p.kernel_frames[0].frame == t.frame) else ""
+    return f"{what} blocked in {t.frame.label()}{called}{kern}"
+
+
+def share_value(p: StackProfile) -> float:
+    """The top frame's self share as its SQL rounds it (%)."""
+    return sql_round(100 * p.top_frames[0].self_share, 1) if p.top_frames else 0.0
