@@ -139,7 +139,7 @@ def test_stdout_carries_only_protocol(store: Path) -> None:
     by_id = {m["id"]: m for m in messages if "id" in m}
     assert set(by_id) == {1, 2, 3, 4}
     assert by_id[1]["result"]["serverInfo"]["name"] == "ingero-mcp"
-    assert len(by_id[2]["result"]["tools"]) == 10
+    assert len(by_id[2]["result"]["tools"]) == 11
     assert by_id[3]["result"]["isError"] is True
     assert by_id[4]["result"]["structuredContent"]["calls"] == 2000
 
@@ -184,7 +184,7 @@ async def test_an_unreadable_store_is_served_and_each_tool_says_why(tmp_path: Pa
         prompts = [p.name for p in (await client.list_prompts()).prompts]
         results = {name: await client.call_tool(name, TOOL_ARGS.get(name, {})) for name in tools}
         prompt = await client.get_prompt("investigate", {})
-    assert len(tools) == 10 and prompts == ["investigate"] and prompt.messages
+    assert len(tools) == 11 and prompts == ["investigate"] and prompt.messages
     for name, result in results.items():
         if kind == "truncated" and name == "run_sql" and not result.is_error:
             continue  # the rows it asked for were in the part left

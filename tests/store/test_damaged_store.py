@@ -78,7 +78,7 @@ async def test_mcp_names_the_damage_at_start_and_in_tools(pristine: Path, tmp_pa
         tools = [t.name for t in (await client.list_tools()).tools]
         results += [await client.call_tool(name, {}) for name in ("get_trace_stats", "get_time_accounting")]
         results.append(await client.call_tool("run_sql", {"sql": "SELECT 1"}))
-    assert len(tools) == 10
+    assert len(tools) == 11
     for result in results:
         text = result.content[0].text
         assert result.is_error and says in text and "\n" not in text, text

@@ -271,7 +271,7 @@ def build_server(
         sleep, with the share of the thread's time they cover. Where there are none it says why (recorded
         before stacks were kept, sampling off, Python frames not walkable, no frame pointers). The window:
         `from`/`to` or `since`, else the whole trace; a chain's window is a good start."""
-        return tools.get_stacks(store, pid=pid, tid=tid, since=since, from_=from_, to=to, mode=mode, top_n=top_n)
+        return _tools().get_stacks(store, pid=pid, tid=tid, since=since, from_=from_, to=to, mode=mode, top_n=top_n)
 
     @tool
     def get_system_context(
