@@ -16,6 +16,11 @@ OWN_WORKERS_CPU = "own-workers-cpu"
 OWN_THREADS_CPU = "own-threads-cpu"
 LOCK_OR_GIL = "gil-or-lock"
 IO_WAIT = "io-wait"
+# Not a root cause: the fix for an io-wait whose sleeps were the thread's own writes being flushed (fsync, a write
+# to a full device queue), not reads: reading ahead does not help a checkpoint (the narration picks it, io_fix).
+IO_WRITE_FIX = "io-wait-write-fix"
+WRITE_SYSCALLS = frozenset({"fsync", "fdatasync", "sync_file_range", "msync", "sync", "syncfs", "write", "pwrite64",
+                            "writev", "pwritev", "pwritev2"})
 SLEEP_KERNEL = "kernel-wakeup"
 WAITING_ON_PROCESS = "waiting-on-process"
 SLEEP_UNKNOWN = "sleeping"
@@ -57,6 +62,12 @@ CATALOGUE: dict[str, list[str]] = {
     IO_WAIT: [
         "{who} slept in IO {share}% of the time ({window}): read the data ahead of the loop (DataLoader workers with "
         "prefetch_factor, a page-cache-warm or local copy of the dataset, larger sequential reads).",
+    ],
+    IO_WRITE_FIX: [
+        "{who} slept in IO {share}% of the time ({window}) waiting for writes to reach the disk (fsync, or writes the "
+        "device queue could not take): "
+        "write from another thread or process (a checkpoint saved in the background, an async writer), write less "
+        "often, or drop the per-step fsync where durability at every step is not needed.",
     ],
     SLEEP_KERNEL: [
         "{who} slept {share}% of the time ({window}) until the kernel woke it (in {syscall}()): look at what that "
@@ -179,6 +190,14 @@ CATALOGUE: dict[str, list[str]] = {
 class _Missing(dict):
     def __missing__(self, key: str) -> str:
         return "?"
+
+
+def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
+    """The catalogue entry for a chain's fixes: an io-wait in writes (its system call, or a wait-for walk that
+    ended in fsync) gets the writing fix; any other cause its own."""
+    if cause == IO_WAIT and (numbers.get("syscall") in WRITE_SYSCALLS or numbers.get("io_stop") == "fsync"):
+        return IO_WRITE_FIX
+    return cause
 
 
 def recommend(cause: str, numbers: Mapping[str, object]) -> list[str]:

@@ -136,7 +136,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         severity=_severity(f.seconds_lost, wall_s, f, ex.confident),  # type: ignore[arg-type]
         summary=summary, root_cause=ex.cause, explanation=_explanation(f, ex),
         seconds_lost=round(f.seconds_lost, 3), window=f.window, culprits=ex.culprits, pids=[t.pid],
-        evidence=ev, recommendations=rc.recommend(ex.cause, numbers))
+        evidence=ev, recommendations=rc.recommend(rc.io_fix(ex.cause, numbers), numbers))
 
 
 def _fell(f: Finding) -> str:

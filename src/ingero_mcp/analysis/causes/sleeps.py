@@ -308,7 +308,7 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                          culprits=culprits, evidence=ev, numbers=numbers,
                          reason=f"{woke}{via}; {end_who} was {doing}: it paces the thread with its own sleeps")
     if path.stop in ("disk", "fsync", "reclaim"):
-        return Explained(cause=rc.IO_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
+        return Explained(cause=rc.IO_WAIT, culprits=culprits, evidence=ev, numbers={**numbers, "io_stop": path.stop},
                          reason=f"{woke}{via}; {end_who} was {doing}: the wait began in its IO")
     if path.stop == "socket":
         peer = ""
