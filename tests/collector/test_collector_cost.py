@@ -169,8 +169,8 @@ def test_probe_costs_measured_and_the_estimate_is_recomputable(plain: dict[str, 
     of each period, added_ns equals hits x cost; the calibration process left no rows."""
     con = plain["con"]
     costs = dict(_q(con, "SELECT probe, cost_ns FROM probe_costs"))
-    methods = [m for (m,) in _q(con, "SELECT method FROM probe_costs")]
-    assert set(costs) == {"entry", "entry_return", "sched_interval", "page_alloc"}, costs
+    methods = [m for (m,) in _q(con, "SELECT method FROM probe_costs WHERE probe <> 'stack_sample'")]
+    assert set(costs) == {"entry", "entry_return", "sched_interval", "page_alloc", "stack_sample"}, costs
     assert all(m.startswith("calibrated") for m in methods), methods
     # a probe's trap (~1 µs) stands well above the noise; a context switch's or a page's few hundred ns can measure
     # 0 on a loaded machine (the calibration keeps a median difference, floored at 0): never negative
@@ -230,7 +230,8 @@ def test_the_cost_report_names_what_the_estimate_leaves_out(plain: dict[str, Any
     pages = _q(con, "SELECT sum(count) FROM host_aggregates WHERE op = 'mm_page_alloc' AND pid IN "
                     "(SELECT pid FROM processes WHERE traced)")[0][0]
     assert pages > 0 and t.page_allocs == pages and t.page_added_ns == round(pages * page_cost)
-    assert _q(con, t.sql["tracepoints"])[0] == (intervals, t.sched_added_ns, pages, t.page_added_ns, t.total_share)
+    assert _q(con, t.sql["tracepoints"])[0] == (intervals, t.sched_added_ns, pages, t.page_added_ns, t.samples,
+                                                t.sample_added_ns or 0, t.total_share)
     assert f"{t.sched_added_ns / 1e9:.3f} s by the scheduler records ({intervals:,} off-CPU intervals" in lines[0]
     assert f"{t.page_added_ns / 1e9:.3f} s by the page-allocation tracepoint ({pages:,} pages" in lines[0]
 
@@ -247,7 +248,7 @@ def test_without_calibration_the_scheduler_records_share_is_unknown(standin: Sta
     assert "cost here" not in log
     con = open_store(db)
     try:
-        rows = _q(con, "SELECT probe, cost_ns, method FROM probe_costs ORDER BY probe")
+        rows = _q(con, "SELECT probe, cost_ns, method FROM probe_costs WHERE probe <> 'stack_sample' ORDER BY probe")
         assert [(p, c) for p, c, _ in rows] == [("entry", 900.0), ("entry_return", 1400.0), ("page_alloc", None),
                                                 ("sched_interval", None)]
         assert rows[2][2] == "not measured (--no-calibrate)"

@@ -71,3 +71,17 @@ def test_the_writer_thread_blocks_in_its_function(pystacks: dict[str, Any]) -> N
         WHERE i.pid = ? AND i.tid <> ? AND i.syscall IN ('fsync', 'clock_nanosleep', 'nanosleep', 'select')""",
                            [pid, pid]).fetchall()[0]
     assert n >= 10 and named >= 0.9 * n, (n, named)
+
+
+def test_the_sampler_cost_is_in_the_estimate(pystacks: dict[str, Any]) -> None:
+    """The collector records what a sample costs (the kernel's timing, or the H200's figure, saying which), and the
+    tracing cost counts the samples with it."""
+    from ingero_mcp.analysis.cost import tracing_cost
+
+    con = pystacks["con"]
+    rows = con.execute("SELECT cost_ns, method FROM probe_costs WHERE probe = 'stack_sample'").fetchall()
+    assert len(rows) == 1 and rows[0][0] > 0 and rows[0][1].startswith(("measured by the kernel", "default")), rows
+    samples = con.execute("SELECT count(*) FROM stack_samples").fetchall()[0][0]
+    t = tracing_cost(con)
+    assert t is not None and t.samples == samples > 0
+    assert t.sample_added_ns == round(samples * rows[0][0])

@@ -88,7 +88,7 @@ def test_the_tracing_cost_is_sql_over_the_store(v4_stores: Path) -> None:
         pages, = con.execute("SELECT sum(count) FROM host_aggregates WHERE op = 'mm_page_alloc' AND pid IN "
                              "(SELECT pid FROM processes WHERE traced)").fetchone()
         assert pages > 0 and (t.page_allocs, t.page_added_ns) == (pages, None)  # and the page allocations' cost
-        assert con.execute(t.sql["tracepoints"]).fetchone() == (intervals, None, pages, None, None)
+        assert con.execute(t.sql["tracepoints"]).fetchone() == (intervals, None, pages, None, 0, 0, None)  # no samples (v4)
         assert all(p.sched_added_ns is None and p.page_added_ns is None for p in t.processes)
         lines = cost_lines(t)
         assert (f"{added / 1e9:.3f} s added by the CUDA probes" in lines[0]
@@ -136,7 +136,7 @@ def test_the_scheduler_records_and_page_allocations_cost_is_sql_over_the_store(v
         assert t.page_allocs == pages > 0 and t.page_added_ns == round(pages * 250.0)
         assert t.total_share == pytest.approx((added + t.sched_added_ns + t.page_added_ns) / wall, abs=1e-6)
         assert con.execute(t.sql["tracepoints"]).fetchone() == (t.off_cpu_intervals, t.sched_added_ns, t.page_allocs,
-                                                                t.page_added_ns, t.total_share)
+                                                                t.page_added_ns, 0, 0, t.total_share)  # no samples
         for p in t.processes:
             assert p.sched_added_ns == round(p.off_cpu_intervals * 412.0)
             assert p.page_allocs == con.execute("SELECT coalesce(sum(count), 0) FROM host_aggregates WHERE pid = ? "

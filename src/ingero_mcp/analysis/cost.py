@@ -26,7 +26,9 @@ from ingero_mcp.sanitize import clean
 SCHED_PROBE = "sched_interval"  # probe_costs.probe: the scheduler tracepoints' added time per traced off-CPU interval
 # probe_costs.probe: the page-allocation tracepoint's added time per page a traced thread allocates
 PAGE_PROBE = "page_alloc"
-UNITS = {SCHED_PROBE: "per off-CPU interval", PAGE_PROBE: "per page allocated"}  # what each probe_costs row is per
+SAMPLE_PROBE = "stack_sample"  # probe_costs.probe: the on-CPU stack sampler's kernel time per sample (schema v6)
+# what each probe_costs row is per
+UNITS = {SCHED_PROBE: "per off-CPU interval", PAGE_PROBE: "per page allocated", SAMPLE_PROBE: "per stack sample"}
 
 
 def process_cost_sql(pid: int | None = None) -> str:
@@ -77,9 +79,9 @@ def session_cost_sql() -> str:
 def tracepoint_cost_sql() -> str:
     """For the sessions: every traced thread's off-CPU intervals and the scheduler tracepoints' estimated added time
     (intervals x the session's cost per interval), the traced processes' page allocations and the page-allocation
-    tracepoint's (allocations x cost per page), each NULL if a session with such events has no measured cost (unknown,
-    not zero); and with the CUDA probes' estimate, the whole estimate's share of the sessions' wall time (NULL when a
-    part is unknown)."""
+    tracepoint's (allocations x cost per page), the traced threads' on-CPU stack samples and the sampler's (samples x
+    cost per sample), each NULL if a session with such events has no measured cost (unknown, not zero); and with the
+    CUDA probes' estimate, the whole estimate's share of the sessions' wall time (NULL when a part is unknown)."""
     return tidy(f"""
         WITH per AS (SELECT s.session_id,
                             (SELECT count(*) FROM sched_intervals i WHERE i.session_id = s.session_id) AS intervals,
@@ -91,17 +93,24 @@ def tracepoint_cost_sql() -> str:
                                              WHERE r.session_id = s.session_id AND r.traced))
                                 AS pages,
                             (SELECT max(p.cost_ns) FROM probe_costs p
-                             WHERE p.session_id = s.session_id AND p.probe = '{PAGE_PROBE}') AS page_cost_ns
+                             WHERE p.session_id = s.session_id AND p.probe = '{PAGE_PROBE}') AS page_cost_ns,
+                            (SELECT count(*) FROM stack_samples x WHERE x.session_id = s.session_id) AS samples,
+                            (SELECT max(p.cost_ns) FROM probe_costs p
+                             WHERE p.session_id = s.session_id AND p.probe = '{SAMPLE_PROBE}') AS sample_cost_ns
                      FROM sessions s),
              est AS (SELECT sum(intervals)::BIGINT AS intervals,
                             CASE WHEN count(*) FILTER (WHERE intervals > 0 AND cost_ns IS NULL) = 0
                                  THEN coalesce(round(sum(intervals * cost_ns)), 0)::BIGINT END AS sched_added_ns,
                             sum(pages)::BIGINT AS page_allocs,
                             CASE WHEN count(*) FILTER (WHERE pages > 0 AND page_cost_ns IS NULL) = 0
-                                 THEN coalesce(round(sum(pages * page_cost_ns)), 0)::BIGINT END AS page_added_ns
+                                 THEN coalesce(round(sum(pages * page_cost_ns)), 0)::BIGINT END AS page_added_ns,
+                            sum(samples)::BIGINT AS samples,
+                            CASE WHEN count(*) FILTER (WHERE samples > 0 AND sample_cost_ns IS NULL) = 0
+                                 THEN coalesce(round(sum(samples * sample_cost_ns)), 0)::BIGINT END AS sample_added_ns
                      FROM per)
-        SELECT est.intervals, est.sched_added_ns, est.page_allocs, est.page_added_ns,
-               round((coalesce((SELECT sum(added_ns) FROM tracing_cost), 0) + est.sched_added_ns + est.page_added_ns)
+        SELECT est.intervals, est.sched_added_ns, est.page_allocs, est.page_added_ns, est.samples, est.sample_added_ns,
+               round((coalesce((SELECT sum(added_ns) FROM tracing_cost), 0) + est.sched_added_ns + est.page_added_ns
+                      + est.sample_added_ns)
                      / nullif((SELECT sum(stopped_ns - started_ns) FROM sessions WHERE stopped_ns > started_ns), 0), 6)
                    AS total_share
         FROM est""")
@@ -133,7 +142,7 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
         return None
     names = {int(p): c for p, c in rows(con, "SELECT pid, comm FROM processes WHERE comm IS NOT NULL")}
     added, wall, share = rows(con, session_cost_sql())[0]
-    intervals, sched_added, pages, page_added, total_share = rows(con, tracepoint_cost_sql())[0]
+    intervals, sched_added, pages, page_added, samples, sample_added, total_share = rows(con, tracepoint_cost_sql())[0]
     coverage = rows(con, launch_coverage_sql())[0][0] if has_gaps else 1.0
     collector_cpu, collector_cpu_recording = rows(con, COLLECTOR_CPU_SQL)[0]
     programs = [BpfProgramTime(program=str(p), runs=int(n or 0), run_time_ns=int(t or 0))
@@ -152,6 +161,7 @@ def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
                    for _sid, pid, a, w, s, e, er, oc, lc, sa, pa, pga in per],
         off_cpu_intervals=int(intervals or 0), sched_added_ns=None if sched_added is None else int(sched_added),
         page_allocs=int(pages or 0), page_added_ns=None if page_added is None else int(page_added),
+        samples=int(samples or 0), sample_added_ns=None if sample_added is None or not samples else int(sample_added),
         total_share=None if total_share is None else float(total_share),
         collector_cpu_s=None if collector_cpu is None else round(float(collector_cpu), 3),
         collector_cpu_recording_s=None if collector_cpu_recording is None else round(float(collector_cpu_recording), 3),
@@ -195,6 +205,11 @@ def cost_lines(t: TracingCost | None, text: Callable[[str | None], str] = lambda
     else:
         sched += (f" and {t.page_added_ns / 1e9:.3f} s by the page-allocation tracepoint ({t.page_allocs:,} pages "
                   f"allocated by traced processes)")
+    if t.samples and t.sample_added_ns is None:
+        sched += f"; the stack sampler's share unknown ({t.samples:,} on-CPU samples, its cost not recorded)"
+    elif t.samples:
+        sched += (f" and {t.sample_added_ns / 1e9:.3f} s by the stack sampler ({t.samples:,} on-CPU samples of "
+                  "traced threads)")
     if t.total_share is not None:
         sched += f", {pct(t.total_share)} together"
     head = (f"tracing cost (estimated: the CUDA probes' hits x their per-hit cost, the traced threads' off-CPU "

@@ -59,7 +59,14 @@ from ingero_mcp.collector.pyframes import PythonFrames
 from ingero_mcp.collector.sampler import Nvml, SystemSampler, host_info
 from ingero_mcp.collector.sink import OpRow, Sink, lost_counts
 from ingero_mcp.collector.targets import Targets
-from ingero_mcp.collector.ustacks import DEFAULT_STACK_HZ, UserStacks, attach_sampler, bcc_user_resolver, detach_sampler
+from ingero_mcp.collector.ustacks import (
+    DEFAULT_STACK_HZ,
+    UserStacks,
+    attach_sampler,
+    bcc_user_resolver,
+    detach_sampler,
+    sample_cost_row,
+)
 
 __all__ = [
     "AGG_ENTRIES", "CUDA_RB_PAGES", "DRAIN_FILL", "ENDBR64", "MIN_POLL_S", "PROC_RB_PAGES", "SAMPLE_RB_PAGES",
@@ -492,6 +499,9 @@ class Tracer:
     def _flush_final(self) -> None:
         self.sink.store_pending()
         self.sink.store_costs(self.probes, self.governor, final=True)
+        if self.ustacks.sample_hz > 0:  # the sampler's cost per sample, known at the stop (analysis/cost.py)
+            row = sample_cost_row(bpf_run_stats(self.bpf.funcs))
+            self.sink.writer.append("probe_costs", {k: [v] for k, v in row.items()})
         self.sink.harvest(everything=True)
         self._sample_stop.set()
         if self._sample_thread is not None:

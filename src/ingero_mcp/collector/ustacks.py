@@ -76,6 +76,25 @@ def attach_sampler(bpf: Any, hz: int) -> str | None:
     return None
 
 
+SAMPLE_PROBE = "stack_sample"  # probe_costs.probe: the on-CPU sampler's time per sample (analysis/cost.py)
+# The sampler's kernel time per sample where this host did not measure it: perf_sample's run time / runs as the kernel
+# timed it on the H200 (kernel.bpf_stats_enabled=1, bench/README.md "Stacks on the H200"): 4.3 us.
+SAMPLE_COST_DEFAULT_NS = 4300.0
+
+
+def sample_cost_row(run_stats: dict[str, dict] | None) -> dict[str, Any]:
+    """probe_costs' row for the sampler (less session_id): the kernel's own timing of perf_sample where it was on
+    (kernel.bpf_stats_enabled=1), else the H200's figure, saying which."""
+    got = (run_stats or {}).get("perf_sample") or {}
+    runs, ns = int(got.get("run_cnt") or 0), int(got.get("run_time_ns") or 0)
+    if runs:
+        return {"probe": SAMPLE_PROBE, "cost_ns": ns / runs, "method": f"measured by the kernel: perf_sample's run "
+                f"time / its {runs:,} runs (kernel.bpf_stats_enabled=1)", "site": None}
+    return {"probe": SAMPLE_PROBE, "cost_ns": SAMPLE_COST_DEFAULT_NS, "method": "default: not measured here "
+            "(kernel.bpf_stats_enabled=0); the kernel's timing of perf_sample on an H200 host, 4.3 us a sample",
+            "site": None}
+
+
 def detach_sampler(bpf: Any) -> None:
     """Stop the on-CPU sampler, if it runs."""
     if (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK) in getattr(bpf, "open_perf_events", {}):

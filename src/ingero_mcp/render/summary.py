@@ -321,11 +321,16 @@ def cost_line(report: Report, more: str = ": --full") -> str:
         return "tracing cost: not recorded in this store (a collector before schema v4, or an import)."
     wall = (t.wall_ns or 0) / 1e9
     if t.total_share is not None:
-        total = ((t.added_ns or 0) + (t.sched_added_ns or 0) + (t.page_added_ns or 0)) / 1e9
+        total = ((t.added_ns or 0) + (t.sched_added_ns or 0) + (t.page_added_ns or 0) + (t.sample_added_ns or 0)) / 1e9
         return (f"tracing cost: ~{100 * t.total_share:.2f}% by its estimate ({total:,.2f} s over {wall:,.1f} s), "
                 f"not an upper bound{more}")
     share = "?" if t.share is None else f"{100 * t.share:.2f}%"
-    return f"tracing cost: ~{share} by the CUDA probes' estimate, the tracepoints' part not measured{more}"
+    parts = (("the scheduler records'", t.sched_added_ns is not None or not t.off_cpu_intervals),
+             ("the page allocations'", t.page_added_ns is not None or not t.page_allocs),
+             ("the stack sampler's", t.sample_added_ns is not None or not t.samples))
+    unknown = [what for what, known in parts if not known] or ["the tracepoints'"]
+    part = " and ".join(unknown) + (" parts" if len(unknown) > 1 else " part")
+    return f"tracing cost: ~{share} by the CUDA probes' estimate, {part} not measured{more}"
 
 
 def note_headline(note: str) -> str:
