@@ -88,7 +88,7 @@ def test_the_tracing_cost_is_sql_over_the_store(v4_stores: Path) -> None:
         pages, = con.execute("SELECT sum(count) FROM host_aggregates WHERE op = 'mm_page_alloc' AND pid IN "
                              "(SELECT pid FROM processes WHERE traced)").fetchone()
         assert pages > 0 and (t.page_allocs, t.page_added_ns) == (pages, None)  # and the page allocations' cost
-        assert con.execute(t.sql["tracepoints"]).fetchone() == (intervals, None, pages, None, 0, 0, None)  # no samples (v4)
+        assert con.execute(t.sql["tracepoints"]).fetchone() == (intervals, None, pages, None, 0, 0, None)
         assert all(p.sched_added_ns is None and p.page_added_ns is None for p in t.processes)
         lines = cost_lines(t)
         assert (f"{added / 1e9:.3f} s added by the CUDA probes" in lines[0]

@@ -24,7 +24,6 @@ SEVERITY_RANK: dict[str, int] = {"HIGH": 0, "MEDIUM": 1, "LOW": 2}  # the one or
 # The parts of a feeding thread's time a finding reads, and how the prose names them.
 PARTS = ("cpu_wait", "sleep_outside", "io", "gpu_wait", "run_inside", "run_outside", "unknown")
 
-
 PART_LABEL = {
     "cpu_wait": "waiting for a CPU", "sleep_outside": "sleeping outside CUDA calls", "io": "in IO sleep (D state)",
     "gpu_wait": "asleep in CUDA calls (waiting for the GPU)", "run_inside": "on the CPU inside CUDA calls",
@@ -332,13 +331,10 @@ class TracingCost(BaseModel):
     page_allocs: int = Field(0, description="the traced processes' page allocations (host_aggregates 'mm_page_alloc')")
     page_added_ns: int | None = Field(None, description="page_allocs x the measured cost per page; None: not measured "
                                       "in a session that had page allocations (unknown, not zero)")
-    samples: int = Field(0, exclude_if=lambda v: v == 0, description="the traced threads' on-CPU stack samples "
-                         "(stack_samples rows, schema v6)")
-    sample_added_ns: int | None = Field(None, exclude_if=lambda v: v is None, description="samples x the sampler's "
-                                        "cost per sample (probe_costs 'stack_sample'); None: no samples, or not "
-                                        "recorded in a session that had them (unknown, not zero)")
-    total_share: float | None = Field(None, description="(added_ns + sched_added_ns + page_added_ns + "
-                                      "sample_added_ns) / wall_ns; None when one of the last three is")
+    samples: int = Field(0, exclude_if=lambda v: v == 0, description="traced threads' on-CPU stack samples (v6)")
+    sample_added_ns: int | None = Field(None, exclude_if=lambda v: v is None, description="samples x the cost per "
+                                        "sample (probe_costs 'stack_sample'); None: no samples, or cost unknown")
+    total_share: float | None = Field(None, description="the four estimates' sum / wall_ns; None if one is")
     launch_coverage: float | None = Field(None, description="share of the sessions' time not in probe_gaps")
     entry_only_launches: int = Field(0, description="launch rows without a duration (probed entry-only)")
     probe_costs: list[ProbeCost] = []
