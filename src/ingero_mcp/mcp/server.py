@@ -99,6 +99,12 @@ SINCE = Annotated[
     ),
 ]
 PID = Annotated[int | None, Field(description="Only this process id.", ge=0, le=2**31 - 1)]
+FROM = Annotated[
+    str | None,
+    Field(alias="from", description="Window start: '+12.5s' after the trace start (as tools print it), a "
+          "duration before the trace end ('30s'), ns since the epoch, or an ISO time.", max_length=64),
+]
+TO = Annotated[str | None, Field(description="Window end, in the same forms as `from`.", max_length=64)]
 PIDS = Annotated[
     list[int] | None, Field(description="Only these process ids (combined with pid).", max_length=256)
 ]
@@ -230,12 +236,8 @@ def build_server(
                 max_length=64,
             ),
         ] = None,
-        from_: Annotated[
-            str | None,
-            Field(alias="from", description="Window start: '+12.5s' after the trace start (as tools print it), a "
-                  "duration before the trace end ('30s'), ns since the epoch, or an ISO time.", max_length=64),
-        ] = None,
-        to: Annotated[str | None, Field(description="Window end, in the same forms as `from`.", max_length=64)] = None,
+        from_: FROM = None,
+        to: TO = None,
         limit: Annotated[int, Field(description="At most this many events.", ge=1, le=1000)] = 100,
     ) -> Annotated[CallToolResult, TimelineResult]:
         """The events of a process/thread in a time window, to see what happened around a slow call or
@@ -253,12 +255,8 @@ def build_server(
         tid: Annotated[int | None, Field(description="Only this thread id (else every thread of pid).", ge=0,
                                          le=2**31 - 1)] = None,
         since: SINCE = None,
-        from_: Annotated[
-            str | None,
-            Field(alias="from", description="Window start: '+12.5s' after the trace start (as tools print it), a "
-                  "duration before the trace end ('30s'), ns since the epoch, or an ISO time.", max_length=64),
-        ] = None,
-        to: Annotated[str | None, Field(description="Window end, in the same forms as `from`.", max_length=64)] = None,
+        from_: FROM = None,
+        to: TO = None,
         mode: Annotated[Literal["on_cpu", "off_cpu", "both"], Field(
             description="on_cpu: where it ran (sampled stacks); off_cpu: where it blocked (stacks at its "
                         "switch-outs into sleep, weighted by sleep time); both.")] = "both",
