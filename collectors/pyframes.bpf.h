@@ -9,8 +9,11 @@
 //
 // Maps:
 //  - py_procs:   tgid -> struct py_cfg (runtime address + offsets); absent: not a walkable CPython.
-//  - py_tstates: tid -> the thread's PyThreadState* (0: none found, retried after PY_MISS_RETRY_NS),
-//                so the list walk runs once per thread, not at every switch.
+//  - py_tstates: tid -> the thread's PyThreadState* (0: none found, retried after a back-off that starts at
+//                PY_MISS_RETRY_MIN_NS and doubles per miss up to PY_MISS_RETRY_MAX_NS: a new thread that
+//                switched out before CPython stored its native id is named within milliseconds, and a
+//                native thread with no state costs a walk a second), so the list walk runs once per
+//                thread, not at every switch.
 //  - py_stacks:  stack id -> the code-object pointers of the stack, innermost first.
 //  - py_codes:   (tgid, code pointer) -> function name (co_qualname), file
 //                (co_filename) and co_firstlineno (the line of the `def`, not the line executing).
@@ -41,7 +44,8 @@
 #define PY_FILE_LEN 256
 #define PY_FRAME_WIN 72         // bytes read per frame: code, previous and owner lie within them (3.11-3.13)
 #define PY_TS_WIN 128           // bytes read from a cached thread state: its frame pointer and native tid
-#define PY_MISS_RETRY_NS 1000000000ULL
+#define PY_MISS_RETRY_MIN_NS 1000000ULL     // 1 ms
+#define PY_MISS_RETRY_MAX_SHIFT 10          // 1 ms << 10: ~1 s
 #define PY_NO_OFF 0xffff
 #define PY_SHIM 1               // the slot of an entry frame (0: no frame)
 #define PY_OWNED_BY_CSTACK 3    // 3.12+: an entry (shim) frame of the C stack, not Python code
@@ -81,7 +85,7 @@ struct py_tstate_v {
     u64 tstate;          // PyThreadState*, 0: none found
     u64 miss_ts;         // when none was found (retry after PY_MISS_RETRY_NS)
     u32 tgid;            // the process the tid belonged to (tids are reused)
-    u32 pad;
+    u32 misses;          // walks in a row that found no state (the back-off's exponent)
 };
 
 struct py_stack_v {
@@ -172,10 +176,13 @@ static __always_inline u64 py_thread_state(struct py_cfg *cfg, u32 tgid, u32 tid
                                            u64 *frame_ptr) {
     struct py_tstate_v *c = py_tstates.lookup(&tid);
     u64 now = 0;
+    u32 misses = 0;
     if (c && c->tgid == tgid) {
         if (!c->tstate) {
             now = bpf_ktime_get_ns();
-            if (now - c->miss_ts < PY_MISS_RETRY_NS)
+            misses = c->misses;
+            u32 shift = misses < PY_MISS_RETRY_MAX_SHIFT ? misses : PY_MISS_RETRY_MAX_SHIFT;
+            if (now - c->miss_ts < (PY_MISS_RETRY_MIN_NS << shift))
                 return 0;
         } else if (bpf_probe_read_user(win, PY_TS_WIN, (void *)(c->tstate + cfg->ts_win)) == 0) {
             u64 ntid = py_win_u64(win, (u32)cfg->ts_tid - cfg->ts_win, PY_TS_WIN);
@@ -188,8 +195,10 @@ static __always_inline u64 py_thread_state(struct py_cfg *cfg, u32 tgid, u32 tid
     struct py_tstate_v v = {};
     v.tgid = tgid;
     v.tstate = py_find_tstate(cfg, ntid_want);
-    if (!v.tstate)
+    if (!v.tstate) {
         v.miss_ts = now ? now : bpf_ktime_get_ns();
+        v.misses = misses + 1;
+    }
     py_tstates.update(&tid, &v);
     if (v.tstate)
         *frame_ptr = py_read_ptr(v.tstate + cfg->ts_frame);
