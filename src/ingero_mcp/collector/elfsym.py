@@ -105,6 +105,27 @@ class ElfFile:
         return None
 
 
+    def symbol_table(self, kind: int) -> tuple[bytes, bytes] | None:
+        """The raw entries of the first section of `kind` (SHT_SYMTAB, SHT_DYNSYM) and its string table, or None."""
+        for stype, off, size, link, entsize, _addr in self._sections:
+            if stype == kind and entsize == 24 and link < len(self._sections):
+                strtab = self._sections[link]
+                with open(self.path, "rb") as f:
+                    f.seek(off)
+                    table = f.read(size)
+                    f.seek(strtab[1])
+                    strings = f.read(strtab[2])
+                return table, strings
+        return None
+
+    def link_address(self, file_offset: int) -> int | None:
+        """The link-time address of the byte at `file_offset` (None: in no load segment)."""
+        for s in self.segments:
+            if s.offset <= file_offset < s.offset + s.filesz:
+                return s.vaddr + (file_offset - s.offset)
+        return None
+
+
 def _lookup(f: BinaryIO, off: int, size: int, entsize: int, strtab: tuple[int, ...], want: bytes
             ) -> tuple[int, int] | None:
     f.seek(off)

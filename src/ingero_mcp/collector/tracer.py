@@ -63,10 +63,10 @@ from ingero_mcp.collector.ustacks import (
     DEFAULT_STACK_HZ,
     UserStacks,
     attach_sampler,
-    bcc_user_resolver,
     detach_sampler,
     sample_cost_row,
 )
+from ingero_mcp.collector.usyms import UserSymbols
 
 __all__ = [
     "AGG_ENTRIES", "CUDA_RB_PAGES", "DRAIN_FILL", "ENDBR64", "MIN_POLL_S", "PROC_RB_PAGES", "SAMPLE_RB_PAGES",
@@ -277,7 +277,7 @@ class Tracer:
                                                  say=self._say, **cache)
             if want_regs:
                 cflags.append("-DHAVE_TASK_PT_REGS")
-        except Exception:  # noqa: BLE001 - a kernel or BCC without the helper: syscall stays NULL
+        except Exception:
             if not want_regs:
                 raise
             self.bpf, self.bpf_status = load_bpf(bcc, text, cflags, say=self._say, **cache)
@@ -296,7 +296,7 @@ class Tracer:
         self.probes.bpf = self.bpf
         self.targets.traced_map = self.bpf["traced"]
         self.kstacks = KernelStacks(self.bpf["kstacks"], bcc_symbolizer())
-        self.ustacks = UserStacks(self.bpf["ustacks"], bcc_user_resolver(), PythonFrames(self.bpf), self.opts.stack_hz)
+        self.ustacks = UserStacks(self.bpf["ustacks"], UserSymbols(), PythonFrames(self.bpf), self.opts.stack_hz)
         self.targets.on_traced = self.ustacks.add_process
         self.drain.open(self.bpf)
 

@@ -3,17 +3,15 @@ on-CPU sampler attached, and how each process's stacks were taken (`stack_source
 
 The eBPF program takes a thread's user stack (frame-pointer walk, innermost first) where it takes the kernel
 stack (a switch-out into sleep) and at each on-CPU sample, with the id of its Python stack (pyframes.bpf.h).
-Here each new (pid, map id, Python id) is read once, symbolised against the process's own mappings (BCC's
-per-pid symbol cache, while the process lives; module = the mapped file's basename) and given an id that is a
+Here each new (pid, map id, Python id) is read once, symbolised against the process's own mappings (usyms.py,
+read while the process lives; module = the mapped file's basename) and given an id that is a
 hash of its frames (kstacks.stack_id). A stack with a Python id becomes one 'python' stack: the native frames
 up to the first interpreter frame, then the Python frames; else one 'user' stack of native frames.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,38 +28,10 @@ DEFAULT_STACK_HZ = 49  # on-CPU samples per second per CPU (--stack-hz); off the
 PERF_TYPE_SOFTWARE, PERF_COUNT_SW_CPU_CLOCK = 1, 0
 INTERPRETER_MODULE = re.compile(r"^(lib)?python\d")  # libpython3.12.so.1.0, python3.12, python3
 NO_FRAME_POINTERS = "built without frame pointers: native stacks stop at the first frame"
-SYMCACHE_REFRESH_S = 2.0  # a process's mappings are read again at most this often (libraries loaded later)
 STACK_SOURCES_SCHEMA = pa.schema([
     ("pid", pa.int32()), ("python", pa.string()), ("python_frames", pa.bool_()), ("frame_pointers", pa.bool_()),
     ("sample_hz", pa.int32()), ("note", pa.string()),
 ])
-
-
-def bcc_user_resolver() -> Resolve:
-    """User addresses of a process -> (function, module basename), through BCC's per-pid symbol cache; an address
-    in no known mapping makes the cache read the process's mappings again (a library loaded since)."""
-    from bcc import SymbolCache  # type: ignore[import-not-found]
-
-    caches: dict[int, tuple[Any, float]] = {}
-
-    def cache(pid: int, fresh: bool = False) -> Any:
-        got = caches.get(pid)
-        if got is None or (fresh and time.monotonic() - got[1] > SYMCACHE_REFRESH_S):
-            got = caches[pid] = (SymbolCache(pid), time.monotonic())
-        return got[0]
-
-    def resolve(pid: int, addr: int) -> tuple[str, str | None]:
-        name, offset, module = cache(pid).resolve(addr, True)
-        if module is None:
-            name, offset, module = cache(pid, fresh=True).resolve(addr, True)
-        mod = os.path.basename(module.decode("utf-8", "replace")) if module else None
-        if name:
-            return (name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)), mod
-        return (f"0x{offset:x}" if mod else f"0x{addr:x}"), mod
-
-    resolve.warm = cache  # type: ignore[attr-defined]  # read a process's mappings now, while it lives
-    resolve.forget = lambda pid: caches.pop(pid, None)  # type: ignore[attr-defined]  # an exec: other mappings
-    return resolve
 
 
 def attach_sampler(bpf: Any, hz: int) -> str | None:
