@@ -469,7 +469,7 @@ async def test_a_trace_still_recording_is_served_and_grows(tmp_path: Path) -> No
 
     writer.append("cuda_calls", calls(10, 0))
     writer.flush()
-    server = build_server(db, reopen_min_s=0.0)
+    server = build_server(db, reopen_min_s=0.0, refresh_factor=0.0)
     async with Client(server) as client:
         first = await client.call_tool("get_trace_stats", {})
         writer.append("cuda_calls", calls(5, 10))
@@ -483,6 +483,35 @@ async def test_a_trace_still_recording_is_served_and_grows(tmp_path: Path) -> No
     assert second.structured_content["calls"] == 15
     assert info.structured_content["info"]["live"] is True and "LIVE" in text_of(info)
     assert third.structured_content["rows"] == [[15]]
+
+
+async def test_a_growing_recording_is_reread_at_most_once_per_its_cost(tmp_path: Path) -> None:
+    """A live recording's re-read (snapshot, then the accounting's rows) is paid at most once per refresh_factor
+    times what the last one cost: with a factor no wait can reach, growth is not read; the fold is read at once."""
+    db = tmp_path / "live.duckdb"
+    writer = TraceWriter(db, live=True)
+    writer.replace("sessions", {"source": ["collector"], "started_ns": [T0]})
+    rows = {"ts_ns": [T0 + i * MS for i in range(10)], "duration_ns": [50_000] * 10, "pid": [42] * 10,
+            "tid": [42] * 10, "api": ["runtime"] * 10, "op": ["cudaLaunchKernel"] * 10}
+    writer.append("cuda_calls", rows)
+    writer.flush()
+    server = build_server(db, reopen_min_s=0.0, refresh_factor=1e9)
+    async with Client(server) as client:
+        first = await client.call_tool("get_trace_stats", {})
+        assert server.store.open_s > 0 and server.store.slowest_call_s > 0
+        writer.append("cuda_calls", {k: v[:5] for k, v in rows.items()})
+        writer.flush()
+        held = await client.call_tool("get_trace_stats", {})
+        server.store.refresh_factor = 0.0
+        grown = await client.call_tool("get_trace_stats", {})
+        server.store.refresh_factor = 1e9
+        writer.close()  # the fold: the store file appears, the segments go
+        folded = await client.call_tool("run_sql", {"sql": "SELECT count(*) FROM cuda_calls"})
+        stats = await client.call_tool("get_trace_stats", {})
+    server.store.close()
+    assert first.structured_content["calls"] == 10 and held.structured_content["calls"] == 10
+    assert grown.structured_content["calls"] == 15
+    assert folded.structured_content["rows"] == [[15]] and stats.structured_content["calls"] == 15
 
 
 async def test_investigate_prompt(store: Path) -> None:

@@ -17,11 +17,13 @@ from ingero_mcp.sanitize import clean
 
 DESCRIPTION = """\
 Serve a trace store to an MCP client (Claude Code, ollmcp, the MCP Inspector) over stdio.
-Tools: get_trace_stats, get_causal_chains, get_evidence_sql, get_per_process_breakdown,
-get_timeline, get_system_context, get_trace_info, run_sql (read-only); resources:
-ingero://schema, ingero://report; prompt: investigate.
-The store is opened read-only; a trace still being recorded is served with what it holds
-so far and re-read when it grows."""
+Tools: get_trace_info, get_trace_stats, get_causal_chains, get_time_accounting,
+get_evidence_sql, get_per_process_breakdown, get_timeline, get_stacks, get_system_context,
+run_sql (read-only), save_picture; resources: ingero://schema, ingero://report; prompt:
+investigate.
+The store is opened read-only. A trace still being recorded is served with what it holds
+so far and re-read when it grows: at most once per four times what the last re-read cost
+(on a large recording the calls in between answer from a snapshot up to a minute old)."""
 
 EPILOG = """\
 examples:

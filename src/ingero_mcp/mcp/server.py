@@ -27,7 +27,7 @@ from mcp_types import INVALID_PARAMS, CallToolResult, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ingero_mcp import __version__
-from ingero_mcp.mcp.handle import REOPEN_MIN_S, StoreHandle
+from ingero_mcp.mcp.handle import REFRESH_FACTOR, REOPEN_MIN_S, StoreHandle
 from ingero_mcp.mcp.prompt import investigate_text
 from ingero_mcp.mcp.results import (
     AccountingResult,
@@ -112,17 +112,18 @@ PIDS = Annotated[
 
 def build_server(
     db_path: str | Path, sql_timeout_s: float = DEFAULT_TIMEOUT_S, reopen_min_s: float = REOPEN_MIN_S,
-    out_dir: str | Path | None = None, sql_limits: Limits | None = None,
+    out_dir: str | Path | None = None, sql_limits: Limits | None = None, refresh_factor: float = REFRESH_FACTOR,
 ) -> MCPServer:
     """An MCPServer over the trace at `db_path`, opened now. A store that cannot be read (missing, damaged, not a
     store) is served all the same: the tools and the prompt are listed, and each tool answers with the reason
     (`server.store.unreadable` holds it), until the file can be read.
 
-    A store that changes on disk (a live recording) is reopened at most every `reopen_min_s`.
+    A store that changes on disk is reopened at most every `reopen_min_s`; a live recording whose segments grew, at
+    most once per `refresh_factor` times what its last re-read cost (mcp/handle.py).
     save_picture writes its files under `out_dir` (default: a per-user folder in the temp directory). run_sql's
     queries run in a child process within `sql_limits` (default: sized for this machine, sqlworker.Limits).
     """
-    store = StoreHandle(db_path, reopen_min_s)
+    store = StoreHandle(db_path, reopen_min_s, refresh_factor)
     if store.unreadable is None:
         with store.connection() as con:
             schema_text = describe_schema(con)
