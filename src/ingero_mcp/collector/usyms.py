@@ -141,7 +141,8 @@ class UserSymbols:
         file_offset = addr - m.start + m.offset
         vaddr = syms.elf.link_address(file_offset) if syms is not None else None
         name = syms.function(vaddr) if syms is not None and vaddr is not None else None
-        return (name or f"0x{file_offset:x}"), module
+        # unnamed: the link-time address where known (what addr2line and gdb take), else the file offset
+        return (name or f"0x{file_offset if vaddr is None else vaddr:x}"), module
 
 
 def read_maps(pid: int) -> list[Mapping] | None:
