@@ -12,6 +12,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from ingero_mcp.demo.scenarios import generate
 from ingero_mcp.mcp.server import build_server
+from ingero_mcp.store.views import view_sql
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +67,12 @@ async def test_a_picture_that_cannot_be_written_says_why(demo_store: Path, tmp_p
     nulls = tmp_path / "null-start.duckdb"
     shutil.copyfile(demo_store, damaged)
     shutil.copyfile(demo_store, nulls)
-    with duckdb.connect(str(damaged)) as con:  # the fold's stored thread states, one value changed by hand
-        con.execute("UPDATE acct_thread_state SET state = 'bogus' WHERE state = 'sleeping'")
-    with duckdb.connect(str(nulls)) as con:  # and a time the report needs, emptied
-        con.execute("UPDATE acct_thread_state SET start_ns = NULL WHERE tid % 2 = 0")
+    for copy, damage in ((damaged, "UPDATE acct_thread_state SET state = 'bogus' WHERE state = 'sleeping'"),
+                         (nulls, "UPDATE acct_thread_state SET start_ns = NULL WHERE tid % 2 = 0")):
+        with duckdb.connect(str(copy)) as con:  # thread states stored (as a v3-v7 fold did), one changed by hand
+            con.execute(view_sql("thread_state"))
+            con.execute("INSERT INTO acct_thread_state BY NAME SELECT * FROM thread_state")
+            con.execute(damage)
     server = build_server(demo_store, out_dir=out_dir)
     bogus = build_server(damaged, out_dir=out_dir)
     null = build_server(nulls, out_dir=out_dir)

@@ -14,10 +14,12 @@ import time
 import duckdb
 
 from ingero_mcp.analysis.answers import STORED as ANSWERS, recording, store_answers
+from ingero_mcp.store.schema import current_version
 from ingero_mcp.store.views import (
     CACHE,
     CACHE_LOCK,
     CACHE_META,
+    COMPUTED_SINCE,
     DEFINITIONS,
     DERIVED,
     DERIVED_META,
@@ -105,8 +107,11 @@ def _store(con: duckdb.DuckDBPyConnection, selects: dict[str, str]) -> None:
             con.execute("ROLLBACK").fetchall()
             raise
         con.execute("CHECKPOINT").fetchall()
-    first = [name for name in STORED if name in FIRST]
-    for names in (first, [name for name in STORED if name not in FIRST]):
+    stored = stored_views(con)
+    first = [name for name in stored if name in FIRST]
+    for names in (first, [name for name in stored if name not in FIRST]):
+        if not names and names is first:
+            continue
         con.execute("BEGIN TRANSACTION").fetchall()
         try:
             for name in names:  # views.COMPUTED are laid by their SQL: not stored
@@ -124,6 +129,12 @@ def _store(con: duckdb.DuckDBPyConnection, selects: dict[str, str]) -> None:
             con.execute("CHECKPOINT").fetchall()
 
 
+def stored_views(con: duckdb.DuckDBPyConnection) -> tuple[str, ...]:
+    """The views whose rows a finish stores: views.STORED from v8 on; every view in a v3-v7 store, whose readers
+    read its tables as they are (an empty acct_thread_state would read as no thread ever slept)."""
+    return STORED if current_version(con) >= COMPUTED_SINCE else VIEWS
+
+
 # Written in a transaction of their own, checkpointed before the others: DuckDB's parallel insert of thread_state's
 # UNION ALL leaves partly filled row groups that the commit rewrites, and blocks freed inside a transaction are reused
 # only after it (at 10M: 178 of 1,381 blocks free when written with the others, 64 of 1,297 so). Until the others and
@@ -135,7 +146,7 @@ def _store_from_cache(con: duckdb.DuckDBPyConnection) -> bool:
     """store_derived through the process's cache (the views' SQL where the one-pass spans cannot be made)."""
     try:
         _make_cache(con)  # one transaction writes one catalog: the cache is made before the store's is written
-        _store(con, {name: f"SELECT * FROM {TABLES[name]}" for name in STORED})
+        _store(con, {name: f"SELECT * FROM {TABLES[name]}" for name in stored_views(con)})
     finally:
         _drop_cache(con)
     if answers:

@@ -40,10 +40,12 @@ CACHE_LOCK = threading.Lock()  # cursors run tool calls in parallel: one of them
 # v3 stores (schemas/v3.sql): the views' rows made once when the store was finished, in stored tables.
 DERIVED = {name: f"acct_{name}" for name in VIEWS}
 # Views laid by their own SQL where the store's table of their rows is empty: a projection of one store table costs
-# a scan to read, not a second copy on disk. None now: thread_state (sched_intervals in another shape, ~55 MB of a
-# 10M-event store) was laid so for a while, and explain --json at 10M took ~0.2 s more CPU (2.23 -> 2.45 s, four
-# pairs): worth it again once explain reads its sleeps and waits from per-thread summaries (bench/README.md).
-COMPUTED: tuple[str, ...] = ()
+# a scan to read, not a second copy on disk. thread_state (sched_intervals in another shape) since v8: at 10M events
+# its stored copy took 71 MB of 343 (7.1 B/event) and 1.8 s of the 9.7 s finish; explain reads the recorded answers
+# (v7) for the whole trace, and a window's explain computes it for +0.04-0.09 s (bench/README.md). Stores of v3-v7
+# keep theirs (read as they are); a v3-v7 store finished again keeps storing it (derive.stored_views).
+COMPUTED: tuple[str, ...] = ("thread_state",)
+COMPUTED_SINCE = 8  # the schema version from which the COMPUTED views' tables are left empty
 STORED: tuple[str, ...] = tuple(name for name in VIEWS if name not in COMPUTED)
 # Stored columns a v7 finish leaves NULL, and what a reader computes in their place (the same values: before_ns is
 # call_span_rows' running sum of the thread's earlier span lengths). DuckDB drops the window from a query that does
