@@ -10,7 +10,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 SHT_SYMTAB = 2
 SHT_DYNSYM = 11
@@ -68,14 +67,11 @@ class ElfFile:
     def symbol(self, name: str) -> tuple[int, int] | None:
         """(link-time address, size) of a defined symbol, from .dynsym then .symtab; None if absent."""
         want = name.encode()
-        with open(self.path, "rb") as f:
-            for kind in (SHT_DYNSYM, SHT_SYMTAB):
-                for stype, off, size, link, entsize, _addr in self._sections:
-                    if stype != kind or not entsize or link >= len(self._sections):
-                        continue
-                    found = _lookup(f, off, size, entsize, self._sections[link], want)
-                    if found:
-                        return found
+        for kind in (SHT_DYNSYM, SHT_SYMTAB):
+            raw = self.symbol_table(kind)
+            found = _lookup(*raw, want) if raw else None
+            if found:
+                return found
         return None
 
     def file_offset(self, vaddr: int) -> int | None:
@@ -126,13 +122,8 @@ class ElfFile:
         return None
 
 
-def _lookup(f: BinaryIO, off: int, size: int, entsize: int, strtab: tuple[int, ...], want: bytes
-            ) -> tuple[int, int] | None:
-    f.seek(off)
-    table = f.read(size)
-    f.seek(strtab[1])
-    strings = f.read(strtab[2])
-    for pos in range(0, len(table) - entsize + 1, entsize):
+def _lookup(table: bytes, strings: bytes, want: bytes) -> tuple[int, int] | None:
+    for pos in range(0, len(table) - 23, 24):
         st_name, _info, _other, shndx, value, sz = struct.unpack_from("<IBBHQQ", table, pos)
         if shndx == 0 or not st_name:
             continue
