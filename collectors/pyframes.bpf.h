@@ -10,9 +10,9 @@
 // Maps:
 //  - py_procs:   tgid -> struct py_cfg (runtime address + offsets); absent: not a walkable CPython.
 //  - py_tstates: tid -> the thread's PyThreadState* (0: none found, retried after a back-off that starts at
-//                PY_MISS_RETRY_MIN_NS and doubles per miss up to PY_MISS_RETRY_MAX_NS: a new thread that
-//                switched out before CPython stored its native id is named within milliseconds, and a
-//                native thread with no state costs a walk a second), so the list walk runs once per
+//                PY_MISS_RETRY_MIN_NS and doubles per miss, PY_MISS_RETRY_MAX_SHIFT times at most: a new
+//                thread that switched out before CPython stored its native id is named within milliseconds,
+//                and a native thread with no state costs a walk a second), so the list walk runs once per
 //                thread, not at every switch.
 //  - py_stacks:  stack id -> the code-object pointers of the stack, innermost first.
 //  - py_codes:   (tgid, code pointer) -> function name (co_qualname), file
@@ -83,7 +83,7 @@ struct py_cfg {
 
 struct py_tstate_v {
     u64 tstate;          // PyThreadState*, 0: none found
-    u64 miss_ts;         // when none was found (retry after PY_MISS_RETRY_NS)
+    u64 miss_ts;         // when none was found (retried after the back-off)
     u32 tgid;            // the process the tid belonged to (tids are reused)
     u32 misses;          // walks in a row that found no state (the back-off's exponent)
 };

@@ -277,7 +277,7 @@ class Tracer:
                                                  say=self._say, **cache)
             if want_regs:
                 cflags.append("-DHAVE_TASK_PT_REGS")
-        except Exception:
+        except Exception:  # noqa: BLE001 - a kernel or BCC without the helper: syscall stays NULL
             if not want_regs:
                 raise
             self.bpf, self.bpf_status = load_bpf(bcc, text, cflags, say=self._say, **cache)
