@@ -11,12 +11,13 @@ from pathlib import Path
 import duckdb
 
 from ingero_mcp.analysis.derive import materialize, store_derived
-from ingero_mcp.store.views import DERIVED, STORED, TABLES, VIEWS, has_derived, lay_views
+from ingero_mcp.store.views import DERIVED, KEPT_VIEW, STORED, TABLES, VIEWS, has_derived, lay_views
 from ingero_mcp.store import TraceWriter, open_store
 
 from test_analysis_views import (
     CALL_COLUMNS,
     MS,
+    US,
     PID,
     S,
     SCHED_COLUMNS,
@@ -55,8 +56,8 @@ def _check_derived(path: Path, want: dict, types: dict) -> None:
     lay_views(con)
     for v in VIEWS:
         sql = con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [v]).fetchall()[0][0]
-        # a views.COMPUTED view is laid by its own SQL: its rows are not stored
-        assert (DERIVED[v] in sql) == (v in STORED), v
+        # a views.COMPUTED view is laid by its own SQL: its rows are not stored; call_spans reads the kept spans (v9)
+        assert (DERIVED[v] in sql or KEPT_VIEW in sql) == (v in STORED), v
         assert con.execute(f"DESCRIBE SELECT * FROM {v}").fetchall() == types[v], v
         assert _rows(con, f"SELECT * FROM {v}") == want[v], v
     materialize(con)  # nothing made: the per-connection names read the stored tables
@@ -80,6 +81,40 @@ def test_stored_tables_equal_the_views(tmp_path: Path) -> None:
     _check_derived(db, want, types)
     _derive(db)  # again: replaced, not doubled
     _check_derived(db, want, types)
+
+
+def plain_calls(tid: int, n: int = 60) -> list[dict]:
+    """A thread whose calls never overlap: launches of three kernels of its own (each first launch a span kept),
+    copies, a zero-length call, calls probed entry-only (no duration: no span), one call starting where the last
+    ended."""
+    ops = [("cudaLaunchKernel", 1), ("cudaLaunchKernel", 2), ("cudaMemcpy", None), ("cudaLaunchKernel", 3),
+           ("cudaStreamSynchronize", None)]
+    rows, ts = [], T0 + 20 * MS
+    for i in range(n):
+        op, handle = ops[i % len(ops)]
+        dur = None if i % 11 == 5 else (0 if i % 13 == 7 else 40 * US + i)
+        copy = "emcpy" in op
+        rows.append(call(ts, dur, op, handle=handle and 100 * tid + handle, tid=tid, nbytes=1 << 21 if copy else None,
+                         pinned=i % 2 == 0 if copy else None))
+        ts += (dur or 0) + (0 if i == 30 else 7 * US)
+    return rows
+
+
+def test_a_v9_store_keeps_only_the_spans_that_are_not_one_call(tmp_path: Path) -> None:
+    """Threads whose calls never overlap keep only their first launches; a thread whose calls nest keeps every span;
+    read back (cuda_calls for the rest), the rows and types are the views' own."""
+    db = write_store(tmp_path / "k.duckdb", STATE, random_calls(tids=(11,)) + plain_calls(12) + plain_calls(13))
+    want, types = _computed(db)
+    _derive(db)
+    _check_derived(db, want, types)
+    con = open_store(db)
+    kept = con.execute("SELECT tid, count(*), count(*) FILTER (WHERE call_class = 'launch_first') "
+                       "FROM acct_call_spans GROUP BY tid ORDER BY tid").fetchall()
+    spans = dict(con.execute("SELECT tid, count(*) FROM call_spans GROUP BY tid").fetchall())
+    con.close()
+    assert kept[0][0] == 11 and kept[0][1] == spans[11]  # nested: every span
+    assert kept[1:] == [(12, 3, 3), (13, 3, 3)]  # plain: the three first launches only
+    assert spans[12] == spans[13] == 60 - 5  # the 5 entry-only calls have no span
 
 
 def test_finishing_again_does_not_grow_the_file(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from ingero_mcp.store.views import (
     DEFINITIONS,
     DERIVED,
     DERIVED_META,
+    KEPT_SINCE,
+    KEPT_WHERE,
     RECOMPUTED,
     SECONDS_TABLE,
     SOURCE_SQL,
@@ -108,6 +110,7 @@ def _store(con: duckdb.DuckDBPyConnection, selects: dict[str, str]) -> None:
             raise
         con.execute("CHECKPOINT").fetchall()
     stored = stored_views(con)
+    keeps_spans = current_version(con) >= KEPT_SINCE
     first = [name for name in stored if name in FIRST]
     for names in (first, [name for name in stored if name not in FIRST]):
         if not names and names is first:
@@ -116,8 +119,11 @@ def _store(con: duckdb.DuckDBPyConnection, selects: dict[str, str]) -> None:
         try:
             for name in names:  # views.COMPUTED are laid by their SQL: not stored
                 left = ", ".join(RECOMPUTED.get(name, {}))  # columns readers compute (views.RECOMPUTED): NULL here
+                rows = selects[name]
+                if name == "call_spans" and keeps_spans:  # v9: the spans that are not simply one call
+                    rows = f"SELECT * FROM ({rows}) WHERE {KEPT_WHERE.format(spans=rows)}"
                 con.execute(f"INSERT INTO {DERIVED[name]} BY NAME SELECT * {f'EXCLUDE ({left})' if left else ''} "
-                            f"FROM ({selects[name]})").fetchall()
+                            f"FROM ({rows})").fetchall()
             if names is not first:
                 con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({SOURCE_SQL})",
                             [time.time_ns(), views_hash()]).fetchall()

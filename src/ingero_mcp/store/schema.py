@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # v3's derived tables (the accounting's views, made once when a store is finished): not trace tables. The writer
 # does not append to them, live segments never hold them, a live snapshot does not copy them (schemas/v3.sql).

@@ -17,9 +17,11 @@ from importlib import resources
 
 import duckdb
 
+from ingero_mcp.store.schema import current_version
+
 # Every definition (store/sql/<name>.sql), in dependency order: each reads only the store's tables and the views
 # before it.
-DEFINITIONS: tuple[str, ...] = ("thread_state", "call_span_rows", "call_spans", "thread_second_spans",
+DEFINITIONS: tuple[str, ...] = ("thread_state", "call_span_rows", "call_class", "call_spans", "thread_second_spans",
                                 "thread_second_in_call", "thread_seconds", "thread_sleeps")
 # The views whose rows are made once (stored in a finished store, or cached for the process): the vocabulary the
 # analysis and the evidence SQL use. The others are the steps between them.
@@ -53,6 +55,12 @@ STORED: tuple[str, ...] = tuple(name for name in VIEWS if name not in COMPUTED)
 RECOMPUTED: dict[str, dict[str, str]] = {"call_spans": {"before_ns": (
     "coalesce(before_ns, CAST(coalesce(sum(end_ns - start_ns) OVER (PARTITION BY pid, tid ORDER BY start_ns "
     "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS HUGEINT))")}}
+# v9 stores keep in acct_call_spans only the spans that are not simply one call (sql/call_spans_kept.sql says which,
+# and reads the others from cuda_calls): at 10M events every span was one call, 82 MB of a 263 MB store (8.3
+# B/event) copying cuda_calls' columns. A store of v3-v8 keeps (and, finished again, stores) every span.
+KEPT_SINCE = 9
+KEPT_VIEW = "call_spans_kept"
+KEPT_WHERE = ("call_class = 'launch_first' OR (pid, tid) IN (SELECT pid, tid FROM ({spans}) WHERE calls > 1)")
 DERIVED_META = "acct_meta"
 SOURCE_SQL = ("SELECT (SELECT count(*) FROM cuda_calls), (SELECT count(*) FROM sched_intervals), "
               "(SELECT count(*) FROM sessions), (SELECT min(started_ns) FROM sessions), "
@@ -70,6 +78,7 @@ def view_sql(name: str) -> str:
 # with one of them keeps its derived rows.
 SAME_ROWS_AS: frozenset[str] = frozenset({
     "1b7e01374d943115",  # the four views before call_spans and thread_seconds were split into steps (issue 22)
+    "cc8e87255b6599c2",  # call_spans' CASE before it became the call_class macro (store v9)
 })
 
 
@@ -129,7 +138,12 @@ def cached_tables() -> dict[str, str]:
 
 def read_from(con: duckdb.DuckDBPyConnection, source: dict[str, str]) -> None:
     """Point the connection's views and per-view table names at made rows (`source`: view -> qualified table); the
-    store's own (`DERIVED`) lay a COMPUTED view by its SQL where its table is empty."""
+    store's own (`DERIVED`) lay a COMPUTED view by its SQL where its table is empty, and read call_spans through
+    KEPT_VIEW from a store finished by v9 or later."""
+    kept = source is DERIVED and current_version(con) >= KEPT_SINCE
+    if kept:
+        con.execute(view_sql("call_class")).fetchall()
+        con.execute(view_sql(KEPT_VIEW)).fetchall()
     for name in VIEWS:
         if source is DERIVED and name in COMPUTED and not con.execute(
                 f"SELECT count(*) FROM (SELECT 1 FROM {source[name]} LIMIT 1)").fetchall()[0][0]:
@@ -138,8 +152,8 @@ def read_from(con: duckdb.DuckDBPyConnection, source: dict[str, str]) -> None:
             continue
         if source is DERIVED and name in RECOMPUTED:
             made = ", ".join(f"{expr} AS {column}" for column, expr in RECOMPUTED[name].items())
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * REPLACE ({made}) FROM {source[name]}"
-                        ).fetchall()
+            rows = KEPT_VIEW if kept and name == "call_spans" else source[name]
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * REPLACE ({made}) FROM {rows}").fetchall()
             con.execute(f"CREATE OR REPLACE TEMP VIEW {TABLES[name]} AS SELECT * FROM {name}").fetchall()
             continue
         con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS SELECT * FROM {source[name]}").fetchall()
@@ -149,7 +163,7 @@ def read_from(con: duckdb.DuckDBPyConnection, source: dict[str, str]) -> None:
 def reads_made_rows(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the connection's views read rows already made: the store's derived tables or the process's cache."""
     got = con.execute("SELECT sql FROM duckdb_views() WHERE temporary AND view_name = ?", [STORED[0]]).fetchall()
-    return bool(got) and (DERIVED[STORED[0]] in got[0][0] or f"{CACHE}." in got[0][0])
+    return bool(got) and any(made in got[0][0] for made in (DERIVED[STORED[0]], KEPT_VIEW, f"{CACHE}."))
 
 
 def lay_views(con: duckdb.DuckDBPyConnection) -> None:
