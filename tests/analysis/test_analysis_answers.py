@@ -17,6 +17,7 @@ from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.analysis.window import trace_window
 from ingero_mcp.demo import generate
 from ingero_mcp.store import open_store
+from ingero_mcp.store.views import SAME_ROWS_AS
 
 MARK = 987654321  # a call count no demo store has
 
@@ -91,6 +92,25 @@ def test_not_read_once_the_store_changed(store: Path, tmp_path: Path) -> None:
     con.execute("INSERT INTO cuda_calls BY NAME SELECT * FROM cuda_calls LIMIT 1").fetchall()
     con.close()
     assert str(MARK) not in _report(tampered)
+
+
+def _made_with(db: Path, made_with: str) -> None:
+    """The recorded answers say they were made with the definitions hashed `made_with`."""
+    con = duckdb.connect(str(db))
+    con.execute(f"UPDATE {STORED} SET made_from = regexp_replace(made_from, ' [0-9a-f]+$', ' ' || ?)",
+                [made_with]).fetchall()
+    con.close()
+
+
+def test_answers_made_with_definitions_that_make_the_same_rows_are_read(store: Path, tmp_path: Path) -> None:
+    """Answers recorded before a rewrite of the views that views.SAME_ROWS_AS vouches for are still the answers;
+    those of other definitions are not read."""
+    for made_with, read in ((sorted(SAME_ROWS_AS)[-1], True), ("0123456789abcdef", False)):
+        tampered = tmp_path / f"{made_with}.duckdb"
+        shutil.copy(store, tampered)
+        _tamper(tampered)
+        _made_with(tampered, made_with)
+        assert (str(MARK) in _report(tampered)) == read, made_with
 
 
 def test_encoding_keeps_values_and_types() -> None:

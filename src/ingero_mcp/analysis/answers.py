@@ -22,7 +22,7 @@ from decimal import Decimal
 import duckdb
 
 from ingero_mcp.analysis._sql import rows
-from ingero_mcp.store.views import SOURCE_SQL, views_hash
+from ingero_mcp.store.views import SAME_ROWS_AS, SOURCE_SQL, views_hash
 
 STORED = "acct_answers"
 
@@ -108,12 +108,21 @@ def _known(con: duckdb.DuckDBPyConnection, where: tuple[str, str]) -> dict[str, 
             return known
     known = {}
     if _has_stored(con):
-        known = dict(rows(con, f"SELECT query_key, answer FROM {STORED} WHERE made_from = ?", [where[1]]))
+        alike = _alike(where[1])
+        known = dict(rows(con, f"SELECT query_key, answer FROM {STORED} WHERE made_from IN "
+                               f"({', '.join('?' * len(alike))})", alike))
     with _LOCK:
         known = _KEPT.setdefault(where, known)
         while len(_KEPT) > _KEPT_STORES:
             _KEPT.popitem(last=False)
     return known
+
+
+def _alike(made: str) -> list[str]:
+    """`made` (a made_from) and the same rows made with the definitions views.SAME_ROWS_AS names: answers recorded
+    over either are the answers now (the key is the question's SQL)."""
+    source = made.rsplit(" ", 1)[0]
+    return [made, *(f"{source} {other}" for other in sorted(SAME_ROWS_AS))]
 
 
 def _has_stored(con: duckdb.DuckDBPyConnection) -> bool:

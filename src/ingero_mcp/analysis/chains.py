@@ -197,7 +197,7 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
     out = []
     for rank, t in enumerate(pace_threads(acc)[:2]):
         sql = churn_sql(t.pid, t.tid, window, t0)
-        per = {int(k): (int(n), int(ns)) for k, n, ns in rows(con, sql)}
+        per = {int(k): (int(n), int(ns)) for k, n, ns in shared_rows(con, sql)}
         hot = [k for k, (n, ns) in per.items() if n >= CHURN_MIN_PER_S and ns >= CHURN_MIN_SHARE * 1e9]
         for run in second_runs(hot):
             if run[-1] - run[0] + 1 < 2:
