@@ -19,8 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-_CALLS = ("SELECT pid, tid, ts_ns, ts_ns + greatest(duration_ns, 0) AS e, op, bytes, memcpy_kind, "
-          "host_pinned, kernel_handle FROM cuda_calls WHERE duration_ns IS NOT NULL")  # entry-only calls: no span
+_KEYS = "pid, tid, ts_ns, ts_ns + greatest(duration_ns, 0) AS e, kernel_handle"
+_HEAD = ("op", "bytes", "memcpy_kind", "host_pinned")  # the rest of a span's columns: its first call's
+_CALLS = "SELECT {} FROM cuda_calls WHERE duration_ns IS NOT NULL"  # entry-only calls: no span
 _FIRSTS = ("SELECT pid, kernel_handle, arg_min(tid, ts_ns) AS tid, min(ts_ns) AS ts_ns FROM cuda_calls "
            "WHERE kernel_handle IS NOT NULL GROUP BY pid, kernel_handle")
 
@@ -47,18 +48,20 @@ class InCall:
                 self.threads[(int(p[a]), int(t[a]))] = (int(a), int(b))
 
     def __call__(self, pid: pa.Array, tid: pa.Array, at: pa.Array) -> pa.Array:
-        """An arrow UDF: pid, tid, t -> in-call ns (NULL where an argument is NULL)."""
+        """pid, tid, t (Arrow arrays) -> in-call ns, NULL where an argument is NULL; any number of rows at once."""
         nulls = pid.null_count or tid.null_count or at.null_count
         valid = np.asarray(pa.compute.and_(pa.compute.and_(pid.is_valid(), tid.is_valid()),
                                            at.is_valid())) if nulls else None
         p, t, x = (np.asarray(v.fill_null(0) if nulls else v).astype(np.int64, copy=False) for v in (pid, tid, at))
         out = np.zeros(len(x), np.int64)
-        keys = (p << 32) | (t & 0xFFFFFFFF)
-        for key in np.unique(keys):
-            rows = np.flatnonzero(keys == key)
-            a, b = self.threads.get((int(p[rows[0]]), int(t[rows[0]])), (0, 0))
+        order = np.lexsort((t, p))  # the rows by thread, each thread's looked up in one search
+        ps, ts = p[order], t[order]
+        heads = np.flatnonzero(np.r_[True, (ps[1:] != ps[:-1]) | (ts[1:] != ts[:-1])])
+        for lo, hi in zip(heads, np.append(heads[1:], len(x)), strict=True) if len(x) else ():
+            a, b = self.threads.get((int(ps[lo]), int(ts[lo])), (0, 0))
             if a == b:
                 continue
+            rows = order[lo:hi]
             j = a + np.searchsorted(self.start[a:b], x[rows], "right") - 1
             hit = j >= a
             j, rows = j[hit], rows[hit]
@@ -66,10 +69,16 @@ class InCall:
         return pa.array(out) if valid is None else pa.array(out, mask=~valid)
 
 
-def span_rows(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, InCall] | None:
+def span_rows(con: duckdb.DuckDBPyConnection, kept_only: bool = False) -> tuple[pa.Table, InCall] | None:
     """call_spans' columns up to call_class (first_launch in its place) and the in-call lookup over them, or None
-    when the calls cannot be read so (nulls in the keys): the caller then materialises the view itself."""
-    calls = con.sql(_CALLS).to_arrow_table()
+    when the calls cannot be read so (nulls in the keys): the caller then materialises the view itself.
+
+    `kept_only`: the rows only of the spans a v9 store keeps (views.KEPT_WHERE: every span of a thread with a span of
+    several calls, and the first launches), the lookup over all; the calls' other columns are then read for those
+    spans' first calls alone, by rowid (at 10M calls, reading them for every call held ~0.4 GB through the finish)."""
+    kept_only = kept_only and _is_table(con, "cuda_calls")
+    calls = con.sql(_CALLS.format(f"rowid AS _row, {_KEYS}" if kept_only else f"{_KEYS}, {', '.join(_HEAD)}")
+                    ).to_arrow_table()
     n = calls.num_rows
     key = ("pid", "tid", "ts_ns", "e")
     if any(calls[c].null_count for c in key):
@@ -121,11 +130,49 @@ def span_rows(con: duckdb.DuckDBPyConnection) -> tuple[pa.Table, InCall] | None:
                     first[np.searchsorted(si, i, "right") - 1] = True
                     break
     every = len(si) == n  # every call its own span: the calls' own columns, no copies
-    heads = calls if every else calls.take(pa.array(si))
     in_call = InCall(p, t, s, end, before) if every else InCall(p[si], t[si], s[si], end, before)
+    if kept_only:
+        keep = _kept(p[si], t[si], calls_n, first)
+        heads = _with_head_columns(con, calls.take(pa.array(si[keep])))
+        end, calls_n, before, first = end[keep], calls_n[keep], before[keep], first[keep]
+    else:
+        heads = calls if every else calls.take(pa.array(si))
     return pa.table({
         "pid": heads["pid"], "tid": heads["tid"], "start_ns": heads["ts_ns"],
         "end_ns": pa.array(end), "calls": pa.array(calls_n.astype(np.int64)), "before_ns": pa.array(before),
         "op": heads["op"], "bytes": heads["bytes"], "memcpy_kind": heads["memcpy_kind"],
         "host_pinned": heads["host_pinned"], "kernel_handle": heads["kernel_handle"], "first_launch": pa.array(first),
     }), in_call
+
+
+def _kept(p: np.ndarray, t: np.ndarray, calls_n: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Which spans (in (pid, tid, start) order, of threads p, t) a v9 store keeps: every span of a thread with a span
+    of several calls, and the first launches."""
+    if not len(p):
+        return np.zeros(0, np.int64)
+    thread = np.cumsum(np.r_[True, (p[1:] != p[:-1]) | (t[1:] != t[:-1])]) - 1
+    nested = np.zeros(int(thread[-1]) + 1, bool)
+    nested[thread[calls_n > 1]] = True
+    return np.flatnonzero(first | nested[thread])
+
+
+def _with_head_columns(con: duckdb.DuckDBPyConnection, heads: pa.Table) -> pa.Table:
+    """`heads` (calls with their rowid, _row) with their _HEAD columns, read from cuda_calls by rowid."""
+    name = "_ingero_span_heads"
+    con.register(name, heads.select(["_row"]))
+    try:
+        got = con.sql(f"SELECT h._row, {', '.join(f'c.{column}' for column in _HEAD)} FROM {name} h "
+                      "JOIN cuda_calls c ON c.rowid = h._row").to_arrow_table()
+    finally:
+        con.unregister(name)
+    got = got.take(pa.compute.sort_indices(got["_row"]))
+    got = got.take(pa.array(np.searchsorted(got["_row"].to_numpy(), heads["_row"].to_numpy())))
+    for column in _HEAD:
+        heads = heads.append_column(column, got[column])
+    return heads
+
+
+def _is_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether `name` reads a stored table (rowid is a table's), not a reader's compatibility view over one."""
+    return not con.execute("SELECT count(*) FROM duckdb_views() WHERE temporary AND view_name = ?",
+                           [name]).fetchall()[0][0]
