@@ -55,8 +55,9 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
     acct_meta recording what they were made from. One transaction. Returns False where the store has no such tables.
     Then (v7) the report's costly questions for the whole trace, answered over those rows, go to acct_answers.
 
-    The rows go straight from their making into the stored tables (the one-pass spans, the in-call lookup): no
-    in-memory copy of every span and interval first (at 10M events that copy took ~3 s and ~1 GB)."""
+    The rows go from their making into the stored tables: the one-pass spans (a v9 store's kept ones), and the rows
+    that need an in-call time (each thread-second's pieces, the sleeps) read into Arrow once to be given it; no
+    in-memory copy of every view's rows first (at 10M events that copy took ~3 s and ~1 GB)."""
     if not has_meta(con):
         return False
     answers = _has_table(con, ANSWERS)
@@ -68,11 +69,20 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
     made = span_rows(con, kept_only=current_version(con) >= KEPT_SINCE)  # rows only of the spans a v9 store keeps
     if made is None:  # keys with nulls: the views' own SQL, through the cache
         return _store_from_cache(con)
-    got, in_call = made
+    _store_made(con, *made)
+    del made  # the spans and the lookup go before the report runs over the stored rows (~0.5 GB at 10M)
+    if answers:
+        _store_answers(con)
+    return True
+
+
+def _store_made(con: duckdb.DuckDBPyConnection, spans: pa.Table, in_call: InCall) -> None:
+    """store_derived's rows stored, made from `spans` (call_span_rows' rows, spans.span_rows) and the in-call lookup
+    over all spans: the steps pointed at them, as _make_spans and _make_seconds do."""
     rows = "_ingero_call_span_rows"
     types = con.execute("DESCRIBE SELECT * FROM call_span_rows").fetchall()
-    con.register(rows, got)
-    try:  # the steps pointed at the made spans and the looked-up in-call times, as _make_spans and _make_seconds do
+    con.register(rows, spans)
+    try:
         cols = ", ".join(f"CAST({column} AS {kind}) AS {column}" for column, kind, *_ in types)
         con.execute(f"CREATE OR REPLACE TEMP VIEW call_span_rows AS SELECT {cols} FROM {rows}").fetchall()
         _lay_in_call(con, in_call)
@@ -84,9 +94,6 @@ def store_derived(con: duckdb.DuckDBPyConnection) -> bool:
         for name in (rows, _PIECES, _SLEEPING):
             con.unregister(name)
         _drop_cache(con)
-    if answers:
-        _store_answers(con)
-    return True
 
 
 def _store(con: duckdb.DuckDBPyConnection, selects: dict[str, str]) -> None:
@@ -254,9 +261,9 @@ _IN_CALL = "CAST(coalesce(_in_b, 0) AS HUGEINT) - CAST(coalesce(_in_a, 0) AS HUG
 def _looked_up(con: duckdb.DuckDBPyConnection, select: str, bounds: tuple[str, str], in_call: InCall) -> pa.Table:
     """The rows of `select` (with pid and tid) and the in-call time up to each of its `bounds` columns."""
     got = con.sql(select).to_arrow_table()
-    pid, tid = (got[c].combine_chunks() for c in ("pid", "tid"))
-    for name, bound in zip(("_in_a", "_in_b"), bounds, strict=True):
-        got = got.append_column(name, in_call(pid, tid, got[bound].combine_chunks()))
+    looked_up = in_call(*(got[c].combine_chunks() for c in ("pid", "tid", *bounds)))
+    for name, column in zip(("_in_a", "_in_b"), looked_up, strict=True):
+        got = got.append_column(name, column)
     return got
 
 

@@ -47,18 +47,28 @@ class InCall:
             for a, b in zip(new, np.append(new[1:], len(p)), strict=True):
                 self.threads[(int(p[a]), int(t[a]))] = (int(a), int(b))
 
-    def __call__(self, pid: pa.Array, tid: pa.Array, at: pa.Array) -> pa.Array:
-        """pid, tid, t (Arrow arrays) -> in-call ns, NULL where an argument is NULL; any number of rows at once."""
-        nulls = pid.null_count or tid.null_count or at.null_count
-        valid = np.asarray(pa.compute.and_(pa.compute.and_(pid.is_valid(), tid.is_valid()),
-                                           at.is_valid())) if nulls else None
-        p, t, x = (np.asarray(v.fill_null(0) if nulls else v).astype(np.int64, copy=False) for v in (pid, tid, at))
-        out = np.zeros(len(x), np.int64)
-        order = np.lexsort((t, p))  # the rows by thread, each thread's looked up in one search
+    def __call__(self, pid: pa.Array, tid: pa.Array, *moments: pa.Array) -> list[pa.Array]:
+        """pid, tid and moments t (Arrow arrays of one length) -> per moment column, the in-call ns up to it (NULL
+        where pid, tid or t is NULL). The rows are grouped by thread once (one sort), each thread's looked up in one
+        binary search per column."""
+        nulls = pid.null_count or tid.null_count
+        p, t = (np.asarray(v.fill_null(0) if nulls else v).astype(np.int64, copy=False) for v in (pid, tid))
+        order = np.lexsort((t, p))
         ps, ts = p[order], t[order]
-        heads = np.flatnonzero(np.r_[True, (ps[1:] != ps[:-1]) | (ts[1:] != ts[:-1])])
-        for lo, hi in zip(heads, np.append(heads[1:], len(x)), strict=True) if len(x) else ():
-            a, b = self.threads.get((int(ps[lo]), int(ts[lo])), (0, 0))
+        heads = np.flatnonzero(np.r_[True, (ps[1:] != ps[:-1]) | (ts[1:] != ts[:-1])]).tolist() if len(p) else []
+        threads = [(lo, hi, *self.threads.get((int(ps[lo]), int(ts[lo])), (0, 0)))
+                   for lo, hi in zip(heads, heads[1:] + [len(p)] if heads else [], strict=True)]
+        del ps, ts
+        keys_valid = pa.compute.and_(pid.is_valid(), tid.is_valid()) if nulls else None
+        return [self._up_to(order, threads, moment, keys_valid) for moment in moments]
+
+    def _up_to(self, order: np.ndarray, threads: list[tuple[int, int, int, int]], at: pa.Array,
+               keys_valid: pa.Array | None) -> pa.Array:
+        """One column of __call__: rows grouped by `order`, (lo, hi) of each thread's rows there and (a, b) of its
+        spans."""
+        x = np.asarray(at.fill_null(0) if at.null_count else at).astype(np.int64, copy=False)
+        out = np.zeros(len(x), np.int64)
+        for lo, hi, a, b in threads:
             if a == b:
                 continue
             rows = order[lo:hi]
@@ -66,7 +76,10 @@ class InCall:
             hit = j >= a
             j, rows = j[hit], rows[hit]
             out[rows] = self.before[j] + np.minimum(x[rows], self.end[j]) - self.start[j]
-        return pa.array(out) if valid is None else pa.array(out, mask=~valid)
+        valid = keys_valid
+        if at.null_count:
+            valid = at.is_valid() if valid is None else pa.compute.and_(valid, at.is_valid())
+        return pa.array(out) if valid is None else pa.array(out, mask=~np.asarray(valid))
 
 
 def span_rows(con: duckdb.DuckDBPyConnection, kept_only: bool = False) -> tuple[pa.Table, InCall] | None:
@@ -79,77 +92,102 @@ def span_rows(con: duckdb.DuckDBPyConnection, kept_only: bool = False) -> tuple[
     kept_only = kept_only and _is_table(con, "cuda_calls")
     calls = con.sql(_CALLS.format(f"rowid AS _row, {_KEYS}" if kept_only else f"{_KEYS}, {', '.join(_HEAD)}")
                     ).to_arrow_table()
-    n = calls.num_rows
     key = ("pid", "tid", "ts_ns", "e")
     if any(calls[c].null_count for c in key):
         return None
     p, t, s, e = (calls[c].to_numpy() for c in key)
     if not _sorted(p, t, s, e):
-        order = np.lexsort((e, s, t, p))
-        calls = calls.take(pa.array(order))
+        calls = calls.take(pa.array(np.lexsort((e, s, t, p))))
         p, t, s, e = (calls[c].to_numpy() for c in key)
-    if n == 0:
-        si = np.zeros(0, np.int64)
-        end = before = calls_n = np.zeros(0, np.int64)
-        first = np.zeros(0, bool)
-    else:
-        new = np.empty(n, bool)
-        new[0] = True
-        new[1:] = (p[1:] != p[:-1]) | (t[1:] != t[:-1])
-        bounds = np.append(np.flatnonzero(new), n)
-        run = np.empty(n, e.dtype)  # running max of the ends, per thread
-        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-            np.maximum.accumulate(e[a:b], out=run[a:b])
-        start = new.copy()
-        start[1:] |= s[1:] >= run[:-1]
-        si = np.flatnonzero(start)
-        nxt = np.append(si[1:], n)
-        end = run[nxt - 1]
-        calls_n = nxt - si
-        del run
-        dur = end - s[si]
-        excl = np.cumsum(dur)
-        excl -= dur
-        del dur
-        thread_first = np.maximum.accumulate(np.where(new[si], np.arange(len(si)), 0))
-        before = excl - excl[thread_first]
-        del excl, thread_first, nxt
-        first = np.zeros(len(si), bool)
-        kh = calls["kernel_handle"]
-        kh_np = kh.fill_null(0).to_numpy() if kh.null_count else kh.to_numpy()
-        kh_valid = kh.is_valid().to_numpy(zero_copy_only=False) if kh.null_count else None
-        for fpid, handle, ftid, fts in con.execute(_FIRSTS).fetchall():
-            # needles in the arrays' own types: numpy would otherwise copy the whole array to a common type per search
-            fpid, ftid, fts = p.dtype.type(fpid), t.dtype.type(ftid), s.dtype.type(fts)
-            a = np.searchsorted(p, fpid, "left")
-            b = np.searchsorted(p, fpid, "right")
-            a, b = a + np.searchsorted(t[a:b], ftid, "left"), a + np.searchsorted(t[a:b], ftid, "right")
-            lo, hi = a + np.searchsorted(s[a:b], fts, "left"), a + np.searchsorted(s[a:b], fts, "right")
-            for i in range(lo, hi):  # the call itself (calls starting at the same moment: the one with the handle)
-                if kh_np[i] == handle and (kh_valid is None or kh_valid[i]):
-                    first[np.searchsorted(si, i, "right") - 1] = True
-                    break
-    every = len(si) == n  # every call its own span: the calls' own columns, no copies
-    in_call = InCall(p, t, s, end, before) if every else InCall(p[si], t[si], s[si], end, before)
+    si, end, calls_n, before = _spans(p, t, s, e)
+    first = _first_launches(con, calls, p, t, s, si)
+    in_call = InCall(*(_at(column, si) for column in (p, t, s)), end, before)
+    rows = None  # the spans whose rows are returned: all, or those kept
     if kept_only:
-        keep = _kept(p[si], t[si], calls_n, first)
-        heads = _with_head_columns(con, calls.take(pa.array(si[keep])))
-        end, calls_n, before, first = end[keep], calls_n[keep], before[keep], first[keep]
+        rows = _kept(_at(p, si), _at(t, si), calls_n, first)
+        heads = _with_head_columns(con, calls.take(pa.array(rows if si is None else si[rows])))
     else:
-        heads = calls if every else calls.take(pa.array(si))
+        heads = calls if si is None else calls.take(pa.array(si))
+    calls_n = np.ones(len(end), np.int64) if calls_n is None else calls_n
     return pa.table({
         "pid": heads["pid"], "tid": heads["tid"], "start_ns": heads["ts_ns"],
-        "end_ns": pa.array(end), "calls": pa.array(calls_n.astype(np.int64)), "before_ns": pa.array(before),
-        "op": heads["op"], "bytes": heads["bytes"], "memcpy_kind": heads["memcpy_kind"],
-        "host_pinned": heads["host_pinned"], "kernel_handle": heads["kernel_handle"], "first_launch": pa.array(first),
+        "end_ns": pa.array(_at(end, rows)), "calls": pa.array(_at(calls_n, rows)),
+        "before_ns": pa.array(_at(before, rows)), "op": heads["op"], "bytes": heads["bytes"],
+        "memcpy_kind": heads["memcpy_kind"], "host_pinned": heads["host_pinned"],
+        "kernel_handle": heads["kernel_handle"], "first_launch": pa.array(_at(first, rows)),
     }), in_call
 
 
-def _kept(p: np.ndarray, t: np.ndarray, calls_n: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Which spans (in (pid, tid, start) order, of threads p, t) a v9 store keeps: every span of a thread with a span
-    of several calls, and the first launches."""
+def _at(column: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    """column[rows], or the column itself where rows is None (all of them)."""
+    return column if rows is None else column[rows]
+
+
+def _spans(p: np.ndarray, t: np.ndarray, s: np.ndarray,
+           e: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None, np.ndarray]:
+    """The spans of calls in (pid, tid, start, end) order: (the index of each span's first call, None where every
+    call is a span of its own; the ends; calls per span, None likewise; the thread's in-call time before each span).
+    Arrays of the calls' length are made only where needed (at 10M calls each is 60 MB)."""
+    n = len(p)
+    if n == 0:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty, empty
+    new = np.empty(n, bool)  # a thread's first call
+    new[0] = True
+    new[1:] = (p[1:] != p[:-1]) | (t[1:] != t[:-1])
+    bounds = np.append(np.flatnonzero(new), n)
+    run = np.empty(n, e.dtype)  # running max of the ends, per thread
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        np.maximum.accumulate(e[a:b], out=run[a:b])
+    start = new.copy()
+    start[1:] |= s[1:] >= run[:-1]
+    if start.all():  # every call its own span (the usual case): its end is the running end
+        si, end, calls_n, heads = None, run, None, s
+    else:
+        si = np.flatnonzero(start)
+        nxt = np.append(si[1:], n)
+        end, calls_n, heads = run[nxt - 1], nxt - si, s[si]
+        del run, nxt
+    del start
+    before = np.subtract(end, heads)  # each span's length; summed, less its own: the exclusive sum
+    np.cumsum(before, out=before)
+    before -= end
+    before += heads
+    firsts = np.flatnonzero(_at(new, si))  # each thread's first span: the sum starts again there
+    for a, b in zip(firsts, np.append(firsts[1:], len(before)), strict=True):
+        before[a:b] -= before[a]
+    return si, end, calls_n, before
+
+
+def _first_launches(con: duckdb.DuckDBPyConnection, calls: pa.Table, p: np.ndarray, t: np.ndarray, s: np.ndarray,
+                    si: np.ndarray | None) -> np.ndarray:
+    """Per span (spans starting at calls si, None: every call), whether it holds its process's first launch of a
+    kernel: the earliest call with each kernel handle (SQL finds those, one row per handle)."""
+    first = np.zeros(len(p) if si is None else len(si), bool)
     if not len(p):
-        return np.zeros(0, np.int64)
+        return first
+    kh = calls["kernel_handle"]
+    kh_np = kh.fill_null(0).to_numpy() if kh.null_count else kh.to_numpy()
+    kh_valid = kh.is_valid().to_numpy(zero_copy_only=False) if kh.null_count else None
+    for fpid, handle, ftid, fts in con.execute(_FIRSTS).fetchall():
+        # needles in the arrays' own types: numpy would otherwise copy the whole array to a common type per search
+        fpid, ftid, fts = p.dtype.type(fpid), t.dtype.type(ftid), s.dtype.type(fts)
+        a = np.searchsorted(p, fpid, "left")
+        b = np.searchsorted(p, fpid, "right")
+        a, b = a + np.searchsorted(t[a:b], ftid, "left"), a + np.searchsorted(t[a:b], ftid, "right")
+        lo, hi = a + np.searchsorted(s[a:b], fts, "left"), a + np.searchsorted(s[a:b], fts, "right")
+        for i in range(lo, hi):  # the call itself (calls starting at the same moment: the one with the handle)
+            if kh_np[i] == handle and (kh_valid is None or kh_valid[i]):
+                first[i if si is None else np.searchsorted(si, i, "right") - 1] = True
+                break
+    return first
+
+
+def _kept(p: np.ndarray, t: np.ndarray, calls_n: np.ndarray | None, first: np.ndarray) -> np.ndarray:
+    """Which spans (in (pid, tid, start) order, of threads p, t; calls_n None: every span one call) a v9 store keeps:
+    every span of a thread with a span of several calls, and the first launches."""
+    if calls_n is None or not len(p):
+        return np.flatnonzero(first)
     thread = np.cumsum(np.r_[True, (p[1:] != p[:-1]) | (t[1:] != t[:-1])]) - 1
     nested = np.zeros(int(thread[-1]) + 1, bool)
     nested[thread[calls_n > 1]] = True
