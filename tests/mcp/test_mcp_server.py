@@ -514,6 +514,33 @@ async def test_a_growing_recording_is_reread_at_most_once_per_its_cost(tmp_path:
     assert folded.structured_content["rows"] == [[15]] and stats.structured_content["calls"] == 15
 
 
+async def test_a_live_recording_is_opened_after_the_server_is_built(tmp_path: Path) -> None:
+    """A recording in progress is opened (its snapshot, the accounting's rows) on a thread of its own, so the
+    client's initialize is not held up; the tools describe the same schema and the first call waits for the store
+    and sees its rows."""
+    from ingero_mcp.mcp.sql import describe_schema
+    from ingero_mcp.store.reader import cursor
+
+    db = tmp_path / "live.duckdb"
+    writer = TraceWriter(db, live=True)
+    writer.replace("sessions", {"source": ["collector"], "started_ns": [T0]})
+    writer.append("cuda_calls", {"ts_ns": [T0 + i * MS for i in range(10)], "duration_ns": [50_000] * 10,
+                                 "pid": [42] * 10, "tid": [42] * 10, "api": ["runtime"] * 10,
+                                 "op": ["cudaLaunchKernel"] * 10})
+    writer.flush()
+    server = build_server(db, reopen_min_s=0.0)
+    async with Client(server) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        stats = await client.call_tool("get_trace_stats", {})
+    server.store.close()
+    con = open_store(db)
+    schema = describe_schema(cursor(con))
+    con.close()
+    writer.close()
+    assert "- call_spans(" in schema and schema in (tools["run_sql"].description or "")
+    assert stats.structured_content["calls"] == 10
+
+
 async def test_investigate_prompt(store: Path) -> None:
     server = build_server(store)
     async with Client(server) as client:

@@ -28,7 +28,10 @@ class StoreHandle:
     """The read-only connection the tools share, reopened when the store changes on disk (a live trace)."""
 
     def __init__(self, path: str | Path, reopen_min_s: float = REOPEN_MIN_S,
-                 refresh_factor: float = REFRESH_FACTOR) -> None:
+                 refresh_factor: float = REFRESH_FACTOR, background: bool = False) -> None:
+        """`background`: open the store and make its accounting rows on a thread of their own (a live recording's
+        snapshot and rows took ~13 s at 10M events, which the client's `initialize` waited for); the first call
+        waits for what is left of them."""
         self.path = Path(path)
         self.reopen_min_s = reopen_min_s
         self.refresh_factor = refresh_factor
@@ -41,11 +44,34 @@ class StoreHandle:
         self._active = 0  # tool calls using the connection now
         self.on_close: list[Callable[[], None]] = []  # what else holds the store (run_sql's process)
         self.unreadable: str | None = None  # why the store could not be opened at start (None: it could)
+        self._lock.acquire()  # held until the store is open (and, opened in the background, its rows made)
+        if background:
+            threading.Thread(target=self._open_and_warm, name="ingero-store-open", daemon=True).start()
+            return
         try:
-            with self._lock:
-                self._current()  # opened now (no cursor: the first call lays its own)
+            self._current()  # opened now (no cursor: the first call lays its own)
         except StoreError as exc:  # served anyway: every tool says why, and a store that appears later is read
             self.unreadable = str(exc)
+        finally:
+            self._lock.release()
+
+    def _open_and_warm(self) -> None:
+        """The store opened and the accounting's rows made (derive.materialize, cached for every cursor), the lock
+        held meanwhile; what fails is left for the first call to meet again and report."""
+        from ingero_mcp.analysis.derive import materialize
+
+        try:
+            cursor = store_cursor(self._current())
+            try:
+                materialize(cursor)
+            finally:
+                cursor.close()
+        except StoreError as exc:
+            self.unreadable = str(exc)
+        except duckdb.Error:  # a call meets it again, and says what went wrong
+            pass
+        finally:
+            self._lock.release()
 
     def _fingerprint(self) -> tuple[Any, ...]:
         parts: list[Any] = []

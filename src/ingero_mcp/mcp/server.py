@@ -46,6 +46,8 @@ from ingero_mcp.mcp.sql import DEFAULT_LIMIT, DEFAULT_TIMEOUT_S, MAX_COLUMNS, MA
 from ingero_mcp.mcp.sqlworker import Limits, SqlWorker
 from ingero_mcp.sanitize import DATA_NOTE, clean, clean_lines
 from ingero_mcp.store import StoreError
+from ingero_mcp.store.reader import cursor as store_cursor
+from ingero_mcp.store.segments import has_segments
 
 INSTRUCTIONS = (
     "ingero-mcp serves one recorded trace of a GPU job: every CUDA runtime/driver call of the traced "
@@ -123,11 +125,12 @@ def build_server(
     save_picture writes its files under `out_dir` (default: a per-user folder in the temp directory). run_sql's
     queries run in a child process within `sql_limits` (default: sized for this machine, sqlworker.Limits).
     """
-    store = StoreHandle(db_path, reopen_min_s, refresh_factor)
-    if store.unreadable is None:
+    live = has_segments(Path(db_path))  # a recording in progress: snapshot and rows made in the background
+    store = StoreHandle(db_path, reopen_min_s, refresh_factor, background=live)
+    if store.unreadable is None and not live:
         with store.connection() as con:
             schema_text = describe_schema(con)
-    else:
+    else:  # a live snapshot is of the current schema (store/reader.py), which this is
         schema_text = _current_schema_text()
     server = MCPServer(
         name="ingero-mcp",
@@ -432,7 +435,7 @@ def _current_schema_text() -> str:
     con = duckdb.connect()
     try:
         migrate(con)
-        return describe_schema(con)
+        return describe_schema(store_cursor(con))  # the store's views laid, as on a store's cursor
     finally:
         con.close()
 

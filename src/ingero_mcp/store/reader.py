@@ -26,7 +26,7 @@ from ingero_mcp.store.schema import (
     V1_AS_V2,
     migrate,
 )
-from ingero_mcp.store.segments import insert_segments, list_segments, remember_skipped, segment_dir
+from ingero_mcp.store.segments import has_segments, insert_segments, list_segments, remember_skipped, segment_dir
 from ingero_mcp.store.shapes import expected_columns
 from ingero_mcp.store.views import lay_views
 
@@ -231,12 +231,12 @@ def _with_views(con: duckdb.DuckDBPyConnection, seen: _Seen | None = None) -> du
 def _open(db_path: str | os.PathLike[str], settings: dict[str, str] | None) -> tuple[duckdb.DuckDBPyConnection, _Seen]:
     path = Path(db_path)
     segments = segment_dir(path)
-    has_segments = segments.is_dir() and any(segments.glob("*/*.parquet"))
-    if not path.exists() and not has_segments:
+    live = has_segments(path)
+    if not path.exists() and not live:
         raise StoreError(_describe_missing(path))
     if path.exists():
         _check_file(path)
-    if not has_segments:
+    if not live:
         remember_skipped(path, [])
         con = _connect_read_only(path)
         seen = _check_version(con, path)
@@ -252,7 +252,7 @@ def _open(db_path: str | os.PathLike[str], settings: dict[str, str] | None) -> t
             if attempt == 3:
                 raise
             time.sleep(0.2)
-            if not (segments.is_dir() and any(segments.glob("*/*.parquet"))):
+            if not has_segments(path):
                 return _open(path, settings)  # folded meanwhile
     raise AssertionError("unreachable")
 

@@ -29,6 +29,12 @@ def segment_dir(db_path: str | os.PathLike[str]) -> Path:
     return Path(f"{os.fspath(db_path)}.segments")
 
 
+def has_segments(db_path: str | os.PathLike[str]) -> bool:
+    """Whether `db_path` is a recording in progress: Parquet segments beside (or instead of) the store file."""
+    segments = segment_dir(db_path)
+    return segments.is_dir() and any(segments.glob("*/*.parquet"))
+
+
 Bad = tuple[Path, str]
 """A segment no reader can use, and why."""
 
