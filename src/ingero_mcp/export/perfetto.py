@@ -65,7 +65,8 @@ class _Writer:
         self.out, self.origin = out, origin
         self.names: dict[str, int] = {}  # event names -> iid (the same iid on every sequence)
         self.strings: dict[str, int] = {}  # debug annotation string values -> iid
-        self.declared = {2: np.zeros((1, 64), dtype=bool), 29: np.zeros((1, 64), dtype=bool)}  # [seq, iid] declared
+        rows = len(seq_of) + 3  # every sequence: MISC, samples', one per bulk track
+        self.declared = {2: np.zeros((rows, 64), dtype=bool), 29: np.zeros((rows, 64), dtype=bool)}  # [seq, iid]
         self.uuid = 0
         self.seq_of = seq_of  # track uuid -> its sequence (assigned before the tracks, busiest first)
         self.opened: set[int] = set()
@@ -132,10 +133,10 @@ class _Writer:
     def _declare(self, seqs: np.ndarray, iids: np.ndarray, field: int) -> None:
         """Declare on each sequence the interned names (field 2) or string values (29) it is about to use."""
         seen = self.declared[field]
-        rows, width = int(seqs.max(initial=0)) + 1, int(iids.max(initial=0)) + 1
-        if seen.shape[0] < rows or seen.shape[1] < width:
-            grown = np.zeros((max(rows, seen.shape[0]), max(width, 2 * seen.shape[1])), dtype=bool)
-            grown[:seen.shape[0], :seen.shape[1]] = seen
+        width = int(iids.max(initial=0)) + 1
+        if seen.shape[1] < width:  # only the iids grow (the sequences are all known): doubled, so rarely
+            grown = np.zeros((seen.shape[0], max(width, 2 * seen.shape[1])), dtype=bool)
+            grown[:, :seen.shape[1]] = seen
             self.declared[field] = seen = grown
         width = seen.shape[1]
         keys = seqs * width + iids
