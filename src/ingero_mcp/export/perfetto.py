@@ -324,7 +324,7 @@ def _calls(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, thread_s
     """CUDA calls: a slice per timed call, an instant per entry-only one (v4 launches: no duration, never 0 ns)."""
     total = int(ev.rows(con, f"SELECT count(*) FROM cuda_calls {scope.calls()}")[0][0])
     done = 0
-    for b in _arrow_batches(con, ev.calls_sql(scope)):
+    for b in _arrow_batches(con, ev.calls_sql(scope, sort=not ev.calls_in_time_order(con, scope))):
         ts, _ = _int(b, "ts_ns")
         dur, timed = _int(b, "duration_ns")
         ops, names, _ = _codes(b, "op")

@@ -1,0 +1,66 @@
+"""Issue 20: the export's faster paths write the same timeline, in the layout they promise.
+
+Calls read in the table's own order when it is time order per thread (no DuckDB sort), else sorted.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+from perfetto_decode import decode, timeline
+
+from ingero_mcp.cli import main
+from ingero_mcp.demo import generate
+from ingero_mcp.export import events as ev
+
+TE = pb.TrackEvent
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    db = tmp_path_factory.mktemp("compact") / "dataloader.duckdb"
+    generate("dataloader", db, scale=0.2)
+    return db
+
+
+def calls_table(rows: list[tuple[int, int]]) -> duckdb.DuckDBPyConnection:
+    """An in-memory cuda_calls of (tid, ts_ns) rows, inserted in the order given."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE cuda_calls (tid INTEGER, ts_ns BIGINT, pid INTEGER)")
+    if rows:
+        con.executemany("INSERT INTO cuda_calls VALUES (?, ?, 1)", rows)
+    return con
+
+
+@pytest.mark.parametrize(("rows", "ordered"), [
+    ([(1, 10), (2, 11), (1, 12), (2, 12)], True),  # time order, threads interleaved (live ingest)
+    ([(2, 30), (2, 40), (1, 10), (1, 20)], True),  # each thread's together, each in time order
+    ([(1, 10), (2, 5), (1, 20), (2, 6)], False),  # per thread in order, but threads interleaved out of time order
+    ([(1, 20), (1, 10)], False),
+    ([(1, 10), (2, 20), (1, 30), (2, 5)], False),
+    ([], True),
+])
+def test_calls_in_time_order(rows: list[tuple[int, int]], ordered: bool) -> None:
+    assert ev.calls_in_time_order(calls_table(rows), ev.Scope()) is ordered
+
+
+def test_calls_out_of_order_are_sorted(demo_db: Path, tmp_path: Path) -> None:
+    """A store whose calls were inserted shuffled exports the same timeline as the one in time order."""
+    shuffled = tmp_path / "shuffled.duckdb"
+    shutil.copyfile(demo_db, shuffled)
+    con = duckdb.connect(str(shuffled))
+    con.execute("CREATE TEMP TABLE t AS SELECT * FROM cuda_calls ORDER BY hash(ts_ns)")
+    con.execute("DELETE FROM cuda_calls")
+    con.execute("INSERT INTO cuda_calls SELECT * FROM t")
+    con.close()
+    outs = []
+    for db in (demo_db, shuffled):
+        out = tmp_path / f"{db.stem}.pftrace"
+        assert main(["export", "--db", str(db), "-o", str(out)]) == 0
+        outs.append(timeline(decode(out)))
+    assert outs[0] == outs[1]
+    assert sum(map(len, outs[0].values())) > 1000
