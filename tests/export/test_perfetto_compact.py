@@ -1,6 +1,7 @@
 """Issue 20: the export's faster paths write the same timeline, in the layout they promise.
 
-Calls read in the table's own order when it is time order per thread (no DuckDB sort), else sorted.
+Calls read in the table's own order when it is time order per thread (no DuckDB sort), else sorted;
+each slice's END packet right after its BEGIN on its sequence, timestamped with the slice's duration.
 """
 
 from __future__ import annotations
@@ -64,3 +65,23 @@ def test_calls_out_of_order_are_sorted(demo_db: Path, tmp_path: Path) -> None:
         outs.append(timeline(decode(out)))
     assert outs[0] == outs[1]
     assert sum(map(len, outs[0].values())) > 1000
+
+
+def test_each_end_follows_its_begin(demo_db: Path, tmp_path: Path) -> None:
+    """On every bulk sequence a BEGIN's next packet is its END (its timestamp delta: the slice's duration, >= 1 ns);
+    a state that begins as the one before it ends is then 0 ns after that END."""
+    out = tmp_path / "run.pftrace"
+    assert main(["export", "--db", str(demo_db), "-o", str(out)]) == 0
+    trace = pb.Trace()
+    trace.ParseFromString(out.read_bytes())
+    last: dict[int, pb.TracePacket] = {}
+    pairs = zero_gaps = 0
+    for p in trace.packet:
+        seq, kind = p.trusted_packet_sequence_id, p.track_event.type
+        before = last[seq].track_event.type if seq in last else None
+        if seq > 2:  # the bulk sequences (1: one-offs, 2: stack samples)
+            assert (before == TE.TYPE_SLICE_BEGIN) == (kind == TE.TYPE_SLICE_END)
+            pairs += kind == TE.TYPE_SLICE_END and p.timestamp >= 1
+            zero_gaps += kind == TE.TYPE_SLICE_BEGIN and before == TE.TYPE_SLICE_END and p.timestamp == 0
+        last[seq] = p
+    assert pairs > 1000 and zero_gaps > 100

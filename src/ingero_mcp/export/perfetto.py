@@ -14,7 +14,9 @@ chain holding its window.
 Compact: the bulk of a track goes on a writer sequence of its own whose `TracePacketDefaults` name
 the track (no track_uuid per event) and an incremental sequence clock (a packet's timestamp is the
 ns since the previous packet of its sequence, 2-3 bytes instead of 9; trace_processor adds them
-up), and every name and string arg is interned once per sequence (`InternedData`).
+up), each slice's END right after its BEGIN (the END's delta is the slice's duration, and a thread state's
+BEGIN is 0 ns after the END before it: 1 byte), and every name and string arg is interned once per sequence
+(`InternedData`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ ARG_NAMES = ("bytes", "direction", "kernel", "off_cpu_ns", "sleep_ns", "cpu_wait
              "syscall", "woken_by", "cpu_held_by", "root_cause", "seconds_lost", "severity", "chain_id",
              "filename", "child_pid", "exit_code", "old_name", "tid", "wakee_tid")
 ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
+END_BODY = pb.TracePacket(track_event=TE(type=END)).SerializeToString()  # an END packet's fields after its time
 CHUNK = 32_768  # rows encoded at once: the buffer stays in cache while every field is written over it
 Progress = Callable[[str, int, int | None], None]
 
@@ -49,13 +52,16 @@ Progress = Callable[[str, int, int | None], None]
 class Rows:
     """Rows of one packet shape for `_Writer.bulk`: their times and sequences, columns, and `build`, which makes
     the TracePacket's other fields from (a slice of) the columns; interned: (iid column, presence column or None,
-    InternedData field number) to declare first."""
+    InternedData field number) to declare first. ends: a slice's END time per row, its END packet right after the
+    row's BEGIN in the file (None: no ENDs); ended: the rows that have one (None: all)."""
 
     ts: np.ndarray
     seqs: np.ndarray
     cols: dict[str, np.ndarray]
     build: Callable[[dict[str, np.ndarray]], list[col.Field]]
     interned: tuple[tuple[str, str | None, int], ...] = ()
+    ends: np.ndarray | None = None
+    ended: np.ndarray | None = None
 
 
 class _Writer:
@@ -158,34 +164,44 @@ class _Writer:
         for p in packets.values():
             self.write(p)
 
-    def bulk(self, shapes: list[Rows]) -> None:
-        """Rows of one or more shapes as packets on their sequences, in the order given (shape after shape), each
-        timestamp the ns since the previous packet on its sequence; encoded CHUNK rows at a time (cache-sized)."""
-        shapes = [r for r in shapes if len(r.ts)]
-        if not shapes:
+    def bulk(self, r: Rows) -> None:
+        """Rows as packets on their sequences in the order given (a row's END right after its BEGIN), each timestamp
+        the ns since the previous packet on its sequence; encoded CHUNK rows at a time (cache-sized)."""
+        if not len(r.ts):
             return
-        ts = np.concatenate([r.ts for r in shapes])
-        seqs = np.concatenate([r.seqs for r in shapes])
-        runs = seqs[np.concatenate([[True], seqs[1:] != seqs[:-1]])]
+        runs = r.seqs[np.concatenate([[True], r.seqs[1:] != r.seqs[:-1]])]
         for seq in np.unique(runs):
             if int(seq) not in self.opened:
                 self.open(int(seq), self.track_of.get(int(seq)))
-        delta = self._deltas(ts, seqs)
-        start = 0
-        for r in shapes:
-            for column, present, field in r.interned:
-                keep = slice(None) if present is None else r.cols[present]
-                self._declare(r.seqs[keep], r.cols[column][keep], field)
-        for r in shapes:
-            for a in range(0, len(r.ts), CHUNK):
-                rows = slice(a, min(a + CHUNK, len(r.ts)))
-                n = rows.stop - a
-                packet = col.message(pb.Trace, "packet", [
-                    col.varint(pb.TracePacket, "timestamp", delta[start + a:start + rows.stop]),
-                    col.varint(pb.TracePacket, "trusted_packet_sequence_id", r.seqs[rows]),
-                    *r.build({k: v[rows] for k, v in r.cols.items()})])
-                self.out.write(col.encode([packet], n))
-            start += len(r.ts)
+        begin_delta, end_delta = self._slice_deltas(r)
+        for column, present, field in r.interned:
+            keep = slice(None) if present is None else r.cols[present]
+            self._declare(r.seqs[keep], r.cols[column][keep], field)
+        for a in range(0, len(r.ts), CHUNK):
+            rows = slice(a, min(a + CHUNK, len(r.ts)))
+            packets = [col.message(pb.Trace, "packet", [
+                col.varint(pb.TracePacket, "timestamp", begin_delta[rows]),
+                col.varint(pb.TracePacket, "trusted_packet_sequence_id", r.seqs[rows]),
+                *r.build({k: v[rows] for k, v in r.cols.items()})])]
+            if end_delta is not None:
+                packets.append(col.message(pb.Trace, "packet", [
+                    col.varint(pb.TracePacket, "timestamp", end_delta[rows]),
+                    col.varint(pb.TracePacket, "trusted_packet_sequence_id", r.seqs[rows]), col.const(END_BODY)],
+                    None if r.ended is None else r.ended[rows]))
+            self.out.write(col.encode(packets, rows.stop - a))
+
+    def _slice_deltas(self, r: Rows) -> tuple[np.ndarray, np.ndarray | None]:
+        """The BEGINs' (or instants') and the ENDs' timestamp deltas, in file order: BEGIN, its END, next BEGIN. A
+        state's BEGIN is then 0 ns after the END before it (1 byte) and an END its duration, not a period."""
+        if r.ends is None:
+            return self._deltas(r.ts, r.seqs), None
+        n = len(r.ts)
+        keep = np.ones((n, 2), dtype=bool)
+        if r.ended is not None:
+            keep[:, 1] = r.ended
+        both = np.zeros((n, 2), dtype=np.int64)
+        both[keep] = self._deltas(np.stack([r.ts, r.ends], axis=1)[keep], np.repeat(r.seqs, 2)[keep.ravel()])
+        return both[:, 0], both[:, 1]
 
     def _deltas(self, ts: np.ndarray, seqs: np.ndarray) -> np.ndarray:
         """Each row's time less the previous row's on its sequence (the sequence's last before these rows)."""
@@ -265,12 +281,11 @@ def _event(fields: list[col.Field]) -> list[col.Field]:
     return [col.message(pb.TracePacket, "track_event", fields)]
 
 
-def _ends(ts: np.ndarray, dur: np.ndarray, seqs: np.ndarray) -> Rows:
-    """The ENDs of slices (ts, dur), to go before the batch's BEGINs: a 0 ns slice ends 1 ns later (an end before
-    its own begin would close its parent); where one slice ends as the next begins (same ns), the end is first in
-    the file and Perfetto's sorter keeps file order for equal times."""
-    body = col.const(pb.TracePacket(track_event=TE(type=END)).SerializeToString())
-    return Rows(ts + np.maximum(dur, 1), seqs, {}, lambda c: [body])
+def _end_times(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Slices' END times: a 0 ns slice ends 1 ns later (an end before its own begin would close its parent). Each
+    END follows its BEGIN in the file and a track's rows come in time order, so where one slice ends as the next
+    begins (same ns) the end is first in the file, and Perfetto's sorter keeps file order for equal times."""
+    return ts + np.maximum(dur, 1)
 
 
 def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope: ev.Scope,
@@ -344,8 +359,8 @@ def _calls(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, thread_s
             return _event([_type(c["kind"]), _name(c["name"], None), *args,
                            _arg_str("direction", c["direction"], c["direction?"])])
 
-        w.bulk([_ends(ts[timed], dur[timed], seqs[timed]),
-                Rows(ts, seqs, cols, build, (("name", None, 2), ("direction", "direction?", 29)))])
+        w.bulk(Rows(ts, seqs, cols, build, (("name", None, 2), ("direction", "direction?", 29)),
+                    _end_times(ts, dur), timed))
         counts["call_slices"] += int(timed.sum())
         counts["call_instants"] += int((~timed).sum())
         done += len(ts)
@@ -363,17 +378,17 @@ def _wakeups(con: duckdb.DuckDBPyConnection, w: _Writer, state_seq: dict[int, in
         ts, _ = _int(b, "wakeup_ns")
         n = len(ts)
         cols = {"flow": _int(b, "flow_id")[0], "wakee": _int(b, "tid")[0], "name": np.full(n, wakes)}
-        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "waker_tid")[0]), cols,
-                     lambda c: _event([head["wakes"], _arg_int("wakee_tid", c["wakee"], None),
-                                       col.fixed64(TE, "flow_ids", c["flow"])]), (("name", None, 2),))])
+        w.bulk(Rows(ts, _lookup(state_seq, _int(b, "waker_tid")[0]), cols,
+                    lambda c: _event([head["wakes"], _arg_int("wakee_tid", c["wakee"], None),
+                                      col.fixed64(TE, "flow_ids", c["flow"])]), (("name", None, 2),)))
         done += n
         tell("wake-ups", done, counts["flows"])
     for b in _arrow_batches(con, ev.woken_sql()):
         ts, _ = _int(b, "wakeup_ns")
         cols = {"flow": _int(b, "flow_id")[0], "name": np.full(len(ts), woken)}
-        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "tid")[0]), cols,
-                     lambda c: _event([head["woken"], col.fixed64(TE, "terminating_flow_ids", c["flow"])]),
-                     (("name", None, 2),))])
+        w.bulk(Rows(ts, _lookup(state_seq, _int(b, "tid")[0]), cols,
+                    lambda c: _event([head["woken"], col.fixed64(TE, "terminating_flow_ids", c["flow"])]),
+                    (("name", None, 2),)))
 
 
 def _states(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, state_seq: dict[int, int],
@@ -398,9 +413,9 @@ def _states(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, state_s
             return _event([begin, _name(c["name"], None), *args,
                            col.fixed64(TE, "terminating_flow_ids", c["flow"], c["flow?"])])
 
-        w.bulk([_ends(ts, dur, seqs), Rows(ts, seqs, cols, build, (
+        w.bulk(Rows(ts, seqs, cols, build, (
             ("name", None, 2), ("syscall", "syscall?", 29), ("waker_comm", "waker_comm?", 29),
-            ("holder_comm", "holder_comm?", 29)))])
+            ("holder_comm", "holder_comm?", 29)), _end_times(ts, dur)))
         counts["state_slices"] += len(ts)
         tell("thread states", counts["state_slices"], None)
 
@@ -419,9 +434,9 @@ def _samples(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, counts
         cols = {"pid": _int(b, "pid")[0], "tid": _int(b, "tid")[0]}
         cols["cpu"], cols["cpu?"] = _int(b, "cpu")
         cols["stack"], cols["stack?"] = _int(b, "callstack")
-        w.bulk([Rows(ts, np.full(len(ts), seq), cols, lambda c: [col.message(pb.TracePacket, "perf_sample", [
+        w.bulk(Rows(ts, np.full(len(ts), seq), cols, lambda c: [col.message(pb.TracePacket, "perf_sample", [
             col.varint(ps, "cpu", c["cpu"], c["cpu?"]), col.varint(ps, "pid", c["pid"]),
-            col.varint(ps, "tid", c["tid"]), col.varint(ps, "callstack_iid", c["stack"], c["stack?"])])])])
+            col.varint(ps, "tid", c["tid"]), col.varint(ps, "callstack_iid", c["stack"], c["stack?"])])]))
         counts["stack_samples"] += len(ts)
         tell("stack samples", counts["stack_samples"], None)
 
