@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from perfetto_decode import decode, timeline
@@ -17,6 +18,7 @@ from perfetto_decode import decode, timeline
 from ingero_mcp.cli import main
 from ingero_mcp.demo import generate
 from ingero_mcp.export import events as ev
+from ingero_mcp.export import perfetto as pf
 
 TE = pb.TrackEvent
 
@@ -85,3 +87,14 @@ def test_each_end_follows_its_begin(demo_db: Path, tmp_path: Path) -> None:
             zero_gaps += kind == TE.TYPE_SLICE_BEGIN and before == TE.TYPE_SLICE_END and p.timestamp == 0
         last[seq] = p
     assert pairs > 1000 and zero_gaps > 100
+
+
+@pytest.mark.parametrize("span", [1_000, 1 << 50])  # one int64 key and a stable sort; lexsort past 2^47 ns
+def test_states_ordered_by_sequence_then_time(span: int) -> None:
+    """The thread states, read in no order, go out per sequence in time order, ties in the order read."""
+    rng = np.random.default_rng(7)
+    seqs = rng.integers(3, 40, 5000).astype(np.int32)
+    ts = rng.integers(0, 50, 5000) * (span // 50) + 10**15
+    order = pf._track_time_order(seqs, ts)
+    assert order.tolist() == sorted(range(len(ts)), key=lambda i: (seqs[i], ts[i], i))
+    assert pf._track_time_order(seqs[:0], ts[:0]).tolist() == []

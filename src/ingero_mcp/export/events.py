@@ -118,9 +118,9 @@ def woken_sql() -> str:
                                  AND s.start_ns = w.wakeup_ns) ORDER BY w.flow_id"""
 
 
-def states_sql(scope: Scope) -> str:
+def states_sql(scope: Scope, sort: bool = True) -> str:
     """Thread states: thread_state's off-CPU spans (sleeping split into S and IO) plus running between them;
-    flow_id: the wake-up arrow that ends on this CPU wait (after make_wakeups)."""
+    flow_id: the wake-up arrow that ends on this CPU wait (after make_wakeups). sort=False: in no given order."""
     return f"""
         SELECT s.*, w.flow_id FROM (
             SELECT tid, CASE WHEN state = 'sleeping' AND sleep_state = 'D' THEN 'io' ELSE state END AS state,
@@ -134,7 +134,7 @@ def states_sql(scope: Scope) -> str:
             WHERE prev_on IS NOT NULL AND off_ns > prev_on
         ) s LEFT JOIN (SELECT tid AS w_tid, wakeup_ns, flow_id FROM {WAKEUPS}) w
           ON s.state = 'cpu_wait' AND w.w_tid = s.tid AND w.wakeup_ns = s.start_ns
-        {scope.states()} ORDER BY tid, start_ns"""
+        {scope.states()} {"ORDER BY tid, start_ns" if sort else ""}"""
 
 
 def wakeups_sql(scope: Scope) -> str:

@@ -391,33 +391,61 @@ def _wakeups(con: duckdb.DuckDBPyConnection, w: _Writer, state_seq: dict[int, in
                     (("name", None, 2),)))
 
 
+STATE_STRINGS = (("syscall", "syscall"), ("waker_comm", "woken_by"), ("holder_comm", "cpu_held_by"))  # column, arg
+
+
 def _states(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, state_seq: dict[int, int],
             counts: dict[str, int], tell: Progress) -> None:
     """Thread states: one slice each on the state track, the wake-up arrow ending on a CPU wait."""
     begin = col.const(TE(type=BEGIN).SerializeToString())
-    for b in _arrow_batches(con, ev.states_sql(scope)):
-        ts, _ = _int(b, "start_ns")
-        dur, _ = _int(b, "dur_ns")
-        states, names, _ = _codes(b, "state", clean=False)
-        seqs = _lookup(state_seq, _int(b, "tid")[0])
-        cols = {"name": np.array(w.intern([ev.state_name(s) for s in names]), dtype=np.int64)[states]}
-        for column in ("syscall", "waker_comm", "holder_comm"):
-            codes, strings, valid = _codes(b, column)
-            cols[column], cols[column + "?"] = w.string_iids(strings)[codes], valid
-        cols["flow"], cols["flow?"] = _int(b, "flow_id")
+    cols = _state_columns(con, w, scope, state_seq)
+    order = _track_time_order(cols["seq"], cols["ts"])
 
-        def build(c: dict[str, np.ndarray]) -> list[col.Field]:
-            args = [_arg_str(arg, c[column], c[column + "?"])
-                    for column, arg in (("syscall", "syscall"), ("waker_comm", "woken_by"),
-                                        ("holder_comm", "cpu_held_by"))]
-            return _event([begin, _name(c["name"], None), *args,
-                           col.fixed64(TE, "terminating_flow_ids", c["flow"], c["flow?"])])
+    def build(c: dict[str, np.ndarray]) -> list[col.Field]:
+        args = [_arg_str(arg, c[column], c[column + "?"]) for column, arg in STATE_STRINGS]
+        return _event([begin, _name(c["name"], None), *args,
+                       col.fixed64(TE, "terminating_flow_ids", c["flow"], c["flow?"])])
 
-        w.bulk(Rows(ts, seqs, cols, build, (
-            ("name", None, 2), ("syscall", "syscall?", 29), ("waker_comm", "waker_comm?", 29),
-            ("holder_comm", "holder_comm?", 29)), _end_times(ts, dur)))
-        counts["state_slices"] += len(ts)
+    for a in range(0, len(order), ev.BATCH):
+        c = {k: v[order[a:a + ev.BATCH]] for k, v in cols.items()}
+        w.bulk(Rows(c["ts"], c["seq"], c, build, (("name", None, 2), *((column, column + "?", 29)
+                                                                        for column, _ in STATE_STRINGS)),
+                    _end_times(c["ts"], c["dur"])))
+        counts["state_slices"] += len(c["ts"])
         tell("thread states", counts["state_slices"], None)
+
+
+def _state_columns(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope,
+                   state_seq: dict[int, int]) -> dict[str, np.ndarray]:
+    """Every thread state in scope as columns (times, sequence, name and string iids, flow), in the query's own
+    order: DuckDB's ORDER BY of these wide rows with their strings took 2-3 s at the export's memory cap, the
+    numpy sort after it ~0.1 s. Held whole (~50 B a state), as integers only."""
+    parts: dict[str, list[np.ndarray]] = {}
+    for b in _arrow_batches(con, ev.states_sql(scope, sort=False)):
+        states, names, _ = _codes(b, "state", clean=False)
+        got = {"ts": _int(b, "start_ns")[0], "dur": _int(b, "dur_ns")[0],
+               "seq": _lookup(state_seq, _int(b, "tid")[0]).astype(np.int32),
+               "name": np.array(w.intern([ev.state_name(s) for s in names]), dtype=np.int32)[states]}
+        for column, _ in STATE_STRINGS:
+            codes, strings, valid = _codes(b, column)
+            got[column], got[column + "?"] = w.string_iids(strings).astype(np.int32)[codes], valid
+        got["flow"], got["flow?"] = _int(b, "flow_id")
+        for k, v in got.items():
+            parts.setdefault(k, []).append(v)
+    if not parts:
+        return {k: np.zeros(0, dtype=np.int64) for k in ("ts", "dur", "seq")}
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def _track_time_order(seqs: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Rows ordered by (sequence, time), ties in their order: one int64 key and a stable sort (timsort: the
+    query's rows come in a few runs already in order) where the times span < 2^47 ns (39 h), else lexsort."""
+    if not len(ts):
+        return np.zeros(0, dtype=np.int64)
+    low = int(ts.min())
+    if int(ts.max()) - low < 1 << 47 and int(seqs.max()) < 1 << 16:
+        return np.argsort((seqs.astype(np.int64) << 47) | (ts - low), kind="stable")
+    return np.lexsort((ts, seqs))
 
 
 def _samples(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, counts: dict[str, int],
