@@ -54,7 +54,7 @@ def test_rows_decode_to_the_packets_pb2_writes(n: int) -> None:
          "named": rng.random(n) < 0.7, "value": wide, "has_value": rng.random(n) < 0.5,
          "flow": rng.integers(-(1 << 62), 1 << 62, n), "has_flow": rng.random(n) < 0.3}
     trace = pb.Trace()
-    trace.ParseFromString(col.encode(shape(c), n))
+    trace.ParseFromString(col.encode(shape(c), n).tobytes())
     assert len(trace.packet) == n
     for i, packet in enumerate(trace.packet):
         assert packet == expected(c, i), i
@@ -62,4 +62,4 @@ def test_rows_decode_to_the_packets_pb2_writes(n: int) -> None:
 
 def test_no_rows_no_bytes() -> None:
     empty = np.zeros(0, dtype=np.int64)
-    assert col.encode([col.varint(pb.TracePacket, "timestamp", empty)], 0) == b""
+    assert col.encode([col.varint(pb.TracePacket, "timestamp", empty)], 0).tobytes() == b""

@@ -198,12 +198,12 @@ def _put_fixed64(buf: np.ndarray, at: np.ndarray, values: np.ndarray) -> None:
     buf[(at[:, None] + np.arange(8)).ravel()] = raw
 
 
-def encode(fields: list[Field], n: int) -> bytes:
+def encode(fields: list[Field], n: int) -> np.ndarray:
     """The rows one after another, each its fields in order (a message's fields, or Trace.packet entries): the
     fields flattened to segments and sized, then each segment written at its offset in every row (a cursor per
-    row, moved past each segment: a vector add, no gather)."""
+    row, moved past each segment: a vector add, no gather). One uint8 array: a file takes it as it is, no copy."""
     if not n:
-        return b""
+        return np.zeros(0, dtype=np.uint8)
     segments: list[_Segment] = []
     _flatten(fields, segments)
     sizes = _sizes(segments, n)
@@ -217,7 +217,7 @@ def encode(fields: list[Field], n: int) -> bytes:
             at += len(seg.values)
         else:
             at += row
-    return buf.tobytes()
+    return buf
 
 
 def _put_segment(buf: np.ndarray, seg: _Segment, at: np.ndarray, row: np.ndarray) -> None:
