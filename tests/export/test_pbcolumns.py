@@ -63,3 +63,22 @@ def test_rows_decode_to_the_packets_pb2_writes(n: int) -> None:
 def test_no_rows_no_bytes() -> None:
     empty = np.zeros(0, dtype=np.int64)
     assert col.encode([col.varint(pb.TracePacket, "timestamp", empty)], 0).tobytes() == b""
+
+
+@pytest.mark.parametrize("n", [1, 500])
+def test_constants_and_full_or_empty_presence(n: int) -> None:
+    """A varint of one value in every row (written as a constant), a field present in every row or in none, and a
+    constant right after a message that ends in a constant: the constant stays outside that message's length."""
+    one = np.ones(n, dtype=bool)
+    seq = col.const(col.tag(pb.TracePacket, "trusted_packet_sequence_id", col.VARINT) + col.varint_bytes(300))
+    fields = [col.message(pb.Trace, "packet", [
+        col.varint(pb.TracePacket, "timestamp", np.full(n, 1 << 40)),
+        col.message(pb.TracePacket, "track_event", [
+            col.varint(TE, "name_iid", np.arange(n), ~one),
+            col.varint(TE, "track_uuid", np.full(n, 5), one),
+            col.const(TE(type=TE.TYPE_SLICE_END).SerializeToString())], one), seq])]
+    trace = pb.Trace()
+    trace.ParseFromString(col.encode(fields, n).tobytes())
+    want = pb.TracePacket(timestamp=1 << 40, trusted_packet_sequence_id=300,
+                          track_event=TE(track_uuid=5, type=TE.TYPE_SLICE_END))
+    assert list(trace.packet) == [want] * n

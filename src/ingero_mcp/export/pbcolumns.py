@@ -119,29 +119,57 @@ class _Segment:
     last: int = 0
 
 
-def _flatten(fields: list[Field], out: list[_Segment]) -> None:
-    """The fields as segments in row order, a key with its value (one write position); adjacent constants of one
-    presence merged (fewer writes)."""
+class _Layout:
+    """Segments being laid out in row order; `floor`: the first a constant may still merge into (a merge never
+    crosses the start or end of a message, whose length counts the segments between)."""
+
+    def __init__(self) -> None:
+        self.segments: list[_Segment] = []
+        self.floor = 0
+
+    def _open_const(self, present: np.ndarray | None) -> _Segment | None:
+        """The last segment, where it is a constant of this presence that may grow."""
+        last = self.segments[-1] if len(self.segments) > self.floor else None
+        return last if last is not None and last.kind == "const" and last.present is present else None
+
+    def const(self, blob: np.ndarray, present: np.ndarray | None) -> None:
+        """Constant bytes, onto the constant before when they may merge."""
+        before = self._open_const(present)
+        if before is not None:
+            before.values = np.concatenate([before.values, blob])
+        elif len(blob):
+            self.segments.append(_Segment("const", blob, present))
+
+    def keyed(self, seg: _Segment) -> None:
+        """A keyed segment, its key moved onto the constant before when it may merge (one write fewer)."""
+        before = self._open_const(seg.present)
+        if before is not None and seg.key:
+            before.values = np.concatenate([before.values, np.frombuffer(seg.key, dtype=np.uint8)])
+            seg.key = b""
+        self.segments.append(seg)
+
+
+def _flatten(fields: list[Field], lay: _Layout) -> None:
+    """The fields as segments: a field present in no row left out, one present in all unmasked, a varint of one
+    value in every row written as a constant, a key with its value; constants merged (fewer writes)."""
     for f in fields:
+        present = f.present
+        if present is not None and not present.any():
+            continue
+        if present is not None and present.all():
+            present = None
         if f.kind == "const":
-            _const(out, f.values, f.present)
+            lay.const(f.values, present)
         elif f.kind == "message":
-            length = _Segment("length", None, f.present, f.key)
-            out.append(length)
-            _flatten(f.children, out)
-            length.last = len(out)
+            length = _Segment("length", None, present, f.key)
+            lay.keyed(length)
+            lay.floor = len(lay.segments)
+            _flatten(f.children, lay)
+            length.last = lay.floor = len(lay.segments)
+        elif f.kind == "varint" and present is None and f.values.min() == f.values.max():
+            lay.const(np.frombuffer(f.key + varint_bytes(int(f.values[0])), dtype=np.uint8), None)
         else:
-            out.append(_Segment(f.kind, f.values, f.present, f.key))
-
-
-def _const(out: list[_Segment], blob: np.ndarray, present: np.ndarray | None) -> None:
-    """Append constant bytes, onto the segment before when that is a constant of the same presence."""
-    if not len(blob):
-        return
-    if out and out[-1].kind == "const" and out[-1].present is present:
-        out[-1].values = np.concatenate([out[-1].values, blob])
-    else:
-        out.append(_Segment("const", blob, present))
+            lay.keyed(_Segment(f.kind, f.values, present, f.key))
 
 
 def _sizes(segments: list[_Segment], n: int) -> np.ndarray:
@@ -204,8 +232,9 @@ def encode(fields: list[Field], n: int) -> np.ndarray:
     row, moved past each segment: a vector add, no gather). One uint8 array: a file takes it as it is, no copy."""
     if not n:
         return np.zeros(0, dtype=np.uint8)
-    segments: list[_Segment] = []
-    _flatten(fields, segments)
+    lay = _Layout()
+    _flatten(fields, lay)
+    segments = lay.segments
     sizes = _sizes(segments, n)
     totals = sizes.sum(axis=0)
     at = np.zeros(n, dtype=np.int64)
