@@ -98,3 +98,23 @@ def test_states_ordered_by_sequence_then_time(span: int) -> None:
     order = pf._track_time_order(seqs, ts)
     assert order.tolist() == sorted(range(len(ts)), key=lambda i: (seqs[i], ts[i], i))
     assert pf._track_time_order(seqs[:0], ts[:0]).tolist() == []
+
+
+def test_woken_from_the_states_as_from_thread_state(demo_db: Path, tmp_path: Path) -> None:
+    """Wake-ups whose wakee ran at once (no CPU wait) end on a 'woken' instant: found among the states read for a
+    whole-store export, by thread_state's SQL with pids; the two give the same timeline."""
+    db = tmp_path / "woken.duckdb"
+    shutil.copyfile(demo_db, db)
+    con = duckdb.connect(str(db))
+    con.execute("UPDATE sched_intervals SET cpu_wait_ns = 0 WHERE wakeup_ns IS NOT NULL AND hash(off_ns) % 3 = 0")
+    pids = [str(r[0]) for r in con.execute("SELECT DISTINCT pid FROM sched_intervals UNION "
+                                           "SELECT DISTINCT pid FROM cuda_calls").fetchall()]
+    con.close()
+    outs = []
+    for extra in ([], [a for pid in pids for a in ("--pid", pid)]):
+        out = tmp_path / f"run{len(extra)}.pftrace"
+        assert main(["export", "--db", str(db), "-o", str(out), *extra]) == 0
+        outs.append(timeline(decode(out)))
+    woken = [r for rows in outs[0].values() for r in rows if r[:2] == ("instant", "woken")]
+    assert len(woken) > 100
+    assert outs[0] == outs[1]
