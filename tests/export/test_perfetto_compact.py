@@ -118,3 +118,19 @@ def test_woken_from_the_states_as_from_thread_state(demo_db: Path, tmp_path: Pat
     woken = [r for rows in outs[0].values() for r in rows if r[:2] == ("instant", "woken")]
     assert len(woken) > 100
     assert outs[0] == outs[1]
+
+
+def test_state_columns_grow_past_their_bound(demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The states' arrays are sized from the intervals; were that bound wrong (here: 0), they grow, same timeline."""
+    out = tmp_path / "sized.pftrace"
+    assert main(["export", "--db", str(demo_db), "-o", str(out)]) == 0
+    rows = ev.rows
+
+    def no_room(con: duckdb.DuckDBPyConnection, sql: str) -> list:
+        return [(0,)] if sql == "SELECT count(*) FROM sched_intervals" else rows(con, sql)
+
+    monkeypatch.setattr(ev, "BATCH", 1000)  # several batches, several growths
+    monkeypatch.setattr(ev, "rows", no_room)
+    grown = tmp_path / "grown.pftrace"
+    assert main(["export", "--db", str(demo_db), "-o", str(grown)]) == 0
+    assert timeline(decode(grown)) == timeline(decode(out))
