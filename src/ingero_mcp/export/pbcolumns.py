@@ -196,12 +196,10 @@ def _sizes(segments: list[_Segment], n: int) -> np.ndarray:
 
 
 def _put_bytes(buf: np.ndarray, at: np.ndarray, blob: np.ndarray | bytes) -> None:
-    """The same bytes at each offset."""
-    if len(blob) <= 4:
-        for j, byte in enumerate(blob):
-            buf[at + j if j else at] = byte
-    elif len(at):
-        buf[(at[:, None] + np.arange(len(blob))).ravel()] = np.tile(np.frombuffer(blob, dtype=np.uint8), len(at))
+    """The same bytes at each offset, a byte at a time (faster than one scatter of an offsets x bytes matrix, from
+    2 to 18 bytes: 8k rows, 6 bytes: 86 us against 130 us)."""
+    for j, byte in enumerate(blob):
+        buf[at + j if j else at] = byte
 
 
 def _put_varints(buf: np.ndarray, at: np.ndarray, values: np.ndarray, sizes: np.ndarray) -> None:
