@@ -196,11 +196,14 @@ class _Writer:
         if r.ends is None:
             return self._deltas(r.ts, r.seqs), None
         n = len(r.ts)
+        times = np.stack([r.ts, r.ends], axis=1)
+        if r.ended is None or r.ended.all():  # every row a slice (states; calls but v4 launches): no masks
+            both = self._deltas(times.ravel(), np.repeat(r.seqs, 2)).reshape(n, 2)
+            return both[:, 0], both[:, 1]
         keep = np.ones((n, 2), dtype=bool)
-        if r.ended is not None:
-            keep[:, 1] = r.ended
+        keep[:, 1] = r.ended
         both = np.zeros((n, 2), dtype=np.int64)
-        both[keep] = self._deltas(np.stack([r.ts, r.ends], axis=1)[keep], np.repeat(r.seqs, 2)[keep.ravel()])
+        both[keep] = self._deltas(times[keep], np.repeat(r.seqs, 2)[keep.ravel()])
         return both[:, 0], both[:, 1]
 
     def _deltas(self, ts: np.ndarray, seqs: np.ndarray) -> np.ndarray:
@@ -208,8 +211,8 @@ class _Writer:
         n = len(ts)
         runs = np.flatnonzero(np.concatenate([[True], seqs[1:] != seqs[:-1]]))
         grouped = np.bincount(seqs[runs]).max() == 1  # each sequence's rows already together (calls, states)
-        order = np.arange(n) if grouped else np.argsort(seqs.astype(np.uint32), kind="stable")
-        ts_g, seq_g = ts[order], seqs[order]
+        order = None if grouped else np.argsort(seqs.astype(np.uint32), kind="stable")
+        ts_g, seq_g = (ts, seqs) if order is None else (ts[order], seqs[order])
         first = np.ones(n, dtype=bool)
         first[1:] = seq_g[1:] != seq_g[:-1]
         prev = np.empty(n, dtype=np.int64)
@@ -218,6 +221,8 @@ class _Writer:
         last = np.ones(n, dtype=bool)
         last[:-1] = first[1:]
         self.last[seq_g[last]] = ts_g[last]
+        if order is None:
+            return ts_g - prev
         delta = np.empty(n, dtype=np.int64)
         delta[order] = ts_g - prev
         return delta
