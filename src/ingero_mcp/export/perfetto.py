@@ -14,7 +14,9 @@ chain holding its window.
 Compact: the bulk of a track goes on a writer sequence of its own whose `TracePacketDefaults` name
 the track (no track_uuid per event) and an incremental sequence clock (a packet's timestamp is the
 ns since the previous packet of its sequence, 2-3 bytes instead of 9; trace_processor adds them
-up), and every name and string arg is interned once per sequence (`InternedData`).
+up), each slice's END right after its BEGIN (the END's delta is the slice's duration, and a thread state's
+BEGIN is 0 ns after the END before it: 1 byte), and every name and string arg is interned once per sequence
+(`InternedData`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ ARG_NAMES = ("bytes", "direction", "kernel", "off_cpu_ns", "sleep_ns", "cpu_wait
              "syscall", "woken_by", "cpu_held_by", "root_cause", "seconds_lost", "severity", "chain_id",
              "filename", "child_pid", "exit_code", "old_name", "tid", "wakee_tid")
 ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
-CHUNK = 32_768  # rows encoded at once: the buffer stays in cache while every field is written over it
+END_BODY = pb.TracePacket(track_event=TE(type=END)).SerializeToString()  # an END packet's fields after its time
+CHUNK = 8_192  # rows encoded at once: the buffer and columns stay in cache (8k rows: fastest of 2k-128k)
 Progress = Callable[[str, int, int | None], None]
 
 
@@ -49,13 +52,16 @@ Progress = Callable[[str, int, int | None], None]
 class Rows:
     """Rows of one packet shape for `_Writer.bulk`: their times and sequences, columns, and `build`, which makes
     the TracePacket's other fields from (a slice of) the columns; interned: (iid column, presence column or None,
-    InternedData field number) to declare first."""
+    InternedData field number) to declare first. ends: a slice's END time per row, its END packet right after the
+    row's BEGIN in the file (None: no ENDs); ended: the rows that have one (None: all)."""
 
     ts: np.ndarray
     seqs: np.ndarray
     cols: dict[str, np.ndarray]
     build: Callable[[dict[str, np.ndarray]], list[col.Field]]
     interned: tuple[tuple[str, str | None, int], ...] = ()
+    ends: np.ndarray | None = None
+    ended: np.ndarray | None = None
 
 
 class _Writer:
@@ -65,7 +71,8 @@ class _Writer:
         self.out, self.origin = out, origin
         self.names: dict[str, int] = {}  # event names -> iid (the same iid on every sequence)
         self.strings: dict[str, int] = {}  # debug annotation string values -> iid
-        self.declared = {2: np.zeros((1, 64), dtype=bool), 29: np.zeros((1, 64), dtype=bool)}  # [seq, iid] declared
+        rows = len(seq_of) + 3  # every sequence: MISC, samples', one per bulk track
+        self.declared = {2: np.zeros((rows, 64), dtype=bool), 29: np.zeros((rows, 64), dtype=bool)}  # [seq, iid]
         self.uuid = 0
         self.seq_of = seq_of  # track uuid -> its sequence (assigned before the tracks, busiest first)
         self.opened: set[int] = set()
@@ -132,10 +139,10 @@ class _Writer:
     def _declare(self, seqs: np.ndarray, iids: np.ndarray, field: int) -> None:
         """Declare on each sequence the interned names (field 2) or string values (29) it is about to use."""
         seen = self.declared[field]
-        rows, width = int(seqs.max(initial=0)) + 1, int(iids.max(initial=0)) + 1
-        if seen.shape[0] < rows or seen.shape[1] < width:
-            grown = np.zeros((max(rows, seen.shape[0]), max(width, 2 * seen.shape[1])), dtype=bool)
-            grown[:seen.shape[0], :seen.shape[1]] = seen
+        width = int(iids.max(initial=0)) + 1
+        if seen.shape[1] < width:  # only the iids grow (the sequences are all known): doubled, so rarely
+            grown = np.zeros((seen.shape[0], max(width, 2 * seen.shape[1])), dtype=bool)
+            grown[:, :seen.shape[1]] = seen
             self.declared[field] = seen = grown
         width = seen.shape[1]
         keys = seqs * width + iids
@@ -157,42 +164,55 @@ class _Writer:
         for p in packets.values():
             self.write(p)
 
-    def bulk(self, shapes: list[Rows]) -> None:
-        """Rows of one or more shapes as packets on their sequences, in the order given (shape after shape), each
-        timestamp the ns since the previous packet on its sequence; encoded CHUNK rows at a time (cache-sized)."""
-        shapes = [r for r in shapes if len(r.ts)]
-        if not shapes:
+    def bulk(self, r: Rows) -> None:
+        """Rows as packets on their sequences in the order given (a row's END right after its BEGIN), each timestamp
+        the ns since the previous packet on its sequence; encoded CHUNK rows at a time (cache-sized)."""
+        if not len(r.ts):
             return
-        ts = np.concatenate([r.ts for r in shapes])
-        seqs = np.concatenate([r.seqs for r in shapes])
-        runs = seqs[np.concatenate([[True], seqs[1:] != seqs[:-1]])]
+        runs = r.seqs[np.concatenate([[True], r.seqs[1:] != r.seqs[:-1]])]
         for seq in np.unique(runs):
             if int(seq) not in self.opened:
                 self.open(int(seq), self.track_of.get(int(seq)))
-        delta = self._deltas(ts, seqs)
-        start = 0
-        for r in shapes:
-            for column, present, field in r.interned:
-                keep = slice(None) if present is None else r.cols[present]
-                self._declare(r.seqs[keep], r.cols[column][keep], field)
-        for r in shapes:
-            for a in range(0, len(r.ts), CHUNK):
-                rows = slice(a, min(a + CHUNK, len(r.ts)))
-                n = rows.stop - a
-                packet = col.message(pb.Trace, "packet", [
-                    col.varint(pb.TracePacket, "timestamp", delta[start + a:start + rows.stop]),
-                    col.varint(pb.TracePacket, "trusted_packet_sequence_id", r.seqs[rows]),
-                    *r.build({k: v[rows] for k, v in r.cols.items()})])
-                self.out.write(col.encode([packet], n))
-            start += len(r.ts)
+        begin_delta, end_delta = self._slice_deltas(r)
+        for column, present, field in r.interned:
+            keep = slice(None) if present is None else r.cols[present]
+            self._declare(r.seqs[keep], r.cols[column][keep], field)
+        for a in range(0, len(r.ts), CHUNK):
+            rows = slice(a, min(a + CHUNK, len(r.ts)))
+            packets = [col.message(pb.Trace, "packet", [
+                col.varint(pb.TracePacket, "timestamp", begin_delta[rows]),
+                col.varint(pb.TracePacket, "trusted_packet_sequence_id", r.seqs[rows]),
+                *r.build({k: v[rows] for k, v in r.cols.items()})])]
+            if end_delta is not None:
+                packets.append(col.message(pb.Trace, "packet", [
+                    col.varint(pb.TracePacket, "timestamp", end_delta[rows]),
+                    col.varint(pb.TracePacket, "trusted_packet_sequence_id", r.seqs[rows]), col.const(END_BODY)],
+                    None if r.ended is None else r.ended[rows]))
+            self.out.write(col.encode(packets, rows.stop - a))
+
+    def _slice_deltas(self, r: Rows) -> tuple[np.ndarray, np.ndarray | None]:
+        """The BEGINs' (or instants') and the ENDs' timestamp deltas, in file order: BEGIN, its END, next BEGIN. A
+        state's BEGIN is then 0 ns after the END before it (1 byte) and an END its duration, not a period."""
+        if r.ends is None:
+            return self._deltas(r.ts, r.seqs), None
+        n = len(r.ts)
+        times = np.stack([r.ts, r.ends], axis=1)
+        if r.ended is None or r.ended.all():  # every row a slice (states; calls but v4 launches): no masks
+            both = self._deltas(times.ravel(), np.repeat(r.seqs, 2)).reshape(n, 2)
+            return both[:, 0], both[:, 1]
+        keep = np.ones((n, 2), dtype=bool)
+        keep[:, 1] = r.ended
+        both = np.zeros((n, 2), dtype=np.int64)
+        both[keep] = self._deltas(times[keep], np.repeat(r.seqs, 2)[keep.ravel()])
+        return both[:, 0], both[:, 1]
 
     def _deltas(self, ts: np.ndarray, seqs: np.ndarray) -> np.ndarray:
         """Each row's time less the previous row's on its sequence (the sequence's last before these rows)."""
         n = len(ts)
         runs = np.flatnonzero(np.concatenate([[True], seqs[1:] != seqs[:-1]]))
         grouped = np.bincount(seqs[runs]).max() == 1  # each sequence's rows already together (calls, states)
-        order = np.arange(n) if grouped else np.argsort(seqs.astype(np.uint32), kind="stable")
-        ts_g, seq_g = ts[order], seqs[order]
+        order = None if grouped else np.argsort(seqs.astype(np.uint32), kind="stable")
+        ts_g, seq_g = (ts, seqs) if order is None else (ts[order], seqs[order])
         first = np.ones(n, dtype=bool)
         first[1:] = seq_g[1:] != seq_g[:-1]
         prev = np.empty(n, dtype=np.int64)
@@ -201,6 +221,8 @@ class _Writer:
         last = np.ones(n, dtype=bool)
         last[:-1] = first[1:]
         self.last[seq_g[last]] = ts_g[last]
+        if order is None:
+            return ts_g - prev
         delta = np.empty(n, dtype=np.int64)
         delta[order] = ts_g - prev
         return delta
@@ -215,8 +237,11 @@ class _Writer:
 def _int(batch: pa.RecordBatch, name: str) -> tuple[np.ndarray, np.ndarray]:
     """A column as int64 values (nulls 0) and its validity."""
     arr = batch.column(name)
-    valid = np.asarray(arr.is_valid())
-    return np.asarray(pc.fill_null(arr.cast(pa.int64()), 0)), valid
+    if arr.type != pa.int64():
+        arr = arr.cast(pa.int64())
+    if not arr.null_count:  # most columns: read in place, no copy
+        return np.asarray(arr), np.ones(len(arr), dtype=bool)
+    return np.asarray(pc.fill_null(arr, 0)), np.asarray(arr.is_valid())
 
 
 def _codes(batch: pa.RecordBatch, name: str, clean: bool = True) -> tuple[np.ndarray, list[str], np.ndarray]:
@@ -264,12 +289,11 @@ def _event(fields: list[col.Field]) -> list[col.Field]:
     return [col.message(pb.TracePacket, "track_event", fields)]
 
 
-def _ends(ts: np.ndarray, dur: np.ndarray, seqs: np.ndarray) -> Rows:
-    """The ENDs of slices (ts, dur), to go before the batch's BEGINs: a 0 ns slice ends 1 ns later (an end before
-    its own begin would close its parent); where one slice ends as the next begins (same ns), the end is first in
-    the file and Perfetto's sorter keeps file order for equal times."""
-    body = col.const(pb.TracePacket(track_event=TE(type=END)).SerializeToString())
-    return Rows(ts + np.maximum(dur, 1), seqs, {}, lambda c: [body])
+def _end_times(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Slices' END times: a 0 ns slice ends 1 ns later (an end before its own begin would close its parent). Each
+    END follows its BEGIN in the file and a track's rows come in time order, so where one slice ends as the next
+    begins (same ns) the end is first in the file, and Perfetto's sorter keeps file order for equal times."""
+    return ts + np.maximum(dur, 1)
 
 
 def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope: ev.Scope,
@@ -311,8 +335,9 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
     if thread_track:
         _calls(con, w, scope, thread_seq, counts, tell)
         counts["flows"] = ev.make_wakeups(con, scope)
-        _wakeups(con, w, state_seq, counts, tell)
-        _states(con, w, scope, state_seq, counts, tell)
+        states = _state_columns(con, w, scope, state_seq)
+        _wakeups(con, w, scope, state_seq, _flows_ended(states, scope, counts["flows"]), counts, tell)
+        _states(w, states, counts, tell)
     _samples(con, w, scope, counts, tell)
     _one_offs(con, w, timeline, scope, procs, counts)
     return counts
@@ -323,7 +348,7 @@ def _calls(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, thread_s
     """CUDA calls: a slice per timed call, an instant per entry-only one (v4 launches: no duration, never 0 ns)."""
     total = int(ev.rows(con, f"SELECT count(*) FROM cuda_calls {scope.calls()}")[0][0])
     done = 0
-    for b in _arrow_batches(con, ev.calls_sql(scope)):
+    for b in _arrow_batches(con, ev.calls_sql(scope, sort=not ev.calls_in_time_order(con, scope))):
         ts, _ = _int(b, "ts_ns")
         dur, timed = _int(b, "duration_ns")
         ops, names, _ = _codes(b, "op")
@@ -343,65 +368,115 @@ def _calls(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, thread_s
             return _event([_type(c["kind"]), _name(c["name"], None), *args,
                            _arg_str("direction", c["direction"], c["direction?"])])
 
-        w.bulk([_ends(ts[timed], dur[timed], seqs[timed]),
-                Rows(ts, seqs, cols, build, (("name", None, 2), ("direction", "direction?", 29)))])
+        w.bulk(Rows(ts, seqs, cols, build, (("name", None, 2), ("direction", "direction?", 29)),
+                    _end_times(ts, dur), timed))
         counts["call_slices"] += int(timed.sum())
         counts["call_instants"] += int((~timed).sum())
         done += len(ts)
         tell("calls", done, total)
 
 
-def _wakeups(con: duckdb.DuckDBPyConnection, w: _Writer, state_seq: dict[int, int], counts: dict[str, int],
-             tell: Progress) -> None:
-    """Wake-up arrows: 'wakes' on the waker's state track, 'woken' on the wakee's where no CPU wait ends it."""
+def _flows_ended(states: dict[str, np.ndarray], scope: ev.Scope, flows: int) -> np.ndarray | None:
+    """Per flow id, whether a CPU-wait state read ends it; None where the states read are not all of thread_state's
+    (a window or pids: a CPU wait outside them still ends its arrow, which woken_sql finds)."""
+    if scope.window is not None or scope.pids is not None:
+        return None
+    ended = np.zeros(flows + 1, dtype=bool)
+    ended[states["flow"][states["flow?"]]] = True
+    return ended
+
+
+def _wakeups(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, state_seq: dict[int, int],
+             ended: np.ndarray | None, counts: dict[str, int], tell: Progress) -> None:
+    """Wake-up arrows: 'wakes' on the waker's state track, 'woken' on the wakee's where no CPU wait ends it (from
+    `ended` where given: woken_sql's anti-join over thread_state took ~0.8 s at 10M events)."""
     wakes, woken = w.intern(["wakes", "woken"])
     head = {name: col.const(TE(type=INSTANT, name_iid=iid).SerializeToString()) for name, iid in (("wakes", wakes),
                                                                                                  ("woken", woken))}
-    done = 0
+    done, loose = 0, []
     for b in _arrow_batches(con, f"SELECT * FROM {ev.WAKEUPS} ORDER BY flow_id"):
         ts, _ = _int(b, "wakeup_ns")
         n = len(ts)
         cols = {"flow": _int(b, "flow_id")[0], "wakee": _int(b, "tid")[0], "name": np.full(n, wakes)}
-        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "waker_tid")[0]), cols,
-                     lambda c: _event([head["wakes"], _arg_int("wakee_tid", c["wakee"], None),
-                                       col.fixed64(TE, "flow_ids", c["flow"])]), (("name", None, 2),))])
+        w.bulk(Rows(ts, _lookup(state_seq, _int(b, "waker_tid")[0]), cols,
+                    lambda c: _event([head["wakes"], _arg_int("wakee_tid", c["wakee"], None),
+                                      col.fixed64(TE, "flow_ids", c["flow"])]), (("name", None, 2),)))
+        if ended is not None:
+            keep = ~ended[cols["flow"]]
+            loose.append((ts[keep], cols["wakee"][keep], cols["flow"][keep]))
         done += n
         tell("wake-ups", done, counts["flows"])
-    for b in _arrow_batches(con, ev.woken_sql()):
-        ts, _ = _int(b, "wakeup_ns")
-        cols = {"flow": _int(b, "flow_id")[0], "name": np.full(len(ts), woken)}
-        w.bulk([Rows(ts, _lookup(state_seq, _int(b, "tid")[0]), cols,
-                     lambda c: _event([head["woken"], col.fixed64(TE, "terminating_flow_ids", c["flow"])]),
-                     (("name", None, 2),))])
+    if ended is None:
+        loose = [(_int(b, "wakeup_ns")[0], _int(b, "tid")[0], _int(b, "flow_id")[0])
+                 for b in _arrow_batches(con, ev.woken_sql())]
+    for ts, tid, flow in loose:
+        w.bulk(Rows(ts, _lookup(state_seq, tid), {"flow": flow, "name": np.full(len(ts), woken)},
+                    lambda c: _event([head["woken"], col.fixed64(TE, "terminating_flow_ids", c["flow"])]),
+                    (("name", None, 2),)))
 
 
-def _states(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, state_seq: dict[int, int],
-            counts: dict[str, int], tell: Progress) -> None:
-    """Thread states: one slice each on the state track, the wake-up arrow ending on a CPU wait."""
+STATE_STRINGS = (("syscall", "syscall"), ("waker_comm", "woken_by"), ("holder_comm", "cpu_held_by"))  # column, arg
+
+
+def _states(w: _Writer, cols: dict[str, np.ndarray], counts: dict[str, int], tell: Progress) -> None:
+    """Thread states (`_state_columns`): one slice each on the state track, the wake-up arrow ending on a CPU wait."""
     begin = col.const(TE(type=BEGIN).SerializeToString())
-    for b in _arrow_batches(con, ev.states_sql(scope)):
-        ts, _ = _int(b, "start_ns")
-        dur, _ = _int(b, "dur_ns")
-        states, names, _ = _codes(b, "state", clean=False)
-        seqs = _lookup(state_seq, _int(b, "tid")[0])
-        cols = {"name": np.array(w.intern([ev.state_name(s) for s in names]), dtype=np.int64)[states]}
-        for column in ("syscall", "waker_comm", "holder_comm"):
-            codes, strings, valid = _codes(b, column)
-            cols[column], cols[column + "?"] = w.string_iids(strings)[codes], valid
-        cols["flow"], cols["flow?"] = _int(b, "flow_id")
+    order = _track_time_order(cols["seq"], cols["ts"])
 
-        def build(c: dict[str, np.ndarray]) -> list[col.Field]:
-            args = [_arg_str(arg, c[column], c[column + "?"])
-                    for column, arg in (("syscall", "syscall"), ("waker_comm", "woken_by"),
-                                        ("holder_comm", "cpu_held_by"))]
-            return _event([begin, _name(c["name"], None), *args,
-                           col.fixed64(TE, "terminating_flow_ids", c["flow"], c["flow?"])])
+    def build(c: dict[str, np.ndarray]) -> list[col.Field]:
+        args = [_arg_str(arg, c[column], c[column + "?"]) for column, arg in STATE_STRINGS]
+        return _event([begin, _name(c["name"], None), *args,
+                       col.fixed64(TE, "terminating_flow_ids", c["flow"], c["flow?"])])
 
-        w.bulk([_ends(ts, dur, seqs), Rows(ts, seqs, cols, build, (
-            ("name", None, 2), ("syscall", "syscall?", 29), ("waker_comm", "waker_comm?", 29),
-            ("holder_comm", "holder_comm?", 29)))])
-        counts["state_slices"] += len(ts)
+    for a in range(0, len(order), ev.BATCH):
+        c = {k: v[order[a:a + ev.BATCH]] for k, v in cols.items()}
+        w.bulk(Rows(c["ts"], c["seq"], c, build, (("name", None, 2), *((column, column + "?", 29)
+                                                                        for column, _ in STATE_STRINGS)),
+                    _end_times(c["ts"], c["dur"])))
+        counts["state_slices"] += len(c["ts"])
         tell("thread states", counts["state_slices"], None)
+
+
+def _state_columns(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope,
+                   state_seq: dict[int, int]) -> dict[str, np.ndarray]:
+    """Every thread state in scope as columns (times, sequence, name and string iids, flow), in the query's own
+    order: DuckDB's ORDER BY of these wide rows with their strings took 2-3 s at the export's memory cap, the
+    numpy sort after it ~0.1 s. Held whole (~50 B a state), as integers only, each batch copied straight into
+    arrays sized for the most states the intervals make (3 each: 2 off-CPU spans and the running before;
+    memory never written is never taken), not gathered in parts and joined (a second copy: ~1 s at 10M)."""
+    room = 3 * int(ev.rows(con, "SELECT count(*) FROM sched_intervals")[0][0])
+    cols: dict[str, np.ndarray] = {}
+    n = 0
+    for b in _arrow_batches(con, ev.states_sql(scope, sort=False)):
+        states, names, _ = _codes(b, "state", clean=False)
+        got = {"ts": _int(b, "start_ns")[0], "dur": _int(b, "dur_ns")[0],
+               "seq": _lookup(state_seq, _int(b, "tid")[0]).astype(np.int32),
+               "name": np.array(w.intern([ev.state_name(s) for s in names]), dtype=np.int32)[states]}
+        for column, _ in STATE_STRINGS:
+            codes, strings, valid = _codes(b, column)
+            got[column], got[column + "?"] = w.string_iids(strings).astype(np.int32)[codes], valid
+        got["flow"], got["flow?"] = _int(b, "flow_id")
+        if n + len(b) > room:  # more than the bound (a thread_state that grew): doubled
+            room = 2 * (n + len(b))
+            cols = {k: np.concatenate([v[:n], np.empty(room - n, dtype=v.dtype)]) for k, v in cols.items()}
+        for k, v in got.items():
+            cols.setdefault(k, np.empty(room, dtype=v.dtype))[n:n + len(b)] = v
+        n += len(b)
+    if not cols:
+        return {"ts": np.zeros(0, dtype=np.int64), "seq": np.zeros(0, dtype=np.int32),
+                "flow": np.zeros(0, dtype=np.int64), "flow?": np.zeros(0, dtype=bool)}
+    return {k: v[:n] for k, v in cols.items()}
+
+
+def _track_time_order(seqs: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """Rows ordered by (sequence, time), ties in their order: one int64 key and a stable sort (timsort: the
+    query's rows come in a few runs already in order) where the times span < 2^47 ns (39 h), else lexsort."""
+    if not len(ts):
+        return np.zeros(0, dtype=np.int64)
+    low = int(ts.min())
+    if int(ts.max()) - low < 1 << 47 and int(seqs.max()) < 1 << 16:
+        return np.argsort((seqs.astype(np.int64) << 47) | (ts - low), kind="stable")
+    return np.lexsort((ts, seqs))
 
 
 def _samples(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, counts: dict[str, int],
@@ -418,9 +493,9 @@ def _samples(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, counts
         cols = {"pid": _int(b, "pid")[0], "tid": _int(b, "tid")[0]}
         cols["cpu"], cols["cpu?"] = _int(b, "cpu")
         cols["stack"], cols["stack?"] = _int(b, "callstack")
-        w.bulk([Rows(ts, np.full(len(ts), seq), cols, lambda c: [col.message(pb.TracePacket, "perf_sample", [
+        w.bulk(Rows(ts, np.full(len(ts), seq), cols, lambda c: [col.message(pb.TracePacket, "perf_sample", [
             col.varint(ps, "cpu", c["cpu"], c["cpu?"]), col.varint(ps, "pid", c["pid"]),
-            col.varint(ps, "tid", c["tid"]), col.varint(ps, "callstack_iid", c["stack"], c["stack?"])])])])
+            col.varint(ps, "tid", c["tid"]), col.varint(ps, "callstack_iid", c["stack"], c["stack?"])])]))
         counts["stack_samples"] += len(ts)
         tell("stack samples", counts["stack_samples"], None)
 
