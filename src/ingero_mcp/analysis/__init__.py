@@ -53,6 +53,7 @@ _NAMES = {
     "window_or_trace": "window", "stacks_of": "stacks",
     "events_lost": "info", "cost_lines": "cost", "short_why": "imported_accounting",
     "pace_threads": "causes", "origin_ns": "accounting", "recording_notes": "accounting", "store_derived": "derive",
+    "materialize": "derive",
     "AnalysisError": "_sql", "interval_in": "_sql", "pid_in": "_sql", "rows": "_sql", "ts_in": "_sql", "where": "_sql",
 }
 _RENAMED = {"thread_timeline": "timeline"}

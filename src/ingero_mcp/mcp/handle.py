@@ -58,7 +58,7 @@ class StoreHandle:
     def _open_and_warm(self) -> None:
         """The store opened and the accounting's rows made (derive.materialize, cached for every cursor), the lock
         held meanwhile; what fails is left for the first call to meet again and report."""
-        from ingero_mcp.analysis.derive import materialize
+        from ingero_mcp.analysis import materialize
 
         try:
             cursor = store_cursor(self._current())

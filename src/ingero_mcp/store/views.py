@@ -4,8 +4,9 @@ its header), laid on every reader connection by `open_store` and `cursor`, and w
 A view's rows are read, in order of preference, from the store's own derived tables (acct_*, made when a finished
 store was written, while acct_meta says they match the rows it holds now; a v9 store's call_spans are its kept spans
 and the rest of its calls, KEPT_VIEW), from this process's cache (made once per store content by analysis.derive,
-which every connection and cursor of the process sees), or else computed by the view's SQL. DuckDB allows temporary views on read-only, locked connections, so `explain`, `query`, `run_sql` and the
-SQL attached to evidence all see the same `thread_state`, `call_spans`, `thread_seconds` and `thread_sleeps`.
+which every connection and cursor of the process sees), or else computed by the view's SQL. DuckDB allows temporary
+views on read-only, locked connections, so `explain`, `query`, `run_sql` and the SQL attached to evidence all see the
+same `thread_state`, `call_spans`, `thread_seconds` and `thread_sleeps`.
 """
 
 from __future__ import annotations
