@@ -52,7 +52,7 @@ class InCall:
         where pid, tid or t is NULL). The rows are grouped by thread once (one sort), each thread's looked up in one
         binary search per column."""
         nulls = pid.null_count or tid.null_count
-        p, t = (np.asarray(v.fill_null(0) if nulls else v).astype(np.int64, copy=False) for v in (pid, tid))
+        p, t = (np.asarray(v.fill_null(0) if nulls else v) for v in (pid, tid))  # their own integer types
         order = np.lexsort((t, p))
         ps, ts = p[order], t[order]
         heads = np.flatnonzero(np.r_[True, (ps[1:] != ps[:-1]) | (ts[1:] != ts[:-1])]).tolist() if len(p) else []
