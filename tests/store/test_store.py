@@ -12,7 +12,7 @@ import duckdb
 import pytest
 from paths import REPO
 
-from ingero_mcp.store.views import DEFINITIONS
+from ingero_mcp.store.views import DEFINITIONS, SPANS_PLAIN
 from ingero_mcp.store import SCHEMA_VERSION, StoreError, TraceWriter, fold_segments, open_store, segment_dir
 
 CALL = {"ts_ns": [1, 2], "duration_ns": [5, 6], "pid": [7, 7], "tid": [7, 8], "api": ["runtime"] * 2,
@@ -222,6 +222,6 @@ def test_writable_v1_store_migrates(tmp_path: Path) -> None:
     assert versions == [(v,) for v in range(1, SCHEMA_VERSION + 1)]
     # no current-shape views over it (the store's own views, laid on every reader, aside)
     assert con.execute("SELECT count(*) FROM information_schema.tables WHERE table_catalog = 'temp' "
-                       "AND table_name NOT IN ?", [list(DEFINITIONS)]).fetchall() == [(0,)]
+                       "AND table_name NOT IN ?", [[*DEFINITIONS, SPANS_PLAIN]]).fetchall() == [(0,)]
     assert _v1_split(con) == seen  # the same split as the read-only views give
     assert con.execute("SELECT count(*) FROM threads").fetchall() == [(1,)]

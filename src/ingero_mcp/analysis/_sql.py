@@ -1,10 +1,12 @@
 """SQL building blocks shared by the analysis modules: window and pid predicates, coverage, errors.
 
-Every analysis query is composed from these so that the SQL attached to evidence is the SQL that ran.
+Every analysis query is composed from these so that the SQL attached to evidence is the SQL that ran (call_spans
+read through the same rows without before_ns: `rows`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 import duckdb
@@ -12,6 +14,7 @@ import duckdb
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.sanitize import alters
 from ingero_mcp.store.errors import StoreError
+from ingero_mcp.store.views import SPANS_PLAIN
 
 
 class AnalysisError(StoreError):
@@ -27,9 +30,14 @@ def state_expr(col: str = "prev_state") -> str:
     return f"CASE WHEN {col} IN {SLEEP_STATES} THEN 'blocked' ELSE {col} END"
 
 
+# The analysis never reads call_spans.before_ns: its SQL runs against the view without it (store/views.py SPANS_PLAIN,
+# the same rows), which DuckDB filters before classing every span. The SQL shown with evidence names call_spans.
+_CALL_SPANS = re.compile(r"\bcall_spans\b")
+
+
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] | None = None) -> list[tuple]:
     """Run `sql` and fetch the whole result (DuckDB 2.0 wants results drained before the next call)."""
-    return con.execute(sql, list(params) if params else []).fetchall()
+    return con.execute(_CALL_SPANS.sub(SPANS_PLAIN, sql), list(params) if params else []).fetchall()
 
 
 def scalar(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[object] | None = None) -> object:

@@ -29,6 +29,7 @@ from ingero_mcp.store.views import (
     RECOMPUTED,
     SECONDS_TABLE,
     SOURCE_SQL,
+    SPANS_PLAIN,
     STORED,
     TABLES,
     VIEWS,
@@ -201,9 +202,7 @@ def _store_answers(con: duckdb.DuckDBPyConnection) -> None:
 
 def _drop_cache(con: duckdb.DuckDBPyConnection) -> None:
     """The connection's views (the steps too) and the cache go: later readers see the stored tables."""
-    for name in VIEWS:
-        con.execute(f"DROP VIEW IF EXISTS temp.{TABLES[name]}").fetchall()
-    for name in DEFINITIONS:
+    for name in (*(TABLES[name] for name in VIEWS), SPANS_PLAIN, *DEFINITIONS):
         con.execute(f"DROP VIEW IF EXISTS temp.{name}").fetchall()
     con.execute(f"DETACH DATABASE IF EXISTS {CACHE}").fetchall()
 
