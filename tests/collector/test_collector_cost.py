@@ -347,9 +347,9 @@ def governed(standin: StandIn, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 def test_governor_detaches_the_launch_probes_over_budget(governed: dict[str, Any]) -> None:
     """Far over 1 %: the launch probes are detached for part of each second after the first ones, the gaps are
-    rows, and no launch row lies inside a gap. Every launch outside a gap is a row: between two of the workload's
-    marks (its wall clock, read every 1024 launches) that no gap touches lie exactly 1024 rows, however long the
-    machine's load made that stretch."""
+    rows, and no launch row lies inside a gap. Every launch outside a gap is a row or counted lost: between two of
+    the workload's marks (its wall clock, read every 1024 launches) that no gap touches lie 1024 rows, however long
+    the machine's load made that stretch, less at most what collector_stats counts lost."""
     import numpy as np
 
     from ingero_mcp.collector.governor import MIN_DUTY
@@ -371,8 +371,12 @@ def test_governor_detaches_the_launch_probes_over_budget(governed: dict[str, Any
     clear = np.searchsorted(ends, lo - slack, side="right") >= np.searchsorted(starts, hi + slack, side="left")
     rows = np.searchsorted(launches, hi, side="right") - np.searchsorted(launches, lo, side="right")
     short = [(int(a), int(b), int(n)) for a, b, n in zip(lo[clear], hi[clear], rows[clear], strict=True) if n != 1024]
-    lost = _q(con, "SELECT source, events_lost FROM collector_stats WHERE events_lost > 0")
-    assert clear.sum() >= 10 and short == [], f"launches missing where no probe gap says so: {short[:5]} {lost}"
+    # A launch outside every gap that is not a row must be counted lost (the ring was full: a 2-core machine under
+    # load can fall that far behind before the first look cuts the probes); nothing is missing silently.
+    lost = _q(con, "SELECT coalesce(sum(events_lost), 0) FROM collector_stats WHERE source = 'cuda_calls'")[0][0]
+    missing = sum(1024 - n for _a, _b, n in short)
+    assert clear.sum() >= 10 and all(n < 1024 for _a, _b, n in short), short[:5]
+    assert missing <= lost, f"launches missing where no probe gap says so and not counted lost: {short[:5]} {lost}"
     # the windows reopen: launches are rows again after every gap the workload made 1024 launches after (a whole
     # stretch between marks; a gap that ends inside the last stretch may have none after it)
     never_reopened = [int(e) for e in ends if e + slack <= marks[-2] and np.searchsorted(launches, e) == len(launches)]

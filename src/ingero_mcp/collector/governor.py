@@ -24,6 +24,7 @@ from ingero_mcp.collector.calibrate import ProbeCost
 PERIOD_NS = 1_000_000_000
 MIN_DUTY = 0.05  # the launch probes stay attached at least 5 % of each period (50 ms of every second)
 SETTLE_NS = 300_000_000  # a gap's bounds are read from records drained this long after it closed
+FIRST_LOOK_NS = 100_000_000  # the first look at the rate, this long after the governor began (then every quarter)
 
 
 class Governor:
@@ -143,9 +144,13 @@ class Governor:
                 if not stop.is_set():
                     self._set(False)
             elif self.windowed:
-                # Fully attached: look every quarter, so that a burst of launches costs a quarter second at most.
-                for q in (1, 2, 3):
-                    self._sleep_until(start + q * quarter, stop)
+                # Fully attached: look every quarter, so that a burst of launches costs a quarter second at most,
+                # and once soon after the start (a job launching flat out from the first instant fills the ring
+                # within a second on a loaded machine: a hole no gap explains, only the lost count).
+                looks = sorted(t for t in {start + q * quarter for q in (1, 2, 3)} | {began + FIRST_LOOK_NS}
+                               if began < t < start + PERIOD_NS)
+                for look in looks:
+                    self._sleep_until(look, stop)
                     if stop.is_set():
                         break
                     if self.refresh is not None:
@@ -174,7 +179,12 @@ class Governor:
         if self.refresh is not None:
             self.refresh()
         self._settle_gaps(time.monotonic_ns())
-        self._rows_through(period - 1)  # the period before: every record of it drained long ago
+        # The period before (every record of it drained long ago), unless a gap not settled yet touches it: an
+        # attach that took most of a second on a loaded machine once wrote a period as fully covered before its
+        # gap was known, and the row's duty then contradicted probe_gaps.
+        with self._lock:
+            unsettled = min(((int(g["d0"]) - self.t0) // PERIOD_NS for g in self._open_gaps), default=period)
+        self._rows_through(min(period - 1, unsettled - 1))
         if not self.windowed:
             return
         # The period just ended: drained just now, every record of it is counted.
