@@ -225,3 +225,24 @@ def test_writable_v1_store_migrates(tmp_path: Path) -> None:
                        "AND table_name NOT IN ?", [[*DEFINITIONS, SPANS_PLAIN]]).fetchall() == [(0,)]
     assert _v1_split(con) == seen  # the same split as the read-only views give
     assert con.execute("SELECT count(*) FROM threads").fetchall() == [(1,)]
+
+
+def test_a_store_within_one_row_group_is_read_on_one_thread(tmp_path: Path) -> None:
+    """Every table of a small store fits in one of DuckDB's row groups: its queries get one thread, not a pool's
+    scheduling for nothing; a store with a larger table keeps DuckDB's default (one per core)."""
+    from ingero_mcp.store.reader import ONE_ROW_GROUP
+
+    small, large = tmp_path / "small.duckdb", tmp_path / "large.duckdb"
+    for db, calls in ((small, 1000), (large, ONE_ROW_GROUP + 1)):
+        with TraceWriter(db) as w:
+            w.replace("sessions", {"source": ["demo:x"], "started_ns": [10]})
+            w.append("cuda_calls", {"ts_ns": list(range(20, 20 + calls)), "duration_ns": [5] * calls,
+                                    "pid": [7] * calls, "tid": [7] * calls, "api": ["runtime"] * calls,
+                                    "op": ["cudaMalloc"] * calls})
+    default = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
+    got = {}
+    for db in (small, large):
+        con = open_store(db)
+        got[db.stem] = con.execute("SELECT current_setting('threads')").fetchone()[0]
+        con.close()
+    assert got == {"small": 1, "large": default}, (got, default)

@@ -91,7 +91,7 @@ def host_totals_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
         SELECT source, op, sum(count) AS events, count(DISTINCT pid) AS pids,
                sum(sum_duration_ns) AS sum_duration_ns, sum(sum_bytes) AS sum_bytes
         FROM host_aggregates {where(bucket_inside(window), pid_in(pids))}
-        GROUP BY source, op ORDER BY events DESC
+        GROUP BY source, op ORDER BY events DESC, source, op
     """)
 
 

@@ -54,6 +54,8 @@ def _check_file(path: Path) -> None:
         )
 
 
+ONE_ROW_GROUP = 122_880  # DuckDB's rows per row group: the unit its threads share a scan by
+
 def _lock_down(con: duckdb.DuckDBPyConnection, settings: dict[str, str] | None = None) -> duckdb.DuckDBPyConnection:
     # DuckDB shares one database instance per file within a process: a second open_store of the
     # same file while the first is open gets the instance the first one already locked down.
@@ -62,6 +64,13 @@ def _lock_down(con: duckdb.DuckDBPyConnection, settings: dict[str, str] | None =
     ).fetchall()[0]
     if locked and not external:
         return con
+    if "threads" not in (settings or {}):
+        # A store whose every table fits in one row group has nothing to share out: DuckDB's threads only add their
+        # scheduling to each of the report's ~100 small queries (the bundled trace's explain: SQL 0.23 -> 0.20 s).
+        largest = con.execute("SELECT coalesce(max(estimated_size), 0) FROM duckdb_tables() "
+                              "WHERE database_name = current_database()").fetchall()[0][0]
+        if largest <= ONE_ROW_GROUP:
+            con.execute("SET threads = 1").fetchall()
     for name, value in (settings or {}).items():  # before the lock: limits a reader may not lift (run_sql's)
         con.execute(f"SET {name} = '{_sql_quote(value)}'").fetchall()
     con.execute("SET enable_external_access = false").fetchall()
