@@ -15,7 +15,7 @@ CAUSES = {"cpu_contention", "own_workers_cpu", "gpu_shared", "gil_contention", "
           "host_bound_prep", "lazy_module_loading", "disk_io", "page_faults", "lock_contention", "launch_bound",
           "slow_consumer", "cpu_throttled", "network_wait", "input_bound", "python_gc", "excess_sync",
           "own_threads_cpu", "timed_sleep", "subprocess_wait", "file_lock", "stopped_by_signal",
-          "lock_held_over_io", "pinning_churn", "straggler", "none"}
+          "lock_held_over_io", "pinning_churn", "straggler", "memory_throttled", "none"}
 KEYS = {"scenario", "cause", "description", "feeder", "culprits", "window_ns", "baseline_ns", "cpus", "steps",
         "throughput_ratio", "torch", "notes"}
 # scenario -> (culprit comm expected, None: any; at least how many); scenarios not listed must name none
@@ -31,14 +31,14 @@ CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "g
             "json_gil_thread": ("ckpt_meta", 1), "gloo_straggler": ("peer_rank1", 1),
             "threadpool_pure_python": ("prep_pool", 1), "workers_cpu_hogged": ("hogd", 4),
             "lock_convoy": ("metric_w", 1), "blas_threads_in_workers": ("pt_data_worker", 2),
-            "gil_pool": ("py_task", 1)}
+            "gil_pool": ("py_task", 1), "spin_wait_producer": ("batch_spin", 1)}
 # culprits that are threads of the feeder's own process
 SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub", "producer_thread", "lock_over_fsync",
                 "affinity_narrowed", "json_gil_thread", "threadpool_pure_python",
-                "lock_convoy", "gil_pool"}
+                "lock_convoy", "gil_pool", "spin_wait_producer"}
 # scenario -> extra fields its truth must carry
 EXTRA = {"checkpoint_fsync": ("episodes_ns",), "gc_pause": ("episodes_ns",), "eval_pass": ("episodes_ns",),
-         "cgroup_quota": ("cgroup",), "workers_quota": ("cgroup",),
+         "cgroup_quota": ("cgroup",), "workers_quota": ("cgroup",), "memcg_high_throttle": ("cgroup",),
          "decoy_hog": ("decoys",)}
 
 
@@ -112,10 +112,13 @@ def check_extra(t: dict) -> list[str]:
                 bad.append(f"episode {ep} not inside the window {w}")
     cg = t.get("cgroup")
     if cg is not None:
-        if not isinstance(cg, dict) or not cg.get("path") or "applied" not in cg or "quota" not in cg:
-            bad.append(f"cgroup {cg}: want path, applied, quota")
-        elif cg["applied"] and not (cg.get("cpu_stat_before") and cg.get("cpu_stat_after")):
+        limit = "high_bytes" if t["scenario"] == "memcg_high_throttle" else "quota"  # a memory limit, or a CPU quota
+        if not isinstance(cg, dict) or not cg.get("path") or "applied" not in cg or (cg["applied"] and limit not in cg):
+            bad.append(f"cgroup {cg}: want path, applied, {limit}")
+        elif cg["applied"] and limit == "quota" and not (cg.get("cpu_stat_before") and cg.get("cpu_stat_after")):
             bad.append("cgroup applied but no cpu.stat before/after the window")
+        elif cg["applied"] and limit == "high_bytes" and not (cg.get("events_before") and cg.get("events_after")):
+            bad.append("cgroup applied but no memory.events before/after the window")
         elif not cg["applied"] and "cgroup" not in t["notes"]:
             bad.append("cgroup quota not applied and the notes do not say why")
     for d in t.get("decoys", []):

@@ -18,6 +18,7 @@
 #   bash bench/gpu/zoo/device_zoo.sh eighth       gloo_straggler healthy_gloo_pair sqlite_commit_per_step threadpool_pure_python
 #   bash bench/gpu/zoo/device_zoo.sh ninth        workers_cpu_hogged lock_convoy blas_threads_in_workers healthy_many_threads
 #   bash bench/gpu/zoo/device_zoo.sh tenth        d2h_cpu_copy_per_step gil_pool healthy_prefetch_thread
+#   bash bench/gpu/zoo/device_zoo.sh eleventh     spin_wait_producer memcg_high_throttle sigprof_sampler healthy_event_poll
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -46,6 +47,7 @@ SEVENTH="pin_thread_starved logging_lock_pipe host_register_per_step affinity_na
 EIGHTH="gloo_straggler healthy_gloo_pair sqlite_commit_per_step threadpool_pure_python"
 NINTH="workers_cpu_hogged lock_convoy blas_threads_in_workers healthy_many_threads"
 TENTH="d2h_cpu_copy_per_step gil_pool healthy_prefetch_thread"
+ELEVENTH="spin_wait_producer memcg_high_throttle sigprof_sampler healthy_event_poll"
 names=()
 for a in "$@"; do
   case $a in
@@ -59,11 +61,12 @@ for a in "$@"; do
     eighth) names+=($EIGHTH) ;;
     ninth) names+=($NINTH) ;;
     tenth) names+=($TENTH) ;;
+    eleventh) names+=($ELEVENTH) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
@@ -143,7 +146,7 @@ run_one() {
   stop_collector "$cpid"; crc=$?
   t_stopped=$(clock)
   rm -f /var/tmp/zoo_*  # what a scenario killed by the timeout left behind
-  for cgdir in /sys/fs/cgroup/zoo_quota /sys/fs/cgroup/zoo_wquota; do
+  for cgdir in /sys/fs/cgroup/zoo_quota /sys/fs/cgroup/zoo_wquota /sys/fs/cgroup/zoo_mem; do
     [ -d $cgdir ] && rmdir $cgdir 2>/dev/null
   done
   local summary
