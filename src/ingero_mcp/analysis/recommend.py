@@ -19,6 +19,8 @@ IO_WAIT = "io-wait"
 # Not a root cause: the fix for an io-wait whose sleeps were the thread's own writes being flushed (fsync, a write
 # to a full device queue), not reads: reading ahead does not help a checkpoint (the narration picks it, io_fix).
 IO_WRITE_FIX = "io-wait-write-fix"
+# The catalogue entry (not a root cause) for an io-wait spent reclaiming memory: the fix is the memory, not the disk.
+IO_RECLAIM_FIX = "io-wait-reclaim-fix"
 WRITE_SYSCALLS = frozenset({"fsync", "fdatasync", "sync_file_range", "msync", "sync", "syncfs", "write", "pwrite64",
                             "writev", "pwritev", "pwritev2"})
 SLEEP_KERNEL = "kernel-wakeup"
@@ -68,6 +70,11 @@ CATALOGUE: dict[str, list[str]] = {
         "device queue could not take): "
         "write from another thread or process (a checkpoint saved in the background, an async writer), write less "
         "often, or drop the per-step fsync where durability at every step is not needed.",
+    ],
+    IO_RECLAIM_FIX: [
+        "{who} slept {share}% of the time ({window}) while the kernel reclaimed memory for it or throttled it: "
+        "give its cgroup more memory (memory.high / memory.max, the container's limit) or free host memory, and "
+        "allocate less per step (reuse buffers and pinned staging memory instead of new ones each step).",
     ],
     SLEEP_KERNEL: [
         "{who} slept {share}% of the time ({window}) until the kernel woke it (in {syscall}()): look at what that "
@@ -194,7 +201,9 @@ class _Missing(dict):
 
 def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
     """The catalogue entry for a chain's fixes: an io-wait in writes (its system call, or a wait-for walk that
-    ended in fsync) gets the writing fix; any other cause its own."""
+    ended in fsync) gets the writing fix, one spent reclaiming memory the memory fix; any other cause its own."""
+    if cause == IO_WAIT and numbers.get("io_stop") == "reclaim":
+        return IO_RECLAIM_FIX
     if cause == IO_WAIT and (numbers.get("syscall") in WRITE_SYSCALLS or numbers.get("io_stop") == "fsync"):
         return IO_WRITE_FIX
     return cause

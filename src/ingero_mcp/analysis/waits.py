@@ -22,27 +22,28 @@ from ingero_mcp.analysis.models import TimeWindow
 MAX_HOPS = 3  # edges followed from the sleeping thread
 FOLLOW_SHARE = 0.5  # a waker is followed (or judged) by what filled at least this share of the sleeps it ended
 
-# What a sleep waited in, tried in order: (kind, frames regex (kernel stack, innermost first), system calls).
+# What a sleep waited in, tried in order: (kind, frames regex (kernel stack, innermost first), system calls). A frame
+# matches with or without the underscores kernels prefix to inner variants (6.18: __mem_cgroup_handle_over_high).
 # A kind with no frames pattern is known from the system call alone; 'disk' also covers any D-state sleep.
 WAIT_KINDS: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
     ("gpu", r"\[nvidia", ()),
-    ("fsync", r"(^| )(do_fsync|vfs_fsync_range|ksys_sync|sync_file_range|file_write_and_wait_range|jbd2_log_wait)",
+    ("fsync", r"(^| )_*(do_fsync|vfs_fsync_range|ksys_sync|sync_file_range|file_write_and_wait_range|jbd2_log_wait)",
      ("fsync", "fdatasync")),
     ("reclaim",
-     r"(^| )(shrink_node|try_to_free_pages|throttle_direct_reclaim|balance_dirty_pages|mem_cgroup_handle_over)",
+     r"(^| )_*(shrink_node|try_to_free_pages|throttle_direct_reclaim|balance_dirty_pages|mem_cgroup_handle_over)",
      ()),
-    ("disk", r"(^| )(io_schedule|folio_wait|wait_on_page|bit_wait_io|submit_bio_wait|blk_mq|filemap_fault)", ()),
+    ("disk", r"(^| )_*(io_schedule|folio_wait|wait_on_page|bit_wait_io|submit_bio_wait|blk_mq|filemap_fault)", ()),
     ("pipe", r"pipe_(read|write|wait)", ()),
     # a Unix-domain socket is a local channel between processes (multiprocessing, torch's shared tensors), like a
     # pipe: its waker is the task at the other end; a TCP/UDP socket is the network (loopback included)
-    ("unix_socket", r"(^| )(unix_stream|unix_dgram)", ()),
-    ("socket", r"(^| )(tcp_|udp_|sk_wait|sk_stream_wait|inet_csk_accept|__skb_wait|skb_recv)",
+    ("unix_socket", r"(^| )_*(unix_stream|unix_dgram)", ()),
+    ("socket", r"(^| )_*(tcp_|udp_|sk_wait|sk_stream_wait|inet_csk_accept|__skb_wait|skb_recv)",
      ("recvfrom", "recvmsg", "recvmmsg", "sendto", "sendmsg", "sendmmsg", "accept", "accept4", "connect")),
-    ("poll", r"(^| )(ep_poll|do_epoll_wait|do_sys_poll|do_select|core_sys_select)",
+    ("poll", r"(^| )_*(ep_poll|do_epoll_wait|do_sys_poll|do_select|core_sys_select)",
      ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2")),
-    ("futex", r"(^| )(futex_|__futex)", ("futex", "futex_waitv")),
-    ("timer", r"(^| )(do_nanosleep|hrtimer_nanosleep|msleep|schedule_hrtimeout)", ("nanosleep", "clock_nanosleep")),
-    ("child", r"(^| )(do_wait|kernel_wait4)", ("wait4", "waitid")),
+    ("futex", r"(^| )_*(futex_|__futex)", ("futex", "futex_waitv")),
+    ("timer", r"(^| )_*(do_nanosleep|hrtimer_nanosleep|msleep|schedule_hrtimeout)", ("nanosleep", "clock_nanosleep")),
+    ("child", r"(^| )_*(do_wait|kernel_wait4)", ("wait4", "waitid")),
 )
 KIND_LABEL = {
     "gpu": "in the GPU driver", "fsync": "in fsync (flushing a file to disk)", "reclaim": "reclaiming memory",

@@ -30,10 +30,9 @@ def _is_timed(syscall: str | None, wctx: str | None, rel: str) -> bool:
     return (syscall or "") in TIMED_SLEEPS and (wctx in ("irq", "softirq") or rel in ("kernel", "unknown"))
 
 
-def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
-    """Futex waits ended by their timeout (the GIL is asked for every 5 ms; locks with timeouts): the waiter is not
-    woken by the holder, so name the threads of the same process that kept running meanwhile: one thread, or threads
-    of one name that ran in turn (a pool holding the GIL), together at least half of the window."""
+def _runners(ctx: Ctx, f: Finding) -> tuple[str, list[int], int, int, str, Evidence] | None:
+    """The threads of the finding's process that kept running while it waited: one thread, or threads of one name
+    that ran in turn (a pool), together at least half of the window; (name, tids, run_ns, wall_ns, who, evidence)."""
     t = f.thread
     run_sql = (f"SELECT tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS wall_ns "
                f"FROM {SECONDS_TABLE} WHERE pid = {t.pid} AND tid <> {t.tid} AND k BETWEEN {f.ks[0]} AND {f.ks[1]} "
@@ -48,19 +47,34 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
     if not wall_ns or run_ns < 0.5 * wall_ns:
         return None
     tids = sorted(m[0] for m in members if m[1] > 0)
-    timed = int(known[0][5] or 0)
     who = ctx.who(t.pid, tids[0]) if len(tids) == 1 else f"{len(tids)} threads named {name} ({_id_range(tids)})"
     kset = ", ".join(map(str, tids))
-    ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
-              f"""{'a timer interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq')
-                   else ctx.who(int(r[0]), int(r[1]), r[2])} """
-              f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:4]), sql=sql),
-          Evidence(name=f"share of the window {who} ran (together; of one thread's wall time)",
-                   value=sql_round(100 * run_ns / wall_ns, 1), unit="%",
-                   sql=f"SELECT 100.0 * sum(run_outside_ns + run_inside_ns) / max(w) FROM thread_seconds, "
-                       f"(SELECT max(s) AS w FROM (SELECT sum(wall_ns) AS s FROM thread_seconds WHERE pid = {t.pid} "
-                       f"AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]} GROUP BY tid)) "
-                       f"WHERE pid = {t.pid} AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")]
+    ev = Evidence(name=f"share of the window {who} ran (together; of one thread's wall time)",
+                  value=sql_round(100 * run_ns / wall_ns, 1), unit="%",
+                  sql=f"SELECT 100.0 * sum(run_outside_ns + run_inside_ns) / max(w) FROM thread_seconds, "
+                      f"(SELECT max(s) AS w FROM (SELECT sum(wall_ns) AS s FROM thread_seconds WHERE pid = {t.pid} "
+                      f"AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]} GROUP BY tid)) "
+                      f"WHERE pid = {t.pid} AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
+    return name, tids, run_ns, wall_ns, who, ev
+
+
+def _enders(ctx: Ctx, sql: str, known: list[tuple], total: int) -> Evidence:
+    return Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
+        f"""{'a timer interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq')
+             else ctx.who(int(r[0]), int(r[1]), r[2])} """
+        f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:4]), sql=sql)
+
+
+def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
+    """Futex waits ended by their timeout (the GIL is asked for every 5 ms; locks with timeouts): the waiter is not
+    woken by the holder, so name the threads of the same process that kept running meanwhile (_runners)."""
+    t = f.thread
+    runners = _runners(ctx, f)
+    if runners is None:
+        return None
+    name, tids, run_ns, wall_ns, who, ran = runners
+    timed = int(known[0][5] or 0)
+    ev = [_enders(ctx, sql, known, total), ran]
     holds = (f"{who} holds the GIL (or the lock)" if len(tids) == 1
              else "they hold the GIL (or the lock) in turn")
     return Explained(
@@ -72,6 +86,36 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
                 + (f"{100 * run_ns / wall_ns:.0f}% of that time" if len(tids) == 1 else
                    f"{run_ns / 1e9:.1f} thread-seconds in those {wall_ns / 1e9:.1f} s")
                 + f": {holds}"))
+
+
+POLL_MEAN_NS = 1_000_000  # timer sleeps this short on average ...
+POLL_PER_S = 100  # ... and this many a second are a poll loop, not a pace the program keeps
+
+
+def _poll_target(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
+    """Short timer sleeps by the thousand (time.sleep(0) or a few µs between looks at a flag, a queue, a future): the
+    thread polls for something it checks between sleeps, and no wake-up shows what. Name the threads of its process
+    that kept running meanwhile (_runners), as the likely thing polled for; none: not a poll (None)."""
+    timers = [r for r in known if r[3] in ("irq", "softirq") and (r[7] or "") in TIMED_SLEEPS]
+    sleeps, slept = sum(int(r[4] or 0) for r in timers), sum(int(r[5] or 0) for r in timers)
+    span_s = max((f.window.end_ns - f.window.start_ns) / 1e9, 1e-9)
+    if not sleeps or slept / sleeps >= POLL_MEAN_NS or sleeps / span_s < POLL_PER_S:
+        return None
+    runners = _runners(ctx, f)
+    if runners is None:
+        return None
+    name, tids, run_ns, wall_ns, who, ran = runners
+    t = f.thread
+    return Explained(
+        cause=rc.WAITING_ON_THREAD, evidence=[_enders(ctx, sql, known, total), ran], confident=False,
+        culprits=[Culprit(pid=t.pid, tids=tids, comm=name, relation="same process", ns=slept)],
+        numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
+        reason=(f"asleep in {sleeps:,} timer sleeps of {slept / sleeps / 1e3:.0f} us on average ({sleeps / span_s:,.0f}"
+                f" a second, {100 * slept / total:.0f}% of the sleep): a poll loop, which checks for something between "
+                f"its sleeps that no wake-up shows; meanwhile {who} of the same process ran "
+                + (f"{100 * run_ns / wall_ns:.0f}% of that time" if len(tids) == 1 else
+                   f"{run_ns / 1e9:.1f} thread-seconds in those {wall_ns / 1e9:.1f} s")
+                + ": most likely what it polls for"))
 
 
 def _own_kind(ctx: Ctx, f: Finding) -> tuple[str, str | None, float, str]:
@@ -135,6 +179,9 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
                  value=f"{kind}: {KIND_LABEL.get(kind, kind)} {100 * kind_share:.0f}%", sql=kind_sql)]
     in_what = f" {KIND_LABEL.get(kind, kind)}" + (f" ({own_syscall}())" if own_syscall else "")
     if _is_timed(syscall, wctx, rel) or (kind == "timer" and rel in ("interrupt", "kernel")):
+        polled = _poll_target(ctx, f, sql, known, total)
+        if polled is not None:
+            return polled
         return Explained(cause=rc.TIMED_SLEEP, evidence=ev, confident=False,
                          reason=f"asleep{in_what} until its timer fired ({100 * share:.0f}% of the sleep): "
                                 "the program sleeps on purpose (time.sleep, a rate limit, polling)")
@@ -157,6 +204,13 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
         cause = rc.IO_WAIT if (io_ns or 0) > 0 or io or kind in ("disk", "fsync", "reclaim") else rc.SLEEP_KERNEL
         reason = (f"asleep{in_what}, woken by {by}"
                   + (f": {100 * (io_ns or 0) / max(int(wns or 1), 1):.0f}% uninterruptible (IO)" if io_ns else ""))
+        if kind == "reclaim" and kind_share >= 0.5:
+            # What ends a reclaim wait (the throttle's timer, a write-back's interrupt) did not cause it: the thread's
+            # own memory use (a cgroup over memory.high, a host short of free pages) did.
+            return Explained(cause=rc.IO_WAIT, evidence=ev, numbers={"syscall": own_syscall or "?", "io_stop": kind},
+                             reason=f"asleep{in_what} ({100 * kind_share:.0f}% of the sleep; the kernel reclaimed "
+                                    "memory for it, or throttled it, before its allocations could go on): its "
+                                    "cgroup was over its memory limit (memory.high) or the host short of free memory")
         # Outside a slowdown, a sleep the kernel ends (a packet, a device) is the job waiting for its input: the pace
         # of what feeds it, not lost time, unless it is IO (D state) or it grew in a slow phase.
         return Explained(cause=cause, reason=reason, culprits=named, evidence=ev,
