@@ -15,7 +15,7 @@ CAUSES = {"cpu_contention", "own_workers_cpu", "gpu_shared", "gil_contention", "
           "host_bound_prep", "lazy_module_loading", "disk_io", "page_faults", "lock_contention", "launch_bound",
           "slow_consumer", "cpu_throttled", "network_wait", "input_bound", "python_gc", "excess_sync",
           "own_threads_cpu", "timed_sleep", "subprocess_wait", "file_lock", "stopped_by_signal",
-          "lock_held_over_io", "pinning_churn", "straggler", "memory_throttled", "none"}
+          "lock_held_over_io", "pinning_churn", "straggler", "memory_throttled", "signal_storm", "none"}
 KEYS = {"scenario", "cause", "description", "feeder", "culprits", "window_ns", "baseline_ns", "cpus", "steps",
         "throughput_ratio", "torch", "notes"}
 # scenario -> (culprit comm expected, None: any; at least how many); scenarios not listed must name none
@@ -31,7 +31,8 @@ CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "g
             "json_gil_thread": ("ckpt_meta", 1), "gloo_straggler": ("peer_rank1", 1),
             "threadpool_pure_python": ("prep_pool", 1), "workers_cpu_hogged": ("hogd", 4),
             "lock_convoy": ("metric_w", 1), "blas_threads_in_workers": ("pt_data_worker", 2),
-            "gil_pool": ("py_task", 1), "spin_wait_producer": ("batch_spin", 1)}
+            "gil_pool": ("py_task", 1), "spin_wait_producer": ("batch_spin", 1),
+            "mp_poll_producer": ("mp_prod", 1), "signal_storm": ("sigstorm", 1)}
 # culprits that are threads of the feeder's own process
 SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub", "producer_thread", "lock_over_fsync",
                 "affinity_narrowed", "json_gil_thread", "threadpool_pure_python",
