@@ -1,7 +1,8 @@
-"""The zoo's eleventh group: four scenarios recorded on the H200 with the collector's defaults as a held-out set
-(investigations/zoo-v9/split.json: scored once at 2 of 4, then two general fixes). Each report must name the staged
-cause by the zoo's rules (test_zoo.check_verdict); the memory throttle must be said as memory, not disk, and the
-poll loop must name what it polled for."""
+"""The zoo's eleventh and twelfth groups: scenarios recorded on the H200 with the collector's defaults as two held-out
+sets (investigations/zoo-v9/split.json: the first scored once at 2 of 4, then two general fixes; the second, written
+to find those fixes' edges, scored once at 1 of 3, then one). Each report must name the staged cause by the zoo's
+rules (test_zoo.check_verdict); the memory throttle must be said as memory, not disk, and a poll loop must name what
+it polled for, in its process or another."""
 
 from __future__ import annotations
 
@@ -21,12 +22,21 @@ def v9_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return decompressed(ZOO_V9, V9_NAMES, tmp_path_factory.mktemp("zoo-v9"))
 
 
-def test_the_v9_zoo_is_the_held_out_set_it_says() -> None:
+# Scenarios the report does not (yet) name right, and why: each an expected failure that turns red when it is fixed.
+V9_GAPS = {
+    "signal_storm": "SIGUSR1 sent flat out by another process: the store records no signals, so the sender shows "
+                    "only as the waker of CUDA's threads the main thread queued behind for a CPU; the report says "
+                    "host-bound (the handler's code named) and own-threads-cpu, not the sender",
+}
+
+
+def test_the_v9_zoo_is_the_held_out_sets_it_says() -> None:
     split = json.loads((ZOO_V9 / "split.json").read_text())
-    assert sorted(split["held_out_8"]) == V9_NAMES and len(V9_NAMES) == 4
+    assert sorted(split["held_out_8"] + split["held_out_9"]) == V9_NAMES and len(V9_NAMES) == 7
 
 
-@pytest.mark.parametrize("name", V9_NAMES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=V9_GAPS[n], strict=True))
+                                  if n in V9_GAPS else n for n in V9_NAMES])
 def test_the_v9_report_names_the_staged_cause(v9_stores: Path, name: str) -> None:
     check_verdict(_report(v9_stores, name), json.loads((ZOO_V9 / f"{name}.truth.json").read_text()))
 
@@ -47,3 +57,11 @@ def test_a_poll_loop_names_what_it_polled_for_and_hedges(v9_stores: Path) -> Non
     chain = _top(_report(v9_stores, "spin_wait_producer"))[0]
     assert chain.severity == "MEDIUM" and "poll loop" in chain.summary, (chain.severity, chain.summary)
     assert [c.comm for c in chain.culprits] == ["batch_spin"], chain.culprits
+    assert chain.root_cause == "waiting-on-thread" and chain.culprits[0].relation == "same process"
+
+
+def test_a_poll_loop_finds_what_it_polled_for_in_another_process(v9_stores: Path) -> None:
+    """A multiprocessing.Queue polled with get_nowait and short naps: the producer is a child process."""
+    chain = _top(_report(v9_stores, "mp_poll_producer"))[0]
+    assert chain.root_cause == "waiting-on-process" and "poll loop" in chain.summary, chain.summary
+    assert {(c.comm, c.relation) for c in chain.culprits} == {("mp_prod", "child process")}, chain.culprits

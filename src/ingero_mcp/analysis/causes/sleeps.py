@@ -30,32 +30,42 @@ def _is_timed(syscall: str | None, wctx: str | None, rel: str) -> bool:
     return (syscall or "") in TIMED_SLEEPS and (wctx in ("irq", "softirq") or rel in ("kernel", "unknown"))
 
 
-def _runners(ctx: Ctx, f: Finding) -> tuple[str, list[int], int, int, str, Evidence] | None:
-    """The threads of the finding's process that kept running while it waited: one thread, or threads of one name
-    that ran in turn (a pool), together at least half of the window; (name, tids, run_ns, wall_ns, who, evidence)."""
+def _runners(ctx: Ctx, f: Finding, family: bool = False) -> tuple[str, list[Culprit], int, int, str, Evidence] | None:
+    """The threads of the finding's process (`family`: and of its descendants) that kept running while it waited: one
+    thread, or threads of one name that ran in turn (a pool), together at least half of the window; (name, culprits,
+    run_ns, wall_ns, who, evidence)."""
     t = f.thread
-    run_sql = (f"SELECT tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS wall_ns "
-               f"FROM {SECONDS_TABLE} WHERE pid = {t.pid} AND tid <> {t.tid} AND k BETWEEN {f.ks[0]} AND {f.ks[1]} "
-               f"GROUP BY tid ORDER BY run_ns DESC")
-    groups: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
-    for tid, run_ns, wall_ns in rows(ctx.con, run_sql):
-        groups[ctx.names.get(int(tid)) or "?"].append((int(tid), int(run_ns or 0), int(wall_ns or 0)))
+    pids = sorted(ctx.family(t.pid)) if family else [t.pid]
+    in_pids = f"pid = {t.pid}" if len(pids) == 1 else f"pid IN ({', '.join(map(str, pids))})"
+    run_sql = (f"SELECT pid, tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS "
+               f"wall_ns FROM {SECONDS_TABLE} WHERE {in_pids} AND tid <> {t.tid} AND k BETWEEN {f.ks[0]} AND "
+               f"{f.ks[1]} GROUP BY pid, tid ORDER BY run_ns DESC")
+    groups: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
+    for pid, tid, run_ns, wall_ns in rows(ctx.con, run_sql):
+        groups[ctx.names.get(int(tid)) or "?"].append((int(pid), int(tid), int(run_ns or 0), int(wall_ns or 0)))
     if not groups:
         return None
-    name, members = max(groups.items(), key=lambda kv: sum(m[1] for m in kv[1]))
-    run_ns, wall_ns = sum(m[1] for m in members), max(m[2] for m in members)
+    name, members = max(groups.items(), key=lambda kv: sum(m[2] for m in kv[1]))
+    run_ns, wall_ns = sum(m[2] for m in members), max(m[3] for m in members)
     if not wall_ns or run_ns < 0.5 * wall_ns:
         return None
-    tids = sorted(m[0] for m in members if m[1] > 0)
-    who = ctx.who(t.pid, tids[0]) if len(tids) == 1 else f"{len(tids)} threads named {name} ({_id_range(tids)})"
+    ran = sorted((m[0], m[1]) for m in members if m[2] > 0)
+    tids = [tid for _pid, tid in ran]
+    who = ctx.who(*ran[0]) if len(ran) == 1 else f"{len(ran)} threads named {name} ({_id_range(tids)})"
+    by_pid: dict[int, list[int]] = defaultdict(list)
+    for pid, tid in ran:
+        by_pid[pid].append(tid)
+    culprits = [Culprit(pid=pid, tids=ts, comm=name, relation=ctx.relation(t.pid, pid, ts[0], name),
+                        ns=sum(m[2] for m in members if m[0] == pid)) for pid, ts in by_pid.items()]
     kset = ", ".join(map(str, tids))
+    in_pids = f"pid = {t.pid}" if len(by_pid) == 1 and t.pid in by_pid else f"pid IN ({', '.join(map(str, by_pid))})"
     ev = Evidence(name=f"share of the window {who} ran (together; of one thread's wall time)",
                   value=sql_round(100 * run_ns / wall_ns, 1), unit="%",
                   sql=f"SELECT 100.0 * sum(run_outside_ns + run_inside_ns) / max(w) FROM thread_seconds, "
-                      f"(SELECT max(s) AS w FROM (SELECT sum(wall_ns) AS s FROM thread_seconds WHERE pid = {t.pid} "
+                      f"(SELECT max(s) AS w FROM (SELECT sum(wall_ns) AS s FROM thread_seconds WHERE {in_pids} "
                       f"AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]} GROUP BY tid)) "
-                      f"WHERE pid = {t.pid} AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
-    return name, tids, run_ns, wall_ns, who, ev
+                      f"WHERE {in_pids} AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
+    return name, culprits, run_ns, wall_ns, who, ev
 
 
 def _enders(ctx: Ctx, sql: str, known: list[tuple], total: int) -> Evidence:
@@ -72,7 +82,8 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
     runners = _runners(ctx, f)
     if runners is None:
         return None
-    name, tids, run_ns, wall_ns, who, ran = runners
+    name, culprits, run_ns, wall_ns, who, ran = runners
+    tids = culprits[0].tids
     timed = int(known[0][5] or 0)
     ev = [_enders(ctx, sql, known, total), ran]
     holds = (f"{who} holds the GIL (or the lock)" if len(tids) == 1
@@ -94,26 +105,26 @@ POLL_PER_S = 100  # ... and this many a second are a poll loop, not a pace the p
 
 def _poll_target(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
     """Short timer sleeps by the thousand (time.sleep(0) or a few µs between looks at a flag, a queue, a future): the
-    thread polls for something it checks between sleeps, and no wake-up shows what. Name the threads of its process
-    that kept running meanwhile (_runners), as the likely thing polled for; none: not a poll (None)."""
+    thread polls for something it checks between sleeps, and no wake-up shows what. Name the threads of its process or
+    its children that kept running meanwhile (_runners), as the likely thing polled for; none: not a poll (None)."""
     timers = [r for r in known if r[3] in ("irq", "softirq") and (r[7] or "") in TIMED_SLEEPS]
     sleeps, slept = sum(int(r[4] or 0) for r in timers), sum(int(r[5] or 0) for r in timers)
     span_s = max((f.window.end_ns - f.window.start_ns) / 1e9, 1e-9)
     if not sleeps or slept / sleeps >= POLL_MEAN_NS or sleeps / span_s < POLL_PER_S:
         return None
-    runners = _runners(ctx, f)
+    runners = _runners(ctx, f, family=True)  # what it polls may be a queue or memory another process fills
     if runners is None:
         return None
-    name, tids, run_ns, wall_ns, who, ran = runners
-    t = f.thread
+    _name, culprits, run_ns, wall_ns, who, ran = runners
+    own = all(c.pid == f.thread.pid for c in culprits)
     return Explained(
-        cause=rc.WAITING_ON_THREAD, evidence=[_enders(ctx, sql, known, total), ran], confident=False,
-        culprits=[Culprit(pid=t.pid, tids=tids, comm=name, relation="same process", ns=slept)],
+        cause=rc.WAITING_ON_THREAD if own else rc.WAITING_ON_PROCESS, evidence=[_enders(ctx, sql, known, total), ran],
+        confident=False, culprits=culprits,
         numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
         reason=(f"asleep in {sleeps:,} timer sleeps of {slept / sleeps / 1e3:.0f} us on average ({sleeps / span_s:,.0f}"
                 f" a second, {100 * slept / total:.0f}% of the sleep): a poll loop, which checks for something between "
-                f"its sleeps that no wake-up shows; meanwhile {who} of the same process ran "
-                + (f"{100 * run_ns / wall_ns:.0f}% of that time" if len(tids) == 1 else
+                f"its sleeps that no wake-up shows; meanwhile {who} ({culprits[0].relation}) ran "
+                + (f"{100 * run_ns / wall_ns:.0f}% of that time" if sum(len(c.tids) for c in culprits) == 1 else
                    f"{run_ns / 1e9:.1f} thread-seconds in those {wall_ns / 1e9:.1f} s")
                 + ": most likely what it polls for"))
 
