@@ -20,6 +20,8 @@
 #   bash bench/gpu/zoo/device_zoo.sh tenth        d2h_cpu_copy_per_step gil_pool healthy_prefetch_thread
 #   bash bench/gpu/zoo/device_zoo.sh eleventh     spin_wait_producer memcg_high_throttle sigprof_sampler healthy_event_poll
 #   bash bench/gpu/zoo/device_zoo.sh twelfth      mp_poll_producer healthy_poll_loop signal_storm
+#   bash bench/gpu/zoo/device_zoo.sh thirteenth   condvar_timeout_producer busy_spin_consumer niced_trainer_neighbor
+#                                                 healthy_two_trainers
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -50,6 +52,7 @@ NINTH="workers_cpu_hogged lock_convoy blas_threads_in_workers healthy_many_threa
 TENTH="d2h_cpu_copy_per_step gil_pool healthy_prefetch_thread"
 ELEVENTH="spin_wait_producer memcg_high_throttle sigprof_sampler healthy_event_poll"
 TWELFTH="mp_poll_producer healthy_poll_loop signal_storm"
+THIRTEENTH="condvar_timeout_producer busy_spin_consumer niced_trainer_neighbor healthy_two_trainers"
 names=()
 for a in "$@"; do
   case $a in
@@ -65,11 +68,12 @@ for a in "$@"; do
     tenth) names+=($TENTH) ;;
     eleventh) names+=($ELEVENTH) ;;
     twelfth) names+=($TWELFTH) ;;
+    thirteenth) names+=($THIRTEENTH) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log

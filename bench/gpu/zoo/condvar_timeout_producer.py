@@ -1,0 +1,102 @@
+"""condvar_timeout_producer: a producer THREAD `batch_cv` in the trainer's own process (CPU 4) builds each batch with
+numpy into a one-slot mailbox guarded by a threading.Condition and notifies; the main thread (CPUs 2-3) waits for it
+with cond.wait(timeout=0.002) in a loop (a wait with a timeout, as queue.get(timeout=...) loops do), looking again
+after each timeout. For 10 s the producer makes float numpy passes over each batch (~60 ms a batch, timed on its CPU
+at start; numpy releases the GIL). Culprit: batch_cv's tid."""
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from common import Scenario, Trainer, comm_of, set_thread_name
+
+sc = Scenario("condvar_timeout_producer", "input_bound", "a producer thread (batch_cv) does ~60 ms more numpy work "
+              "per batch for 10 s; the main thread waits on a condition with a 2 ms timeout", job_cpus=[2, 3],
+              culprit_cpus=[4])
+tr = Trainer(sc)
+torch = tr.torch
+HEAVY_S = 0.06
+cond = threading.Condition()
+slot: list = [None]
+heavy, halt = threading.Event(), threading.Event()
+info: dict = {"passes": 0, "timeouts": 0}
+
+
+def heavy_pass(f: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    return np.tanh((f - f.mean(axis=1, keepdims=True)) * rng.uniform(0.9, 1.1)
+                   + rng.standard_normal(f.shape, dtype=np.float32) * 0.01)
+
+
+def produce(batch: int, dim: int) -> None:
+    set_thread_name("batch_cv")
+    os.sched_setaffinity(0, sc.culprit_cpus)
+    info["tid"] = threading.get_native_id()
+    rng = np.random.default_rng(5)
+    pool = rng.integers(0, 256, (16384, dim), dtype=np.uint8)
+    f = pool[:batch].astype(np.float32)
+    took = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        heavy_pass(f, rng)
+        took.append(time.perf_counter() - t0)
+    info["passes"] = max(1, round(HEAVY_S / min(took)))
+    b = 0
+    while not halt.is_set():
+        rows = pool[(b * batch + np.arange(batch)) % len(pool)]
+        if heavy.is_set():
+            g = rows.astype(np.float32) / 255.0
+            for _ in range(info["passes"]):
+                g = heavy_pass(g, rng)
+            rows = ((g + 1.0) * 127.5).astype(np.uint8)
+        item = (rows, (rows[:, 0] % 10).astype(np.int64))
+        with cond:
+            while slot[0] is not None and not halt.is_set():
+                cond.wait(0.05)
+            slot[0] = item
+            cond.notify_all()
+        b += 1
+
+
+def take() -> tuple:
+    with cond:
+        while slot[0] is None:
+            if not cond.wait(timeout=0.002):
+                info["timeouts"] += 1
+        item, slot[0] = slot[0], None
+        cond.notify_all()
+    return item
+
+
+producer = threading.Thread(target=produce, args=(tr.batch, tr.in_dim), name="batch_cv", daemon=True)
+producer.start()
+
+
+def fed_step() -> None:
+    x, y = take()
+    x = torch.from_numpy(x).to(tr.dev, non_blocking=True).float().div_(255.0)
+    tr.step(x, torch.from_numpy(y).to(tr.dev, non_blocking=True))
+
+
+def start() -> None:
+    heavy.set()
+
+
+def end() -> None:
+    heavy.clear()
+    tid = info["tid"]
+    sc.add_culprit(os.getpid(), [tid], comm_of(os.getpid(), tid), cpus=sc.culprit_cpus)
+
+
+try:
+    for _ in range(20):
+        fed_step()
+    tr.sync()
+    sc.extra.update(heavy_passes=info["passes"], heavy_s_per_batch=HEAVY_S)
+    sc.standard_phases(fed_step, start, end, before_truth=lambda: sc.extra.update(timeouts=info["timeouts"]))
+finally:
+    halt.set()
+    with cond:
+        cond.notify_all()
+    producer.join(5)
