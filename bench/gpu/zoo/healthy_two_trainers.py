@@ -27,8 +27,8 @@ try:
     mid = sc.mark("half")
     sc.run_for(7.5 * sc.scale, tr.step)
     b1 = sc.mark("end")
-    sc.note(f"control: trainer2 (pid {other.pid}) steps a small MLP on the same GPU all along; baseline_ns is the whole "
-            "run; throughput_ratio compares its first and second halves.")
+    sc.note(f"control: trainer2 (pid {other.pid}) steps a small MLP on the same GPU all along; baseline_ns is the "
+            "whole run; throughput_ratio compares its first and second halves.")
     sc.write_truth(baseline=(b0, b1), window=None, ratio_spans=((b0, mid), (mid, b1)))
 finally:
     stop([other])
