@@ -14,10 +14,15 @@ from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
+from ingero_mcp.analysis.stack_models import Frame
+from ingero_mcp.analysis.stacks import profile, self_share_sql
 from ingero_mcp.store.views import SECONDS_TABLE
 from ingero_mcp.analysis.waits import KIND_LABEL, WaitPath, doing_text, follow, sleep_kinds_sql
 
 TIMED_SLEEPS = frozenset({"nanosleep", "clock_nanosleep"})
+# The standard library's waits for another thread's signal (threading's Condition, Event, Semaphore, Barrier and join;
+# queue's get and put): a thread asleep in one of them waits for what another thread makes, not for a lock it holds.
+PYTHON_WAITS = frozenset({"threading.py", "queue.py"})
 
 
 def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> tuple[str, list[tuple]]:
@@ -77,7 +82,8 @@ def _enders(ctx: Ctx, sql: str, known: list[tuple], total: int) -> Evidence:
 
 def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
     """Futex waits ended by their timeout (the GIL is asked for every 5 ms; locks with timeouts): the waiter is not
-    woken by the holder, so name the threads of the same process that kept running meanwhile (_runners)."""
+    woken by the holder, so name the threads of the same process that kept running meanwhile (_runners). Where its
+    sleeps' own Python frame is a threading or queue wait (_python_wait), it waits for what they make, not a lock."""
     t = f.thread
     runners = _runners(ctx, f)
     if runners is None:
@@ -86,6 +92,22 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
     tids = culprits[0].tids
     timed = int(known[0][5] or 0)
     ev = [_enders(ctx, sql, known, total), ran]
+    waited = _python_wait(ctx, f)
+    if waited is not None:
+        frame, share, where = waited
+        # a task among the sleeps' enders that is one of the runners: it did signal the wait now and then
+        signalled = any(r[3] not in ("irq", "softirq") and int(r[1]) in tids for r in known)
+        return Explained(
+            cause=rc.WAITING_ON_THREAD, evidence=[*ev, where], confident=signalled,
+            culprits=[Culprit(pid=t.pid, tids=tids, comm=name, relation="same process", ns=timed)],
+            numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
+            reason=(f"asleep in {frame.label()} for {share:.0f}% of its sleep with a stack, waits that ended on "
+                    f"their timeout ({100 * timed / total:.0f}% of the sleep: it looked again every few ms) while "
+                    f"{who} of the same process ran "
+                    + (f"{100 * run_ns / wall_ns:.0f}% of that time" if len(tids) == 1 else
+                       f"{run_ns / 1e9:.1f} thread-seconds in those {wall_ns / 1e9:.1f} s")
+                    + f": it waits for what {'that thread makes' if len(tids) == 1 else 'they make'} (through a "
+                      "condition, an event or a queue)"))
     holds = (f"{who} holds the GIL (or the lock)" if len(tids) == 1
              else "they hold the GIL (or the lock) in turn")
     return Explained(
@@ -97,6 +119,22 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
                 + (f"{100 * run_ns / wall_ns:.0f}% of that time" if len(tids) == 1 else
                    f"{run_ns / 1e9:.1f} thread-seconds in those {wall_ns / 1e9:.1f} s")
                 + f": {holds}"))
+
+
+def _python_wait(ctx: Ctx, f: Finding) -> tuple[Frame, float, Evidence] | None:
+    """The Python frame the thread slept in (its stacks taken at switch-out), where it is one of PYTHON_WAITS for at
+    least half of its sleep time with a stack: the frame, its share (%), the evidence whose SQL recomputes it."""
+    t = f.thread
+    top = profile(ctx.con, "off_cpu", t.pid, t.tid, f.window, top=1, top_stacks=0).top_frames
+    frame = top[0].frame if top else None
+    if frame is None or not frame.python or (frame.file or "").rsplit("/", 1)[-1] not in PYTHON_WAITS:
+        return None
+    sql = self_share_sql("off_cpu", t.pid, t.tid, f.window, frame, kernel=False)
+    share = rows(ctx.con, sql)[0][0]
+    if share is None or float(share) < 50:
+        return None
+    return frame, float(share), Evidence(name=f"where it slept: {frame.label()} (share of its sleep time with a "
+                                              "stack)", value=float(share), unit="%", sql=sql)
 
 
 POLL_MEAN_NS = 1_000_000  # timer sleeps this short on average ...
