@@ -35,8 +35,14 @@ CALL_COLUMNS = ("pid", "tid", "ts_ns", "duration_ns", "api", "op", "bytes", "mem
 def sched(off: int, on: int | None, state: str, *, wakeup: int | None = None, sleep: int | None = None,
           wait: int | None = None, cpu: int = 0, on_cpu: int | None = None, first: tuple | None = None,
           last: tuple | None = None, waker: tuple | None = None, syscall: str | None = None, tid: int = TID) -> dict:
-    """One sched_intervals row; first/last/waker are (pid, tid, comm[, context])."""
+    """One sched_intervals row; first/last/waker are (pid, tid, comm[, context]); sleep and wait, where not given, as
+    schemas/v10.sql computes them (a store refuses a row whose split disagrees)."""
     f, la, w = first or (None,) * 3, last or (None,) * 3, waker or (None,) * 4
+    if sleep is None and wait is None and on is not None:
+        if state == "preempted":
+            sleep, wait = 0, on - off
+        elif wakeup is not None:
+            sleep, wait = wakeup - off, on - wakeup
     return dict(zip(SCHED_COLUMNS, (PID, tid, off, on, None if on is None else on - off, state, wakeup, sleep, wait,
                                     cpu, on_cpu, *f, *la, *w, syscall), strict=True))
 
@@ -125,7 +131,7 @@ def test_thread_state_golden(tmp_path: Path) -> None:
 
 
 def test_thread_state_leaves_out_an_open_interval_without_a_stop(tmp_path: Path) -> None:
-    rows = [sched(T0 + 100 * MS, None, "preempted"),
+    rows = [sched(T0 + 100 * MS, None, "preempted", sleep=0),  # preempted: no sleep, its CPU wait not ended
             sched(T0 + 50 * MS, T0 + 60 * MS, "preempted", sleep=0, wait=10 * MS)]
     got = query(write_store(tmp_path / "s.duckdb", rows, [], stop=None),
                 "SELECT state, start_ns - %d, end_ns - %d FROM thread_state" % (T0, T0))

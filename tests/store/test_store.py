@@ -246,3 +246,52 @@ def test_a_store_within_one_row_group_is_read_on_one_thread(tmp_path: Path) -> N
         got[db.stem] = con.execute("SELECT current_setting('threads')").fetchone()[0]
         con.close()
     assert got == {"small": 1, "large": default}, (got, default)
+
+
+# Intervals as the collector writes them (collector/records.py sched_split; drain.py at the stop: on_ns NULL), the split
+# given: preempted; woken then waiting; wakeup not seen (unknown); woken and still waiting at the stop; asleep at it.
+INTERVALS = {
+    "pid": [7] * 5, "tid": [7] * 5, "prev_state": ["preempted", "sleeping", "sleeping", "sleeping", "sleeping"],
+    "off_ns": [100, 200, 300, 400, 500], "on_ns": [110, 230, 340, None, None],
+    "wakeup_ns": [None, 220, None, 420, None],
+    "off_cpu_ns": [10, 30, 40, 50, 60], "sleep_ns": [0, 20, None, 20, 60], "cpu_wait_ns": [10, 10, None, 30, 0],
+    "preemptor_pid": [9, 9, 8, 8, 8], "preemptor_tid": [9, 10, 10, 8, None],
+}
+
+
+def test_a_v10_store_computes_the_split_and_keeps_what_the_writer_gave(tmp_path: Path) -> None:
+    """off_cpu_ns, sleep_ns, cpu_wait_ns and preemptor_pid are not stored (schemas/v10.sql): read back, every row is
+    what the writer gave, the stop's rows (on_ns NULL) through stopped_ns, a pid not its tid through *_if_other."""
+    db = tmp_path / "v10.duckdb"
+    with TraceWriter(db) as w:
+        w.append("sched_intervals", INTERVALS)
+    con = open_store(db)
+    got = con.execute("SELECT off_ns, on_ns, off_cpu_ns, sleep_ns, cpu_wait_ns, stopped_ns, preemptor_pid, "
+                      "preemptor_pid_if_other FROM sched_intervals ORDER BY off_ns").fetchall()
+    assert got == [(100, 110, 10, 0, 10, None, 9, None), (200, 230, 30, 20, 10, None, 9, 9),
+                   (300, 340, 40, None, None, None, 8, 8), (400, None, 50, 20, 30, 450, 8, None),
+                   (500, None, 60, 60, 0, 560, 8, 8)]
+    generated = con.execute("SELECT column_name FROM information_schema.columns WHERE table_name = 'sched_intervals' "
+                            "AND is_generated = 'ALWAYS' ORDER BY 1").fetchall()
+    assert generated == [("cpu_wait_ns",), ("last_holder_pid",), ("off_cpu_ns",), ("preemptor_pid",),
+                         ("sleep_ns",)]
+
+
+@pytest.mark.parametrize("live", [False, True])
+def test_a_row_whose_split_disagrees_with_the_rule_is_refused_not_stored_wrong(tmp_path: Path, live: bool) -> None:
+    """Woken at 420 and still waiting for a CPU at the stop (450): a writer saying it waited 7 ns, not 30, is refused,
+    in direct mode at once, in a live recording at the fold (its segment kept, in quarantine)."""
+    rows = {k: [v[3]] for k, v in INTERVALS.items()}
+    rows["cpu_wait_ns"] = [7]
+    db = tmp_path / "bad.duckdb"
+    if not live:
+        refused = r"sched_intervals: cpu_wait_ns given, not what schemas/v10.sql computes .*tid 7, off_ns 400"
+        with pytest.raises(duckdb.Error, match=refused):
+            with TraceWriter(db) as w:
+                w.append("sched_intervals", rows)
+        return
+    w = TraceWriter(db, live=True)
+    w.append("sched_intervals", rows)
+    w.close()
+    assert open_store(db).execute("SELECT count(*) FROM sched_intervals").fetchone()[0] == 0
+    assert list((tmp_path / "bad.duckdb.quarantine" / "sched_intervals").glob("*.parquet"))

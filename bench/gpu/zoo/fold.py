@@ -32,7 +32,7 @@ import duckdb  # noqa: E402
 
 from ingero_mcp.analysis.derive import store_derived  # noqa: E402
 from ingero_mcp.store import TABLES, fold_segments  # noqa: E402
-from ingero_mcp.store.schema import migrate  # noqa: E402
+from ingero_mcp.store.schema import insert_sql, migrate  # noqa: E402
 
 MARGIN_BEFORE_NS = 2_000_000_000
 MARGIN_AFTER_NS = 3_000_000_000
@@ -86,11 +86,13 @@ def trim_copy(folded: Path, target: Path, lo: int, hi: int, block_size: int = 0)
             continue
         total = con.execute(f"SELECT count(*) FROM src.{table}").fetchall()[0][0]
         where = time_filter(con, table)
-        sql = f"INSERT INTO {table} BY NAME SELECT * FROM src.{table}"
+        given = [r[0] for r in con.execute("SELECT column_name FROM information_schema.columns WHERE "
+                                           "table_catalog = 'src' AND table_name = ?", [table]).fetchall()]
         if where:
-            con.execute(f"{sql} WHERE {where}", {"lo": lo, "hi": hi}).fetchall()
+            con.execute(insert_sql(con, table, f"(SELECT * FROM src.{table} WHERE {where}) AS kept", given),
+                        {"lo": lo, "hi": hi}).fetchall()
         else:
-            con.execute(sql).fetchall()
+            con.execute(insert_sql(con, table, f"src.{table}", given)).fetchall()
         kept = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
         counts[table] = (kept, total)
     note = f"trimmed by bench/gpu/zoo/fold.py to [{lo}, {hi}] ns (the staged run +-margins)"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from ingero_mcp.analysis.answers import STORED as ANSWERS, recording, store_answers
-from ingero_mcp.store.schema import current_version
+from ingero_mcp.store.schema import current_version, insert_sql
 from ingero_mcp.store.views import (
     CACHE,
     CACHE_LOCK,
@@ -131,8 +131,9 @@ def _store(con: duckdb.DuckDBPyConnection, selects: dict[str, str]) -> None:
                 rows = selects[name]
                 if name == "call_spans" and keeps_spans:  # v9: the spans that are not simply one call
                     rows = f"SELECT * FROM ({rows}) WHERE {KEPT_WHERE.format(spans=rows)}"
-                con.execute(f"INSERT INTO {DERIVED[name]} BY NAME SELECT * {f'EXCLUDE ({left})' if left else ''} "
-                            f"FROM ({rows})").fetchall()
+                rows = f"(SELECT * {f'EXCLUDE ({left})' if left else ''} FROM ({rows}))"
+                given = [str(r[0]) for r in con.execute(f"DESCRIBE SELECT * FROM {rows}").fetchall()]
+                con.execute(insert_sql(con, DERIVED[name], rows, given)).fetchall()
             if names is not first:
                 con.execute(f"INSERT INTO {DERIVED_META} SELECT ?, *, ? FROM ({SOURCE_SQL})",
                             [time.time_ns(), views_hash()]).fetchall()

@@ -20,10 +20,12 @@ import duckdb
 from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import (
     DERIVED_PREFIX,
+    GENERATED,
     REPLACE_TABLES,
     SCHEMA_VERSION,
     TABLES,
     V1_AS_V2,
+    insert_sql,
     migrate,
 )
 from ingero_mcp.store.segments import has_segments, insert_segments, list_segments, remember_skipped, segment_dir
@@ -148,8 +150,9 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, seen: _Seen) -> No
             if got != dtype:
                 raise StoreError(f"{path} is damaged: {table}.{column} is {got}, schema v{version} says {dtype}")
     # one scan per table (min and max of each *_ns column; DuckDB answers them from its statistics), one query
-    per_table = [(t, [c for c, dtype in columns.items() if c.endswith("_ns") and dtype == "BIGINT"])
-                 for t, columns in want.items()]
+    # (a generated column, schemas/v10.sql, is computed from the checked ones: no statistics, a scan to check it)
+    per_table = [(t, [c for c, dtype in columns.items() if c.endswith("_ns") and dtype == "BIGINT"
+                      and c not in GENERATED.get(t, ())]) for t, columns in want.items()]
     per_table = [(t, cs) for t, cs in per_table if cs]
     if not per_table:
         return
@@ -285,7 +288,8 @@ def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
             for table in TABLES:
                 # An older recorded file is read in the current shape, as lay_current_views shows it.
                 select = _select_as_current(table, shape[table], stored.get(table, set()), "recorded")
-                build.execute(f"INSERT INTO {table} BY NAME {select}").fetchall()
+                build.execute(insert_sql(build, table, f"({select}) AS recorded_rows",
+                                         [c for c, _ in shape[table]])).fetchall()
             build.execute("DETACH recorded").fetchall()
         # A segment no reader can use (partial, empty, garbage, another schema, a folder) is skipped and
         # reported, not allowed to make the whole store unreadable (store/segments.py).

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ingero_mcp.store.schema import TABLES
+from ingero_mcp.store.schema import TABLES, insert_sql
 
 if TYPE_CHECKING:
     import duckdb
@@ -82,19 +82,28 @@ def insert_segments(con: duckdb.DuckDBPyConnection, table: str, files: list[Path
 
     if not files:
         return []
-    sql = f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)"
+    def sql(names: list[str]) -> str:
+        return insert_sql(con, table, "read_parquet(?, union_by_name = true)", parquet_columns(con, names))
+
     try:
-        con.execute(sql, [[str(f) for f in files]]).fetchall()
+        names = [str(f) for f in files]
+        con.execute(sql(names), [names]).fetchall()
         return []
     except duckdb.Error:
         pass
     bad: list[Bad] = []
     for file in files:
         try:
-            con.execute(sql, [[str(file)]]).fetchall()
+            con.execute(sql([str(file)]), [[str(file)]]).fetchall()
         except duckdb.Error as exc:
             bad.append((file, _first_line(exc)))
     return bad
+
+
+def parquet_columns(con: duckdb.DuckDBPyConnection, files: list[str]) -> list[str]:
+    """The columns of Parquet `files` read together by name (from their footers)."""
+    return [str(r[0]) for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?, union_by_name = true)",
+                                           [files]).fetchall()]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ingero_mcp.store.errors import StoreError
-from ingero_mcp.store.schema import REPLACE_TABLES, TABLES, migrate
-from ingero_mcp.store.segments import insert_segments, list_segments, quarantine, segment_dir
+from ingero_mcp.store.schema import REPLACE_TABLES, TABLES, insert_sql, migrate
+from ingero_mcp.store.segments import insert_segments, list_segments, parquet_columns, quarantine, segment_dir
 
 if TYPE_CHECKING:
     import duckdb
@@ -72,7 +72,7 @@ def _next_session_id(con: duckdb.DuckDBPyConnection) -> int:
 def _insert(con: duckdb.DuckDBPyConnection, table: str, arrow: pa.Table) -> None:
     con.register("_ingero_batch", arrow)
     try:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _ingero_batch").fetchall()
+        con.execute(insert_sql(con, table, "_ingero_batch", arrow.schema.names)).fetchall()
     finally:
         con.unregister("_ingero_batch")
 
@@ -302,8 +302,8 @@ def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] |
             if appended:
                 names = [str(p) for p in appended]
                 before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?, union_by_name = true)",
-                            [names]).fetchall()
+                con.execute(insert_sql(con, table, "read_parquet(?, union_by_name = true)",
+                                       parquet_columns(con, names)), [names]).fetchall()
                 folded += con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
         con.execute("COMMIT").fetchall()
     except Exception:
