@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import duckdb
@@ -21,6 +22,7 @@ from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import (
     DERIVED_PREFIX,
     GENERATED,
+    GENERATED_FROM,
     REPLACE_TABLES,
     SCHEMA_VERSION,
     TABLES,
@@ -150,9 +152,10 @@ def _check_schema(con: duckdb.DuckDBPyConnection, path: Path, seen: _Seen) -> No
             if got != dtype:
                 raise StoreError(f"{path} is damaged: {table}.{column} is {got}, schema v{version} says {dtype}")
     # one scan per table (min and max of each *_ns column; DuckDB answers them from its statistics), one query
-    # (a generated column, schemas/v10.sql, is computed from the checked ones: no statistics, a scan to check it)
+    # (since v10 a generated column is computed from the checked ones: no statistics, a scan to check it)
+    computed = GENERATED if version >= 10 else {}
     per_table = [(t, [c for c, dtype in columns.items() if c.endswith("_ns") and dtype == "BIGINT"
-                      and c not in GENERATED.get(t, ())]) for t, columns in want.items()]
+                      and c not in computed.get(t, ())]) for t, columns in want.items()]
     per_table = [(t, cs) for t, cs in per_table if cs]
     if not per_table:
         return
@@ -192,9 +195,15 @@ def lay_current_views(con: duckdb.DuckDBPyConnection, seen: _Seen | None = None)
         if table == "schema_version" or table.startswith(DERIVED_PREFIX):
             continue  # an older store has no derived tables: its views are computed (store/views.py)
         have = set(seen.columns.get(table, {}))
-        if have == {c for c, _ in columns}:
+        if {c for c, _ in columns} - STORED_FOR[table] <= have:  # what v10 stores only to compute others: not read
             continue
         con.execute(f'CREATE TEMP VIEW "{table}" AS {_select_as_current(table, columns, have, f"{db}")}').fetchall()
+
+
+# Per table, the columns a v10 store keeps only for its generated columns to be computed from (GENERATED_FROM).
+STORED_FOR: dict[str, set[str]] = defaultdict(set)
+for _table, _column in GENERATED_FROM:
+    STORED_FOR[_table].add(_column)
 
 
 def _select_as_current(table: str, columns: list[tuple[str, str]], have: set[str], db: str) -> str:
