@@ -22,6 +22,7 @@
 #   bash bench/gpu/zoo/device_zoo.sh twelfth      mp_poll_producer healthy_poll_loop signal_storm
 #   bash bench/gpu/zoo/device_zoo.sh thirteenth   condvar_timeout_producer busy_spin_consumer niced_trainer_neighbor
 #                                                 healthy_two_trainers
+#   bash bench/gpu/zoo/device_zoo.sh fourteenth   queue_timeout_producer event_sleepy_producer healthy_queue_timeout
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -53,6 +54,7 @@ TENTH="d2h_cpu_copy_per_step gil_pool healthy_prefetch_thread"
 ELEVENTH="spin_wait_producer memcg_high_throttle sigprof_sampler healthy_event_poll"
 TWELFTH="mp_poll_producer healthy_poll_loop signal_storm"
 THIRTEENTH="condvar_timeout_producer busy_spin_consumer niced_trainer_neighbor healthy_two_trainers"
+FOURTEENTH="queue_timeout_producer event_sleepy_producer healthy_queue_timeout"
 names=()
 for a in "$@"; do
   case $a in
@@ -69,11 +71,12 @@ for a in "$@"; do
     eleventh) names+=($ELEVENTH) ;;
     twelfth) names+=($TWELFTH) ;;
     thirteenth) names+=($THIRTEENTH) ;;
+    fourteenth) names+=($FOURTEENTH) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
