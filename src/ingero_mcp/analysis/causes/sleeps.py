@@ -8,14 +8,14 @@ from collections import defaultdict
 from dataclasses import replace
 
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import rows, sql_round
+from ingero_mcp.analysis._sql import rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
-from ingero_mcp.analysis.stacks import profile, self_share_sql
+from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
 from ingero_mcp.store.views import SECONDS_TABLE
 from ingero_mcp.analysis.waits import KIND_LABEL, WaitPath, doing_text, follow, sleep_kinds_sql
 
@@ -80,7 +80,8 @@ def _enders(ctx: Ctx, sql: str, known: list[tuple], total: int) -> Evidence:
         f"{100 * int(r[5] or 0) / total:.0f}%" for r in known[:4]), sql=sql)
 
 
-def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
+def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int,
+                       waited: tuple[Frame, float, Evidence] | None) -> Explained | None:
     """Futex waits ended by their timeout (the GIL is asked for every 5 ms; locks with timeouts): the waiter is not
     woken by the holder, so name the threads of the same process that kept running meanwhile (_runners). Where its
     sleeps' own Python frame is a threading or queue wait (_python_wait), it waits for what they make, not a lock."""
@@ -92,7 +93,6 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
     tids = culprits[0].tids
     timed = int(known[0][5] or 0)
     ev = [_enders(ctx, sql, known, total), ran]
-    waited = _python_wait(ctx, f)
     if waited is not None:
         frame, share, where = waited
         # a task among the sleeps' enders that is one of the runners: it did signal the wait now and then
@@ -135,6 +135,29 @@ def _python_wait(ctx: Ctx, f: Finding) -> tuple[Frame, float, Evidence] | None:
         return None
     return frame, float(share), Evidence(name=f"where it slept: {frame.label()} (share of its sleep time with a "
                                               "stack)", value=float(share), unit="%", sql=sql)
+
+
+def _signaller(ctx: Ctx, f: Finding, frame: Frame, known: list[tuple]) -> tuple[tuple, Evidence] | None:
+    """Timed waits in a Python wait (`frame`) that time out again and again end, once what they wait for comes, by
+    the task that signals it: of the frame's sleeps a task ended, the one task that ended at least half (and 10): its
+    row of `known` and the evidence (counts, not time: each wait is many timed-out sleeps and one signalled)."""
+    t, (lo, hi) = f.thread, (int(f.window.start_ns), int(f.window.end_ns))
+    hit = (f"u.frames[{leaf_sql('u')}] = {sql_str(frame.function)} AND u.files[{leaf_sql('u')}] IS NOT DISTINCT FROM "
+           f"{'NULL' if frame.file is None else sql_str(frame.file)}")
+    sql = (f"SELECT i.waker_pid, i.waker_tid, min(i.waker_comm) AS waker_comm, count(*) AS sleeps FROM sched_intervals "
+           f"i JOIN stacks u ON u.session_id = i.session_id AND u.stack_id = i.ustack_id WHERE i.pid = {t.pid} AND "
+           f"i.tid = {t.tid} AND i.sleep_ns > 0 AND i.off_ns < {hi} AND i.off_ns + i.sleep_ns > {lo} AND "
+           f"i.waker_context = 'task' AND {hit} GROUP BY ALL ORDER BY sleeps DESC, i.waker_tid")
+    got = rows(ctx.con, sql)
+    signalled = sum(int(r[3]) for r in got)
+    if not got or int(got[0][3]) < max(10, 0.5 * signalled):
+        return None
+    top = next((r for r in known if r[3] == "task" and (r[0], r[1]) == (got[0][0], got[0][1])), None)
+    if top is None:
+        return None
+    who = ctx.who(int(got[0][0]), int(got[0][1]), got[0][2])
+    return top, Evidence(name=f"who ended the waits in {frame.function} that did not time out (of {signalled:,})",
+                         value=f"{who} {int(got[0][3]):,}", sql=sql)
 
 
 POLL_MEAN_NS = 1_000_000  # timer sleeps this short on average ...
@@ -192,7 +215,14 @@ def _path_evidence(ctx: Ctx, path: WaitPath, label: str) -> list[Evidence]:
 def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
     """Sleeping outside CUDA calls: what the thread waited in (its sleeps' kernel stacks or system calls) and who ended
     the sleeps, followed along the wait-for graph (waits.py) to where the wait began: a thread that ran (the work
-    waited for), one starved of CPU, a timer, a disk, the network, a process outside the job."""
+    waited for), one starved of CPU, a timer, a disk, the network, a process outside the job. Where the waker was
+    read from timed waits' few signalled ends (_signaller), the cause is said without confidence, with that count."""
+    hedged: list[Evidence] = []
+    got = _explain_sleep(ctx, f, io, hedged)
+    return replace(got, confident=False, evidence=[*got.evidence, *hedged]) if hedged else got
+
+
+def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Explained:
     t = f.thread
     sql, got = _wakers(ctx, t.pid, t.tid, f.window)
     total = sum(int(r[5] or 0) for r in got) or 1
@@ -201,12 +231,18 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
         return _sleep_without_waker(ctx, f, io, sql)
     kind, own_syscall, kind_share, kind_sql = _own_kind(ctx, f)
     tasks = [r for r in known if r[3] not in ("irq", "softirq")]
-    if known[0][3] in ("irq", "softirq") and known[0][7] in ("futex", "futex_waitv"):
-        holder = _timed_lock_holder(ctx, f, sql, known, total)
+    timed_futex = known[0][3] in ("irq", "softirq") and known[0][7] in ("futex", "futex_waitv")
+    waited = _python_wait(ctx, f) if timed_futex else None
+    if timed_futex:
+        holder = _timed_lock_holder(ctx, f, sql, known, total, waited)
         if holder:
             return holder
-    if known[0][3] in ("irq", "softirq") and known[0][7] in ("futex", "futex_waitv") and tasks \
-            and int(tasks[0][5] or 0) >= 0.2 * total:
+    signaller = _signaller(ctx, f, waited[0], known) if waited is not None else None
+    if signaller is not None:
+        # timed waits in a Python wait whose signalled ends one task made: that task is what it waits for
+        known = [signaller[0]] + [r for r in known if r is not signaller[0]]
+        hedged += [waited[2], signaller[1]]
+    elif timed_futex and tasks and int(tasks[0][5] or 0) >= 0.2 * total:
         # a lock wait with a timeout (the GIL waits 5 ms, then asks for the lock): the timer ends the wait, the task
         # that releases the lock is the one it waits on
         known = tasks + [r for r in known if r not in tasks]
@@ -266,11 +302,12 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
                          numbers={"syscall": own_syscall or "?"}, confident=cause == rc.IO_WAIT or f.mode == "contrast")
     traced = {(int(p), int(x)) for p, x in ctx.traced_threads()}
     pool = _waker_pool(ctx, t.pid, known, total)
-    if pool is not None and share < POOL_SHARE:
+    if pool is not None and share < POOL_SHARE and not hedged:
         return _explain_pool(ctx, f, pool, traced, ev, culprits, total, kind, in_what)
     path = follow(ctx.con, (t.pid, t.tid), (wpid, wtid), f.window, traced)
     ev += _path_evidence(ctx, path, f"{ctx.who(t.pid, t.tid)} slept")
-    return _explain_path(ctx, f, path, ev, culprits, share, kind, in_what)
+    # a signalled Python wait: its futex is the signal (a condition, an event, a queue), not a lock the waker holds
+    return _explain_path(ctx, f, path, ev, culprits, share, "signal" if hedged else kind, in_what)
 
 
 POOL_SHARE = 0.5  # no one waker ended this share of the sleep, but threads of one name together did: a pool
