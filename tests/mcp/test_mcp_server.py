@@ -539,6 +539,8 @@ async def test_a_live_recording_is_opened_after_the_server_is_built(tmp_path: Pa
     writer.close()
     assert "- call_spans(" in schema and schema in (tools["run_sql"].description or "")
     assert stats.structured_content["calls"] == 10
+    # v10's computed columns say so, and the columns they are computed from carry their DDL note
+    assert "off_cpu_ns BIGINT [computed" in schema and "kernel_key VARCHAR [launches: kernel_handle" in schema
 
 
 async def test_investigate_prompt(store: Path) -> None:

@@ -45,7 +45,7 @@ def _column_notes() -> dict[tuple[str, str], str]:
     for version in range(1, SCHEMA_VERSION + 1):
         table = None
         for line in ddl(version).splitlines():
-            start = re.match(r"CREATE TABLE IF NOT EXISTS (\w+)", line)
+            start = re.match(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+?)(?:_v\d+)? \(", line)  # v10: t_v10 becomes t
             if start:
                 table = start.group(1)
                 continue
@@ -64,26 +64,29 @@ def _column_notes() -> dict[tuple[str, str], str]:
 def describe_schema(con: duckdb.DuckDBPyConnection) -> str:
     """The store's tables and columns as compact text, read from the store's own catalog."""
     rows = con.execute(
-        "SELECT table_catalog = 'temp', table_name, column_name, data_type FROM information_schema.columns "
+        "SELECT table_catalog = 'temp', table_name, column_name, data_type, is_generated = 'ALWAYS' FROM "
+        "information_schema.columns "
         "WHERE table_schema = 'main' AND table_catalog IN ('temp', current_database()) "
         "ORDER BY table_name, ordinal_position"
     ).fetchall()
     # An older store read through TEMP views of the current shape (store.reader): the view wins.
-    views = {str(table) for temp, table, _, _ in rows if temp}
-    columns: dict[str, list[tuple[str, str]]] = {}
-    for temp, table, column, dtype in rows:
+    views = {str(table) for temp, table, *_ in rows if temp}
+    columns: dict[str, list[tuple[str, str, bool]]] = {}
+    for temp, table, column, dtype, generated in rows:
         if temp or str(table) not in views:
-            columns.setdefault(str(table), []).append((str(column), str(dtype)))
+            columns.setdefault(str(table), []).append((str(column), str(dtype), bool(generated)))
     notes = _column_notes()
     ordered = [t for t in TABLES if t in columns] + sorted(t for t in columns if t not in TABLES)
     lines = []
     for table in ordered:
         parts = []
-        for column, dtype in columns[table]:
+        for column, dtype, generated in columns[table]:
             if column == "session_id" and table != "sessions":
                 continue
             note = notes.get((table, column))
             short = note[:80] if note else ""
+            if generated:  # v10: computed from the row's other columns as it is read (schemas/v10.sql)
+                short = f"computed; {short}" if short else "computed from the row's other columns"
             parts.append(f"{column} {dtype}" + (f" [{short}]" if short else ""))
         lines.append(f"- {table}(" + ", ".join(parts) + ")")
     return "\n".join(lines)
