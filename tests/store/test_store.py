@@ -295,3 +295,30 @@ def test_a_row_whose_split_disagrees_with_the_rule_is_refused_not_stored_wrong(t
     w.close()
     assert open_store(db).execute("SELECT count(*) FROM sched_intervals").fetchone()[0] == 0
     assert list((tmp_path / "bad.duckdb.quarantine" / "sched_intervals").glob("*.parquet"))
+
+
+def test_migrating_a_v9_store_to_v10_keeps_every_row(tmp_path: Path) -> None:
+    """v10 re-creates three tables with computed columns (schemas/v10.sql): an H200 recording written as v9 reads the
+    same after the migration, row for row, its split, holders' pids and kernel handles included."""
+    import lzma
+    import shutil
+
+    from ingero_mcp.store.schema import migrate
+
+    db = tmp_path / "v9.duckdb"
+    with lzma.open(REPO / "investigations" / "zoo-v9" / "niced_trainer_neighbor.duckdb.xz") as src, \
+            db.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    queries = ("SELECT * EXCLUDE (session_id) FROM sched_intervals ORDER BY ALL",
+               "SELECT ts_ns, tid, op, kernel_handle FROM cuda_calls ORDER BY ALL",
+               "SELECT * FROM acct_thread_sleeps ORDER BY ALL")
+    con = duckdb.connect(str(db))
+    assert con.execute("SELECT max(version) FROM schema_version").fetchone()[0] == 9
+    before = [con.execute(q).fetchall() for q in queries]
+    assert migrate(con) == SCHEMA_VERSION == 10
+    after = [con.execute(q.replace("EXCLUDE (session_id)", "EXCLUDE (session_id, stopped_ns, "
+                                   "preemptor_pid_if_other, last_holder_pid_if_other)")).fetchall() for q in queries]
+    con.close()
+    assert before[0] and before[1]  # (a zoo store keeps no derived rows: acct_thread_sleeps is empty, and stays so)
+    assert any(r[6] != r[12] for r in before[0] if r[6] is not None)  # a preemptor whose pid is not its tid
+    assert after == before
