@@ -28,8 +28,9 @@ V9_GAPS = {
     "signal_storm": "SIGUSR1 sent flat out by another process: the store records no signals, so the sender shows "
                     "only as the waker of CUDA's threads the main thread queued behind for a CPU; the report says "
                     "host-bound (the handler's code named) and own-threads-cpu, not the sender",
-    "busy_spin_consumer": "a pure-Python busy-wait for a producer thread: said as HIGH host-bound, its own work (the "
-                          "spin's code named), the producer not named",
+    "busy_spin_consumer": "a pure-Python busy-wait for a producer thread: the rows show the main thread running, not "
+                          "waiting; said as MEDIUM host-bound, the producer named as what it may spin for (HIGH "
+                          "host-bound 'its own work' when held out)",
 }
 
 
@@ -79,3 +80,14 @@ def test_a_timed_condition_wait_is_said_as_waiting_for_its_producer(v9_stores: P
     assert [c.comm for c in chain.culprits] == ["batch_cv"], chain.culprits
     where = next(e for e in chain.evidence if e.name.startswith("where it slept: Condition.wait"))
     assert where.value is not None and float(where.value) >= 50, where
+
+
+def test_own_work_beside_a_thread_that_grew_is_hedged_and_names_it(v9_stores: Path) -> None:
+    """A pure-Python busy-wait for a producer thread is running, as real work is: the report cannot tell which, so it
+    says host-bound MEDIUM and names the thread of the process that ran most of the window and far more than in the
+    baseline (held_out_10 said HIGH host-bound 'its own work'), with the baseline share its SQL gives."""
+    chain = _top(_report(v9_stores, "busy_spin_consumer"))[0]
+    assert (chain.severity, chain.root_cause) == ("MEDIUM", "host-bound"), chain.summary
+    assert [c.comm for c in chain.culprits] == ["batch_bz"] and "busy-wait" in chain.summary, chain.summary
+    base = next(e for e in chain.evidence if e.name.startswith("share of the baseline batch_bz"))
+    assert base.sql and float(base.value) < 20, base

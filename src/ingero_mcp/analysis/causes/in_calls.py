@@ -14,6 +14,7 @@ from ingero_mcp.analysis.accounting import SECOND_NS
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _culprit_names
 from ingero_mcp.analysis.causes.findings import _k_range
+from ingero_mcp.analysis.causes.sleeps import _runners
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.progress import per_second_sql
 
@@ -238,5 +239,39 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
             return grew
     kids = ctx.alive_children(t.pid, f.window)
     note = "no child process (worker) alive then" if not kids else f"{len(kids)} child processes alive"
-    return Explained(cause=rc.HOST_BOUND, evidence=ev,
-                     reason=f"its own work between CUDA calls (Python, data preparation; {note}): the GPU waits on it")
+    own = f"its own work between CUDA calls (Python, data preparation; {note})"
+    busy = _busy_runner(ctx, f, baseline)
+    if busy is not None:  # the same rows as a busy-wait for that thread: said, not decided
+        culprits, words, more = busy
+        return Explained(cause=rc.HOST_BOUND, evidence=ev + more, culprits=culprits, confident=False,
+                         reason=f"{own}; meanwhile {words}: if it waits for that thread in a loop (a busy-wait), "
+                                "that thread sets the pace, else the GPU waits on its own work")
+    return Explained(cause=rc.HOST_BOUND, evidence=ev, reason=f"{own}: the GPU waits on it")
+
+
+BUSY_GREW = 3.0  # another thread of the process that ran this many times its baseline share of the time ...
+
+
+def _busy_runner(ctx: Ctx, f: Finding,
+                 baseline: list[TimeWindow]) -> tuple[list[Culprit], str, list[Evidence]] | None:
+    """The feeding thread's own running grew in a slow phase while another thread of its process ran most of that
+    time and BUSY_GREW times its baseline share or more: a thread working more, or one spinning in a loop until the
+    other is done (a busy-wait shows no wake-up); the rows cannot tell which, so the other is named, hedged."""
+    if f.mode != "contrast" or not baseline:
+        return None
+    runners = _runners(ctx, f)
+    if runners is None:
+        return None
+    _name, culprits, run_ns, wall_ns, who, ran = runners
+    tids = ", ".join(str(tid) for c in culprits for tid in c.tids)
+    ranges = " OR ".join("k BETWEEN {} AND {}".format(*_k_range(ctx, w)) for w in baseline)
+    sql = (f"SELECT round(100.0 * sum(run_outside_ns + run_inside_ns) / max(w), 1) FROM thread_seconds, (SELECT "
+           f"max(s) AS w FROM (SELECT sum(wall_ns) AS s FROM thread_seconds WHERE pid = {f.thread.pid} AND tid IN "
+           f"({tids}) AND ({ranges}) GROUP BY tid)) WHERE pid = {f.thread.pid} AND tid IN ({tids}) AND ({ranges})")
+    base = rows(ctx.con, sql)[0][0]
+    share = 100 * run_ns / wall_ns
+    if base is None or share < BUSY_GREW * float(base):
+        return None
+    return culprits, f"{who} of the same process ran {share:.0f}% of that time (vs {float(base):.0f}% in the " \
+                     "baseline)", [ran, Evidence(name=f"share of the baseline {who} ran", value=float(base), unit="%",
+                                                 sql=sql)]
