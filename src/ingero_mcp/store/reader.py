@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import duckdb
@@ -22,9 +21,9 @@ from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import (
     DERIVED_PREFIX,
     GENERATED,
-    GENERATED_FROM,
     REPLACE_TABLES,
     SCHEMA_VERSION,
+    STORED_FOR,
     TABLES,
     V1_AS_V2,
     insert_sql,
@@ -195,15 +194,9 @@ def lay_current_views(con: duckdb.DuckDBPyConnection, seen: _Seen | None = None)
         if table == "schema_version" or table.startswith(DERIVED_PREFIX):
             continue  # an older store has no derived tables: its views are computed (store/views.py)
         have = set(seen.columns.get(table, {}))
-        if {c for c, _ in columns} - STORED_FOR[table] <= have:  # what v10 stores only to compute others: not read
+        if {c for c, _ in columns} - STORED_FOR.get(table, set()) <= have:  # (columns kept only to compute others)
             continue
         con.execute(f'CREATE TEMP VIEW "{table}" AS {_select_as_current(table, columns, have, f"{db}")}').fetchall()
-
-
-# Per table, the columns a v10 store keeps only for its generated columns to be computed from (GENERATED_FROM).
-STORED_FOR: dict[str, set[str]] = defaultdict(set)
-for _table, _column in GENERATED_FROM:
-    STORED_FOR[_table].add(_column)
 
 
 def _select_as_current(table: str, columns: list[tuple[str, str]], have: set[str], db: str) -> str:

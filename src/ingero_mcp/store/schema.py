@@ -57,6 +57,8 @@ GENERATED_FROM: dict[tuple[str, str], str] = {
         "CASE WHEN last_holder_pid IS DISTINCT FROM last_holder_tid THEN last_holder_pid END",
     ("cuda_calls", "kernel_key"): "CAST(kernel_handle AS VARCHAR)",
 }
+# Per table, the columns v10 keeps only for its generated columns to be computed from: no reader reads them.
+STORED_FOR: dict[str, set[str]] = {t: {c for (u, c) in GENERATED_FROM if u == t} for t in GENERATED}
 # Generated columns whose stored fact is the given value itself in another form (GENERATED_FROM): nothing to check.
 LOSSLESS = frozenset({("cuda_calls", "kernel_handle")})
 _CATALOG: dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]] = {}

@@ -82,28 +82,26 @@ def insert_segments(con: duckdb.DuckDBPyConnection, table: str, files: list[Path
 
     if not files:
         return []
-    def sql(names: list[str]) -> str:
-        return insert_sql(con, table, "read_parquet(?, union_by_name = true)", parquet_columns(con, names))
-
     try:
-        names = [str(f) for f in files]
-        con.execute(sql(names), [names]).fetchall()
+        insert_parquet(con, table, [str(f) for f in files])
         return []
     except duckdb.Error:
         pass
     bad: list[Bad] = []
     for file in files:
         try:
-            con.execute(sql([str(file)]), [[str(file)]]).fetchall()
+            insert_parquet(con, table, [str(file)])
         except duckdb.Error as exc:
             bad.append((file, _first_line(exc)))
     return bad
 
 
-def parquet_columns(con: duckdb.DuckDBPyConnection, files: list[str]) -> list[str]:
-    """The columns of Parquet `files` read together by name (from their footers)."""
-    return [str(r[0]) for r in con.execute("DESCRIBE SELECT * FROM read_parquet(?, union_by_name = true)",
-                                           [files]).fetchall()]
+def insert_parquet(con: duckdb.DuckDBPyConnection, table: str, files: list[str]) -> None:
+    """Insert the rows of Parquet `files`, read together by name, into `table` (store.schema.insert_sql: the columns
+    given are the files' own, from their footers)."""
+    source = "read_parquet(?, union_by_name = true)"
+    given = [str(r[0]) for r in con.execute(f"DESCRIBE SELECT * FROM {source}", [files]).fetchall()]
+    con.execute(insert_sql(con, table, source, given), [files]).fetchall()
 
 
 def _first_line(exc: BaseException) -> str:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import REPLACE_TABLES, TABLES, insert_sql, migrate
-from ingero_mcp.store.segments import insert_segments, list_segments, parquet_columns, quarantine, segment_dir
+from ingero_mcp.store.segments import insert_parquet, insert_segments, list_segments, quarantine, segment_dir
 
 if TYPE_CHECKING:
     import duckdb
@@ -302,8 +302,7 @@ def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] |
             if appended:
                 names = [str(p) for p in appended]
                 before = con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
-                con.execute(insert_sql(con, table, "read_parquet(?, union_by_name = true)",
-                                       parquet_columns(con, names)), [names]).fetchall()
+                insert_parquet(con, table, names)
                 folded += con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] - before
         con.execute("COMMIT").fetchall()
     except Exception:
