@@ -40,3 +40,17 @@ def test_timed_waits_for_a_sleeping_producer_name_who_signals_them_hedged(v10_st
     assert chain.culprits[0].comm == "batch_ev" and "interrupt" not in chain.summary, chain.summary
     ended = next(e for e in chain.evidence if e.name.startswith("who ended the waits in Condition.wait"))
     assert ended.value.startswith("batch_ev") and ended.sql, ended
+
+
+def test_what_the_signaller_did_is_read_over_the_whole_wait(v10_stores: Path) -> None:
+    """future_pool_sleepy: the pool thread that signals the future ended 1% of the sleep (its signals; the rest timed
+    out), and at each signal it ran by definition: over those moments it 'was running 78%' (held_out_12's weakness).
+    Read over all the main thread's sleeps it was asleep on its own timer; it is named first in the culprits, with
+    the time the thread slept in the wait it signals (its SQL gives that number)."""
+    report = _report(v10_stores, "future_pool_sleepy")
+    chain = _top(report)[0]
+    assert chain.culprits[0].comm == "fetch_pool", chain.culprits
+    assert max(chain.culprits, key=lambda c: c.ns) is chain.culprits[0], chain.culprits
+    assert "was asleep on a timer" in chain.summary and "was running" not in chain.summary, chain.summary
+    waited = next(e for e in chain.evidence if e.name.startswith("time asleep in Condition.wait"))
+    assert waited.value == round(chain.culprits[0].ns / 1e9, 2) and waited.sql, waited

@@ -168,11 +168,14 @@ def _next_intervals(intervals: str, pid: int, tid: int, lo: int, hi: int, waker_
         FROM iv JOIN x ON x.start_ns < iv.b AND x.end_ns > iv.a""".split())
 
 
-def first_intervals(pid: int, tid: int, w: TimeWindow, waker_pid: int, waker_tid: int) -> str:
-    """The sleeping thread's sleeps outside CUDA calls in the window that waker ended (the first hop's intervals)."""
+def first_intervals(pid: int, tid: int, w: TimeWindow, waker_pid: int, waker_tid: int, every: bool = False) -> str:
+    """The sleeping thread's sleeps outside CUDA calls in the window that waker ended (the first hop's intervals);
+    `every`: all of them, however each ended (a wait mostly timed out, whose few signalled ends would show only the
+    moments the waker signalled, when it ran by definition)."""
+    ended = "" if every else (f"AND waker_pid = {int(waker_pid)} AND waker_tid = {int(waker_tid)} "
+                              "AND waker_context = 'task' ")
     return (f"SELECT greatest(start_ns, {w.start_ns}) AS a, least(end_ns, {w.end_ns}) AS b FROM thread_sleeps "
-            f"WHERE pid = {int(pid)} AND tid = {int(tid)} AND inside_ns = 0 AND waker_pid = {int(waker_pid)} "
-            f"AND waker_tid = {int(waker_tid)} AND waker_context = 'task' "
+            f"WHERE pid = {int(pid)} AND tid = {int(tid)} AND inside_ns = 0 {ended}"
             f"AND end_ns > {w.start_ns} AND start_ns < {w.end_ns}")
 
 
@@ -267,10 +270,11 @@ def _network_ended(sleeps: list[tuple[str, int | None, int | None, str | None, s
 
 
 def follow(con: duckdb.DuckDBPyConnection, sleeper: tuple[int, int], waker: tuple[int, int], w: TimeWindow,
-           traced: set[tuple[int, int]]) -> WaitPath:
-    """The wait-for path from a thread's sleeps ended by `waker` (see the module's docstring). `traced`: the threads
-    whose scheduler rows exist (a waker outside them is a stop: what it did is not recorded)."""
-    intervals = first_intervals(sleeper[0], sleeper[1], w, waker[0], waker[1])
+           traced: set[tuple[int, int]], every_sleep: bool = False) -> WaitPath:
+    """The wait-for path from a thread's sleeps ended by `waker` (see the module's docstring); `every_sleep`: from
+    all its sleeps (first_intervals). `traced`: the threads whose scheduler rows exist (a waker outside them is a
+    stop: what it did is not recorded)."""
+    intervals = first_intervals(sleeper[0], sleeper[1], w, waker[0], waker[1], every_sleep)
     hops: list[Hop] = []
     seen = {sleeper}
     cur = waker

@@ -137,10 +137,11 @@ def _python_wait(ctx: Ctx, f: Finding) -> tuple[Frame, float, Evidence] | None:
                                               "stack)", value=float(share), unit="%", sql=sql)
 
 
-def _signaller(ctx: Ctx, f: Finding, frame: Frame, known: list[tuple]) -> tuple[tuple, Evidence] | None:
+def _signaller(ctx: Ctx, f: Finding, frame: Frame, known: list[tuple]) -> tuple[tuple, list[Evidence], int] | None:
     """Timed waits in a Python wait (`frame`) that time out again and again end, once what they wait for comes, by
     the task that signals it: of the frame's sleeps a task ended, the one task that ended at least half (and 10): its
-    row of `known` and the evidence (counts, not time: each wait is many timed-out sleeps and one signalled)."""
+    row of `known`, the evidence (counts, not time: each wait is many timed-out sleeps and one signalled), and the
+    time the thread slept in the frame in the window, however each sleep ended: the time it waited on that task."""
     t, (lo, hi) = f.thread, (int(f.window.start_ns), int(f.window.end_ns))
     hit = (f"u.frames[{leaf_sql('u')}] = {sql_str(frame.function)} AND u.files[{leaf_sql('u')}] IS NOT DISTINCT FROM "
            f"{'NULL' if frame.file is None else sql_str(frame.file)}")
@@ -156,8 +157,16 @@ def _signaller(ctx: Ctx, f: Finding, frame: Frame, known: list[tuple]) -> tuple[
     if top is None:
         return None
     who = ctx.who(int(got[0][0]), int(got[0][1]), got[0][2])
-    return top, Evidence(name=f"who ended the waits in {frame.function} that did not time out (of {signalled:,})",
-                         value=f"{who} {int(got[0][3]):,}", sql=sql)
+    waited_sql = (f"SELECT coalesce(sum(least(i.off_ns + i.sleep_ns, {hi}) - greatest(i.off_ns, {lo})), 0)::BIGINT "
+                  f"AS ns FROM sched_intervals i JOIN stacks u ON u.session_id = i.session_id AND u.stack_id = "
+                  f"i.ustack_id WHERE i.pid = {t.pid} AND i.tid = {t.tid} AND i.sleep_ns > 0 AND i.off_ns < {hi} AND "
+                  f"i.off_ns + i.sleep_ns > {lo} AND {hit}")
+    waited_ns = int(rows(ctx.con, waited_sql)[0][0])
+    return top, [Evidence(name=f"who ended the waits in {frame.function} that did not time out (of {signalled:,})",
+                          value=f"{who} {int(got[0][3]):,}", sql=sql),
+                 Evidence(name=f"time asleep in {frame.function} in the window, however each sleep ended (the wait "
+                               f"on {who})", value=sql_round(waited_ns / 1e9, 2), unit="s",
+                          sql=f"SELECT round(ns / 1e9, 2) FROM ({waited_sql})")], waited_ns
 
 
 POLL_MEAN_NS = 1_000_000  # timer sleeps this short on average ...
@@ -241,7 +250,7 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
     if signaller is not None:
         # timed waits in a Python wait whose signalled ends one task made: that task is what it waits for
         known = [signaller[0]] + [r for r in known if r is not signaller[0]]
-        hedged += [waited[2], signaller[1]]
+        hedged += [waited[2], *signaller[1]]
     elif timed_futex and tasks and int(tasks[0][5] or 0) >= 0.2 * total:
         # a lock wait with a timeout (the GIL waits 5 ms, then asks for the lock): the timer ends the wait, the task
         # that releases the lock is the one it waits on
@@ -255,6 +264,8 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
             continue  # the task an interrupt landed on did not wake anyone
         culprits.append(Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2],
                                 relation=ctx.relation(t.pid, int(r[0]), int(r[1]), r[2]), ns=int(r[5] or 0)))
+    if signaller is not None:  # what it waited on for all the time it slept in that wait, not the few signals' time
+        culprits[0].ns = signaller[2]
     share = int(wns or 0) / total
     ev = [Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
         f"""{'an interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq')
@@ -304,7 +315,8 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
     pool = _waker_pool(ctx, t.pid, known, total)
     if pool is not None and share < POOL_SHARE and not hedged:
         return _explain_pool(ctx, f, pool, traced, ev, culprits, total, kind, in_what)
-    path = follow(ctx.con, (t.pid, t.tid), (wpid, wtid), f.window, traced)
+    # a signalled wait: what the signaller did over all the thread's sleeps (it ran at each signal, by definition)
+    path = follow(ctx.con, (t.pid, t.tid), (wpid, wtid), f.window, traced, every_sleep=signaller is not None)
     ev += _path_evidence(ctx, path, f"{ctx.who(t.pid, t.tid)} slept")
     # a signalled Python wait: its futex is the signal (a condition, an event, a queue), not a lock the waker holds
     return _explain_path(ctx, f, path, ev, culprits, share, "signal" if hedged else kind, in_what)
