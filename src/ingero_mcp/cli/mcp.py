@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import threading
 from pathlib import Path
-from typing import Any
 
 from ingero_mcp.sanitize import clean
 
@@ -75,15 +73,6 @@ def out_dir_problem(folder: Path) -> str | None:
     return None
 
 
-def _say_if_unreadable(store: Any) -> None:
-    """Once the store's first open is done (on its own thread, while `initialize` is answered): why it cannot be
-    read, on stderr, where the client's log shows it."""
-    store.opened.wait()
-    if store.unreadable:
-        print(f"ingero-mcp mcp: serving, but the trace store cannot be read: {clean(store.unreadable, 1000)} "
-              "(each tool says so)", file=sys.stderr, flush=True)
-
-
 def run(args: argparse.Namespace) -> int:
     """Open the store, then serve until the client closes stdin."""
     from ingero_mcp.store.errors import StoreError
@@ -105,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - start-up must never print a traceback to the client
         print(f"ingero-mcp mcp: cannot serve {args.db}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    threading.Thread(target=_say_if_unreadable, args=(server.store,), name="ingero-store-said", daemon=True).start()
+    unreadable = server.store.unreadable  # type: ignore[attr-defined]
+    if unreadable:
+        print(f"ingero-mcp mcp: serving, but the trace store cannot be read: {clean(unreadable, 1000)} "
+              "(each tool says so)", file=sys.stderr)
     try:
         server.run("stdio")
     except KeyboardInterrupt:

@@ -28,12 +28,10 @@ class StoreHandle:
     """The read-only connection the tools share, reopened when the store changes on disk (a live trace)."""
 
     def __init__(self, path: str | Path, reopen_min_s: float = REOPEN_MIN_S,
-                 refresh_factor: float = REFRESH_FACTOR, background: bool = False,
-                 on_open: Callable[[duckdb.DuckDBPyConnection], None] | None = None) -> None:
+                 refresh_factor: float = REFRESH_FACTOR, background: bool = False) -> None:
         """`background`: open the store and make its accounting rows on a thread of their own (a live recording's
         snapshot and rows took ~13 s at 10M events, which the client's `initialize` waited for); the first call
-        waits for what is left of them. `on_open` is handed a cursor of the store once it is first open (before its
-        rows are made); `opened` is set when that first open is done, read or not (`unreadable` says why not)."""
+        waits for what is left of them."""
         self.path = Path(path)
         self.reopen_min_s = reopen_min_s
         self.refresh_factor = refresh_factor
@@ -46,38 +44,16 @@ class StoreHandle:
         self._active = 0  # tool calls using the connection now
         self.on_close: list[Callable[[], None]] = []  # what else holds the store (run_sql's process)
         self.unreadable: str | None = None  # why the store could not be opened at start (None: it could)
-        self.opened = threading.Event()
-        self._on_open = on_open
         self._lock.acquire()  # held until the store is open (and, opened in the background, its rows made)
         if background:
             threading.Thread(target=self._open_and_warm, name="ingero-store-open", daemon=True).start()
             return
         try:
-            self._first_open()
+            self._current()  # opened now (no cursor: the first call lays its own)
+        except StoreError as exc:  # served anyway: every tool says why, and a store that appears later is read
+            self.unreadable = str(exc)
         finally:
             self._lock.release()
-
-    def _first_open(self) -> duckdb.DuckDBPyConnection | None:
-        """The store opened, `on_open` handed a cursor of it, `opened` set; None where it cannot be read (served
-        anyway: every tool says why, and a store that appears later is read). The lock is held."""
-        try:
-            try:
-                con = self._current()
-            except StoreError as exc:
-                self.unreadable = str(exc)
-                return None
-            if self._on_open is not None:
-                try:
-                    cursor = store_cursor(con)
-                    try:
-                        self._on_open(cursor)
-                    finally:
-                        cursor.close()
-                except (StoreError, duckdb.Error):  # what it wanted is asked again by a call, which says why
-                    pass
-            return con
-        finally:
-            self.opened.set()
 
     def _open_and_warm(self) -> None:
         """The store opened and the accounting's rows made (derive.materialize, cached for every cursor), the lock
@@ -85,19 +61,16 @@ class StoreHandle:
         from ingero_mcp.analysis import materialize
 
         try:
-            con = self._first_open()
-            if con is not None:
-                cursor = store_cursor(con)
-                try:
-                    materialize(cursor)
-                finally:
-                    cursor.close()
+            cursor = store_cursor(self._current())
+            try:
+                materialize(cursor)
+            finally:
+                cursor.close()
         except StoreError as exc:
             self.unreadable = str(exc)
         except duckdb.Error:  # a call meets it again, and says what went wrong
             pass
         finally:
-            self.opened.set()
             self._lock.release()
 
     def _fingerprint(self) -> tuple[Any, ...]:

@@ -19,7 +19,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any, Literal
 
-import anyio
 import duckdb
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError
@@ -93,21 +92,13 @@ def build_server(
     save_picture writes its files under `out_dir` (default: a per-user folder in the temp directory). run_sql's
     queries run in a child process within `sql_limits` (default: sized for this machine, sqlworker.Limits).
     """
-    # The store is opened (and, where it has none, its rows made) on a thread: the client's `initialize` is answered
-    # meanwhile; the first tool call waits for it. run_sql's description lists the store's tables: the tools are
-    # listed once it is open (a live recording's snapshot is of the current schema: listed at once).
-    live = has_segments(Path(db_path))
-    described: list[str] = []
-    store = StoreHandle(db_path, reopen_min_s, refresh_factor, background=True,
-                        on_open=None if live else lambda con: described.append(describe_schema(con)))
-
-    def schema_text() -> str:
-        """The tables run_sql can ask, as the store has them (the current schema's where it cannot be read)."""
-        if not live:
-            store.opened.wait()
-        if not described:
-            described.append(_current_schema_text())
-        return described[0]
+    live = has_segments(Path(db_path))  # a recording in progress: snapshot and rows made in the background
+    store = StoreHandle(db_path, reopen_min_s, refresh_factor, background=live)
+    if store.unreadable is None and not live:
+        with store.connection() as con:
+            schema_text = describe_schema(con)
+    else:  # a live snapshot is of the current schema (store/reader.py), which this is
+        schema_text = _current_schema_text()
     sql_worker = SqlWorker(store.path, sql_limits, fingerprint=store._fingerprint,  # noqa: SLF001
                            reopen_min_s=reopen_min_s)
     store.on_close.append(sql_worker.stop)
@@ -292,7 +283,7 @@ def build_server(
         f"{sql_timeout_s:g} s or past {sql_worker.limits.memory_bytes / (1 << 30):.1f} GiB of memory. "
         "Writes, ATTACH, COPY, file/network readers and extensions are refused by the "
         "engine. Timestamps are ns since the Unix epoch (wall clock), durations *_ns, sizes *_bytes; every "
-        "table has session_id. Tables:\n"
+        "table has session_id. Tables:\n" + schema_text
     )
 
     def run_sql(
@@ -310,7 +301,7 @@ def build_server(
         return _tools().run_sql(store, sql=sql, query=query, limit=limit, sql_worker=sql_worker,
                              sql_timeout_s=sql_timeout_s)
 
-    specs.append((run_sql, run_sql_about, read_only))  # the tables added at the first listing
+    specs.append((run_sql, run_sql_about, read_only))
     server = MCPServer(
         name="ingero-mcp",
         title="ingero-mcp trace investigator",
@@ -321,17 +312,6 @@ def build_server(
     )
     server.store = store  # type: ignore[attr-defined]  # tests close it
     server.tool_specs = specs  # type: ignore[attr-defined]  # registry.py writes their schemas
-    list_tools = server.list_tools
-
-    async def list_tools_with_tables() -> Any:
-        # run_sql's description completed with the store's tables before the first listing (the open is waited for
-        # off the event loop: a ping or a cancel is still answered)
-        tool = server._tool_manager.get_tool("run_sql")  # noqa: SLF001 - the SDK has no public way to edit a tool
-        if tool is not None and tool.description == run_sql_about:
-            tool.description = run_sql_about + await anyio.to_thread.run_sync(schema_text)
-        return await list_tools()
-
-    server.list_tools = list_tools_with_tables  # type: ignore[method-assign]
 
     # Resources: the two documents a client may want to attach to a conversation whole. (The server
     # advertises the resources capability either way; these make it mean something.)
@@ -343,7 +323,7 @@ def build_server(
     def schema_resource() -> str:
         return (
             "ingero-mcp trace store (DuckDB). Timestamps are ns since the Unix epoch (wall clock), durations "
-            "*_ns, sizes *_bytes; every table has session_id. Query it with the run_sql tool.\n" + schema_text()
+            "*_ns, sizes *_bytes; every table has session_id. Query it with the run_sql tool.\n" + schema_text
         )
 
     @server.resource(
