@@ -35,13 +35,14 @@ CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "g
             "mp_poll_producer": ("mp_prod", 1), "signal_storm": ("sigstorm", 1),
             "condvar_timeout_producer": ("batch_cv", 1), "busy_spin_consumer": ("batch_bz", 1),
             "niced_trainer_neighbor": ("indexer", 1), "queue_timeout_producer": ("batch_qt", 1),
-            "event_sleepy_producer": ("batch_ev", 1), "future_pool_sleepy": ("fetch_pool", 1)}
+            "event_sleepy_producer": ("batch_ev", 1), "future_pool_sleepy": ("fetch_pool", 1),
+            "future_pool_busy": ("fetch_busy", 1), "cond_producer_starved": ("hogd", 3)}
 # culprits that are threads of the feeder's own process
 SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub", "producer_thread", "lock_over_fsync",
                 "affinity_narrowed", "json_gil_thread", "threadpool_pure_python",
                 "lock_convoy", "gil_pool", "spin_wait_producer",
                 "condvar_timeout_producer", "busy_spin_consumer", "queue_timeout_producer",
-                "event_sleepy_producer", "future_pool_sleepy"}
+                "event_sleepy_producer", "future_pool_sleepy", "future_pool_busy"}
 # scenario -> extra fields its truth must carry
 EXTRA = {"checkpoint_fsync": ("episodes_ns",), "gc_pause": ("episodes_ns",), "eval_pass": ("episodes_ns",),
          "cgroup_quota": ("cgroup",), "workers_quota": ("cgroup",), "memcg_high_throttle": ("cgroup",),

@@ -24,6 +24,7 @@
 #                                                 healthy_two_trainers
 #   bash bench/gpu/zoo/device_zoo.sh fourteenth   queue_timeout_producer event_sleepy_producer healthy_queue_timeout
 #   bash bench/gpu/zoo/device_zoo.sh fifteenth    future_pool_sleepy host_prep_busy_logger
+#   bash bench/gpu/zoo/device_zoo.sh sixteenth    future_pool_busy cond_producer_starved healthy_cond_decoy_hog
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -57,6 +58,7 @@ TWELFTH="mp_poll_producer healthy_poll_loop signal_storm"
 THIRTEENTH="condvar_timeout_producer busy_spin_consumer niced_trainer_neighbor healthy_two_trainers"
 FOURTEENTH="queue_timeout_producer event_sleepy_producer healthy_queue_timeout"
 FIFTEENTH="future_pool_sleepy host_prep_busy_logger"
+SIXTEENTH="future_pool_busy cond_producer_starved healthy_cond_decoy_hog"
 names=()
 for a in "$@"; do
   case $a in
@@ -75,11 +77,12 @@ for a in "$@"; do
     thirteenth) names+=($THIRTEENTH) ;;
     fourteenth) names+=($FOURTEENTH) ;;
     fifteenth) names+=($FIFTEENTH) ;;
+    sixteenth) names+=($SIXTEENTH) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
