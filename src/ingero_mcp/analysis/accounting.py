@@ -235,14 +235,19 @@ def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = Fal
     cond = "> 0" if inside else "= 0"
     # thread_sleeps (sql/thread_sleeps.sql) holds each sleep's in-call time: made once per connection (or stored in a
     # v3 store), where this query's own ASOF join sorted the thread's spans (7.4M at 10M events) on every run.
+    # A waker's syscall is the one its sleeps spent the most time in: the longest single sleep (a 10 ms
+    # Popen.wait among 4,000 timed futex waits of 2 ms) would name the few, not what the thread waited in.
     return f"""
-        SELECT waker_pid, waker_tid, min(waker_comm) AS waker_comm, min(waker_context) AS waker_context,
+        WITH s AS (SELECT waker_pid, waker_tid, waker_comm, waker_context, sleep_state, syscall, dur_ns FROM thread_sleeps
+                   WHERE pid = {int(pid)} AND tid = {int(tid)} AND end_ns > {int(lo)} AND start_ns < {int(hi)}
+                     AND inside_ns {cond}),
+        c AS (SELECT waker_pid, waker_tid, arg_max(syscall, ns) AS syscall
+              FROM (SELECT waker_pid, waker_tid, syscall, sum(dur_ns) AS ns FROM s GROUP BY ALL) GROUP BY ALL)
+        SELECT s.waker_pid, s.waker_tid, min(waker_comm) AS waker_comm, min(waker_context) AS waker_context,
                count(*) AS sleeps, sum(dur_ns)::BIGINT AS sleep_ns,
-               sum(dur_ns) FILTER (WHERE sleep_state = 'D')::BIGINT AS io_ns,
-               arg_max(syscall, dur_ns) AS syscall
-        FROM thread_sleeps
-        WHERE pid = {int(pid)} AND tid = {int(tid)} AND end_ns > {int(lo)} AND start_ns < {int(hi)} AND inside_ns {cond}
-        GROUP BY waker_pid, waker_tid ORDER BY sleep_ns DESC"""
+               sum(dur_ns) FILTER (WHERE sleep_state = 'D')::BIGINT AS io_ns, any_value(c.syscall) AS syscall
+        FROM s LEFT JOIN c ON c.waker_pid IS NOT DISTINCT FROM s.waker_pid AND c.waker_tid IS NOT DISTINCT FROM s.waker_tid
+        GROUP BY s.waker_pid, s.waker_tid ORDER BY sleep_ns DESC"""
 
 
 # waits for input: a server's event loop, a socket read (a timer's sleep, a futex (a lock, the GIL) are not)
