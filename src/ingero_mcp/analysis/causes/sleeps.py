@@ -421,11 +421,12 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         starved = explain_cpu_wait(ctx, Finding(thread=ThreadAccount(pid=end.pid, tid=end.tid, role="waited-on",
                                                                      total=Account()), part="cpu_wait", window=f.window,
                                                 seconds_lost=0.0, mode=f.mode, share=0.0, ks=f.ks), job=t.pid)
-        what = "worker processes" if end_rel == "child process" else "thread"
+        what, were, they = (("worker processes", "were", "they") if end_rel == "child process"
+                            else ("thread", "was", "it"))
         return Explained(cause=starved.cause, culprits=starved.culprits, evidence=ev + starved.evidence,
                          numbers={**starved.numbers, "waker": end_who, "doing": doing},
                          reason=(f"waiting on its {what} {end_who} ({100 * share:.0f}% of the "
-                                 f"sleep,{in_what}), which were {doing}: they waited for a CPU {starved.reason}"))
+                                 f"sleep,{in_what}), which {were} {doing}: {they} waited for a CPU {starved.reason}"))
     if path.stop == "running":
         if end_rel == "child process":
             kids = [c for c in culprits if c.relation == "child process"]
