@@ -28,7 +28,7 @@ def v11_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_v11_zoo_is_the_held_out_set_it_says() -> None:
     split = json.loads((ZOO_V11 / "split.json").read_text())
-    assert sorted(split["held_out_13"]) == V11_NAMES and len(V11_NAMES) == 3
+    assert sorted(split["held_out_13"] + split.get("held_out_14", [])) == V11_NAMES
 
 
 @pytest.mark.parametrize("name", [n for n in V11_NAMES if n not in MISSTAGED])

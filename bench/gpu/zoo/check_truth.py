@@ -36,7 +36,8 @@ CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "g
             "condvar_timeout_producer": ("batch_cv", 1), "busy_spin_consumer": ("batch_bz", 1),
             "niced_trainer_neighbor": ("indexer", 1), "queue_timeout_producer": ("batch_qt", 1),
             "event_sleepy_producer": ("batch_ev", 1), "future_pool_sleepy": ("fetch_pool", 1),
-            "future_pool_busy": ("fetch_busy", 1), "cond_producer_starved": ("hogd", 3)}
+            "future_pool_busy": ("fetch_busy", 1), "cond_producer_starved": ("hogd", 3),
+            "process_pool_sleepy": ("fetch_proc", 2)}
 # culprits that are threads of the feeder's own process
 SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub", "producer_thread", "lock_over_fsync",
                 "affinity_narrowed", "json_gil_thread", "threadpool_pure_python",

@@ -25,6 +25,7 @@
 #   bash bench/gpu/zoo/device_zoo.sh fourteenth   queue_timeout_producer event_sleepy_producer healthy_queue_timeout
 #   bash bench/gpu/zoo/device_zoo.sh fifteenth    future_pool_sleepy host_prep_busy_logger
 #   bash bench/gpu/zoo/device_zoo.sh sixteenth    future_pool_busy cond_producer_starved healthy_cond_decoy_hog
+#   bash bench/gpu/zoo/device_zoo.sh seventeenth  process_pool_sleepy healthy_cond_fast_decoy
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -59,6 +60,7 @@ THIRTEENTH="condvar_timeout_producer busy_spin_consumer niced_trainer_neighbor h
 FOURTEENTH="queue_timeout_producer event_sleepy_producer healthy_queue_timeout"
 FIFTEENTH="future_pool_sleepy host_prep_busy_logger"
 SIXTEENTH="future_pool_busy cond_producer_starved healthy_cond_decoy_hog"
+SEVENTEENTH="process_pool_sleepy healthy_cond_fast_decoy"
 names=()
 for a in "$@"; do
   case $a in
@@ -78,11 +80,12 @@ for a in "$@"; do
     fourteenth) names+=($FOURTEENTH) ;;
     fifteenth) names+=($FIFTEENTH) ;;
     sixteenth) names+=($SIXTEENTH) ;;
+    seventeenth) names+=($SEVENTEENTH) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
