@@ -70,3 +70,12 @@ def test_the_misstaged_control_blames_its_producer_not_the_decoy(v11_stores: Pat
     chain = _top(report)[0]
     assert chain.root_cause == "waiting-on-thread" and chain.culprits[0].comm == "batch_cd", chain.summary
     assert "healthy baseline" not in chain.summary, chain.summary
+
+
+def test_a_process_pools_wait_is_followed_through_its_manager_thread(v11_stores: Path) -> None:
+    """process_pool_sleepy (held_out_14): the futures of a ProcessPoolExecutor are completed by its manager thread in
+    the trainer's process, which waits on the workers' results: the wait is followed through it to a fetch_proc worker
+    that sleeps (held out, passed at its first score)."""
+    chain = _top(_report(v11_stores, "process_pool_sleepy"))[0]
+    assert chain.root_cause == "waiting-on-process" and chain.culprits[0].comm == "fetch_proc", chain.summary
+    assert "itself waiting on fetch_proc" in chain.summary and "asleep on a timer" in chain.summary, chain.summary

@@ -238,15 +238,16 @@ def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = Fal
     # A waker's syscall is the one its sleeps spent the most time in: the longest single sleep (a 10 ms
     # Popen.wait among 4,000 timed futex waits of 2 ms) would name the few, not what the thread waited in.
     return f"""
-        WITH s AS (SELECT waker_pid, waker_tid, waker_comm, waker_context, sleep_state, syscall, dur_ns FROM thread_sleeps
-                   WHERE pid = {int(pid)} AND tid = {int(tid)} AND end_ns > {int(lo)} AND start_ns < {int(hi)}
-                     AND inside_ns {cond}),
+        WITH s AS (SELECT waker_pid, waker_tid, waker_comm, waker_context, sleep_state, syscall, dur_ns
+                   FROM thread_sleeps WHERE pid = {int(pid)} AND tid = {int(tid)}
+                     AND end_ns > {int(lo)} AND start_ns < {int(hi)} AND inside_ns {cond}),
         c AS (SELECT waker_pid, waker_tid, arg_max(syscall, ns) AS syscall
               FROM (SELECT waker_pid, waker_tid, syscall, sum(dur_ns) AS ns FROM s GROUP BY ALL) GROUP BY ALL)
         SELECT s.waker_pid, s.waker_tid, min(waker_comm) AS waker_comm, min(waker_context) AS waker_context,
                count(*) AS sleeps, sum(dur_ns)::BIGINT AS sleep_ns,
                sum(dur_ns) FILTER (WHERE sleep_state = 'D')::BIGINT AS io_ns, any_value(c.syscall) AS syscall
-        FROM s LEFT JOIN c ON c.waker_pid IS NOT DISTINCT FROM s.waker_pid AND c.waker_tid IS NOT DISTINCT FROM s.waker_tid
+        FROM s LEFT JOIN c
+          ON c.waker_pid IS NOT DISTINCT FROM s.waker_pid AND c.waker_tid IS NOT DISTINCT FROM s.waker_tid
         GROUP BY s.waker_pid, s.waker_tid ORDER BY sleep_ns DESC"""
 
 
