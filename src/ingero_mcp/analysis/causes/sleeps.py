@@ -145,9 +145,11 @@ def _signaller(ctx: Ctx, f: Finding, frame: Frame, known: list[tuple]) -> tuple[
     t, (lo, hi) = f.thread, (int(f.window.start_ns), int(f.window.end_ns))
     hit = (f"u.frames[{leaf_sql('u')}] = {sql_str(frame.function)} AND u.files[{leaf_sql('u')}] IS NOT DISTINCT FROM "
            f"{'NULL' if frame.file is None else sql_str(frame.file)}")
-    sql = (f"SELECT i.waker_pid, i.waker_tid, min(i.waker_comm) AS waker_comm, count(*) AS sleeps FROM sched_intervals "
-           f"i JOIN stacks u ON u.session_id = i.session_id AND u.stack_id = i.ustack_id WHERE i.pid = {t.pid} AND "
-           f"i.tid = {t.tid} AND i.sleep_ns > 0 AND i.off_ns < {hi} AND i.off_ns + i.sleep_ns > {lo} AND "
+    # the thread's sleeps in the window with a stack (`hit`: in the frame, added by each query)
+    slept = (f"FROM sched_intervals i JOIN stacks u ON u.session_id = i.session_id AND u.stack_id = i.ustack_id WHERE "
+             f"i.pid = {t.pid} AND i.tid = {t.tid} AND i.sleep_ns > 0 AND i.off_ns < {hi} AND "
+             f"i.off_ns + i.sleep_ns > {lo} AND ")
+    sql = (f"SELECT i.waker_pid, i.waker_tid, min(i.waker_comm) AS waker_comm, count(*) AS sleeps {slept}"
            f"i.waker_context = 'task' AND {hit} GROUP BY ALL ORDER BY sleeps DESC, i.waker_tid")
     got = rows(ctx.con, sql)
     signalled = sum(int(r[3]) for r in got)
@@ -158,9 +160,7 @@ def _signaller(ctx: Ctx, f: Finding, frame: Frame, known: list[tuple]) -> tuple[
         return None
     who = ctx.who(int(got[0][0]), int(got[0][1]), got[0][2])
     waited_sql = (f"SELECT coalesce(sum(least(i.off_ns + i.sleep_ns, {hi}) - greatest(i.off_ns, {lo})), 0)::BIGINT "
-                  f"AS ns FROM sched_intervals i JOIN stacks u ON u.session_id = i.session_id AND u.stack_id = "
-                  f"i.ustack_id WHERE i.pid = {t.pid} AND i.tid = {t.tid} AND i.sleep_ns > 0 AND i.off_ns < {hi} AND "
-                  f"i.off_ns + i.sleep_ns > {lo} AND {hit}")
+                  f"AS ns {slept}{hit}")
     waited_ns = int(rows(ctx.con, waited_sql)[0][0])
     return top, [Evidence(name=f"who ended the waits in {frame.function} that did not time out (of {signalled:,})",
                           value=f"{who} {int(got[0][3]):,}", sql=sql),
