@@ -179,7 +179,8 @@ def test_perfetto_matches_sql(which: str, demo_db: Path, zoo_db: Path, tmp_path:
 
 
 def test_call_args_are_the_rows(demo_db: Path, tmp_path: Path) -> None:
-    """A call slice carries its row's bytes, direction and off-CPU split."""
+    """A call slice carries its row's bytes, direction and off-CPU split; a call never off CPU its `off_cpu_ns` 0 alone
+    (the parts of nothing left out), a call with any part its three values."""
     out = tmp_path / "run.pftrace"
     export(demo_db, out)
     got = decode(out)
@@ -191,14 +192,17 @@ def test_call_args_are_the_rows(demo_db: Path, tmp_path: Path) -> None:
             "SELECT ts_ns, op, bytes, memcpy_kind, off_cpu_ns, sleep_ns, cpu_wait_ns FROM cuda_calls").fetchall()}
     finally:
         con.close()
-    checked = 0
-    for ts, name, args in got["call_args"][::97]:
+    checked, alone, split = 0, 0, 0
+    for ts, name, args in got["call_args"]:
         b, k, off, sl, cw = rows[(ts, name)]
         assert set(args) <= set(ARG)
+        never_off = (off, sl, cw) == (0, 0, 0)
         assert (args.get("bytes"), args.get("direction"), args.get("off_cpu_ns"), args.get("sleep_ns"),
-                args.get("cpu_wait_ns")) == (b, k, off, sl, cw)
+                args.get("cpu_wait_ns")) == (b, k, off, None if never_off else sl, None if never_off else cw)
         checked += 1
-    assert checked > 100
+        alone += never_off
+        split += off is not None and off > 0
+    assert checked > 100 and alone and split, (checked, alone, split)
 
 
 def test_pid_and_window(demo_db: Path, tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ descriptors give every field number the column encoder (`pbcolumns`) uses for th
 slices. No field number is typed in here.
 
 Layout: a process track per traced process (fork/exec/exit/rename as instants), a thread track per
-traced thread (its CUDA calls as slices, args: bytes, direction, kernel, the off-CPU split; its
-on-CPU stack samples), a "state" child track per thread (running, waiting for a CPU, sleeping, IO),
+traced thread (its CUDA calls as slices, args: bytes, direction, kernel, the off-CPU split, which a call
+never off CPU gives as `off_cpu_ns` 0 alone: a whole of 0 has parts of 0; its on-CPU stack samples), a "state"
+child track per thread (running, waiting for a CPU, sleeping, IO),
 wake-up flows from the waker's state track to the wakee's, host counters, and a track per causal
 chain holding its window.
 
@@ -357,6 +358,12 @@ def _calls(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, thread_s
         for column in ("bytes", "kernel_handle", "off_cpu_ns", "sleep_ns", "cpu_wait_ns", "return_code"):
             cols[column], cols[column + "?"] = _int(b, column)
         cols["return_code?"] &= cols["return_code"] != 0
+        # A call never off CPU (99.6% of a 10M-event demo's): off_cpu_ns 0 says its parts are 0, 12 B a call fewer.
+        # Parts are left out only where the row says 0 for all three; unknown (NULL) stays absent, as everywhere.
+        never_off = (cols["off_cpu_ns?"] & cols["sleep_ns?"] & cols["cpu_wait_ns?"] & (cols["off_cpu_ns"] == 0)
+                     & (cols["sleep_ns"] == 0) & (cols["cpu_wait_ns"] == 0))
+        cols["sleep_ns?"] &= ~never_off
+        cols["cpu_wait_ns?"] &= ~never_off
         kind_codes, strings, valid = _codes(b, "memcpy_kind")
         cols["direction"], cols["direction?"] = w.string_iids(strings)[kind_codes], valid
 
