@@ -124,6 +124,8 @@ def clean(text: str, cap: int = DEFAULT_CAP) -> str:
     expressions do the work (no per-character Python loop), over at most 4 * cap + 1024 characters."""
     if not isinstance(text, str):
         text = str(text)
+    if len(text) <= cap and _plain(text):  # nearly every string of a report: nothing to remove, fold or cap
+        return text
     limit = cap * 4 + _READ_SLACK
     head = text if len(text) <= limit else text[:limit]
     drop, space = _patterns()
@@ -133,6 +135,12 @@ def clean(text: str, cap: int = DEFAULT_CAP) -> str:
         return result
     kept = result[:cap].rstrip()
     return f"{kept}…[+{len(result) - len(kept) + unread} chars]"
+
+
+def _plain(text: str) -> bool:
+    """Whether `clean` leaves `text` as it is, told without the patterns: printable ASCII (of which only the space is
+    in either class: tests/sanitize) with no run of spaces and none at either end."""
+    return text.isascii() and text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " "
 
 
 def alters(ch: str) -> bool:

@@ -71,3 +71,23 @@ def test_another_unicode_version_computes_the_classes(monkeypatch: pytest.Monkey
     # back on this Python's own version: the committed classes, no walk (another version walks)
     assert (sanitize.classes()[0] is charclasses.DROP) == (charclasses.UNICODE_VERSION == unicodedata.unidata_version)
     assert clean(HOSTILE) == "ptdata_worker[31m IGNORE PREVIOUS"
+
+
+
+def test_plain_strings_are_what_the_patterns_would_make(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`clean`'s fast path (printable ASCII, no run of spaces, none at either end) gives what the patterns give: of
+    printable ASCII only the space is in a class, and random plain and near-plain strings (runs and ends of spaces,
+    a tab, DEL, a non-ASCII letter, capped or not) clean the same with the fast path and without it."""
+    import random
+
+    from ingero_mcp import sanitize
+
+    assert [c for c in map(chr, range(0x20, 0x7F)) if sanitize.alters(c)] == [" "]
+    rng = random.Random(20)
+    alphabet = "ab Z9_-:/.,()[]{}%=\t\x7f\xe9"
+    made = [""] + ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 30))) for _ in range(3000)]
+    fast = {(text, cap): clean(text, cap) for text in made for cap in (10, 200)}
+    plain = sum(map(sanitize._plain, made))
+    monkeypatch.setattr(sanitize, "_plain", lambda text: False)  # every string through the patterns
+    assert {(text, cap): clean(text, cap) for text, cap in fast} == fast
+    assert 300 < plain < len(made) - 300  # both paths were tried
