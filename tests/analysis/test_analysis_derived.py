@@ -117,6 +117,24 @@ def test_a_v9_store_keeps_only_the_spans_that_are_not_one_call(tmp_path: Path) -
     assert spans[12] == spans[13] == 60 - 5  # the 5 entry-only calls have no span
 
 
+def test_a_first_launch_beside_another_call_at_its_moment(tmp_path: Path) -> None:
+    """A kernel's first launch at the moment of another call of its thread (both zero-length, the other first in
+    the calls' order): the finish finds the launch among the calls at that moment by its handle (read by rowid for
+    those calls alone), as the view does; the span of the call without a handle would be a wrong first launch."""
+    at = T0 + 50 * MS
+    calls = [call(at - 30 * US, 10 * US, "cudaLaunchKernel", handle=7, tid=14),
+             call(at, 0, "cudaMemcpy", tid=14, nbytes=1 << 21, pinned=True),
+             call(at, 0, "cudaLaunchKernel", handle=8, tid=14),
+             call(at + 90 * US, 40 * US, "cudaLaunchKernel", handle=8, tid=14)]
+    db = write_store(tmp_path / "tie.duckdb", STATE, calls)
+    want, types = _computed(db)
+    _derive(db)
+    _check_derived(db, want, types)
+    # call_spans' columns: pid, tid, start_ns, end_ns, calls, before_ns, op, ..., kernel_handle, call_class
+    firsts = sorted((row[2], row[6], row[-2]) for row in want["call_spans"] if row[-1] == "launch_first")
+    assert firsts == [(at - 30 * US, "cudaLaunchKernel", 7), (at, "cudaLaunchKernel", 8)], firsts
+
+
 def test_finishing_again_does_not_grow_the_file(tmp_path: Path) -> None:
     """Each finish rewrites the acct rows: the old ones' blocks are freed before the new are written (10M store: 826
     of 2,120 blocks were free after repeated finishes)."""

@@ -19,11 +19,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-_KEYS = "pid, tid, ts_ns, ts_ns + greatest(duration_ns, 0) AS e, kernel_handle"
-_HEAD = ("op", "bytes", "memcpy_kind", "host_pinned")  # the rest of a span's columns: its first call's
+from ingero_mcp.store.schema import current_version
+
+_KEYS = "pid, tid, ts_ns, ts_ns + greatest(duration_ns, 0) AS e"
+_HEAD = ("op", "bytes", "memcpy_kind", "host_pinned", "kernel_handle")  # the rest of a span's columns: its first call's
 _CALLS = "SELECT {} FROM cuda_calls WHERE duration_ns IS NOT NULL"  # entry-only calls: no span
 _FIRSTS = ("SELECT pid, kernel_handle, arg_min(tid, ts_ns) AS tid, min(ts_ns) AS ts_ns FROM cuda_calls "
            "WHERE kernel_handle IS NOT NULL GROUP BY pid, kernel_handle")
+# The same rows where cuda_calls stores kernel_key (v10: kernel_handle is computed from it, a cast of every call's text
+# to group by; 0.53 s at 10M calls against 0.11 s grouped by the stored text, then by the handle the texts name).
+_FIRSTS_BY_KEY = ("SELECT pid, kernel_handle, arg_min(tid, ts_ns) AS tid, min(ts_ns) AS ts_ns FROM ("
+                  "SELECT pid, CAST(kernel_key AS UBIGINT) AS kernel_handle, arg_min(tid, ts_ns) AS tid, "
+                  "min(ts_ns) AS ts_ns FROM cuda_calls WHERE kernel_key IS NOT NULL GROUP BY pid, kernel_key) "
+                  "GROUP BY pid, kernel_handle")
+KEYS_STORED_SINCE = 10  # the schema version whose cuda_calls stores kernel_key, kernel_handle computed from it
 
 
 def _sorted(p: np.ndarray, t: np.ndarray, s: np.ndarray, e: np.ndarray) -> bool:
@@ -90,6 +99,8 @@ def span_rows(con: duckdb.DuckDBPyConnection, kept_only: bool = False) -> tuple[
     several calls, and the first launches), the lookup over all; the calls' other columns are then read for those
     spans' first calls alone, by rowid (at 10M calls, reading them for every call held ~0.4 GB through the finish)."""
     kept_only = kept_only and _is_table(con, "cuda_calls")
+    # kept_only: no kernel handle of every call (v10 computes it from text: ~0.5 s at 10M calls), only of the first
+    # launches' candidates and the kept spans' first calls, by rowid
     calls = con.sql(_CALLS.format(f"rowid AS _row, {_KEYS}" if kept_only else f"{_KEYS}, {', '.join(_HEAD)}")
                     ).to_arrow_table()
     key = ("pid", "tid", "ts_ns", "e")
@@ -166,21 +177,35 @@ def _first_launches(con: duckdb.DuckDBPyConnection, calls: pa.Table, p: np.ndarr
     first = np.zeros(len(p) if si is None else len(si), bool)
     if not len(p):
         return first
-    kh = calls["kernel_handle"]
-    kh_np = kh.fill_null(0).to_numpy() if kh.null_count else kh.to_numpy()
-    kh_valid = kh.is_valid().to_numpy(zero_copy_only=False) if kh.null_count else None
-    for fpid, handle, ftid, fts in con.execute(_FIRSTS).fetchall():
+    keyed = "_row" in calls.column_names and current_version(con) >= KEYS_STORED_SINCE
+    candidates = []  # (handle, calls from lo to hi): the timed calls at the first call's thread and moment
+    for fpid, handle, ftid, fts in con.execute(_FIRSTS_BY_KEY if keyed else _FIRSTS).fetchall():
         # needles in the arrays' own types: numpy would otherwise copy the whole array to a common type per search
         fpid, ftid, fts = p.dtype.type(fpid), t.dtype.type(ftid), s.dtype.type(fts)
         a = np.searchsorted(p, fpid, "left")
         b = np.searchsorted(p, fpid, "right")
         a, b = a + np.searchsorted(t[a:b], ftid, "left"), a + np.searchsorted(t[a:b], ftid, "right")
         lo, hi = a + np.searchsorted(s[a:b], fts, "left"), a + np.searchsorted(s[a:b], fts, "right")
+        candidates.append((handle, int(lo), int(hi)))
+    handles = _handles_at(con, calls, [i for _, lo, hi in candidates for i in range(lo, hi)])
+    for handle, lo, hi in candidates:
         for i in range(lo, hi):  # the call itself (calls starting at the same moment: the one with the handle)
-            if kh_np[i] == handle and (kh_valid is None or kh_valid[i]):
+            if handles[i] == handle:
                 first[i if si is None else np.searchsorted(si, i, "right") - 1] = True
                 break
     return first
+
+
+def _handles_at(con: duckdb.DuckDBPyConnection, calls: pa.Table, rows: list[int]) -> dict[int, int | None]:
+    """The kernel handle of the calls at `rows` (positions in `calls`): from its column, or where it was not read
+    (span_rows' kept_only) from cuda_calls by rowid."""
+    if "kernel_handle" in calls.column_names:
+        column = calls["kernel_handle"]
+        return {i: column[i].as_py() for i in rows}
+    rowids = calls["_row"].take(pa.array(rows, pa.int64())).to_pylist() if rows else []
+    got = dict(con.execute("SELECT rowid, kernel_handle FROM cuda_calls WHERE rowid IN (SELECT unnest(?))",
+                           [rowids]).fetchall()) if rowids else {}
+    return {i: got.get(rowid) for i, rowid in zip(rows, rowids, strict=True)}
 
 
 def _kept(p: np.ndarray, t: np.ndarray, calls_n: np.ndarray | None, first: np.ndarray) -> np.ndarray:
