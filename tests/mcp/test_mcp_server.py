@@ -470,6 +470,7 @@ async def test_a_trace_still_recording_is_served_and_grows(tmp_path: Path) -> No
     writer.append("cuda_calls", calls(10, 0))
     writer.flush()
     server = build_server(db, reopen_min_s=0.0, refresh_factor=0.0)
+    server.store.sync_reread_s = float("inf")  # every re-read in the call (on a loaded machine one may cost 0.5 s)
     async with Client(server) as client:
         first = await client.call_tool("get_trace_stats", {})
         writer.append("cuda_calls", calls(5, 10))
@@ -496,6 +497,7 @@ async def test_a_growing_recording_is_reread_at_most_once_per_its_cost(tmp_path:
     writer.append("cuda_calls", rows)
     writer.flush()
     server = build_server(db, reopen_min_s=0.0, refresh_factor=1e9)
+    server.store.sync_reread_s = float("inf")  # every re-read in the call: what is read when is the point here
     async with Client(server) as client:
         first = await client.call_tool("get_trace_stats", {})
         assert server.store.open_s > 0 and server.store.slowest_call_s > 0
@@ -512,6 +514,54 @@ async def test_a_growing_recording_is_reread_at_most_once_per_its_cost(tmp_path:
     assert first.structured_content["calls"] == 10 and held.structured_content["calls"] == 10
     assert grown.structured_content["calls"] == 15
     assert folded.structured_content["rows"] == [[15]] and stats.structured_content["calls"] == 15
+
+
+def test_a_costly_live_reread_is_made_while_calls_answer_from_the_snapshot_before(tmp_path: Path) -> None:
+    """A live re-read that costs more than sync_reread_s is made on a thread: the call that finds the recording grown
+    answers at once from the snapshot it has, later calls from the new one once it is made, and the connection
+    swapped out stays open for the call still using it, then is closed by it."""
+    import time
+
+    from ingero_mcp.mcp.handle import StoreHandle
+
+    db = tmp_path / "live.duckdb"
+    writer = TraceWriter(db, live=True)
+    writer.replace("sessions", {"source": ["collector"], "started_ns": [T0]})
+
+    def calls(n: int, start: int) -> dict[str, list[Any]]:
+        return {"ts_ns": [T0 + (start + i) * MS for i in range(n)], "duration_ns": [50_000] * n, "pid": [42] * n,
+                "tid": [42] * n, "api": ["runtime"] * n, "op": ["cudaLaunchKernel"] * n}
+
+    def count(con: Any) -> int:
+        return con.execute("SELECT count(*) FROM call_spans").fetchall()[0][0]
+
+    writer.append("cuda_calls", calls(10, 0))
+    writer.flush()
+    store = StoreHandle(db, reopen_min_s=0.0, refresh_factor=0.0, sync_reread_s=0.0)
+    try:
+        with store.connection() as held:
+            assert count(held) == 10
+            first = store._con
+            writer.append("cuda_calls", calls(5, 10))
+            writer.flush()
+            with store.connection() as stale:  # finds it grown: the re-read starts, this call reads what it has
+                reread = store._rereading
+                assert count(stale) == 10
+            # not a daemon: a thread inside DuckDB when the interpreter exits aborts the process (exit 134)
+            assert reread is not None and not reread.daemon
+            deadline = time.monotonic() + 60
+            while store._con is first and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert store._con is not first and store._rereading is None
+            assert count(held) == 10 and id(first) in store._retired  # still open for the call using it
+        assert not store._retired  # closed by its last call
+        with pytest.raises(duckdb.Error):
+            first.execute("SELECT 1")
+        with store.connection() as fresh:
+            assert count(fresh) == 15
+    finally:
+        store.close()
+        writer.close()
 
 
 async def test_a_live_recording_is_opened_after_the_server_is_built(tmp_path: Path) -> None:
