@@ -216,10 +216,10 @@ def _warm(cursor: duckdb.DuckDBPyConnection) -> None:
     (analysis/answers.py), so the first get_causal_chains after the swap does not pay them (~2.5 s at 10M events). On
     the snapshot in use this raced the calls for its connection; here no call uses it yet. A report that fails here is
     left for a call to meet and report."""
-    from ingero_mcp.analysis.report import build_report
+    from ingero_mcp.analysis import diagnose
 
     try:
-        build_report(cursor)
+        diagnose(cursor)
     except Exception:  # noqa: BLE001 - only a head start
         pass
 
