@@ -458,22 +458,24 @@ async def test_trace_info(store: Path) -> None:
     assert 'source "sched": seen 25000, stored 30, lost 0' in text
 
 
+def live_calls(n: int, start: int) -> dict[str, list[Any]]:
+    """`n` launches of one thread, 1 ms apart from the `start`-th ms: rows a live recording's writer appends."""
+    return {"ts_ns": [T0 + (start + i) * MS for i in range(n)], "duration_ns": [50_000] * n, "pid": [42] * n,
+            "tid": [42] * n, "api": ["runtime"] * n, "op": ["cudaLaunchKernel"] * n}
+
+
 async def test_a_trace_still_recording_is_served_and_grows(tmp_path: Path) -> None:
     db = tmp_path / "live.duckdb"
     writer = TraceWriter(db, live=True)
     writer.replace("sessions", {"source": ["collector"], "started_ns": [T0]})
 
-    def calls(n: int, start: int) -> dict[str, list[Any]]:
-        return {"ts_ns": [T0 + (start + i) * MS for i in range(n)], "duration_ns": [50_000] * n, "pid": [42] * n,
-                "tid": [42] * n, "api": ["runtime"] * n, "op": ["cudaLaunchKernel"] * n}
-
-    writer.append("cuda_calls", calls(10, 0))
+    writer.append("cuda_calls", live_calls(10, 0))
     writer.flush()
     server = build_server(db, reopen_min_s=0.0, refresh_factor=0.0)
     server.store.sync_reread_s = float("inf")  # every re-read in the call (on a loaded machine one may cost 0.5 s)
     async with Client(server) as client:
         first = await client.call_tool("get_trace_stats", {})
-        writer.append("cuda_calls", calls(5, 10))
+        writer.append("cuda_calls", live_calls(5, 10))
         writer.flush()
         second = await client.call_tool("get_trace_stats", {})
         info = await client.call_tool("get_trace_info", {})
@@ -528,21 +530,17 @@ def test_a_costly_live_reread_is_made_while_calls_answer_from_the_snapshot_befor
     writer = TraceWriter(db, live=True)
     writer.replace("sessions", {"source": ["collector"], "started_ns": [T0]})
 
-    def calls(n: int, start: int) -> dict[str, list[Any]]:
-        return {"ts_ns": [T0 + (start + i) * MS for i in range(n)], "duration_ns": [50_000] * n, "pid": [42] * n,
-                "tid": [42] * n, "api": ["runtime"] * n, "op": ["cudaLaunchKernel"] * n}
-
     def count(con: Any) -> int:
         return con.execute("SELECT count(*) FROM call_spans").fetchall()[0][0]
 
-    writer.append("cuda_calls", calls(10, 0))
+    writer.append("cuda_calls", live_calls(10, 0))
     writer.flush()
     store = StoreHandle(db, reopen_min_s=0.0, refresh_factor=0.0, sync_reread_s=0.0)
     try:
         with store.connection() as held:
             assert count(held) == 10
             first = store._con
-            writer.append("cuda_calls", calls(5, 10))
+            writer.append("cuda_calls", live_calls(5, 10))
             writer.flush()
             with store.connection() as stale:  # finds it grown: the re-read starts, this call reads what it has
                 reread = store._rereading

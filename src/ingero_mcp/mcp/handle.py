@@ -70,14 +70,8 @@ class StoreHandle:
     def _open_and_warm(self) -> None:
         """The store opened and the accounting's rows made (derive.materialize, cached for every cursor), the lock
         held meanwhile; what fails is left for the first call to meet again and report."""
-        from ingero_mcp.analysis import materialize
-
         try:
-            cursor = store_cursor(self._current())
-            try:
-                materialize(cursor)
-            finally:
-                cursor.close()
+            _make_rows(self._current())
         except StoreError as exc:
             self.unreadable = str(exc)
         except duckdb.Error:  # a call meets it again, and says what went wrong
@@ -138,11 +132,12 @@ class StoreHandle:
         """The shared connection, (re)opened first when there is none or the store changed; the lock is held."""
         stamp = self._fingerprint()
         wait = self.reopen_min_s
-        if self._stamp is not None and stamp[0] == self._stamp[0]:  # the file as it was: only the segments grew
-            wait = max(wait, self.refresh_factor * (self.open_s + self.slowest_call_s))
+        cost = self.open_s + self.slowest_call_s  # what the last re-read cost
+        grown = self._stamp is not None and stamp[0] == self._stamp[0]  # the file as it was: only the segments grew
+        if grown:
+            wait = max(wait, self.refresh_factor * cost)
         changed = stamp != self._stamp and time.monotonic() - self._opened_at >= wait
-        grown = self._con is not None and self._stamp is not None and stamp[0] == self._stamp[0] and len(stamp) > 1
-        if changed and grown and self.open_s + self.slowest_call_s >= self.sync_reread_s:
+        if changed and grown and self._con is not None and cost >= self.sync_reread_s:
             if self._rereading is None and not self._closed:  # calls answer from this snapshot until the next
                 self._rereading = threading.Thread(target=self._reread, args=(stamp,), name="ingero-store-reread")
                 self._rereading.start()
@@ -163,19 +158,18 @@ class StoreHandle:
         """A live recording's new snapshot and its accounting's rows made here, then swapped in for the calls that
         follow; the connection before it is closed by the last call still using it. A snapshot that fails (a fold
         under way) is tried again after the wait."""
-        from ingero_mcp.analysis import materialize
-
         started = time.monotonic()
         try:
             con = _open(self.path)
-            if not self._closed:  # closed meanwhile: the rows are not wanted
-                cursor = store_cursor(con)
-                try:
-                    materialize(cursor)
-                    _warm(cursor)
-                finally:
-                    cursor.close()
         except (StoreError, duckdb.Error):
+            con = None
+        try:
+            if con is not None and not self._closed:  # closed meanwhile: the rows are not wanted
+                _make_rows(con, warm=True)
+        except duckdb.Error:
+            con.close()
+            con = None
+        if con is None:
             with self._lock:
                 self._rereading, self._opened_at = None, time.monotonic()
             return
@@ -211,17 +205,24 @@ class StoreHandle:
             self._retired.clear()
 
 
-def _warm(cursor: duckdb.DuckDBPyConnection) -> None:
-    """The whole trace's report asked of a new snapshot before any call sees it: its answers are kept for the snapshot
-    (analysis/answers.py), so the first get_causal_chains after the swap does not pay them (~2.5 s at 10M events). On
-    the snapshot in use this raced the calls for its connection; here no call uses it yet. A report that fails here is
-    left for a call to meet and report."""
-    from ingero_mcp.analysis import diagnose
+def _make_rows(con: duckdb.DuckDBPyConnection, warm: bool = False) -> None:
+    """The accounting's rows made for `con` (derive.materialize, cached for every cursor of it); `warm`: the whole
+    trace's report asked too, its answers kept for the store's content (analysis/answers.py), so that the first
+    get_causal_chains on a new live snapshot does not pay them (~2.5 s at 10M events). Only for a snapshot no call
+    uses yet: on the one in use this raced the calls for its connection. A report that fails here is left for a call
+    to meet and report."""
+    from ingero_mcp.analysis import diagnose, materialize
 
+    cursor = store_cursor(con)
     try:
-        diagnose(cursor)
-    except Exception:  # noqa: BLE001 - only a head start
-        pass
+        materialize(cursor)
+        if warm:
+            try:
+                diagnose(cursor)
+            except Exception:  # noqa: BLE001 - only a head start
+                pass
+    finally:
+        cursor.close()
 
 
 def _open(path: Path) -> duckdb.DuckDBPyConnection:
