@@ -29,7 +29,15 @@ from ingero_mcp.store.schema import (
     insert_sql,
     migrate,
 )
-from ingero_mcp.store.segments import has_segments, insert_segments, list_segments, remember_skipped, segment_dir
+from ingero_mcp.store.segments import (
+    Bad,
+    has_segments,
+    insert_segments,
+    list_segments,
+    remember_skipped,
+    segment_dir,
+    segment_seq,
+)
 from ingero_mcp.store.shapes import expected_columns
 from ingero_mcp.store.views import lay_views
 
@@ -279,6 +287,23 @@ def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
     tmp = Path(tmp_name)
     try:
         build = duckdb.connect(str(tmp))
+        bad, _ = merge_live(build, path, segments)
+        remember_skipped(path, bad)
+        build.close()
+        con = duckdb.connect(str(tmp), read_only=True)
+    finally:
+        # The open connection keeps the snapshot alive; the name goes now so nothing is left behind.
+        for leftover in (tmp, Path(f"{tmp}.wal")):
+            leftover.unlink(missing_ok=True)
+    return con
+
+
+def merge_live(build: duckdb.DuckDBPyConnection, path: Path, segments: Path,
+               after_seq: int | None = None) -> tuple[list[Bad], int]:
+    """Into `build` (writable): the store file's rows in the current shape, then its segments; or, `after_seq` given
+    (`build` already holds those and the segments up to that number: a checkpoint's copy), only the newer segments and
+    the latest-state files. Returns the segments skipped, with why, and the highest segment number merged."""
+    if after_seq is None:
         migrate(build)
         if path.exists():
             src = _connect_read_only(path)
@@ -293,36 +318,33 @@ def _live_snapshot(path: Path, segments: Path) -> duckdb.DuckDBPyConnection:
                 build.execute(insert_sql(build, table, f"({select}) AS recorded_rows",
                                          [c for c, _ in shape[table]])).fetchall()
             build.execute("DETACH recorded").fetchall()
-        # A segment no reader can use (partial, empty, garbage, another schema, a folder) is skipped and
-        # reported, not allowed to make the whole store unreadable (store/segments.py).
-        by_table, bad = list_segments(segments)
-        with tempfile.TemporaryDirectory(prefix="ingero-latest-") as copies:
-            for table in TABLES:
-                files = by_table.get(table, [])
-                if table in REPLACE_TABLES:
-                    for file in [f for f in files if f.name.startswith("latest-")]:
-                        files.remove(file)
-                        try:
-                            # The collector replaces this file every second, and DuckDB opens a file more than once
-                            # to read it: a replace in between reads as a corrupt file (~1 read in 10 under a
-                            # writer replacing it in a loop). One open here pins one version; DuckDB reads that copy.
-                            copy = _pinned_copy(file, Path(copies) / table)
-                            build.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM "
-                                          "read_parquet(?))",
-                                          [str(copy)]).fetchall()
-                        except (duckdb.Error, OSError) as exc:
-                            bad.append((file, str(exc).strip().splitlines()[0][:300]))
-                            continue
-                        bad += [(file, why) for _, why in insert_segments(build, table, [copy])]
-                bad += insert_segments(build, table, files)
-        remember_skipped(path, bad)
-        build.close()
-        con = duckdb.connect(str(tmp), read_only=True)
-    finally:
-        # The open connection keeps the snapshot alive; the name goes now so nothing is left behind.
-        for leftover in (tmp, Path(f"{tmp}.wal")):
-            leftover.unlink(missing_ok=True)
-    return con
+    # A segment no reader can use (partial, empty, garbage, another schema, a folder) is skipped and
+    # reported, not allowed to make the whole store unreadable (store/segments.py).
+    by_table, bad = list_segments(segments)
+    last_seq = after_seq or 0
+    with tempfile.TemporaryDirectory(prefix="ingero-latest-") as copies:
+        for table in TABLES:
+            files = by_table.get(table, [])
+            if table in REPLACE_TABLES:
+                for file in [f for f in files if f.name.startswith("latest-")]:
+                    files.remove(file)
+                    try:
+                        # The collector replaces this file every second, and DuckDB opens a file more than once
+                        # to read it: a replace in between reads as a corrupt file (~1 read in 10 under a
+                        # writer replacing it in a loop). One open here pins one version; DuckDB reads that copy.
+                        copy = _pinned_copy(file, Path(copies) / table)
+                        build.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT session_id FROM "
+                                      "read_parquet(?))",
+                                      [str(copy)]).fetchall()
+                    except (duckdb.Error, OSError) as exc:
+                        bad.append((file, str(exc).strip().splitlines()[0][:300]))
+                        continue
+                    bad += [(file, why) for _, why in insert_segments(build, table, [copy])]
+            numbered = [(segment_seq(f), f) for f in files]
+            files = [f for seq, f in numbered if after_seq is None or seq is None or seq > after_seq]
+            last_seq = max([last_seq, *(seq for seq, _ in numbered if seq is not None)])
+            bad += insert_segments(build, table, files)
+    return bad, last_seq
 
 
 def _pinned_copy(file: Path, folder: Path) -> Path:

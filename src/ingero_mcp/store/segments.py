@@ -35,6 +35,11 @@ def has_segments(db_path: str | os.PathLike[str]) -> bool:
     return segments.is_dir() and any(segments.glob("*/*.parquet"))
 
 
+def segment_seq(file: Path) -> int | None:
+    """A segment's number (the writer numbers its flushes' files in order); None for a latest-state file."""
+    return int(file.stem) if file.stem.isdigit() else None
+
+
 Bad = tuple[Path, str]
 """A segment no reader can use, and why."""
 
