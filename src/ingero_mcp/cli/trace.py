@@ -137,6 +137,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "with the thread's user stack (and its kernel stack when it was in the kernel): which of its "
                         "functions a thread ran (stack_samples). User stacks are also taken wherever the kernel "
                         "stack is (a switch-out into sleep: sched_intervals.ustack_id), whatever N is")
+    parser.add_argument("--no-checkpoints", dest="checkpoints", action="store_false",
+                        help="keep no checkpoint. By default, from 30 s into the recording and then at most every 20 "
+                        "times what the last one took, a child process at nice 19 writes DB.checkpoint/, a finished "
+                        "copy of everything recorded so far (its accounting and the whole trace's answers made), "
+                        "from which an MCP server started mid-recording answers at once (its answers say how far it "
+                        "reaches) while it reads the rest; at 10M events one takes ~10-20 s of one CPU")
     parser.add_argument("--quiet", action="store_true", help="no live view")
     parser.add_argument("--no-bpf-cache", dest="bpf_cache", action="store_false",
                         help="compile the eBPF program with clang, neither using nor writing the cache of "
@@ -165,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
                         layer="auto" if args.api == "auto" else "both", launch_probes=args.launch_probes,
                         max_overhead_pct=args.max_overhead, calibrate=not args.no_calibrate, quiet=args.quiet,
                         bpf_cache=args.bpf_cache, poll_interval_s=args.poll_interval, derive=_store_accounting,
-                        stack_hz=args.stack_hz)
+                        stack_hz=args.stack_hz, checkpoints=args.checkpoints)
     tracer = Tracer(opts, argv=sys.argv[1:])
     install_signal_handlers(tracer)
     try:

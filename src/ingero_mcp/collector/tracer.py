@@ -127,6 +127,9 @@ class TraceOptions:
     # What stores a finished store's accounting when the segments are folded (`trace` passes the analysis's
     # store_derived; the collector itself knows nothing of the analysis); None: readers compute it.
     derive: Callable[[Any], object] | None = None
+    # A finished copy of the recording so far, now and then, by a child process at nice 19, for readers that start
+    # late (store/checkpoint.py; needs `derive`); --no-checkpoints
+    checkpoints: bool = True
 
 
 class Tracer:
@@ -355,7 +358,8 @@ class Tracer:
             self._say(f"no on-CPU stack samples ({self.sampler_error}); stacks at switch-outs only")
         self.started_ns = time.time_ns()
         self.cpu_at_start_s = _cpu_seconds()  # compile/load, attach and calibration
-        self.writer = TraceWriter(self.opts.db, live=True, derive=self.opts.derive)
+        self.writer = TraceWriter(self.opts.db, live=True, derive=self.opts.derive,
+                                  checkpoints=self.opts.checkpoints)
         self.sink.open(self.writer, self.offset_ns, self.kstacks, self.ustacks)
         self._write_latest()
         self.writer.flush()
@@ -481,6 +485,7 @@ class Tracer:
         self.drain.read()
         self.stopped_ns = max(detach_ns, self.drain.last_record_ktime + self.offset_ns)
         self._record_unfinished()
+        self.writer.stop_checkpoints()  # its CPU counted in the session's notes, and no fold waits for one
         self._flush_final()
         lost = self.lost()
         self.writer.close()
@@ -531,10 +536,11 @@ class Tracer:
         }
         from ingero_mcp import __version__
 
+        checkpoints_cpu = self.writer.checkpoints_cpu_s  # the checkpoints' child processes: the collector's work
         notes = {"stop_reason": self._stop_reason, "unreturned_calls": int(c[R.C_CUDA_ORPHAN]),
                  "thread_state_map_full": int(c[R.C_TSTATE_FULL]), "nvml": self.nvml.error or "ok",
-                 "collector_cpu_s": round(_cpu_seconds(), 3),
-                 "collector_cpu_recording_s": round(_cpu_seconds() - self.cpu_at_start_s, 3),
+                 "collector_cpu_s": round(_cpu_seconds() + checkpoints_cpu, 3),
+                 "collector_cpu_recording_s": round(_cpu_seconds() + checkpoints_cpu - self.cpu_at_start_s, 3),
                  "bpf_program": getattr(self, "bpf_status", None),
                  "bpf_run_stats": bpf_run_stats(self.bpf.funcs),
                  "cuda_ring_full": int(c[R.C_CUDA_DROP]), "cuda_stack_too_deep": int(c[R.C_CUDA_DEPTH]),

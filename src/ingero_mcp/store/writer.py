@@ -22,9 +22,17 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ingero_mcp.store.checkpoint import Checkpointer, checkpoint_dir
 from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import REPLACE_TABLES, TABLES, insert_sql, migrate
-from ingero_mcp.store.segments import insert_parquet, insert_segments, list_segments, quarantine, segment_dir
+from ingero_mcp.store.segments import (
+    insert_parquet,
+    insert_segments,
+    list_segments,
+    quarantine,
+    segment_dir,
+    segment_seq,
+)
 
 if TYPE_CHECKING:
     import duckdb
@@ -92,6 +100,7 @@ class TraceWriter:
         live: bool = False,
         session_id: int | None = None,
         derive: Derive | None = None,
+        checkpoints: bool = False,
     ) -> None:
         self.path = Path(path)
         self.live = live
@@ -105,6 +114,8 @@ class TraceWriter:
         # holds a sample, which the accounting refuses, so it passes none.
         self.derive = derive
         self.rows_written: dict[str, int] = defaultdict(int)
+        self.checkpointer: Checkpointer | None = None
+        self._checkpoints_cpu_s = 0.0
         if live:
             self.segments = segment_dir(self.path)
             self.fold_on_close = _duckdb_available()
@@ -118,6 +129,10 @@ class TraceWriter:
             self.segments.mkdir(parents=True, exist_ok=True)
             self._seq = _last_segment_seq(self.segments)
             self._con: duckdb.DuckDBPyConnection | None = None
+            # `checkpoints`: a finished copy of the recording so far kept now and then by a child process, which a
+            # reader that starts late answers from at once (store/checkpoint.py); it needs DuckDB and `derive`
+            self.checkpointer = (Checkpointer(self.path, derive)
+                                 if checkpoints and derive is not None and self.fold_on_close else None)
         else:
             self._con = _connect_writable(self.path)
             self.session_id = session_id or _next_session_id(self._con)
@@ -170,7 +185,21 @@ class TraceWriter:
         for table, arrow in self._latest.items():
             _write_atomic(self.segments / table / f"latest-{self.session_id}.parquet", arrow)
         self._latest.clear()
+        if self.checkpointer is not None:
+            self.checkpointer.poll()
         return flushed
+
+    def stop_checkpoints(self) -> None:
+        """No checkpoint after this (one under way is ended): the recording is stopping."""
+        if self.checkpointer is not None:
+            self.checkpointer.stop()
+            self._checkpoints_cpu_s = self.checkpointer.cpu_s
+            self.checkpointer = None
+
+    @property
+    def checkpoints_cpu_s(self) -> float:
+        """The CPU seconds the checkpoints' child processes took (those reaped so far)."""
+        return self.checkpointer.cpu_s if self.checkpointer is not None else self._checkpoints_cpu_s
 
     def close(self) -> None:
         """Finish: live mode flushes and folds the segments into the DuckDB file."""
@@ -178,6 +207,7 @@ class TraceWriter:
             return
         self._closed = True
         if self.live:
+            self.stop_checkpoints()  # before the flush, which would start one
             self.flush()
             if self.fold_on_close:
                 fold_segments(self.path, derive=self.derive)
@@ -243,8 +273,7 @@ def _fsync(path: Path) -> None:
 
 
 def _last_segment_seq(segments: Path) -> int:
-    seqs = [int(p.stem) for p in segments.glob("*/*.parquet") if p.stem.isdigit()]
-    return max(seqs, default=0)
+    return max((seq for p in segments.glob("*/*.parquet") if (seq := segment_seq(p)) is not None), default=0)
 
 
 def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] | None = None,
@@ -316,6 +345,7 @@ def fold_segments(db_path: str | os.PathLike[str], bad: list[tuple[Path, str]] |
     finally:
         con.close()
     shutil.rmtree(segments)
+    shutil.rmtree(checkpoint_dir(path), ignore_errors=True)  # what it held is in the store now
     return folded
 
 
