@@ -124,6 +124,18 @@ def guard(fn: Callable[[], CallToolResult], model: type[Bounds]) -> CallToolResu
         )
 
 
+def with_note(result: CallToolResult, note: str) -> CallToolResult:
+    """`result` with one more note, in both halves (a live recording's answers from its checkpoint say so)."""
+    line = clean(note, 4000)
+    if isinstance(result.structured_content, dict):
+        result.structured_content.setdefault("notes", []).append(line)
+    for part in result.content:
+        if isinstance(part, TextContent):
+            part.text = f"{part.text}\nnote: {line}"
+            break
+    return result
+
+
 P = ParamSpec("P")
 
 
@@ -133,7 +145,10 @@ def guarded(model: type[Bounds]) -> Callable[[Callable[P, CallToolResult]], Call
     def wrap(fn: Callable[P, CallToolResult]) -> Callable[P, CallToolResult]:
         @functools.wraps(fn)
         def call(*args: P.args, **kwargs: P.kwargs) -> CallToolResult:
-            return guard(lambda: fn(*args, **kwargs), model)
+            result = guard(lambda: fn(*args, **kwargs), model)
+            take_note = getattr(args[0] if args else kwargs.get("store"), "take_note", None)
+            note = take_note() if take_note is not None else None  # what the store's connection says of itself
+            return with_note(result, note) if note else result
 
         return call
 

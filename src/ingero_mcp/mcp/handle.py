@@ -54,6 +54,9 @@ class StoreHandle:
         self._closed = False
         self.on_close: list[Callable[[], None]] = []  # what else holds the store (run_sql's process)
         self.unreadable: str | None = None  # why the store could not be opened at start (None: it could)
+        self._notes: dict[int, str] = {}  # id(connection) -> what every answer from it must say (a checkpoint's reach)
+        self._local = threading.local()  # the note of the connection this thread's call used
+        self.served_checkpoint: int | None = None  # the last segment number of the checkpoint served at start
         self._lock.acquire()  # held until the store is open (and, opened in the background, its rows made)
         if background:
             # not a daemon, nor the re-reads': a thread inside DuckDB when the interpreter exits aborts the process
@@ -69,8 +72,12 @@ class StoreHandle:
 
     def _open_and_warm(self) -> None:
         """The store opened and the accounting's rows made (derive.materialize, cached for every cursor), the lock
-        held meanwhile; what fails is left for the first call to meet again and report."""
+        held meanwhile; what fails is left for the first call to meet again and report. A recording with a checkpoint
+        (store/checkpoint.py) is served from it at once, its answers saying how far it reaches, while the whole
+        recording is read on a thread and swapped in."""
         try:
+            if self._serve_checkpoint():
+                return
             _make_rows(self._current())
         except StoreError as exc:
             self.unreadable = str(exc)
@@ -78,6 +85,39 @@ class StoreHandle:
             pass
         finally:
             self._lock.release()
+
+    def _serve_checkpoint(self) -> bool:
+        """The recording's newest checkpoint as the connection, and the whole recording's re-read started; the lock is
+        held. False where there is none."""
+        from ingero_mcp.store.checkpoint import open_checkpoint
+
+        stamp = self._fingerprint()
+        try:
+            found = open_checkpoint(self.path)
+        except OSError:
+            found = None
+        if found is None:
+            return False
+        con, seq, note = found
+        try:
+            _make_rows(con)  # a finished store's rows: read from its tables
+        except duckdb.Error:
+            con.close()
+            return False
+        started = time.monotonic()
+        self._con, self._stamp, self._opened_at = con, stamp, started
+        self.open_s, self.slowest_call_s = 0.0, 0.0
+        self._notes[id(con)] = note
+        self.served_checkpoint = seq
+        self._rereading = threading.Thread(target=self._reread, args=(stamp,), name="ingero-store-reread")
+        self._rereading.start()
+        return True
+
+    def take_note(self) -> str | None:
+        """What the connection this thread's last call used says of itself (a checkpoint's reach), once."""
+        note = getattr(self._local, "note", None)
+        self._local.note = None
+        return note
 
     def _fingerprint(self) -> tuple[Any, ...]:
         parts: list[Any] = []
@@ -110,6 +150,7 @@ class StoreHandle:
             parent = self._current()
             cursor = store_cursor(parent)
             self._active += 1
+            self._local.note = self._notes.get(id(parent))
         started = time.monotonic()
         try:
             yield cursor
@@ -137,6 +178,8 @@ class StoreHandle:
         if grown:
             wait = max(wait, self.refresh_factor * cost)
         changed = stamp != self._stamp and time.monotonic() - self._opened_at >= wait
+        if self._rereading is not None and self._con is not None:
+            return self._con  # the next snapshot is being made: never a second one in the call
         if changed and grown and self._con is not None and cost >= self.sync_reread_s:
             if self._rereading is None and not self._closed:  # calls answer from this snapshot until the next
                 self._rereading = threading.Thread(target=self._reread, args=(stamp,), name="ingero-store-reread")
@@ -180,6 +223,8 @@ class StoreHandle:
                 return
             old, active = self._con, self._active
             self._con, self._active = con, 0
+            if old is not None:
+                self._notes.pop(id(old), None)
             self._stamp, self._opened_at = stamp, time.monotonic()
             self.open_s, self.slowest_call_s = self._opened_at - started, 0.0
             if old is not None and active:

@@ -511,6 +511,7 @@ def run_sql(
         raise ToolError("give the query as `sql` (or `query`, Ingero's name), exactly one of them")
     with store.connection():
         pass  # readable (else the reason), and reopened if it changed
+    store.take_note()  # the query runs in its own process, on the whole recording, not on a checkpoint
     text = sql if sql is not None else query or ""
     if not text.strip():
         raise SqlError("empty query")
