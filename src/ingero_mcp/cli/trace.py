@@ -142,7 +142,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "times what the last one took, a child process at nice 19 writes DB.checkpoint/, a finished "
                         "copy of everything recorded so far (its accounting and the whole trace's answers made), "
                         "from which an MCP server started mid-recording answers at once (its answers say how far it "
-                        "reaches) while it reads the rest; at 10M events one takes ~10-20 s of one CPU")
+                        "reaches) while it reads the rest; at 10M events one takes ~20 s and ~30 s of CPU")
     parser.add_argument("--quiet", action="store_true", help="no live view")
     parser.add_argument("--no-bpf-cache", dest="bpf_cache", action="store_false",
                         help="compile the eBPF program with clang, neither using nor writing the cache of "

@@ -30,7 +30,7 @@ log = logging.getLogger("ingero_mcp.store")
 # The first checkpoint after this much recording, and none sooner than this after the one before ...
 CHECKPOINT_MIN_S = 30.0
 # ... nor sooner than this many times what the one before took (wall seconds, at nice 19): the child then uses at most
-# ~1/20 of a CPU on average (a checkpoint of a 10M-event recording: ~10-15 s here).
+# ~1/21 of the time (a checkpoint of a 10M-event recording: ~17-21 s here, ~1.6 cores while it runs).
 CHECKPOINT_FACTOR = 20.0
 
 
