@@ -14,6 +14,7 @@ from paths import REPO
 from ingero_mcp.analysis import diagnose, store_derived
 from ingero_mcp.store import TraceWriter, fold_segments, open_store
 from ingero_mcp.store.checkpoint import (
+    CHECKPOINT_MAX_FAILURES,
     Checkpointer,
     checkpoint_dir,
     latest_checkpoint,
@@ -135,7 +136,28 @@ def test_the_writer_keeps_checkpoints_in_a_child_and_says_why_one_failed(
     assert checkpointer.failed == 1 and checkpointer.made == 0
     assert "TypeError" in caplog.text and latest_checkpoint(failing) is None
     assert [p.name for p in checkpoint_dir(failing).glob("*.duckdb*")] == []  # its half-made file removed
+    with caplog.at_level(logging.WARNING, logger="ingero_mcp.store"):
+        while checkpointer.failed < CHECKPOINT_MAX_FAILURES and time.monotonic() < deadline:
+            time.sleep(0.2)
+            checkpointer.poll()
+    assert checkpointer.failed == CHECKPOINT_MAX_FAILURES and "no more will be tried" in caplog.text
+    checkpointer.poll()  # failing every time: no child is started again
+    assert checkpointer._child is None and checkpointer.failed == CHECKPOINT_MAX_FAILURES
     other.close()
+
+
+def test_a_checkpoint_of_segments_that_are_gone_is_not_served(tmp_path: Path) -> None:
+    rows = recorded_rows()
+    db = tmp_path / "live.duckdb"
+    writer = TraceWriter(db, live=True)
+    write_half(writer, rows, 0)
+    made = write_checkpoint(db, store_derived)
+    assert made is not None and open_checkpoint(db) is not None
+    made.rename(made.with_name(f"{int(made.stem) + 1000:09d}.duckdb"))  # beyond every segment there is
+    assert latest_checkpoint(db) is not None and open_checkpoint(db) is None
+    # a recording started again on the path (the one before never folded) keeps none of the checkpoints before it
+    TraceWriter(db, live=True)
+    assert not checkpoint_dir(db).exists()
 
 
 def test_a_stop_ends_a_checkpoint_under_way_and_the_fold_leaves_nothing(tmp_path: Path) -> None:

@@ -32,6 +32,8 @@ CHECKPOINT_MIN_S = 30.0
 # ... nor sooner than this many times what the one before took (wall seconds, at nice 19): the child then uses at most
 # ~1/21 of the time (a checkpoint of a 10M-event recording: ~17-21 s here, ~1.6 cores while it runs).
 CHECKPOINT_FACTOR = 20.0
+# After this many failures in a row (a full disk, a store it cannot read) no more are tried in this recording.
+CHECKPOINT_MAX_FAILURES = 3
 
 
 def checkpoint_dir(db_path: str | os.PathLike[str]) -> Path:
@@ -62,13 +64,16 @@ def open_checkpoint(db_path: str | os.PathLike[str]) -> tuple[Any, int, str] | N
         if found is None:
             return None
         file, seq = found
+        numbers = [n for files in list_segments(segment_dir(db_path))[0].values() for f in files
+                   if (n := segment_seq(f)) is not None]
+        if seq > max(numbers, default=0):
+            return None  # it holds segments that are gone: another recording's, or one whose segments were removed
         try:
             made = file.stat().st_mtime
             con = open_store(file)
         except (StoreError, duckdb.Error, OSError):
             continue
-        newer = sum(1 for files in list_segments(segment_dir(db_path))[0].values() for f in files
-                    if (n := segment_seq(f)) is not None and n > seq)
+        newer = sum(1 for n in numbers if n > seq)
         note = (f"answered from the recording's checkpoint, made {max(0.0, time.time() - made):.0f} s ago (its "
                 f"segments up to #{seq}); " + (f"{newer} newer segment(s) are being read: ask again shortly for the "
                 "rest" if newer else "no segment is newer"))
@@ -151,6 +156,7 @@ class Checkpointer:
         self.last_cost_s = 0.0
         self.made = 0
         self.failed = 0
+        self.failed_in_row = 0
         self.cpu_s = 0.0  # the CPU seconds of the children reaped: the recording's cost too
 
     def poll(self) -> None:
@@ -165,9 +171,14 @@ class Checkpointer:
             code = os.waitstatus_to_exitcode(status)
             if code == 0:
                 self.made += 1
+                self.failed_in_row = 0
             else:
                 self.failed += 1
-                log.warning("checkpoint of %s failed (exit %s): %s", self.path, code, self._error_line())
+                self.failed_in_row += 1
+                log.warning("checkpoint of %s failed (exit %s): %s%s", self.path, code, self._error_line(),
+                            "; no more will be tried" if self.failed_in_row >= CHECKPOINT_MAX_FAILURES else "")
+            return
+        if self.failed_in_row >= CHECKPOINT_MAX_FAILURES:
             return
         if now - self._last_end < max(self.min_s, self.factor * self.last_cost_s):
             return

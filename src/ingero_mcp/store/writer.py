@@ -128,6 +128,8 @@ class TraceWriter:
                 self.session_id = session_id or 1
             self.segments.mkdir(parents=True, exist_ok=True)
             self._seq = _last_segment_seq(self.segments)
+            # a checkpoint left by a recording that never folded may hold rows no segment holds now: none is kept
+            shutil.rmtree(checkpoint_dir(self.path), ignore_errors=True)
             self._con: duckdb.DuckDBPyConnection | None = None
             # `checkpoints`: a finished copy of the recording so far kept now and then by a child process, which a
             # reader that starts late answers from at once (store/checkpoint.py); it needs DuckDB and `derive`
