@@ -67,6 +67,9 @@ CAUSES = {
     # The twelfth group's (held out in turn: written before any of its scenarios was recorded or read). Signals sent
     # flat out run the target's handler on its main thread: its own running, where the sender must be the culprit.
     "signal_storm": {"host-bound", "waiting-on-process", "stopped-by-signal"},
+    # The eighteenth group's (held out in turn: written before any of its scenarios was recorded or read). A lock in
+    # shared memory (a futex) another process holds while it sleeps: the lock, or the process that holds it.
+    "ipc_lock": {"gil-or-lock", "waiting-on-process"},
 }
 WEAK_RATIO = 1.3  # a staged cause that slowed the job less than this is weak: no other cause may be named for it
 
