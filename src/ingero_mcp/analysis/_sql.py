@@ -23,6 +23,10 @@ class AnalysisError(StoreError):
 
 # Schema v2 splits v1's 'blocked' into 'sleeping' and 'uninterruptible'; this analysis still reads them as one.
 SLEEP_STATES = "('blocked', 'sleeping', 'uninterruptible')"
+# Waits for input that carry a timeout. On a kernel without PREEMPT_RT a sleeper's timer expires in the timer's hard
+# interrupt, so one of these that a hard interrupt ended ran out its timeout: a sleep the program chose, not input
+# (input comes in a softirq: a packet; or from a task: a pipe, a Unix socket, an eventfd).
+TIMEOUT_WAITS = ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2")
 
 
 def state_expr(col: str = "prev_state") -> str:

@@ -24,7 +24,7 @@ from collections import OrderedDict, defaultdict
 
 import duckdb
 
-from ingero_mcp.analysis._sql import rows, table_complete
+from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, table_complete
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import Account, Accounting, Phase, Progress, SecondAccount, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.launches import launch_coverage_sql, launch_recording
@@ -253,19 +253,22 @@ def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = Fal
 
 # waits for input: a server's event loop, a socket read (a timer's sleep, a futex (a lock, the GIL) are not)
 INPUT_WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "select", "pselect6", "recvfrom",
-               "recvmsg", "recvmmsg", "accept", "accept4", "read", "readv")
+               "recvmsg", "recvmmsg", "accept", "accept4", "read", "readv")  # TIMEOUT_WAITS among them
+# An input wait an interrupt ended: a packet (softirq), or a hard interrupt that was not the wait's own timeout
+INPUT_ARRIVED = f"(waker_context = 'softirq' OR (waker_context = 'irq' AND syscall NOT IN {TIMEOUT_WAITS}))"
 
 
 def idle_sql(pid: int, tid: int, t0: int, window: TimeWindow | None = None) -> str:
     """Per second, a feeding thread's idle time: its sleeps outside CUDA calls (S state) in a wait for input
-    (INPUT_WAITS) that an interrupt ended (a packet, a device: not another task), begun after a synchronising call
+    (INPUT_WAITS) that input ended (INPUT_ARRIVED: a packet, a device; not another task, nor the wait's own timeout),
+    begun after a synchronising call
     (call_spans.call_class 'sync': everything it had queued on the GPU was done). Nothing was queued and the thread
     waited for input: that time is not lost feeding time (an idle server between requests)."""
     lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
     return " ".join(f"""
         WITH s AS (SELECT start_ns, end_ns FROM thread_sleeps
                    WHERE pid = {int(pid)} AND tid = {int(tid)} AND inside_ns = 0 AND sleep_state = 'S'
-                     AND waker_context IN ('irq', 'softirq') AND syscall IN {INPUT_WAITS}
+                     AND {INPUT_ARRIVED} AND syscall IN {INPUT_WAITS}
                      AND end_ns > {int(lo)} AND start_ns < {int(hi)}),
         c AS (SELECT start_ns, call_class FROM call_spans WHERE pid = {int(pid)} AND tid = {int(tid)}),
         i AS (SELECT greatest(s.start_ns, {int(lo)}) AS a, least(s.end_ns, {int(hi)}) AS b
@@ -286,7 +289,7 @@ def _may_idle(con: duckdb.DuckDBPyConnection, key: tuple[int, int], total: Accou
     lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
     got = shared_rows(con, f"SELECT sum(least(end_ns, {hi}) - greatest(start_ns, {lo})) FROM thread_sleeps "
                     f"WHERE pid = {int(key[0])} AND tid = {int(key[1])} AND inside_ns = 0 AND sleep_state = 'S' "
-                    f"AND waker_context IN ('irq', 'softirq') AND syscall IN {INPUT_WAITS} "
+                    f"AND {INPUT_ARRIVED} AND syscall IN {INPUT_WAITS} "
                     f"AND end_ns > {int(lo)} AND start_ns < {int(hi)}")[0][0]
     return (got or 0) >= MIN_IDLE_SHARE * total.wall_ns
 

@@ -43,6 +43,8 @@ EXCESS_SYNC = "excess-sync"
 CPU_IDLE_WAIT = "runnable-while-idle"
 # Not a root cause: the fix for allocator churn that is host memory pinned and unpinned (chains.churn_chains).
 PINNING_FIX = "pinning-churn-fix"
+# Not a root cause: the fix for a lock (gil-or-lock) whose holder slept while it held it, in any process.
+LOCK_HELD_FIX = "lock-held-asleep-fix"
 # Named from the process lifecycle: children started again and again in a slow phase.
 SPAWNING = "spawning-processes"
 
@@ -60,6 +62,11 @@ CATALOGUE: dict[str, list[str]] = {
         "{who} slept {share}% of the time ({window}) until {waker} woke it; {waker} was {doing}: pure-Python work in "
         "another thread holds the GIL. Move it to a process (multiprocessing) or release the GIL (numpy/torch ops, "
         "C extensions), or make it yield (time.sleep(0) in its loop).",
+    ],
+    LOCK_HELD_FIX: [
+        "{who} slept {share}% of the time ({window}) until {waker} woke it; {waker} was {doing} while it held the lock "
+        "(or the queue) the thread needed: hold a lock only around the shared state's update (never across a sleep, IO "
+        "or a wait for others), or give each side its own copy so that neither waits on the other.",
     ],
     IO_WAIT: [
         "{who} slept in IO {share}% of the time ({window}): read the data ahead of the loop (DataLoader workers with "
@@ -201,7 +208,10 @@ class _Missing(dict):
 
 def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
     """The catalogue entry for a chain's fixes: an io-wait in writes (its system call, or a wait-for walk that
-    ended in fsync) gets the writing fix, one spent reclaiming memory the memory fix; any other cause its own."""
+    ended in fsync) gets the writing fix, one spent reclaiming memory the memory fix, a lock whose holder slept
+    holding it the lock's fix (not the GIL's); any other cause its own."""
+    if cause == LOCK_OR_GIL and numbers.get("lock_held") == "asleep":
+        return LOCK_HELD_FIX
     if cause == IO_WAIT and numbers.get("io_stop") == "reclaim":
         return IO_RECLAIM_FIX
     if cause == IO_WAIT and (numbers.get("syscall") in WRITE_SYSCALLS or numbers.get("io_stop") == "fsync"):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from ingero_mcp.analysis._sql import rows, sql_round
+from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import TimeWindow
 
@@ -39,8 +39,7 @@ WAIT_KINDS: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
     ("unix_socket", r"(^| )_*(unix_stream|unix_dgram)", ()),
     ("socket", r"(^| )_*(tcp_|udp_|sk_wait|sk_stream_wait|inet_csk_accept|__skb_wait|skb_recv)",
      ("recvfrom", "recvmsg", "recvmmsg", "sendto", "sendmsg", "sendmmsg", "accept", "accept4", "connect")),
-    ("poll", r"(^| )_*(ep_poll|do_epoll_wait|do_sys_poll|do_select|core_sys_select)",
-     ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait", "epoll_pwait2")),
+    ("poll", r"(^| )_*(ep_poll|do_epoll_wait|do_sys_poll|do_select|core_sys_select)", TIMEOUT_WAITS),
     ("futex", r"(^| )_*(futex_|__futex)", ("futex", "futex_waitv")),
     ("timer", r"(^| )_*(do_nanosleep|hrtimer_nanosleep|msleep|schedule_hrtimeout)", ("nanosleep", "clock_nanosleep")),
     ("child", r"(^| )_*(do_wait|kernel_wait4)", ("wait4", "waitid")),

@@ -8,7 +8,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import rows, sql_round, sql_str
+from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
@@ -32,7 +32,8 @@ def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> tuple[str, list[tupl
 
 def _is_timed(syscall: str | None, wctx: str | None, rel: str) -> bool:
     """A sleep the thread chose (time.sleep): a timer syscall ended by the kernel, not by another task of the job."""
-    return (syscall or "") in TIMED_SLEEPS and (wctx in ("irq", "softirq") or rel in ("kernel", "unknown"))
+    return ((syscall or "") in TIMED_SLEEPS and (wctx in ("irq", "softirq") or rel in ("kernel", "unknown"))
+            or (syscall or "") in TIMEOUT_WAITS and wctx == "irq")  # a poll/select/epoll wait that ran out its timeout
 
 
 def _runners(ctx: Ctx, f: Finding, family: bool = False) -> tuple[str, list[Culprit], int, int, str, Evidence] | None:
@@ -454,7 +455,8 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                                     f"blocked on a pipe until {end_who} took its data; {end_who} was "
                                     f"{doing}: the other end sleeps on its own timer and keeps both waiting")
         if channel == "futex":
-            return Explained(cause=rc.LOCK_OR_GIL, culprits=culprits, evidence=ev, numbers=numbers,
+            return Explained(cause=rc.LOCK_OR_GIL, culprits=culprits, evidence=ev, numbers={**numbers,
+                                                                                           "lock_held": "asleep"},
                              reason=f"{woke}{via}; {end_who} was {doing} while the thread waited: {end_who} held the "
                                     "lock (or the queue) the thread needed while it slept")
         return Explained(cause=rc.WAITING_ON_PROCESS if end_rel != "same process" else rc.WAITING_ON_THREAD,
