@@ -38,13 +38,13 @@ CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "g
             "event_sleepy_producer": ("batch_ev", 1), "future_pool_sleepy": ("fetch_pool", 1),
             "future_pool_busy": ("fetch_busy", 1), "cond_producer_starved": ("hogd", 3),
             "process_pool_sleepy": ("fetch_proc", 2), "pipe_producer_child": ("pipeprod", 1),
-            "mp_lock_holder": ("shmlockd", 1)}
+            "mp_lock_holder": ("shmlockd", 1), "select_poll_producer": ("batch_sel", 1)}
 # culprits that are threads of the feeder's own process
 SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub", "producer_thread", "lock_over_fsync",
                 "affinity_narrowed", "json_gil_thread", "threadpool_pure_python",
                 "lock_convoy", "gil_pool", "spin_wait_producer",
                 "condvar_timeout_producer", "busy_spin_consumer", "queue_timeout_producer",
-                "event_sleepy_producer", "future_pool_sleepy", "future_pool_busy"}
+                "event_sleepy_producer", "future_pool_sleepy", "future_pool_busy", "select_poll_producer"}
 # scenario -> extra fields its truth must carry
 EXTRA = {"checkpoint_fsync": ("episodes_ns",), "gc_pause": ("episodes_ns",), "eval_pass": ("episodes_ns",),
          "cgroup_quota": ("cgroup",), "workers_quota": ("cgroup",), "memcg_high_throttle": ("cgroup",),

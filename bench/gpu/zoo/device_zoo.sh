@@ -28,6 +28,7 @@
 #   bash bench/gpu/zoo/device_zoo.sh seventeenth  process_pool_sleepy healthy_cond_fast_decoy
 #   bash bench/gpu/zoo/device_zoo.sh eighteenth   pipe_producer_child select_rate_limiter mp_lock_holder
 #                                                 healthy_pipe_producer
+#   bash bench/gpu/zoo/device_zoo.sh nineteenth   select_poll_producer healthy_epoll_server
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -64,6 +65,7 @@ FIFTEENTH="future_pool_sleepy host_prep_busy_logger"
 SIXTEENTH="future_pool_busy cond_producer_starved healthy_cond_decoy_hog"
 SEVENTEENTH="process_pool_sleepy healthy_cond_fast_decoy"
 EIGHTEENTH="pipe_producer_child select_rate_limiter mp_lock_holder healthy_pipe_producer"
+NINETEENTH="select_poll_producer healthy_epoll_server"
 names=()
 for a in "$@"; do
   case $a in
@@ -85,11 +87,12 @@ for a in "$@"; do
     sixteenth) names+=($SIXTEENTH) ;;
     seventeenth) names+=($SEVENTEENTH) ;;
     eighteenth) names+=($EIGHTEENTH) ;;
+    nineteenth) names+=($NINETEENTH) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
