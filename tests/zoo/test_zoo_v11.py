@@ -1,6 +1,6 @@
-"""The zoo's sixteenth group: three scenarios recorded on the H200 as a held-out set (investigations/zoo-v11/
-split.json: scored once, 1 of 3 by the zoo's checks, then one general fix). Each report must name the staged cause by
-the zoo's rules (test_zoo.check_verdict), but the control, whose staging failed: its producer never kept up."""
+"""The zoo's sixteenth to nineteenth groups: scenarios recorded on the H200 as held-out sets (investigations/zoo-v11/
+split.json: each scored once, then general fixes; their scores there). Each report must name the staged cause by the
+zoo's rules (test_zoo.check_verdict), but the one control whose staging failed: its producer never kept up."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def v11_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_v11_zoo_is_the_held_out_set_it_says() -> None:
     split = json.loads((ZOO_V11 / "split.json").read_text())
-    assert sorted(split["held_out_13"] + split["held_out_14"] + split["held_out_15"]) == V11_NAMES
+    parts = ("held_out_13", "held_out_14", "held_out_15", "held_out_16")
+    assert sorted(name for part in parts for name in split[part]) == V11_NAMES
 
 
 @pytest.mark.parametrize("name", [n for n in V11_NAMES if n not in MISSTAGED])
@@ -102,3 +103,17 @@ def test_a_lock_held_asleep_by_another_process_gets_the_locks_fix(v11_stores: Pa
     assert chain.root_cause == "gil-or-lock" and any(c.comm == "shmlockd" for c in chain.culprits)
     assert "GIL" not in " ".join(chain.recommendations)
     assert "never across a sleep" in chain.recommendations[0]
+
+
+def test_a_poll_waits_timeouts_belong_to_what_ends_it_otherwise(v11_stores: Path) -> None:
+    """select_poll_producer and healthy_epoll_server (held_out_16): a poll wait run out by its tick again and again
+    waits for whatever ends it when it does not time out. The producer thread whose pipe write ended those waits is
+    what the main thread waited on (both read as 'the program sleeps on purpose' when held out); an event loop whose
+    waits packets also ended is an idle server, its ticks included."""
+    chain = _top(_report(v11_stores, "select_poll_producer"))[0]
+    assert chain.root_cause == "waiting-on-thread" and [c.comm for c in chain.culprits][:1] == ["batch_sel"]
+    report = _report(v11_stores, "healthy_epoll_server")
+    assert not _top(report)
+    assert report.accounting is not None
+    feeder = next(t for t in report.accounting.threads if t.role == "feeder")
+    assert feeder.idle_ns >= 0.8 * feeder.total.sleep_outside_ns  # its ticks are its wait for requests

@@ -258,6 +258,15 @@ INPUT_WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "se
 INPUT_ARRIVED = f"(waker_context = 'softirq' OR (waker_context = 'irq' AND syscall NOT IN {TIMEOUT_WAITS}))"
 
 
+def input_ended(pid: int, tid: int, lo: int, hi: int) -> str:
+    """INPUT_ARRIVED, and a poll wait's timeouts where input ended such waits of the thread in [lo, hi) too: the ticks
+    of an event loop waiting for the network (epoll with a timeout) are its wait for input; a poll wait only its timer
+    ever ended is a sleep the program chose (select_rate_limiter's), or one for something that never came."""
+    return (f"({INPUT_ARRIVED} OR (waker_context = 'irq' AND syscall IN {TIMEOUT_WAITS} AND EXISTS (SELECT 1 FROM "
+            f"thread_sleeps n WHERE n.pid = {int(pid)} AND n.tid = {int(tid)} AND n.waker_context = 'softirq' AND "
+            f"n.syscall IN {TIMEOUT_WAITS} AND n.end_ns > {int(lo)} AND n.start_ns < {int(hi)})))")
+
+
 def idle_sql(pid: int, tid: int, t0: int, window: TimeWindow | None = None) -> str:
     """Per second, a feeding thread's idle time: its sleeps outside CUDA calls (S state) in a wait for input
     (INPUT_WAITS) that input ended (INPUT_ARRIVED: a packet, a device; not another task, nor the wait's own timeout),
@@ -268,7 +277,7 @@ def idle_sql(pid: int, tid: int, t0: int, window: TimeWindow | None = None) -> s
     return " ".join(f"""
         WITH s AS (SELECT start_ns, end_ns FROM thread_sleeps
                    WHERE pid = {int(pid)} AND tid = {int(tid)} AND inside_ns = 0 AND sleep_state = 'S'
-                     AND {INPUT_ARRIVED} AND syscall IN {INPUT_WAITS}
+                     AND {input_ended(pid, tid, lo, hi)} AND syscall IN {INPUT_WAITS}
                      AND end_ns > {int(lo)} AND start_ns < {int(hi)}),
         c AS (SELECT start_ns, call_class FROM call_spans WHERE pid = {int(pid)} AND tid = {int(tid)}),
         i AS (SELECT greatest(s.start_ns, {int(lo)}) AS a, least(s.end_ns, {int(hi)}) AS b
@@ -289,7 +298,7 @@ def _may_idle(con: duckdb.DuckDBPyConnection, key: tuple[int, int], total: Accou
     lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
     got = shared_rows(con, f"SELECT sum(least(end_ns, {hi}) - greatest(start_ns, {lo})) FROM thread_sleeps "
                     f"WHERE pid = {int(key[0])} AND tid = {int(key[1])} AND inside_ns = 0 AND sleep_state = 'S' "
-                    f"AND {INPUT_ARRIVED} AND syscall IN {INPUT_WAITS} "
+                    f"AND {input_ended(key[0], key[1], lo, hi)} AND syscall IN {INPUT_WAITS} "
                     f"AND end_ns > {int(lo)} AND start_ns < {int(hi)}")[0][0]
     return (got or 0) >= MIN_IDLE_SHARE * total.wall_ns
 

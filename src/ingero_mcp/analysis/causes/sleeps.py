@@ -122,13 +122,14 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
                 + f": {holds}"))
 
 
-def _python_wait(ctx: Ctx, f: Finding) -> tuple[Frame, float, Evidence] | None:
-    """The Python frame the thread slept in (its stacks taken at switch-out), where it is one of PYTHON_WAITS for at
-    least half of its sleep time with a stack: the frame, its share (%), the evidence whose SQL recomputes it."""
+def _python_wait(ctx: Ctx, f: Finding, any_frame: bool = False) -> tuple[Frame, float, Evidence] | None:
+    """The Python frame the thread slept in (its stacks taken at switch-out), where it is one of PYTHON_WAITS (or, with
+    `any_frame`, any Python frame: a poll wait's own system call says what kind of wait it is) for at least half of
+    its sleep time with a stack: the frame, its share (%), the evidence whose SQL recomputes it."""
     t = f.thread
     top = profile(ctx.con, "off_cpu", t.pid, t.tid, f.window, top=1, top_stacks=0).top_frames
     frame = top[0].frame if top else None
-    if frame is None or not frame.python or (frame.file or "").rsplit("/", 1)[-1] not in PYTHON_WAITS:
+    if frame is None or not frame.python or not any_frame and (frame.file or "").rsplit("/", 1)[-1] not in PYTHON_WAITS:
         return None
     sql = self_share_sql("off_cpu", t.pid, t.tid, f.window, frame, kernel=False)
     share = rows(ctx.con, sql)[0][0]
@@ -242,7 +243,10 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
     kind, own_syscall, kind_share, kind_sql = _own_kind(ctx, f)
     tasks = [r for r in known if r[3] not in ("irq", "softirq")]
     timed_futex = known[0][3] in ("irq", "softirq") and known[0][7] in ("futex", "futex_waitv")
-    waited = _python_wait(ctx, f) if timed_futex else None
+    # a poll/select/epoll wait run out by its timer again and again (an event loop's tick) waits, like a timed futex
+    # wait, for whatever ends it when it does not time out: the task that signals it is read the same way
+    timed_poll = known[0][3] == "irq" and known[0][7] in TIMEOUT_WAITS
+    waited = _python_wait(ctx, f, any_frame=timed_poll) if timed_futex or timed_poll else None
     if timed_futex:
         holder = _timed_lock_holder(ctx, f, sql, known, total, waited)
         if holder:
