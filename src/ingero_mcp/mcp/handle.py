@@ -171,6 +171,8 @@ class StoreHandle:
 
     def _current(self) -> duckdb.DuckDBPyConnection:
         """The shared connection, (re)opened first when there is none or the store changed; the lock is held."""
+        if self._rereading is not None and self._con is not None:
+            return self._con  # the next snapshot is being made: never a second one in the call
         stamp = self._fingerprint()
         wait = self.reopen_min_s
         cost = self.open_s + self.slowest_call_s  # what the last re-read cost
@@ -178,8 +180,6 @@ class StoreHandle:
         if grown:
             wait = max(wait, self.refresh_factor * cost)
         changed = stamp != self._stamp and time.monotonic() - self._opened_at >= wait
-        if self._rereading is not None and self._con is not None:
-            return self._con  # the next snapshot is being made: never a second one in the call
         if changed and grown and self._con is not None and cost >= self.sync_reread_s:
             if self._rereading is None and not self._closed:  # calls answer from this snapshot until the next
                 self._rereading = threading.Thread(target=self._reread, args=(stamp,), name="ingero-store-reread")

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ingero_mcp.store.segments import has_segments, list_segments, segment_dir, segment_seq
+from ingero_mcp.store.segments import fsync_path, has_segments, list_segments, segment_dir, segment_seq
 
 log = logging.getLogger("ingero_mcp.store")
 
@@ -64,8 +64,7 @@ def open_checkpoint(db_path: str | os.PathLike[str]) -> tuple[Any, int, str] | N
         if found is None:
             return None
         file, seq = found
-        numbers = [n for files in list_segments(segment_dir(db_path))[0].values() for f in files
-                   if (n := segment_seq(f)) is not None]
+        numbers = _segment_numbers(db_path)
         if seq > max(numbers, default=0):
             return None  # it holds segments that are gone: another recording's, or one whose segments were removed
         try:
@@ -81,10 +80,15 @@ def open_checkpoint(db_path: str | os.PathLike[str]) -> tuple[Any, int, str] | N
     return None
 
 
+def _segment_numbers(db_path: str | os.PathLike[str]) -> list[int]:
+    """The numbers of a live recording's readable segments (latest-state files have none)."""
+    by_table, _ = list_segments(segment_dir(db_path))
+    return [seq for files in by_table.values() for f in files if (seq := segment_seq(f)) is not None]
+
+
 def newest_segment(db_path: str | os.PathLike[str]) -> int:
     """The highest segment number a live recording of `db_path` has written (0: none)."""
-    by_table, _ = list_segments(segment_dir(db_path))
-    return max((seq for files in by_table.values() for f in files if (seq := segment_seq(f)) is not None), default=0)
+    return max(_segment_numbers(db_path), default=0)
 
 
 def write_checkpoint(db_path: str | os.PathLike[str], derive: Callable[[Any], object]) -> Path | None:
@@ -119,9 +123,9 @@ def write_checkpoint(db_path: str | os.PathLike[str], derive: Callable[[Any], ob
         raise
     build.close()
     final = folder / f"{seq:09d}.duckdb"
-    _fsync(tmp)
+    fsync_path(tmp)
     os.replace(tmp, final)
-    _fsync(folder)
+    fsync_path(folder)
     for file in folder.glob("*.duckdb"):
         if file.stem.isdigit() and file != final:
             file.unlink(missing_ok=True)  # a reader that has it open keeps reading it
@@ -131,14 +135,6 @@ def write_checkpoint(db_path: str | os.PathLike[str], derive: Callable[[Any], ob
 def _remove(db: Path) -> None:
     for leftover in (db, Path(f"{db}.wal")):
         leftover.unlink(missing_ok=True)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Checkpointer:

@@ -40,6 +40,15 @@ def segment_seq(file: Path) -> int | None:
     return int(file.stem) if file.stem.isdigit() else None
 
 
+def fsync_path(path: Path) -> None:
+    """A file's (or a folder's: a rename in it) data on disk before what follows relies on it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 Bad = tuple[Path, str]
 """A segment no reader can use, and why."""
 

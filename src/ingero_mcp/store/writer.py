@@ -26,6 +26,7 @@ from ingero_mcp.store.checkpoint import Checkpointer, checkpoint_dir
 from ingero_mcp.store.errors import StoreError
 from ingero_mcp.store.schema import REPLACE_TABLES, TABLES, insert_sql, migrate
 from ingero_mcp.store.segments import (
+    fsync_path,
     insert_parquet,
     insert_segments,
     list_segments,
@@ -250,7 +251,7 @@ def _write_atomic(final: Path, arrow: pa.Table) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.with_name(f".{final.name}.tmp")
     pq.write_table(arrow, tmp, compression="zstd", **_encodings(arrow.schema))
-    _fsync(tmp)
+    fsync_path(tmp)
     os.replace(tmp, final)
 
 
@@ -264,14 +265,6 @@ def _encodings(schema: pa.Schema) -> dict[str, Any]:
               or (pa.types.is_integer(f.type) and f.type.bit_width <= 32)]
     deltas = {f.name: "DELTA_BINARY_PACKED" for f in schema if f.name.endswith("_ns") and pa.types.is_int64(f.type)}
     return {"use_dictionary": repeat, "column_encoding": deltas}
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _last_segment_seq(segments: Path) -> int:
