@@ -15,7 +15,8 @@ CAUSES = {"cpu_contention", "own_workers_cpu", "gpu_shared", "gil_contention", "
           "host_bound_prep", "lazy_module_loading", "disk_io", "page_faults", "lock_contention", "launch_bound",
           "slow_consumer", "cpu_throttled", "network_wait", "input_bound", "python_gc", "excess_sync",
           "own_threads_cpu", "timed_sleep", "subprocess_wait", "file_lock", "stopped_by_signal",
-          "lock_held_over_io", "pinning_churn", "straggler", "memory_throttled", "signal_storm", "ipc_lock", "none"}
+          "lock_held_over_io", "pinning_churn", "straggler", "memory_throttled", "signal_storm", "ipc_lock",
+          "gpu_bound", "none"}
 KEYS = {"scenario", "cause", "description", "feeder", "culprits", "window_ns", "baseline_ns", "cpus", "steps",
         "throughput_ratio", "torch", "notes"}
 # scenario -> (culprit comm expected, None: any; at least how many); scenarios not listed must name none
@@ -38,7 +39,8 @@ CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "g
             "event_sleepy_producer": ("batch_ev", 1), "future_pool_sleepy": ("fetch_pool", 1),
             "future_pool_busy": ("fetch_busy", 1), "cond_producer_starved": ("hogd", 3),
             "process_pool_sleepy": ("fetch_proc", 2), "pipe_producer_child": ("pipeprod", 1),
-            "mp_lock_holder": ("shmlockd", 1), "select_poll_producer": ("batch_sel", 1)}
+            "mp_lock_holder": ("shmlockd", 1), "select_poll_producer": ("batch_sel", 1),
+            "socket_chain_backend": ("hogd", 3), "train_thread_hogged": ("hogd", 3)}
 # culprits that are threads of the feeder's own process
 SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub", "producer_thread", "lock_over_fsync",
                 "affinity_narrowed", "json_gil_thread", "threadpool_pure_python",

@@ -29,6 +29,8 @@
 #   bash bench/gpu/zoo/device_zoo.sh eighteenth   pipe_producer_child select_rate_limiter mp_lock_holder
 #                                                 healthy_pipe_producer
 #   bash bench/gpu/zoo/device_zoo.sh nineteenth   select_poll_producer healthy_epoll_server
+#   bash bench/gpu/zoo/device_zoo.sh twentieth    gpu_work_grows gpu_work_grows_polled socket_chain_backend
+#                                                 healthy_socket_chain train_thread_hogged
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -66,6 +68,7 @@ SIXTEENTH="future_pool_busy cond_producer_starved healthy_cond_decoy_hog"
 SEVENTEENTH="process_pool_sleepy healthy_cond_fast_decoy"
 EIGHTEENTH="pipe_producer_child select_rate_limiter mp_lock_holder healthy_pipe_producer"
 NINETEENTH="select_poll_producer healthy_epoll_server"
+TWENTIETH="gpu_work_grows gpu_work_grows_polled socket_chain_backend healthy_socket_chain train_thread_hogged"
 names=()
 for a in "$@"; do
   case $a in
@@ -88,11 +91,12 @@ for a in "$@"; do
     seventeenth) names+=($SEVENTEENTH) ;;
     eighteenth) names+=($EIGHTEENTH) ;;
     nineteenth) names+=($NINETEENTH) ;;
+    twentieth) names+=($TWENTIETH) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log

@@ -13,7 +13,7 @@ names=("$@")
 if [ ${#names[@]} = 0 ]; then
   for f in bench/gpu/zoo/*.py; do
     name=$(basename "$f" .py)
-    case $name in common|pack|fold|check_truth|table|timing) continue ;; esac  # not scenarios
+    case $name in common|chain|pack|fold|check_truth|table|timing) continue ;; esac  # not scenarios
     names+=("$name")
   done
 fi
