@@ -441,6 +441,7 @@ class Progress(BaseModel):
         description="'k<handle>' a kernel launched, 'b<bytes>/<kind>' a copy's size, '' the op alone")
     label: str = Field(description="the marker as said to a person")
     marks: int = Field(description="how many times it was called (iterations + 1)")
+    tid: int | None = Field(None, description="the thread that made most of the marks: the one driving the loop")
     median_gap_ns: int = Field(description="the median time between two marks: a typical iteration")
     cover: float = Field(description="share of its span its gaps cover (each capped at 20 x the median gap)")
     sql: str = Field(description="the marks' timestamps")

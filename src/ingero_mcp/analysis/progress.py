@@ -140,7 +140,10 @@ def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
         return None
     op, sig, _kind, n, cover, gap = min(fallback, key=lambda r: (r[2], r[3]))
     where = f"pid = {int(pid)} AND {marks_filter(str(op), str(sig))}"
+    driver = shared_rows(con, f"SELECT tid FROM cuda_calls WHERE {where} GROUP BY tid ORDER BY count(*) DESC, tid "
+                              "LIMIT 1")
     return Progress(pid=int(pid), op=str(op), signature=str(sig), marks=int(n), median_gap_ns=int(gap or 0),
+                    tid=int(driver[0][0]) if driver else None,
                     cover=round(float(cover), 3), label=marker_label(str(op), str(sig)),
                     sql=f"SELECT ts_ns FROM cuda_calls WHERE {where} ORDER BY ts_ns")
 

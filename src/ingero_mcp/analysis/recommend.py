@@ -29,6 +29,8 @@ SLEEP_UNKNOWN = "sleeping"
 PAGEABLE_COPIES = "pageable-copies"
 ALLOCATOR_CHURN = "allocator-churn"
 GPU_SLOWER = "gpu-slower"
+# A slow phase in which the GPU was saturated: its own work set the pace, no host-side cause (never above LOW).
+GPU_BOUND = "gpu-bound"
 LAUNCH_OVERHEAD = "launch-overhead"
 PAGE_FAULTS = "page-faults"
 TIMED_SLEEP = "timed-sleep"
@@ -111,6 +113,11 @@ CATALOGUE: dict[str, list[str]] = {
     GPU_SLOWER: [
         "The host waited longer for the GPU and no other process was seen using it: profile the GPU side of the "
         "window ({window}) with nsys or torch.profiler to see which kernels grew.",
+    ],
+    GPU_BOUND: [
+        "The GPU was busy all through {window}: the host was not the limit, and nothing on the host will make it "
+        "faster. Profile the GPU side of that window (nsys, torch.profiler) to see which kernels took the time"
+        "{more_work}.",
     ],
     LAUNCH_OVERHEAD: [
         "The CPU time is spent inside CUDA calls: fewer, larger launches (fuse ops, torch.compile, CUDA graphs).",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis.models import Accounting, CausalChain, ThreadAccount
 from ingero_mcp.sanitize import quote
 
@@ -68,7 +69,10 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
     for c in own[:3]:
         lost = f" [{c.seconds_lost:.1f} s explained]" if c.seconds_lost is not None else ""
         lines.append(f"{c.severity}: {c.summary}{lost}")
-    if not own and acc is not None and acc.complete and acc.threads:
+    gpu_bound = [c for c in chains if c.origin == "ingero-mcp" and c.root_cause == rc.GPU_BOUND]
+    if not own and gpu_bound:  # a slow phase that was the GPU's own: said, as no host-side cause
+        lines.append(f"No host-side cause: {gpu_bound[0].summary}.")
+    elif not own and acc is not None and acc.complete and acc.threads:
         if gpu_util_mean is not None and gpu_util_mean >= 80:
             lines.append(f"No host-side cause: the GPU was {gpu_util_mean:.0f}% busy on average, the job is GPU-bound.")
         else:

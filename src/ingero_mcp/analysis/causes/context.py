@@ -26,6 +26,8 @@ STEADY_MIN_SHARE = 0.05  # a part must hold this share of the idle-GPU time to c
 
 IDLE_GPU = 50.0  # %: below this utilisation a second counts as the GPU waiting on the host
 
+GPU_SATURATED = 90.0  # %: at or above this mean utilisation over a slow phase, the GPU set its pace (causes.explain)
+
 
 MINOR_SHARE = 0.01  # chains explaining less of the feeding time are listed as minor
 

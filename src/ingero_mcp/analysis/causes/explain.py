@@ -9,9 +9,15 @@ from collections.abc import Callable
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.answers import shared_rows
-from ingero_mcp.analysis.causes.context import Ctx, Finding
+from ingero_mcp.analysis.causes.context import GPU_SATURATED, Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
-from ingero_mcp.analysis.causes.in_calls import _grew_per_iteration, explain_in_calls, explain_run_outside
+from ingero_mcp.analysis.causes.findings import gpu_util_in
+from ingero_mcp.analysis.causes.in_calls import (
+    _grew_per_iteration,
+    _other_gpu_users,
+    explain_in_calls,
+    explain_run_outside,
+)
 from ingero_mcp.analysis.causes.sleeps import explain_sleep
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 
@@ -28,12 +34,35 @@ _PART_CAUSE: dict[str, Callable[[Ctx, Finding, list[TimeWindow]], Explained]] = 
 
 
 def _explain(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
-    """The finding's cause, from the explainer of its part (_PART_CAUSE)."""
+    """The finding's cause, from the explainer of its part (_PART_CAUSE), unless the GPU set the pace."""
     explainer = _PART_CAUSE.get(f.part)
     if explainer is None:
         return Explained(cause=rc.UNEXPLAINED, reason="the store does not say what the thread was doing off-CPU",
                          confident=False)
-    return explainer(ctx, f, baseline)
+    return _gpu_bound(ctx, f, baseline) or explainer(ctx, f, baseline)
+
+
+def _gpu_bound(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained | None:
+    """A slow phase through which the GPU was saturated (GPU_SATURATED) with no other process seen on it: the GPU's
+    own work set the pace. Whatever the feeding thread did meanwhile (slept polling, spun in a synchronise, waited on
+    a thread that did) was waiting for the GPU, not a host-side cause: named as such, never above LOW (narration)."""
+    if f.mode != "contrast" or f.gpu_util is None or f.gpu_util < GPU_SATURATED or f.startup:
+        return None
+    if _other_gpu_users(ctx, f.thread.pid, f) is not None:
+        return None  # another process on the GPU: its explainer names it (gpu-shared)
+    base = gpu_util_in(f.thread.seconds, baseline)
+    before = f" (vs {base:.0f}% in the healthy baseline)" if base is not None else ""
+    grew = _grew_per_iteration(ctx, f, baseline, "work")
+    more, numbers, ev = "", {"gpu": f"{f.gpu_util:.0f}", "more_work": ""}, []
+    if grew is not None:
+        now, was = grew.numbers["per_iteration"], grew.numbers["base_per_iteration"]
+        more = f"; each iteration queued {now} launches+copies vs {was} in the healthy baseline: more GPU work per step"
+        numbers["more_work"] = f" (each iteration queued {now} launches+copies vs {was} before)"
+        ev = grew.evidence
+    return Explained(cause=rc.GPU_BOUND, evidence=ev, numbers=numbers, confident=False,
+                     reason=(f"the GPU was {f.gpu_util:.0f}% busy in it{before}, no other process seen using it: "
+                             f"the GPU's own work set the pace and the thread waited for it{more}; no host-side cause "
+                             "(or a GPU user the tracer cannot see)"))
 
 
 # Explanations that say whose work or wait filled the time, not why there was more of it: where the process's calls
@@ -46,6 +75,13 @@ def _per_iteration(ctx: Ctx, f: Finding, baseline: list[TimeWindow], ex: Explain
     """ex, or LAUNCH_BOUND / EXCESS_SYNC carrying ex's culprits and evidence where the calls per iteration grew."""
     for what in _REFINED.get(ex.cause, ()):
         grew = _grew_per_iteration(ctx, f, baseline, what)
+        if grew is not None and ex.cause == rc.GPU_SLOWER and grew.cause == rc.LAUNCH_BOUND:
+            # it waited for the GPU: more launches per iteration were more GPU work, not launching as the work
+            now, was = grew.numbers["per_iteration"], grew.numbers["base_per_iteration"]
+            return Explained(cause=rc.GPU_SLOWER, culprits=ex.culprits, evidence=ex.evidence + grew.evidence,
+                             numbers={**ex.numbers, **grew.numbers}, confident=False,
+                             reason=f"{ex.reason}; each iteration queued {now} launches+copies vs {was} in the "
+                                    "healthy baseline: more GPU work per step")
         if grew is not None:
             return Explained(cause=grew.cause, reason=f"{ex.reason}; {grew.reason}", culprits=ex.culprits,
                              evidence=ex.evidence + grew.evidence, numbers={**ex.numbers, **grew.numbers})

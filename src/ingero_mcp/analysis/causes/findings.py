@@ -173,6 +173,13 @@ def _util(seconds: list[SecondAccount], w: TimeWindow) -> float | None:
     return sum(got) / len(got) if got else None
 
 
+def gpu_util_in(seconds: list[SecondAccount], windows: list[TimeWindow]) -> float | None:
+    """The mean GPU utilisation of the seconds starting in any of the windows (those with a sample), or None."""
+    got = [s.gpu_util_percent for s in seconds if s.gpu_util_percent is not None
+           and any(w.start_ns <= s.start_ns < w.end_ns for w in windows)]
+    return sum(got) / len(got) if got else None
+
+
 def _busy_part(s: SecondAccount, part: str) -> int:
     """A part of a second less the thread's idle time in it (an idle wait for input is no part of the feeding)."""
     return part_ns(s, part) - (s.idle_ns if part == "sleep_outside" else 0)

@@ -43,8 +43,12 @@ from ingero_mcp.analysis.models import (
 )
 from ingero_mcp.analysis.stacks import recorded
 
-def _severity(seconds: float, wall_s: float, f: Finding, confident: bool) -> str:
-    if f.startup or not confident and f.mode == "steady":
+# Causes that are no host-side cause: said, never above LOW (the GPU set the pace).
+NOT_HOST = frozenset({rc.GPU_BOUND})
+
+
+def _severity(seconds: float, wall_s: float, f: Finding, confident: bool, cause: str = "") -> str:
+    if f.startup or not confident and f.mode == "steady" or cause in NOT_HOST:
         return "LOW"
     share = seconds / wall_s if wall_s else 0.0
     level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
@@ -133,7 +137,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     numbers = {"who": who, "share": f"{pct:.0f}", "window": ctx.span(f.window), "cpus_total": "?", **ex.numbers}
     return CausalChain(
         id=f"{ex.cause}:{t.pid}/{t.tid}@{f.ks[0]}s", op=ex.cause,
-        severity=_severity(f.seconds_lost, wall_s, f, ex.confident),  # type: ignore[arg-type]
+        severity=_severity(f.seconds_lost, wall_s, f, ex.confident, ex.cause),  # type: ignore[arg-type]
         summary=summary, root_cause=ex.cause, explanation=_explanation(f, ex),
         seconds_lost=round(f.seconds_lost, 3), window=f.window, culprits=ex.culprits, pids=[t.pid],
         evidence=ev, recommendations=rc.recommend(rc.io_fix(ex.cause, numbers), numbers))
@@ -168,15 +172,18 @@ def _explanation(f: Finding, ex: Explained) -> str:
 def pace_threads(acc: Accounting) -> list[ThreadAccount]:
     """Per feeding process, the thread that sets its pace: the main thread when it starts CUDA work (it runs the
     training loop; PyTorch's autograd thread launches the backward kernels but sleeps until the main thread hands
-    it work), else the busiest feeding thread. Processes come busiest first."""
+    it work), else the feeding thread that makes the calls marking its iterations (the loop run in another thread),
+    else the busiest feeding thread. Processes come busiest first."""
     by_pid: dict[int, list[ThreadAccount]] = defaultdict(list)
     for t in acc.threads:
         if t.role == "feeder":
             by_pid[t.pid].append(t)
+    driver = {m.pid: m.tid for m in acc.progress}
     out = []
     for pid, threads in by_pid.items():
         main = next((t for t in threads if t.tid == pid), None)
-        out.append(main or threads[0])
+        loop = next((t for t in threads if t.tid == driver.get(pid)), None)
+        out.append(main or loop or threads[0])
     work = {pid: sum(t.total.work_calls for t in ts) for pid, ts in by_pid.items()}
     return sorted(out, key=lambda t: -work[t.pid])
 
@@ -257,7 +264,7 @@ def _raise(into: CausalChain, wall_s: float, f: Finding) -> None:
     """A chain that took another's seconds: the severity of the sum (never lowered; start-up stays as it was)."""
     share = (into.seconds_lost or 0) / wall_s if wall_s else 0.0
     level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
-    if SEVERITY_RANK[level] < SEVERITY_RANK[into.severity] and not f.startup:
+    if SEVERITY_RANK[level] < SEVERITY_RANK[into.severity] and not f.startup and into.root_cause not in NOT_HOST:
         into.severity = level  # type: ignore[assignment]
 
 

@@ -406,6 +406,22 @@ def convoy_sql(pid: int, tids: list[int], w: TimeWindow) -> str:
           AND end_ns > {w.start_ns} AND start_ns < {w.end_ns}""".split())
 
 
+def _role(relation: str) -> str:
+    """How a task the thread waited on is introduced: its worker process, its thread, or a process of its own."""
+    return {"child process": "its worker process", "same process": "its thread"}.get(relation, "the process")
+
+
+def _by_name(culprits: list[Culprit], least: float = 0.01) -> str:
+    """'batchsrv[1125], loader[1133,1134]': processes grouped by name, each group's pids as ranges; those whose time
+    is under `least` of the largest's (one wake-up at a window's edge) left out of the words (not of the culprits)."""
+    most = max((c.ns or 0 for c in culprits), default=0)
+    pids: dict[str, set[int]] = {}
+    for c in culprits:
+        if c.pid and (c.ns is None or c.ns >= least * most):
+            pids.setdefault(c.comm or "?", set()).add(c.pid)
+    return ", ".join(f"{comm}[{_id_range(sorted(p))}]" for comm, p in pids.items())
+
+
 def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culprits: list[Culprit], share: float,
                   kind: str, in_what: str) -> Explained:
     """The cause where the wait-for path stopped (waits.follow), named from what its last thread did."""
@@ -426,16 +442,20 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         starved = explain_cpu_wait(ctx, Finding(thread=ThreadAccount(pid=end.pid, tid=end.tid, role="waited-on",
                                                                      total=Account()), part="cpu_wait", window=f.window,
                                                 seconds_lost=0.0, mode=f.mode, share=0.0, ks=f.ks), job=t.pid)
-        what, were, they = (("worker processes", "were", "they") if end_rel == "child process"
-                            else ("thread", "was", "it"))
+        # the hop it slept on first, then the one that starved (through a socket to a server, a pipe to its
+        # worker); hops within one process (a worker's queue thread, then its main thread) are that process
+        one = first.pid == end.pid
+        lead = f"{_role(ctx.relation(t.pid, first.pid, first.tid, ctx.names.get(first.tid)))} " + (
+            end_who if one else who)
         return Explained(cause=starved.cause, culprits=starved.culprits, evidence=ev + starved.evidence,
                          numbers={**starved.numbers, "waker": end_who, "doing": doing},
-                         reason=(f"waiting on its {what} {end_who} ({100 * share:.0f}% of the "
-                                 f"sleep,{in_what}), which {were} {doing}: {they} waited for a CPU {starved.reason}"))
+                         reason=(f"waiting on {lead} ({100 * share:.0f}% of the sleep,{in_what})"
+                                 f"{'' if one else via}, which was "
+                                 f"{doing}: it waited for a CPU {starved.reason}"))
     if path.stop == "running":
         if end_rel == "child process":
             kids = [c for c in culprits if c.relation == "child process"]
-            names = f"{kids[0].comm}[{_id_range(sorted({c.pid for c in kids if c.pid}))}]" if kids else end_who
+            names = _by_name(kids) or end_who
             return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
                                     f"sleep,{in_what}{via}), which were {doing}: they do not keep up")
