@@ -40,7 +40,9 @@ CULPRITS = {"cpu_hog": ("hogd", 3), "workers_oversub": ("pt_data_worker", 8), "g
             "future_pool_busy": ("fetch_busy", 1), "cond_producer_starved": ("hogd", 3),
             "process_pool_sleepy": ("fetch_proc", 2), "pipe_producer_child": ("pipeprod", 1),
             "mp_lock_holder": ("shmlockd", 1), "select_poll_producer": ("batch_sel", 1),
-            "socket_chain_backend": ("hogd", 3), "train_thread_hogged": ("hogd", 3)}
+            "socket_chain_backend": ("hogd", 3), "train_thread_hogged": ("hogd", 3),
+            "socket_server_gil": ("srv_spin", 1), "polled_wait_cpu_hog": ("hogd", 3),
+            "train_thread_nosync_hogged": ("hogd", 3)}
 # culprits that are threads of the feeder's own process
 SAME_PROCESS = {"gil_holder", "lock_holder", "tiny_model_gil", "omp_oversub", "producer_thread", "lock_over_fsync",
                 "affinity_narrowed", "json_gil_thread", "threadpool_pure_python",
