@@ -172,8 +172,9 @@ def test_the_v5_zoo_is_split_and_holds_every_new_cause() -> None:
     assert sorted(sum(parts, [])) == V5_NAMES and len(set(sum(parts, []))) == len(V5_NAMES)
     causes = {json.loads((ZOO_V5 / f"{n}.truth.json").read_text())["cause"] for n in V5_NAMES}
     assert set(CAUSES) - {"lazy_module_loading", "page_faults", "allocator_churn", "host_bound_prep",
-                          "lock_contention", "memory_throttled", "signal_storm", "ipc_lock"} <= causes, causes
-    # (zoo-v9's, and zoo-v11's ipc_lock)
+                          "lock_contention", "memory_throttled", "signal_storm", "ipc_lock",
+                          "gpu_bound"} <= causes, causes
+    # (zoo-v9's, and zoo-v11's ipc_lock and gpu_bound)
     assert len(set(NAMES) | set(V5_NAMES)) >= 25
 
 

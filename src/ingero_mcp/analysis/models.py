@@ -437,8 +437,7 @@ class Progress(BaseModel):
 
     pid: int
     op: str
-    signature: str = Field(
-        description="'k<handle>' a kernel launched, 'b<bytes>/<kind>' a copy's size, '' the op alone")
+    signature: str = Field(description="'k<handle>' a kernel launched, 'b<bytes>/<kind>' a copy's size, '' the op")
     label: str = Field(description="the marker as said to a person")
     marks: int = Field(description="how many times it was called (iterations + 1)")
     tid: int | None = Field(None, description="the thread that made most of the marks: the one driving the loop")

@@ -47,6 +47,8 @@ CPU_IDLE_WAIT = "runnable-while-idle"
 PINNING_FIX = "pinning-churn-fix"
 # Not a root cause: the fix for a lock (gil-or-lock) whose holder slept while it held it, in any process.
 LOCK_HELD_FIX = "lock-held-asleep-fix"
+# Not a root cause: the fix for a wait on a worker process whose own thread held its GIL (causes.sleeps).
+WORKER_GIL_FIX = "worker-gil-fix"
 # Named from the process lifecycle: children started again and again in a slow phase.
 SPAWNING = "spawning-processes"
 
@@ -144,6 +146,12 @@ CATALOGUE: dict[str, list[str]] = {
         "move batch preparation off the main thread (DataLoader num_workers=N, persistent_workers=True, "
         "prefetch_factor=2-4), or vectorise it (index a whole batch at once, keep tensors on the GPU).",
     ],
+    WORKER_GIL_FIX: [
+        "{who} slept {share}% of the time ({window}) waiting on a process whose own thread {waker} held its GIL "
+        "({waker} was {doing}): move that thread's pure-Python work out of the process (a thread running Python keeps "
+        "the GIL from the others for the switch interval, 5 ms, at every turn) or make it release the GIL (numpy, "
+        "I/O). More workers of the same kind will not help.",
+    ],
     INPUT_WAIT: [
         "{who} slept {share}% of the time ({window}) waiting for its workers: the workers cannot keep up. Add workers "
         "if CPUs are free, make per-sample work cheaper (vectorised collate, a batch sampler), raise prefetch_factor "
@@ -216,9 +224,12 @@ class _Missing(dict):
 def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
     """The catalogue entry for a chain's fixes: an io-wait in writes (its system call, or a wait-for walk that
     ended in fsync) gets the writing fix, one spent reclaiming memory the memory fix, a lock whose holder slept
-    holding it the lock's fix (not the GIL's); any other cause its own."""
+    holding it the lock's fix (not the GIL's), a wait on workers whose own thread held their GIL the GIL's fix (not
+    more workers); any other cause its own."""
     if cause == LOCK_OR_GIL and numbers.get("lock_held") == "asleep":
         return LOCK_HELD_FIX
+    if cause == INPUT_WAIT and numbers.get("worker_gil"):
+        return WORKER_GIL_FIX
     if cause == IO_WAIT and numbers.get("io_stop") == "reclaim":
         return IO_RECLAIM_FIX
     if cause == IO_WAIT and (numbers.get("syscall") in WRITE_SYSCALLS or numbers.get("io_stop") == "fsync"):

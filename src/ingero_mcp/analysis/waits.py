@@ -109,6 +109,10 @@ class Hop:
     sleeping: list[tuple[str, int | None, int | None, str | None, str | None, int]] = field(default_factory=list)
     # (kind, waker pid, waker tid, waker comm, waker context, ns), largest first
     unknown_ns: int = 0
+    ended: dict[tuple[str, int | None, int | None, str | None], int] = field(default_factory=dict)
+    # (kind, waker pid, waker tid, waker context) -> how many of its sleeps (in part in the intervals) that ended
+    followed_kind: str | None = None  # the kind of its sleeps through which the walk went on to the next hop
+    timed_out: tuple[int, int] | None = None  # followed past its timeouts (_signaller): how many, and ns, timed out
     sql: str = ""
     summary_sql: str = ""  # one row per thing it did (running, waiting for a CPU, asleep in a kind) with its share
     doing: str | None = None  # summary_sql's rows as text (doing_text), once known
@@ -152,17 +156,22 @@ def _hop_sql(intervals: str, pid: int, tid: int, lo: int, hi: int) -> str:
         o AS (SELECT x.*, greatest(x.start_ns, iv.a) AS oa, least(x.end_ns, iv.b) AS ob
               FROM iv JOIN x ON x.start_ns < iv.b AND x.end_ns > iv.a)
         SELECT state, kind, waker_pid, waker_tid, any_value(waker_comm) AS waker_comm, waker_context,
-               sum(ob - oa)::BIGINT AS ns, (SELECT sum(b - a) FROM iv)::BIGINT AS total_ns
+               sum(ob - oa)::BIGINT AS ns, (SELECT sum(b - a) FROM iv)::BIGINT AS total_ns, count(*) AS n
         FROM o GROUP BY ALL ORDER BY ns DESC""".split())
 
 
-def _next_intervals(intervals: str, pid: int, tid: int, lo: int, hi: int, waker_tid: int) -> str:
-    """The parts of the intervals in which (pid, tid) slept until waker_tid woke it: the next hop's intervals."""
+def _next_intervals(intervals: str, pid: int, tid: int, lo: int, hi: int, waker_tid: int,
+                    kind: str | None = None) -> str:
+    """The parts of the intervals in which (pid, tid) slept until waker_tid woke it: the next hop's intervals; with
+    `kind`, every sleep of that kind however it ended (a timed wait's timeouts are part of the wait for its
+    signaller)."""
+    x = (f"SELECT start_ns, end_ns FROM ({_sleeps(pid, tid, lo, hi)}) WHERE kind = '{kind}'" if kind else
+         f"""SELECT start_ns, end_ns FROM thread_state
+              WHERE pid = {int(pid)} AND tid = {int(tid)} AND state = 'sleeping' AND waker_tid = {int(waker_tid)}
+                AND waker_context = 'task' AND end_ns > {int(lo)} AND start_ns < {int(hi)}""")
     return " ".join(f"""
         WITH iv AS ({intervals}),
-        x AS (SELECT start_ns, end_ns FROM thread_state
-              WHERE pid = {int(pid)} AND tid = {int(tid)} AND state = 'sleeping' AND waker_tid = {int(waker_tid)}
-                AND waker_context = 'task' AND end_ns > {int(lo)} AND start_ns < {int(hi)})
+        x AS ({x})
         SELECT greatest(x.start_ns, iv.a) AS a, least(x.end_ns, iv.b) AS b
         FROM iv JOIN x ON x.start_ns < iv.b AND x.end_ns > iv.a""".split())
 
@@ -215,7 +224,7 @@ def _summary_rows(got: list[tuple], total: int) -> list[tuple[str, float]] | Non
     if total <= 0 or total >= _EXACT or any(r[6] is None for r in got):
         return None
     parts: dict[str, int] = {}
-    for state, kind, *_w, ns, _total in got:
+    for state, kind, *_w, ns, _total, _n in got:
         what = ("waiting for a CPU" if state == "cpu_wait" else  # summary_sql's CASE, as it labels r's rows
                 "asleep " + KIND_LABEL.get(kind, "in the kernel") if state == "sleeping" else "off-CPU, split unknown")
         parts[what] = parts.get(what, 0) + int(ns)
@@ -233,14 +242,15 @@ def hop(con: duckdb.DuckDBPyConnection, intervals: str, pid: int, tid: int, w: T
     got = shared_rows(con, sql)
     total = int(got[0][7] or 0) if got else int(rows(con, f"SELECT coalesce(sum(b - a), 0) FROM ({intervals})")[0][0])
     h = Hop(pid=pid, tid=tid, total_ns=total, sql=sql, summary_sql=summary_sql(sql, intervals))
-    for state, kind, wpid, wtid, wcomm, wctx, ns, _total in got:
+    for state, kind, wpid, wtid, wcomm, wctx, ns, _total, n in got:
         ns = int(ns or 0)
         if state == "cpu_wait":
             h.cpu_wait_ns += ns
         elif state == "sleeping":
-            h.sleeping.append((str(kind or "other"), None if wpid is None else int(wpid),
-                               None if wtid is None else int(wtid),
-                               wcomm, wctx, ns))
+            waker = (None if wpid is None else int(wpid), None if wtid is None else int(wtid))
+            h.sleeping.append((str(kind or "other"), *waker, wcomm, wctx, ns))
+            key = (str(kind or "other"), *waker, wctx)
+            h.ended[key] = h.ended.get(key, 0) + int(n or 0)
         else:
             h.unknown_ns += ns
     h.running_ns = max(0, total - h.cpu_wait_ns - h.sleeping_ns - h.unknown_ns)
@@ -266,6 +276,26 @@ def _network_ended(sleeps: list[tuple[str, int | None, int | None, str | None, s
     soft = sum(s[5] for s in sleeps if s[4] == "softirq")
     task = sum(s[5] for s in sleeps if s[4] == "task")
     return soft >= task and soft >= NET_EVENT_SHARE * sum(s[5] for s in sleeps)
+
+
+# Waits that carry a timeout a program sets again and again (a lock or the GIL asked for every switch interval, a
+# queue or a condition polled): the task that ended those that did not time out is what they wait for.
+TIMED_KINDS = frozenset({"futex", "poll"})
+SIGNALLED_SHARE = 0.2  # ... where tasks ended this share of them (by count) at least
+
+
+def _signaller(h: Hop, kind: str) -> tuple[int, int] | None:
+    """The task that ended most of a hop's sleeps of `kind` that did not time out (an interrupt, its timer, ended the
+    rest), where tasks ended SIGNALLED_SHARE of them: CPython's GIL wait times out every 5 ms, asks the holder to drop
+    it and waits again, and the holder's release ends that wait."""
+    of_kind = {k: n for k, n in h.ended.items() if k[0] == kind}
+    tasks: dict[tuple[int, int], int] = {}
+    for (_k, wpid, wtid, wctx), n in of_kind.items():
+        if wctx == "task" and wpid is not None and wtid is not None:
+            tasks[(wpid, wtid)] = tasks.get((wpid, wtid), 0) + n
+    if not tasks or sum(tasks.values()) < SIGNALLED_SHARE * sum(of_kind.values()):
+        return None
+    return max(tasks, key=lambda k: tasks[k])
 
 
 def follow(con: duckdb.DuckDBPyConnection, sleeper: tuple[int, int], waker: tuple[int, int], w: TimeWindow,
@@ -317,12 +347,21 @@ def follow(con: duckdb.DuckDBPyConnection, sleeper: tuple[int, int], waker: tupl
         # as often as by the task that fills it: that task, where it ended a fifth of the wait, is the one waited on
         top = max(tasks, key=lambda k: tasks[k]) if tasks and sum(tasks.values()) >= 0.2 * sum(by_waker.values()) \
             else None
+        every = False
+        if top is None and kind in TIMED_KINDS:
+            top = _signaller(h, kind)  # timed out again and again: its timeouts belong to what ended the rest
+            every = top is not None
+            if every:
+                irq = [(h.ended.get((kind, *s[1:3], s[4]), 0), s[5]) for s in of_kind if s[4] == "irq"]
+                h.timed_out = (sum(n for n, _ns in irq), sum(ns for _n, ns in irq))
         if top is None:
             return WaitPath(hops=hops, stop="interrupt", stop_kind=kind)
         if top == sleeper:
             return WaitPath(hops=hops, stop="sleeper", stop_kind=kind)
         if top in seen:
             return WaitPath(hops=hops, stop="mixed", stop_kind=kind)
-        intervals = _next_intervals(intervals, cur[0], cur[1], w.start_ns - 60 * 1_000_000_000, w.end_ns, top[1])
+        intervals = _next_intervals(intervals, cur[0], cur[1], w.start_ns - 60 * 1_000_000_000, w.end_ns, top[1],
+                                    kind if every else None)
+        h.followed_kind = kind
         cur = top
     return WaitPath(hops=hops, stop="depth")

@@ -406,19 +406,24 @@ def convoy_sql(pid: int, tids: list[int], w: TimeWindow) -> str:
           AND end_ns > {w.start_ns} AND start_ns < {w.end_ns}""".split())
 
 
+GIL_WAIT_MS = (4.5, 5.5)  # timed-out futex waits this long on average: CPython's GIL, its 5 ms switch interval
+
+
 def _role(relation: str) -> str:
     """How a task the thread waited on is introduced: its worker process, its thread, or a process of its own."""
     return {"child process": "its worker process", "same process": "its thread"}.get(relation, "the process")
 
 
-def _by_name(culprits: list[Culprit], least: float = 0.01) -> str:
-    """'batchsrv[1125], loader[1133,1134]': processes grouped by name, each group's pids as ranges; those whose time
-    is under `least` of the largest's (one wake-up at a window's edge) left out of the words (not of the culprits)."""
+def _by_name(ctx: Ctx, culprits: list[Culprit], least: float = 0.01) -> str:
+    """'batchsrv[1125], loader[1133,1134]': processes grouped by their name, each group's pids as ranges; those whose
+    time is under `least` of the largest's (one wake-up at a window's edge) left out of the words (not the culprits)."""
     most = max((c.ns or 0 for c in culprits), default=0)
     pids: dict[str, set[int]] = {}
     for c in culprits:
         if c.pid and (c.ns is None or c.ns >= least * most):
-            pids.setdefault(c.comm or "?", set()).add(c.pid)
+            name = ctx.procs.get(c.pid, (None, None, None))[1] or c.comm or "?"
+            if c.pid not in {p for got in pids.values() for p in got}:
+                pids.setdefault(name, set()).add(c.pid)
     return ", ".join(f"{comm}[{_id_range(sorted(p))}]" for comm, p in pids.items())
 
 
@@ -430,6 +435,17 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
     who, end_who = ctx.who(first.pid, first.tid), ctx.who(end.pid, end.tid)
     end_rel = ctx.relation(t.pid, end.pid, end.tid, ctx.names.get(end.tid))
     via = "" if end is first else f", itself waiting on {end_who}"
+    before = path.hops[-2] if len(path.hops) >= 2 else None
+    locked = False
+    if before is not None and before.timed_out and before.pid == end.pid:  # followed past its timeouts
+        n, ns = before.timed_out
+        mean_ms = ns / max(n, 1) / 1e6
+        # CPython's GIL wait times out every switch interval (5 ms), asks the holder to drop it, and waits again
+        locked = before.followed_kind == "futex" and GIL_WAIT_MS[0] <= mean_ms <= GIL_WAIT_MS[1]
+        via = (f", itself waiting on its GIL, which its thread {end_who} held (futex waits of the switch interval, "
+               f"{mean_ms:.1f} ms on average, timed out {n:,} times)" if locked else
+               f", itself waiting on its thread {end_who}, which ended its {before.followed_kind} waits that did not "
+               f"time out ({n:,} did)")
     if end is not first:
         ev.append(Evidence(name="wait chain (who woke whom)",
                            value=" <- ".join(ctx.who(h.pid, h.tid) for h in path.hops)))
@@ -455,7 +471,13 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
     if path.stop == "running":
         if end_rel == "child process":
             kids = [c for c in culprits if c.relation == "child process"]
-            names = _by_name(kids) or end_who
+            names = _by_name(ctx, kids) or end_who
+            if locked:
+                return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev,
+                                 numbers={**numbers, "worker_gil": end_who},
+                                 reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
+                                        f"sleep,{in_what}{via}), which was {doing}: the worker waited for its GIL, "
+                                        "not for work")
             return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
                                     f"sleep,{in_what}{via}), which were {doing}: they do not keep up")
