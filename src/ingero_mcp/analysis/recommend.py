@@ -147,8 +147,9 @@ CATALOGUE: dict[str, list[str]] = {
         "prefetch_factor=2-4), or vectorise it (index a whole batch at once, keep tensors on the GPU).",
     ],
     WORKER_GIL_FIX: [
-        "{who} slept {share}% of the time ({window}) waiting on a process whose own thread {waker} held its GIL "
-        "({waker} was {doing}): move that thread's pure-Python work out of the process (a thread running Python keeps "
+        "{who} slept {share}% of the time ({window}) waiting on a process whose own thread {waker} held its GIL, most "
+        "likely ({waker} was {doing}; the process's timed waits lasted the GIL's 5 ms switch interval): move that "
+        "thread's pure-Python work out of the process (a thread running Python keeps "
         "the GIL from the others for the switch interval, 5 ms, at every turn) or make it release the GIL (numpy, "
         "I/O). More workers of the same kind will not help.",
     ],

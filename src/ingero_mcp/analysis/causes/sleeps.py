@@ -442,8 +442,8 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         mean_ms = ns / max(n, 1) / 1e6
         # CPython's GIL wait times out every switch interval (5 ms), asks the holder to drop it, and waits again
         locked = before.followed_kind == "futex" and GIL_WAIT_MS[0] <= mean_ms <= GIL_WAIT_MS[1]
-        via = (f", itself waiting on its GIL, which its thread {end_who} held (futex waits of the switch interval, "
-               f"{mean_ms:.1f} ms on average, timed out {n:,} times)" if locked else
+        via = (f", itself waiting on its GIL most likely, which its thread {end_who} held (futex waits that timed out "
+               f"{n:,} times after {mean_ms:.1f} ms on average, the GIL's switch interval)" if locked else
                f", itself waiting on its thread {end_who}, which ended its {before.followed_kind} waits that did not "
                f"time out ({n:,} did)")
     if end is not first:
@@ -476,8 +476,8 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                 return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev,
                                  numbers={**numbers, "worker_gil": end_who},
                                  reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
-                                        f"sleep,{in_what}{via}), which was {doing}: the worker waited for its GIL, "
-                                        "not for work")
+                                        f"sleep,{in_what}{via}), which was {doing}: the worker waited for that "
+                                        "thread, not for work")
             return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
                                     f"sleep,{in_what}{via}), which were {doing}: they do not keep up")
