@@ -16,7 +16,7 @@ CAUSES = {"cpu_contention", "own_workers_cpu", "gpu_shared", "gil_contention", "
           "slow_consumer", "cpu_throttled", "network_wait", "input_bound", "python_gc", "excess_sync",
           "own_threads_cpu", "timed_sleep", "subprocess_wait", "file_lock", "stopped_by_signal",
           "lock_held_over_io", "pinning_churn", "straggler", "memory_throttled", "signal_storm", "ipc_lock",
-          "gpu_bound", "none"}
+          "gpu_bound", "none", "natural"}
 KEYS = {"scenario", "cause", "description", "feeder", "culprits", "window_ns", "baseline_ns", "cpus", "steps",
         "throughput_ratio", "torch", "notes"}
 # scenario -> (culprit comm expected, None: any; at least how many); scenarios not listed must name none
@@ -73,7 +73,7 @@ def check(t: dict) -> list[str]:
     if not (t0 <= b[0] < b[1] <= end):
         bad.append(f"baseline {b} outside the run [{t0}, {end}]")
     w = t["window_ns"]
-    if t["cause"] == "none":
+    if t["cause"] in ("none", "natural"):  # natural: nothing staged, the script measured itself ("self")
         if w is not None:
             bad.append("a control with a window")
     else:

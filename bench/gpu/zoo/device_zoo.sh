@@ -32,6 +32,7 @@
 #   bash bench/gpu/zoo/device_zoo.sh twentieth    gpu_work_grows gpu_work_grows_polled socket_chain_backend
 #                                                 healthy_socket_chain train_thread_hogged
 #   bash bench/gpu/zoo/device_zoo.sh twenty_first socket_server_gil polled_wait_cpu_hog train_thread_nosync_hogged
+#   bash bench/gpu/zoo/device_zoo.sh natural      natural_lm_loader natural_eval_ckpt (nothing staged: measured)
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -71,6 +72,7 @@ EIGHTEENTH="pipe_producer_child select_rate_limiter mp_lock_holder healthy_pipe_
 NINETEENTH="select_poll_producer healthy_epoll_server"
 TWENTIETH="gpu_work_grows gpu_work_grows_polled socket_chain_backend healthy_socket_chain train_thread_hogged"
 TWENTY_FIRST="socket_server_gil polled_wait_cpu_hog train_thread_nosync_hogged"
+NATURAL="natural_lm_loader natural_eval_ckpt"
 names=()
 for a in "$@"; do
   case $a in
@@ -95,11 +97,12 @@ for a in "$@"; do
     nineteenth) names+=($NINETEENTH) ;;
     twentieth) names+=($TWENTIETH) ;;
     twenty_first) names+=($TWENTY_FIRST) ;;
+    natural) names+=($NATURAL) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
