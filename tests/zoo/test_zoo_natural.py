@@ -12,6 +12,7 @@ from paths import REPO
 from test_zoo import _report, _top, decompressed
 
 from ingero_mcp.analysis.models import Report
+from ingero_mcp.store import open_store
 
 NATURAL = REPO / "investigations" / "zoo-natural"
 NAMES = sorted(p.name.removesuffix(".truth.json") for p in NATURAL.glob("*.truth.json"))
@@ -35,20 +36,35 @@ def _feeder_shares(report: Report, truth: dict) -> dict[str, float]:
     return {p: sum(getattr(s, p) for s in got) / wall for p in parts}
 
 
-def check_lm_loader(report: Report, truth: dict) -> None:
-    """The main thread's wait in next() is its sleep outside CUDA calls (within SHARE_SLACK); a job that waited on its
-    loader a third of the time or more is said input-bound first; one that waited under a tenth is not said so."""
+def check_lm_loader(report: Report, truth: dict, store: Path) -> None:
+    """A job that waited on its loader a third of the time or more is said input-bound first; one that waited under a
+    tenth is not said so. The main thread's sleep outside CUDA calls, less the sleep PyTorch's autograd thread ended
+    (backward runs there; the main thread sleeps until it is done: part of its step), is its wait in next() (within
+    SHARE_SLACK). (As first written, the whole sleep was held to the wait in next(): 35% against 1.8%, the check's
+    premise wrong, the report's rows right: 7.07 s of futex sleep, every one ended by pt_autograd_0.)"""
     own = truth["self"]
-    shares = _feeder_shares(report, truth)
-    assert abs(shares["sleep_outside_ns"] - own["wait_share"]) <= SHARE_SLACK, (shares, own)
     top = _top(report)
     if own["wait_share"] >= 0.33:
         assert top and top[0].root_cause in INPUT, [c.summary for c in top]
     elif own["wait_share"] < 0.10:
         assert not any(c.root_cause in INPUT for c in top), [c.summary for c in top]
+    shares = _feeder_shares(report, truth)
+    pid, tid = truth["feeder"]["pid"], truth["feeder"]["tid"]
+    lo, hi = truth["baseline_ns"]
+    con = open_store(store)
+    try:
+        backward = con.execute(
+            "SELECT coalesce(sum(least(end_ns, ?) - greatest(start_ns, ?)), 0) / (? - ?) FROM thread_sleeps "
+            "WHERE pid = ? AND tid = ? AND inside_ns = 0 AND end_ns > ? AND start_ns < ? AND waker_context = 'task' "
+            "AND waker_pid = ? AND waker_tid IN (SELECT tid FROM threads WHERE pid = ? AND comm LIKE 'pt_autograd%')",
+            [hi, lo, hi, lo, pid, tid, lo, hi, pid, pid]).fetchall()[0][0]
+    finally:
+        con.close()
+    assert float(backward) > 0.1, backward  # the autograd thread did end the main thread's sleeps
+    assert abs(shares["sleep_outside_ns"] - float(backward) - own["wait_share"]) <= SHARE_SLACK, (shares, backward, own)
 
 
-def check_eval_ckpt(report: Report, truth: dict) -> None:
+def check_eval_ckpt(report: Report, truth: dict, store: Path) -> None:
     """No HIGH or MEDIUM chain whose window lies within an evaluation pass blames the host (the GPU's own work); a
     chain that lies within the checkpoints explains no more than the script measured them to take (plus a second)."""
     evals, ckpts = truth["evals_ns"], truth["ckpts_ns"]
@@ -65,6 +81,20 @@ def check_eval_ckpt(report: Report, truth: dict) -> None:
         any(a - 1_000_000_000 <= w.start_ns and w.end_ns <= b + 1_000_000_000 for a, b in ckpts)
         for w in [c.window])]
     assert sum(c.seconds_lost or 0 for c in in_ckpt) <= truth["self"]["ckpt_s"] + 1.0, [c.summary for c in in_ckpt]
+    # Added after the first score, which these passed while the report was wrong: one MEDIUM pageable-copies chain over
+    # all 9 episodes, 1.5 s explained (the checkpoints took 0.44 s): the evaluations were counted as stalls. They are
+    # the job's other work (launches at the healthy rate): at most one may be taken for a stall, none blamed.
+    assert report.accounting is not None
+    def overlaps(w, spans: list) -> bool:
+        return any(w.start_ns < b and a < w.end_ns for a, b in spans)
+    for ph in report.accounting.phases:
+        if ph.kind == "recurrent":
+            assert sum(overlaps(w, evals) for w in ph.episodes) <= 1, ph.episodes
+    other = [p for p in report.accounting.phases if p.kind == "other-work"]
+    assert other and sum(overlaps(w, evals) for w in other[0].episodes) >= len(evals) - 2, other
+    assert any(m.startswith("other-work: ") for m in report.minor), report.minor
+    assert sum(c.seconds_lost or 0 for c in report.chains if c.window and overlaps(c.window, ckpts)
+               and c.root_cause not in ("cold-start",)) <= truth["self"]["ckpt_s"] + 0.5, report.chains
 
 
 CHECKS = {"natural_lm_loader": check_lm_loader, "natural_eval_ckpt": check_eval_ckpt}
@@ -77,4 +107,4 @@ def test_every_natural_store_has_its_check() -> None:
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_the_report_agrees_with_what_the_job_measured(natural_stores: Path, name: str) -> None:
     truth = json.loads((NATURAL / f"{name}.truth.json").read_text())
-    CHECKS[name](_report(natural_stores, name), truth)
+    CHECKS[name](_report(natural_stores, name), truth, natural_stores / f"{name}.duckdb")

@@ -28,7 +28,7 @@ from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, table_complete
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import Account, Accounting, Phase, Progress, SecondAccount, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.launches import launch_coverage_sql, launch_recording
-from ingero_mcp.analysis.progress import per_bin_sql, progress_of
+from ingero_mcp.analysis.progress import _has_launch_gaps, per_bin_sql, progress_of
 from ingero_mcp.analysis.derive import materialize_seconds
 from ingero_mcp.store.views import SECONDS_TABLE, reads_made_rows
 
@@ -409,11 +409,9 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int, m
         steady = max(steady, first_mark) if first_mark is not None else steady
     if sum(1 for k in healthy) < MIN_PHASE_S:
         return [p for p in phases if p.kind == "baseline"], steady
-    recurrent = _recurrent(con, pid, t0, got, reference, base_rate, phases, seen_healthy, marker)
-    if recurrent:
-        phases.append(recurrent)
+    phases += _recurrent(con, pid, t0, got, reference, base_rate, phases, seen_healthy, marker)
     if not any(p.kind in ("slow", "recurrent") for p in phases):
-        return [p for p in phases if p.kind == "baseline"], steady
+        return [p for p in phases if p.kind in ("baseline", "other-work")], steady
     return sorted(phases, key=lambda p: p.window.start_ns), steady
 
 
@@ -476,17 +474,33 @@ def episodes_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float,
         ORDER BY start_s""".split())
 
 
+def other_work_sql(episodes: str, pid: int, t0: int, healthy: list[int]) -> str:
+    """The episodes (episodes_sql's rows) with the process's launches+copies per second in each (work_rate) and in its
+    healthy seconds (base_work_rate): iterations that stopped while the work went on are another phase of the job."""
+    ks = ", ".join(str(int(k)) for k in sorted(set(healthy)))
+    return " ".join(f"""
+        WITH e AS ({episodes}),
+        c AS (SELECT ts_ns FROM cuda_calls WHERE pid = {int(pid)} AND {WORK_OPS}),
+        base AS (SELECT count(*) / {len(set(healthy))} AS r FROM c WHERE (ts_ns - {t0}) // {SECOND_NS} IN ({ks}))
+        SELECT e.*, (SELECT count(*) FROM c WHERE c.ts_ns >= {t0} + round(e.start_s * {SECOND_NS})
+                                             AND c.ts_ns < {t0} + round((e.start_s + e.length_s) * {SECOND_NS}))
+                    / e.length_s AS work_rate, (SELECT r FROM base) AS base_work_rate
+        FROM e ORDER BY start_s""".split())
+
+
 def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tuple[int, int, float]], reference: float,
                base_rate: float, phases: list[Phase], healthy: list[int],
-               marker: Progress | None = None) -> Phase | None:
-    """Short slow episodes outside the phases: recurrent (MIN_EPISODES or more) or one big (BIG_EPISODE_S lost).
+               marker: Progress | None = None) -> list[Phase]:
+    """Short slow episodes outside the phases: recurrent (MIN_EPISODES or more) or one big (BIG_EPISODE_S lost). Where
+    a marker counts iterations, episodes in which the process kept up its healthy rate of launches and copies are
+    its other work (an evaluation pass, another loop: kind 'other-work'), not stalls.
 
     Only the seconds whose rate fell under SCAN_FRACTION of the reference, between the first and the last healthy
     second (a start-up or a wind-down is not a stall) and outside the slow phases, are read in bins; the bin is the
     finest that holds MIN_BIN_CALLS at the healthy rate, so that a bin's count is not mere quantisation of the job's
     steps."""
     if not healthy or base_rate <= 0:
-        return None
+        return []
     # a slow phase's seconds and the one on each side of it (its ramps) are the phase's, not episodes of their own
     taken = [TimeWindow(start_ns=p.window.start_ns - SECOND_NS, end_ns=p.window.end_ns + SECOND_NS)
              for p in phases if p.kind == "slow"]
@@ -494,25 +508,41 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
     ks = [k for k, start, n in got if n < SCAN_FRACTION * reference and first < k < last
           and not any(w.start_ns <= start < w.end_ns for w in taken)]
     if not ks:
-        return None
+        return []
     # iterations are spread evenly over their time: a bin holds its share of one however short it is
     min_per_bin = 1.0 if marker is not None else MIN_BIN_CALLS
     bin_ns = next((b for b in BINS_NS if base_rate * b / SECOND_NS >= min_per_bin), SECOND_NS)
     base_bin = round(base_rate * bin_ns / SECOND_NS, 3)
     sql = episodes_sql(pid, ks, t0, bin_ns, base_bin, marker)
+    out: list[Phase] = []
+    if marker is not None and not _has_launch_gaps(con, pid):  # every launch counted: the work rate is known
+        both = other_work_sql(sql, pid, t0, healthy)
+        other = f"SELECT * FROM ({both}) WHERE work_rate >= {HEALTHY_FRACTION} * base_work_rate"
+        got_other = shared_rows(con, other)
+        if got_other:
+            wins = [TimeWindow(start_ns=t0 + round(float(r[0]) * SECOND_NS),
+                               end_ns=t0 + round((float(r[0]) + float(r[1])) * SECOND_NS)) for r in got_other]
+            out.append(Phase(pid=pid, kind="other-work", window=TimeWindow(start_ns=wins[0].start_ns,
+                                                                            end_ns=wins[-1].end_ns),
+                             work_rate=round(sum(float(r[3]) for r in got_other) / len(got_other), 3),
+                             unit="launches+copies/s", episodes=wins,
+                             bin_ns=bin_ns, lost_s=round(sum(float(r[2]) for r in got_other), 3), sql=other))
+            sql = (f"SELECT start_s, length_s, lost_s FROM ({both}) "
+                   f"WHERE work_rate < {HEALTHY_FRACTION} * base_work_rate ORDER BY start_s")
     eps = [(float(a), float(d), float(lost)) for a, d, lost in shared_rows(con, sql)]
     if not eps or (len(eps) < MIN_EPISODES and max(e[2] for e in eps) < BIG_EPISODE_S):
-        return None
+        return out
     windows = [TimeWindow(start_ns=t0 + round(a * SECOND_NS), end_ns=t0 + round((a + d) * SECOND_NS))
                for a, d, _ in eps]
     length = sum(d for _, d, _ in eps)
     lost = sum(lost for _, _, lost in eps)
     rate = base_rate * (length - lost) / length if length else 0.0
-    return Phase(pid=pid, kind="recurrent", window=TimeWindow(start_ns=windows[0].start_ns, end_ns=windows[-1].end_ns),
-                 work_rate=round(rate, 3), unit="iterations/s" if marker is not None else "launches+copies/s",
-                 slowdown=round(base_rate / rate, 2) if rate > 0 else None, episodes=windows,
-                 bin_ns=bin_ns, lost_s=round(lost, 3), sql=sql,
-                 period_s=round((eps[-1][0] - eps[0][0]) / (len(eps) - 1), 2) if len(eps) > 1 else None)
+    return out + [Phase(pid=pid, kind="recurrent",
+                        window=TimeWindow(start_ns=windows[0].start_ns, end_ns=windows[-1].end_ns),
+                        work_rate=round(rate, 3), unit="iterations/s" if marker is not None else "launches+copies/s",
+                        slowdown=round(base_rate / rate, 2) if rate > 0 else None, episodes=windows,
+                        bin_ns=bin_ns, lost_s=round(lost, 3), sql=sql,
+                        period_s=round((eps[-1][0] - eps[0][0]) / (len(eps) - 1), 2) if len(eps) > 1 else None)]
 
 
 def second_runs(ks: list[int], allow_gap: int = 1) -> list[list[int]]:

@@ -451,7 +451,7 @@ class Phase(BaseModel):
     of short slow episodes (recurrent): stalls under MIN_PHASE_S seconds each, found in sub-second bins."""
 
     pid: int
-    kind: Literal["baseline", "slow", "recurrent"]
+    kind: Literal["baseline", "slow", "recurrent", "other-work"]  # other-work: iterations stopped, its work did not
     window: TimeWindow = Field(description="the phase; for 'recurrent', from the first episode's start to "
                                            "the last's end")
     work_rate: float = Field(description="the process's progress per second, in `unit` (in the episodes)")

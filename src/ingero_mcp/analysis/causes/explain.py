@@ -46,8 +46,8 @@ def _gpu_bound(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained | 
     """A slow phase through which the GPU was saturated (GPU_SATURATED) with no other process seen on it: the GPU's
     own work set the pace. Whatever the feeding thread did meanwhile (slept polling, spun in a synchronise, waited on
     a thread that did) was waiting for the GPU, not a host-side cause: named as such, never above LOW (narration)."""
-    if f.mode != "contrast" or f.gpu_util is None or f.gpu_util < GPU_SATURATED or f.startup:
-        return None
+    if f.mode != "contrast" or f.kset or f.gpu_util is None or f.gpu_util < GPU_SATURATED or f.startup:
+        return None  # short episodes (kset): the per-second utilisation holds the healthy time around them
     if _other_gpu_users(ctx, f.thread.pid, f) is not None:
         return None  # another process on the GPU: its explainer names it (gpu-shared)
     base = gpu_util_in(f.thread.seconds, baseline)

@@ -38,6 +38,7 @@ from ingero_mcp.analysis.models import (
     Accounting,
     CausalChain,
     Evidence,
+    Phase,
     ThreadAccount,
     TimeWindow,
 )
@@ -219,6 +220,7 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
                 chain.severity = "MEDIUM"
             found.append((f, chain))
         found = _one_story(found, wall_s)
+        minor += [other_work_line(ctx, t, p) for p in phases if p.kind == "other-work"]
         # a phase that lost progress leads: the steady state around it (host-bound all along, say) is its context
         lost = any(f.mode == "contrast" and c.severity != "LOW" for f, c in found)
         for f, chain in found:
@@ -232,6 +234,15 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
     # contrast before steady context (odd keys), then severity, the job before other GPU users, seconds explained
     return [c for _, c in sorted(chains, key=lambda kc: (kc[0] % 2, order[kc[1].severity], kc[0],
                                                           -(kc[1].seconds_lost or 0)))], minor
+
+
+def other_work_line(ctx: Ctx, t: ThreadAccount, p: Phase) -> str:
+    """The short episodes in which a process marked no iteration but kept launching work at its healthy rate."""
+    n = len(p.episodes)
+    return (f"other-work: {t.process_comm or t.comm or '?'}[{t.pid}] marked no iteration in {n} short episode"
+            f"{'s' if n != 1 else ''} from {ctx.span(p.window)} ({p.lost_s or 0:.2f} s of iterations at the healthy "
+            f"rate) while its launches and copies went on at their healthy rate ({p.work_rate:,.0f}/s): work that "
+            "marks no iteration (another phase of the job: an evaluation pass, a second loop), not a stall")
 
 
 def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[tuple[Finding, CausalChain]]:
