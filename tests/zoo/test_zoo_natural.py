@@ -97,7 +97,24 @@ def check_eval_ckpt(report: Report, truth: dict, store: Path) -> None:
                and c.root_cause not in ("cold-start",)) <= truth["self"]["ckpt_s"] + 0.5, report.chains
 
 
-CHECKS = {"natural_lm_loader": check_lm_loader, "natural_eval_ckpt": check_eval_ckpt}
+def check_main_thread_prep(report: Report, truth: dict, store: Path) -> None:
+    """The main thread makes each batch with numpy: if that took a third of its time or more, the report leads with its
+    own work (host-bound) and its time running outside CUDA calls is at least the measured share less SHARE_SLACK
+    (the step's own Python runs there too); under a tenth, no host-bound finding above LOW."""
+    own = truth["self"]
+    shares = _feeder_shares(report, truth)
+    top = _top(report)
+    if own["prep_share"] >= 0.33:
+        assert top and top[0].root_cause == "host-bound", [c.summary for c in top]
+        assert shares["run_outside_ns"] >= own["prep_share"] - SHARE_SLACK, (shares, own)
+    elif own["prep_share"] < 0.10:
+        assert not any(c.root_cause == "host-bound" for c in top), [c.summary for c in top]
+
+
+# Written before natural_accum_workers and natural_main_thread_prep were recorded (the loader's check is the LM's,
+# revised after its first score: both read where a loader's wait went the same way).
+CHECKS = {"natural_lm_loader": check_lm_loader, "natural_eval_ckpt": check_eval_ckpt,
+          "natural_accum_workers": check_lm_loader, "natural_main_thread_prep": check_main_thread_prep}
 
 
 def test_every_natural_store_has_its_check() -> None:
