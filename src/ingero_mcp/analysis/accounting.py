@@ -474,18 +474,24 @@ def episodes_sql(pid: int, ks: list[int], t0: int, bin_ns: int, base_bin: float,
         ORDER BY start_s""".split())
 
 
-def other_work_sql(episodes: str, pid: int, t0: int, healthy: list[int]) -> str:
-    """The episodes (episodes_sql's rows) with the process's launches+copies per second in each (work_rate) and in its
-    healthy seconds (base_work_rate): iterations that stopped while the work went on are another phase of the job."""
-    ks = ", ".join(str(int(k)) for k in sorted(set(healthy)))
+def other_work_sql(episodes: str, pid: int, t0: int, ks: list[int], bin_ns: int, healthy: list[int]) -> str:
+    """The episodes (episodes_sql's rows over the seconds ks, in bins of bin_ns) with the process's launches+copies
+    per second in each (work_rate) and in its healthy seconds (base_work_rate, from thread_seconds): iterations that
+    stopped while the work went on are another phase of the job."""
+    lo, hi = t0 + min(ks) * SECOND_NS, t0 + (max(ks) + 1) * SECOND_NS
+    bin_s = bin_ns / SECOND_NS
     return " ".join(f"""
         WITH e AS ({episodes}),
-        c AS (SELECT ts_ns FROM cuda_calls WHERE pid = {int(pid)} AND {WORK_OPS}),
-        base AS (SELECT count(*) / {len(set(healthy))} AS r FROM c WHERE (ts_ns - {t0}) // {SECOND_NS} IN ({ks}))
-        SELECT e.*, (SELECT count(*) FROM c WHERE c.ts_ns >= {t0} + round(e.start_s * {SECOND_NS})
-                                             AND c.ts_ns < {t0} + round((e.start_s + e.length_s) * {SECOND_NS}))
-                    / e.length_s AS work_rate, (SELECT r FROM base) AS base_work_rate
-        FROM e ORDER BY start_s""".split())
+        w AS (SELECT (ts_ns - {t0}) // {bin_ns} AS bin, count(*) AS n FROM cuda_calls
+              WHERE pid = {int(pid)} AND ts_ns >= {lo} AND ts_ns < {hi} AND {WORK_OPS} GROUP BY ALL),
+        base AS (SELECT sum(work_calls) / {len(set(healthy))} AS r FROM thread_seconds
+                 WHERE pid = {int(pid)} AND k IN ({", ".join(str(int(k)) for k in sorted(set(healthy)))}))
+        SELECT e.start_s, e.length_s, e.lost_s,
+               (SELECT coalesce(sum(n), 0) FROM w WHERE w.bin >= round(e.start_s / {bin_s})
+                                                    AND w.bin < round((e.start_s + e.length_s) / {bin_s}))
+                   / e.length_s AS work_rate,
+               (SELECT r FROM base) AS base_work_rate
+        FROM e ORDER BY e.start_s""".split())
 
 
 def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tuple[int, int, float]], reference: float,
@@ -516,9 +522,10 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
     sql = episodes_sql(pid, ks, t0, bin_ns, base_bin, marker)
     out: list[Phase] = []
     if marker is not None and not _has_launch_gaps(con, pid):  # every launch counted: the work rate is known
-        both = other_work_sql(sql, pid, t0, healthy)
+        both = other_work_sql(sql, pid, t0, ks, bin_ns, healthy)
+        every = shared_rows(con, both)  # one query; the SQL each part is said with filters the same rows
         other = f"SELECT * FROM ({both}) WHERE work_rate >= {HEALTHY_FRACTION} * base_work_rate"
-        got_other = shared_rows(con, other)
+        got_other = [r for r in every if r[4] is not None and float(r[3]) >= HEALTHY_FRACTION * float(r[4])]
         if got_other:
             wins = [TimeWindow(start_ns=t0 + round(float(r[0]) * SECOND_NS),
                                end_ns=t0 + round((float(r[0]) + float(r[1])) * SECOND_NS)) for r in got_other]
@@ -528,8 +535,11 @@ def _recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tupl
                              unit="launches+copies/s", episodes=wins,
                              bin_ns=bin_ns, lost_s=round(sum(float(r[2]) for r in got_other), 3), sql=other))
             sql = (f"SELECT start_s, length_s, lost_s FROM ({both}) "
-                   f"WHERE work_rate < {HEALTHY_FRACTION} * base_work_rate ORDER BY start_s")
-    eps = [(float(a), float(d), float(lost)) for a, d, lost in shared_rows(con, sql)]
+                   f"WHERE work_rate < {HEALTHY_FRACTION} * base_work_rate OR base_work_rate IS NULL ORDER BY start_s")
+            every = [r for r in every if r not in got_other]
+        eps = [(float(r[0]), float(r[1]), float(r[2])) for r in every]
+    else:
+        eps = [(float(a), float(d), float(lost)) for a, d, lost in shared_rows(con, sql)]
     if not eps or (len(eps) < MIN_EPISODES and max(e[2] for e in eps) < BIG_EPISODE_S):
         return out
     windows = [TimeWindow(start_ns=t0 + round(a * SECOND_NS), end_ns=t0 + round((a + d) * SECOND_NS))

@@ -109,8 +109,6 @@ class Hop:
     sleeping: list[tuple[str, int | None, int | None, str | None, str | None, int]] = field(default_factory=list)
     # (kind, waker pid, waker tid, waker comm, waker context, ns), largest first
     unknown_ns: int = 0
-    ended: dict[tuple[str, int | None, int | None, str | None], int] = field(default_factory=dict)
-    # (kind, waker pid, waker tid, waker context) -> how many of its sleeps (in part in the intervals) that ended
     followed_kind: str | None = None  # the kind of its sleeps through which the walk went on to the next hop
     timed_out: tuple[int, int] | None = None  # followed past its timeouts (_signaller): how many, and ns, timed out
     sql: str = ""
@@ -156,8 +154,16 @@ def _hop_sql(intervals: str, pid: int, tid: int, lo: int, hi: int) -> str:
         o AS (SELECT x.*, greatest(x.start_ns, iv.a) AS oa, least(x.end_ns, iv.b) AS ob
               FROM iv JOIN x ON x.start_ns < iv.b AND x.end_ns > iv.a)
         SELECT state, kind, waker_pid, waker_tid, any_value(waker_comm) AS waker_comm, waker_context,
-               sum(ob - oa)::BIGINT AS ns, (SELECT sum(b - a) FROM iv)::BIGINT AS total_ns, count(*) AS n
+               sum(ob - oa)::BIGINT AS ns, (SELECT sum(b - a) FROM iv)::BIGINT AS total_ns
         FROM o GROUP BY ALL ORDER BY ns DESC""".split())
+
+
+def ended_sql(hop_sql: str, kind: str) -> str:
+    """How many of a hop's sleeps of one kind each waker (pid, tid, context) ended, from the hop's own query (its
+    CTEs iv, x, o: the sleeps in part in the intervals)."""
+    head = hop_sql[:hop_sql.rindex(" SELECT state, kind,")]
+    return (f"{head} SELECT waker_pid, waker_tid, waker_context, count(*) AS n, sum(ob - oa)::BIGINT AS ns FROM o "
+            f"WHERE state = 'sleeping' AND kind = '{kind}' GROUP BY ALL ORDER BY n DESC")
 
 
 def _next_intervals(intervals: str, pid: int, tid: int, lo: int, hi: int, waker_tid: int,
@@ -224,7 +230,7 @@ def _summary_rows(got: list[tuple], total: int) -> list[tuple[str, float]] | Non
     if total <= 0 or total >= _EXACT or any(r[6] is None for r in got):
         return None
     parts: dict[str, int] = {}
-    for state, kind, *_w, ns, _total, _n in got:
+    for state, kind, *_w, ns, _total in got:
         what = ("waiting for a CPU" if state == "cpu_wait" else  # summary_sql's CASE, as it labels r's rows
                 "asleep " + KIND_LABEL.get(kind, "in the kernel") if state == "sleeping" else "off-CPU, split unknown")
         parts[what] = parts.get(what, 0) + int(ns)
@@ -242,15 +248,14 @@ def hop(con: duckdb.DuckDBPyConnection, intervals: str, pid: int, tid: int, w: T
     got = shared_rows(con, sql)
     total = int(got[0][7] or 0) if got else int(rows(con, f"SELECT coalesce(sum(b - a), 0) FROM ({intervals})")[0][0])
     h = Hop(pid=pid, tid=tid, total_ns=total, sql=sql, summary_sql=summary_sql(sql, intervals))
-    for state, kind, wpid, wtid, wcomm, wctx, ns, _total, n in got:
+    for state, kind, wpid, wtid, wcomm, wctx, ns, _total in got:
         ns = int(ns or 0)
         if state == "cpu_wait":
             h.cpu_wait_ns += ns
         elif state == "sleeping":
-            waker = (None if wpid is None else int(wpid), None if wtid is None else int(wtid))
-            h.sleeping.append((str(kind or "other"), *waker, wcomm, wctx, ns))
-            key = (str(kind or "other"), *waker, wctx)
-            h.ended[key] = h.ended.get(key, 0) + int(n or 0)
+            h.sleeping.append((str(kind or "other"), None if wpid is None else int(wpid),
+                               None if wtid is None else int(wtid),
+                               wcomm, wctx, ns))
         else:
             h.unknown_ns += ns
     h.running_ns = max(0, total - h.cpu_wait_ns - h.sleeping_ns - h.unknown_ns)
@@ -284,17 +289,19 @@ TIMED_KINDS = frozenset({"futex", "poll"})
 SIGNALLED_SHARE = 0.2  # ... where tasks ended this share of them (by count) at least
 
 
-def _signaller(h: Hop, kind: str) -> tuple[int, int] | None:
+def _signaller(con: duckdb.DuckDBPyConnection, h: Hop, kind: str) -> tuple[int, int] | None:
     """The task that ended most of a hop's sleeps of `kind` that did not time out (an interrupt, its timer, ended the
     rest), where tasks ended SIGNALLED_SHARE of them: CPython's GIL wait times out every 5 ms, asks the holder to drop
-    it and waits again, and the holder's release ends that wait."""
-    of_kind = {k: n for k, n in h.ended.items() if k[0] == kind}
+    it and waits again, and the holder's release ends that wait. Sets h.timed_out (how many and ns an irq ended)."""
+    ended = shared_rows(con, ended_sql(h.sql, kind))
     tasks: dict[tuple[int, int], int] = {}
-    for (_k, wpid, wtid, wctx), n in of_kind.items():
+    for wpid, wtid, wctx, n, _ns in ended:
         if wctx == "task" and wpid is not None and wtid is not None:
-            tasks[(wpid, wtid)] = tasks.get((wpid, wtid), 0) + n
-    if not tasks or sum(tasks.values()) < SIGNALLED_SHARE * sum(of_kind.values()):
+            tasks[(int(wpid), int(wtid))] = tasks.get((int(wpid), int(wtid)), 0) + int(n)
+    if not tasks or sum(tasks.values()) < SIGNALLED_SHARE * sum(int(r[3]) for r in ended):
         return None
+    irq = [r for r in ended if r[2] == "irq"]
+    h.timed_out = (sum(int(r[3]) for r in irq), sum(int(r[4] or 0) for r in irq))
     return max(tasks, key=lambda k: tasks[k])
 
 
@@ -349,11 +356,8 @@ def follow(con: duckdb.DuckDBPyConnection, sleeper: tuple[int, int], waker: tupl
             else None
         every = False
         if top is None and kind in TIMED_KINDS:
-            top = _signaller(h, kind)  # timed out again and again: its timeouts belong to what ended the rest
+            top = _signaller(con, h, kind)  # timed out again and again: its timeouts belong to what ended the rest
             every = top is not None
-            if every:
-                irq = [(h.ended.get((kind, *s[1:3], s[4]), 0), s[5]) for s in of_kind if s[4] == "irq"]
-                h.timed_out = (sum(n for n, _ns in irq), sum(ns for _n, ns in irq))
         if top is None:
             return WaitPath(hops=hops, stop="interrupt", stop_kind=kind)
         if top == sleeper:
