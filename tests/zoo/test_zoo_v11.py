@@ -193,3 +193,27 @@ def test_a_loop_in_a_thread_without_a_wait_per_step_still_sets_the_pace(v11_stor
     assert 'thread "trainloop"[' in report.verdict[0], report.verdict[0]
     chain = _top(report)[0]
     assert chain.root_cause == "cpu-contention" and chain.culprits[0].comm == "hogd", chain.summary
+
+
+def test_without_utilisation_the_gpu_rule_cannot_apply_and_says_so(v11_stores: Path, tmp_path: Path) -> None:
+    """gpu_work_grows with its NVML rows taken out (snapshots' utilisation, per-process GPU rows): nothing says the GPU
+    was saturated, so no gpu-bound; the wait for the GPU stays the hedged gpu-slower (MEDIUM at most: 'the GPU work
+    per step grew, or a GPU user the tracer cannot see'), with the launches per iteration that grew as more GPU work,
+    not turned into launch-bound (held out, it was HIGH launch-bound, 'launching them is the work')."""
+    import shutil
+
+    import duckdb
+
+    path = tmp_path / "gpu_work_grows-no-nvml.duckdb"
+    shutil.copyfile(v11_stores / "gpu_work_grows.duckdb", path)
+    con = duckdb.connect(str(path))
+    try:
+        con.execute("UPDATE snapshots SET gpu_util_percent = NULL")
+        con.execute("DELETE FROM gpu_processes")
+    finally:
+        con.close()
+    report = _report(tmp_path, "gpu_work_grows-no-nvml")
+    assert not any(c.root_cause in ("gpu-bound", "launch-bound") and c.severity != "LOW" for c in report.chains)
+    chain = _top(report)[0]
+    assert chain.root_cause == "gpu-slower" and chain.severity == "MEDIUM", chain.summary
+    assert "a GPU user the tracer cannot see" in chain.summary and "more GPU work per step" in chain.summary

@@ -11,13 +11,7 @@ import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, sql_round
-from ingero_mcp.analysis.accounting import (
-    HEALTHY_FRACTION,
-    MIN_EPISODE_LOSS_S,
-    SCAN_FRACTION,
-    SECOND_NS,
-    gpu_util_sql,
-)
+from ingero_mcp.analysis.accounting import SECOND_NS, gpu_util_sql
 from ingero_mcp.analysis.causes.context import (
     Ctx,
     Finding,
@@ -29,6 +23,7 @@ from ingero_mcp.analysis.causes.context import (
     part_sql,
 )
 from ingero_mcp.analysis.causes.culprits import Explained
+from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, MIN_EPISODE_LOSS_S, SCAN_FRACTION
 from ingero_mcp.analysis.causes.explain import _explain
 from ingero_mcp.analysis.causes.findings import contrast_findings, steady_findings
 from ingero_mcp.analysis.causes.frames import attach_frames
