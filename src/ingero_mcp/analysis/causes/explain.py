@@ -42,6 +42,12 @@ def _explain(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained:
     return _gpu_bound(ctx, f, baseline) or explainer(ctx, f, baseline)
 
 
+def _more_work(grew: Explained) -> str:
+    """The launches per iteration that grew (a LAUNCH_BOUND refinement's numbers), said as more GPU work."""
+    return (f"each iteration queued {grew.numbers['per_iteration']} launches+copies vs "
+            f"{grew.numbers['base_per_iteration']} in the healthy baseline: more GPU work per step")
+
+
 def _gpu_bound(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained | None:
     """A slow phase through which the GPU was saturated (GPU_SATURATED) with no other process seen on it: the GPU's
     own work set the pace. Whatever the feeding thread did meanwhile (slept polling, spun in a synchronise, waited on
@@ -55,9 +61,9 @@ def _gpu_bound(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained | 
     grew = _grew_per_iteration(ctx, f, baseline, "work")
     more, numbers, ev = "", {"gpu": f"{f.gpu_util:.0f}", "more_work": ""}, []
     if grew is not None:
-        now, was = grew.numbers["per_iteration"], grew.numbers["base_per_iteration"]
-        more = f"; each iteration queued {now} launches+copies vs {was} in the healthy baseline: more GPU work per step"
-        numbers["more_work"] = f" (each iteration queued {now} launches+copies vs {was} before)"
+        more = f"; {_more_work(grew)}"
+        numbers["more_work"] = (f" (each iteration queued {grew.numbers['per_iteration']} launches+copies vs "
+                                f"{grew.numbers['base_per_iteration']} before)")
         ev = grew.evidence
     return Explained(cause=rc.GPU_BOUND, evidence=ev, numbers=numbers, confident=False,
                      reason=(f"the GPU was {f.gpu_util:.0f}% busy in it{before}, no other process seen using it: "
@@ -77,11 +83,9 @@ def _per_iteration(ctx: Ctx, f: Finding, baseline: list[TimeWindow], ex: Explain
         grew = _grew_per_iteration(ctx, f, baseline, what)
         if grew is not None and ex.cause == rc.GPU_SLOWER and grew.cause == rc.LAUNCH_BOUND:
             # it waited for the GPU: more launches per iteration were more GPU work, not launching as the work
-            now, was = grew.numbers["per_iteration"], grew.numbers["base_per_iteration"]
             return Explained(cause=rc.GPU_SLOWER, culprits=ex.culprits, evidence=ex.evidence + grew.evidence,
                              numbers={**ex.numbers, **grew.numbers}, confident=False,
-                             reason=f"{ex.reason}; each iteration queued {now} launches+copies vs {was} in the "
-                                    "healthy baseline: more GPU work per step")
+                             reason=f"{ex.reason}; {_more_work(grew)}")
         if grew is not None:
             return Explained(cause=grew.cause, reason=f"{ex.reason}; {grew.reason}", culprits=ex.culprits,
                              evidence=ex.evidence + grew.evidence, numbers={**ex.numbers, **grew.numbers})

@@ -168,9 +168,7 @@ def _part_seconds(ctx: Ctx, seconds: list[SecondAccount], w: TimeWindow, part: s
 
 
 def _util(seconds: list[SecondAccount], w: TimeWindow) -> float | None:
-    got = [s.gpu_util_percent for s in seconds
-           if w.start_ns <= s.start_ns < w.end_ns and s.gpu_util_percent is not None]
-    return sum(got) / len(got) if got else None
+    return gpu_util_in(seconds, [w])
 
 
 def gpu_util_in(seconds: list[SecondAccount], windows: list[TimeWindow]) -> float | None:

@@ -420,10 +420,8 @@ def _by_name(ctx: Ctx, culprits: list[Culprit], least: float = 0.01) -> str:
     most = max((c.ns or 0 for c in culprits), default=0)
     pids: dict[str, set[int]] = {}
     for c in culprits:
-        if c.pid and (c.ns is None or c.ns >= least * most):
-            name = ctx.procs.get(c.pid, (None, None, None))[1] or c.comm or "?"
-            if c.pid not in {p for got in pids.values() for p in got}:
-                pids.setdefault(name, set()).add(c.pid)
+        if c.pid and (c.ns is None or c.ns >= least * most) and not any(c.pid in got for got in pids.values()):
+            pids.setdefault(ctx.procs.get(c.pid, (None, None, None))[1] or c.comm or "?", set()).add(c.pid)
     return ", ".join(f"{comm}[{_id_range(sorted(p))}]" for comm, p in pids.items())
 
 
