@@ -18,7 +18,7 @@ from ingero_mcp.sanitize import clean
 from ingero_mcp.store.errors import StoreError
 
 # A thread state as the timeline names it (thread_state's state, sleep_state 'D' -> IO).
-STATE_NAMES = {"running": "running", "cpu_wait": "waiting for a CPU", "sleeping": "sleeping", "io": "IO (D sleep)",
+STATE_NAMES = {"cpu_wait": "waiting for a CPU", "sleeping": "sleeping", "io": "IO (D sleep)",
                "off_cpu": "off-CPU (split unknown)"}
 
 
@@ -75,10 +75,11 @@ def threads_sql(scope: Scope) -> str:
         FROM t ORDER BY t.pid, t.tid"""
 
 
-def calls_sql(scope: Scope, sort: bool = True) -> str:
+def calls_sql(scope: Scope, sort: bool = True, kernel: str = "kernel_handle") -> str:
     """CUDA calls: the slices on each thread's track, in (tid, time) order; sort=False: in the table's own order
-    (only for a table whose rows `calls_in_time_order` found in time order per thread)."""
-    return f"""SELECT ts_ns, duration_ns, tid, op, bytes, memcpy_kind, kernel_handle, off_cpu_ns, sleep_ns,
+    (only for a table whose rows `calls_in_time_order` found in time order per thread). kernel: the launch's
+    kernel as kernel_handle (the number) or kernel_key (the stored text: no cast per row)."""
+    return f"""SELECT ts_ns, duration_ns, tid, op, bytes, memcpy_kind, {kernel} AS kernel, off_cpu_ns, sleep_ns,
                       cpu_wait_ns, return_code
                FROM cuda_calls {scope.calls()} {"ORDER BY tid, ts_ns" if sort else ""}"""
 
@@ -119,19 +120,15 @@ def woken_sql() -> str:
 
 
 def states_sql(scope: Scope, sort: bool = True) -> str:
-    """Thread states: thread_state's off-CPU spans (sleeping split into S and IO) plus running between them;
-    flow_id: the wake-up arrow that ends on this CPU wait (after make_wakeups). sort=False: in no given order."""
+    """Thread states: thread_state's off-CPU spans (sleeping split into S and IO); a gap between two is the thread
+    running (not written: the store holds no row for it). flow_id: the wake-up arrow that ends on this CPU wait
+    (after make_wakeups). sort=False: in no given order."""
     return f"""
         SELECT s.*, w.flow_id FROM (
             SELECT tid, CASE WHEN state = 'sleeping' AND sleep_state = 'D' THEN 'io' ELSE state END AS state,
                    start_ns, end_ns - start_ns AS dur_ns, syscall, waker_comm,
                    coalesce(first_holder_comm, last_holder_comm) AS holder_comm, pid
             FROM thread_state
-            UNION ALL
-            SELECT tid, 'running', prev_on, off_ns - prev_on, NULL, NULL, NULL, pid FROM (
-                SELECT pid, tid, off_ns, lag(on_ns) OVER (PARTITION BY tid ORDER BY off_ns) AS prev_on
-                FROM sched_intervals)
-            WHERE prev_on IS NOT NULL AND off_ns > prev_on
         ) s LEFT JOIN (SELECT tid AS w_tid, wakeup_ns, flow_id FROM {WAKEUPS}) w
           ON s.state = 'cpu_wait' AND w.w_tid = s.tid AND w.wakeup_ns = s.start_ns
         {scope.states()} {"ORDER BY tid, start_ns" if sort else ""}"""

@@ -6,11 +6,13 @@ descriptors give every field number the column encoder (`pbcolumns`) uses for th
 slices. No field number is typed in here.
 
 Layout: a process track per traced process (fork/exec/exit/rename as instants), a thread track per
-traced thread (its CUDA calls as slices, args: bytes, direction, kernel, the off-CPU split, which a call
-never off CPU gives as `off_cpu_ns` 0 alone: a whole of 0 has parts of 0; its on-CPU stack samples), a "state"
-child track per thread (running, waiting for a CPU, sleeping, IO),
-wake-up flows from the waker's state track to the wakee's, host counters, and a track per causal
-chain holding its window.
+traced thread (its CUDA calls as slices, args: bytes, direction, kernel (the store's kernel_key), the
+off-CPU split, which a call never off CPU leaves out: on a call slice, no `off_cpu_ns` is 0 ns, and a
+split the trace cannot tell is `off_cpu: unknown`; its on-CPU stack samples), a "state" child track
+per thread holding what the store holds, its off-CPU spans (waiting for a CPU, sleeping, IO; a gap
+between two is the thread running: as slices they were 44% of the states' packets), wake-up flows
+from the waker's state track to the wakee's, host counters, and a track per causal chain holding its
+window.
 
 Compact: the bulk of a track goes on a writer sequence of its own whose `TracePacketDefaults` name
 the track (no track_uuid per event) and an incremental sequence clock (a packet's timestamp is the
@@ -42,7 +44,7 @@ TE, DA = pb.TrackEvent, pb.DebugAnnotation
 BEGIN, END, INSTANT, COUNTER = TE.TYPE_SLICE_BEGIN, TE.TYPE_SLICE_END, TE.TYPE_INSTANT, TE.TYPE_COUNTER
 ARG_NAMES = ("bytes", "direction", "kernel", "off_cpu_ns", "sleep_ns", "cpu_wait_ns", "return_code",
              "syscall", "woken_by", "cpu_held_by", "root_cause", "seconds_lost", "severity", "chain_id",
-             "filename", "child_pid", "exit_code", "old_name", "tid", "wakee_tid")
+             "filename", "child_pid", "exit_code", "old_name", "tid", "wakee_tid", "off_cpu")
 ARG = {name: i + 1 for i, name in enumerate(ARG_NAMES)}
 END_BODY = pb.TracePacket(track_event=TE(type=END)).SerializeToString()  # an END packet's fields after its time
 CHUNK = 8_192  # rows encoded at once: the buffer and columns stay in cache (8k rows: fastest of 2k-128k)
@@ -314,7 +316,7 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
         if t.pid not in pids:
             pids.add(t.pid)
             uuid += 1
-        planned += [(calls_of.get(t.tid, 0), uuid + 1), (3 * offs_of.get(t.tid, 0), uuid + 2)]
+        planned += [(calls_of.get(t.tid, 0), uuid + 1), (2 * offs_of.get(t.tid, 0), uuid + 2)]
         uuid += 2
     seq_of = {track: MISC + 2 + i for i, (_, track) in enumerate(sorted(planned, key=lambda p: -p[0]))}
     w = _Writer(out, window_or_trace(con, scope.window).start_ns, seq_of)
@@ -349,33 +351,44 @@ def _calls(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, thread_s
     """CUDA calls: a slice per timed call, an instant per entry-only one (v4 launches: no duration, never 0 ns)."""
     total = int(ev.rows(con, f"SELECT count(*) FROM cuda_calls {scope.calls()}")[0][0])
     done = 0
-    for b in _arrow_batches(con, ev.calls_sql(scope, sort=not ev.calls_in_time_order(con, scope))):
+    # The kernel as text: v10 stores it (kernel_key); an older store's number cast (no per-row cast where stored).
+    kernel = ("kernel_key" if "kernel_key" in con.sql("SELECT * FROM cuda_calls LIMIT 0").columns
+              else "CAST(kernel_handle AS VARCHAR)")
+    for b in _arrow_batches(con, ev.calls_sql(scope, sort=not ev.calls_in_time_order(con, scope), kernel=kernel)):
         ts, _ = _int(b, "ts_ns")
         dur, timed = _int(b, "duration_ns")
         ops, names, _ = _codes(b, "op")
         seqs = _lookup(thread_seq, _int(b, "tid")[0])
         cols = {"kind": np.where(timed, BEGIN, INSTANT), "name": np.array(w.intern(names), dtype=np.int64)[ops]}
-        for column in ("bytes", "kernel_handle", "off_cpu_ns", "sleep_ns", "cpu_wait_ns", "return_code"):
+        for column in ("bytes", "off_cpu_ns", "sleep_ns", "cpu_wait_ns", "return_code"):
             cols[column], cols[column + "?"] = _int(b, column)
         cols["return_code?"] &= cols["return_code"] != 0
-        # A call never off CPU (99.6% of a 10M-event demo's): off_cpu_ns 0 says its parts are 0, 12 B a call fewer.
-        # Parts are left out only where the row says 0 for all three; unknown (NULL) stays absent, as everywhere.
+        # A call slice never off CPU (99.6% of a 10M-event demo's) carries no split at all (18 B a call fewer): on a
+        # slice, no off_cpu_ns means 0 ns. Unknown is not zero: a slice whose row has no off_cpu_ns says
+        # `off_cpu: unknown` (none in today's recordings; an entry-only launch, an instant, has no span to split).
         never_off = (cols["off_cpu_ns?"] & cols["sleep_ns?"] & cols["cpu_wait_ns?"] & (cols["off_cpu_ns"] == 0)
                      & (cols["sleep_ns"] == 0) & (cols["cpu_wait_ns"] == 0))
-        cols["sleep_ns?"] &= ~never_off
-        cols["cpu_wait_ns?"] &= ~never_off
+        for column in ("off_cpu_ns", "sleep_ns", "cpu_wait_ns"):
+            cols[column + "?"] &= ~never_off
+        cols["off_cpu?"] = timed & ~never_off & ~cols["off_cpu_ns?"]
+        cols["off_cpu"] = np.full(len(ts), w.string_iids(["unknown"])[0])
         kind_codes, strings, valid = _codes(b, "memcpy_kind")
         cols["direction"], cols["direction?"] = w.string_iids(strings)[kind_codes], valid
+        # A launch's kernel as the stored text, interned: 40 kernels launched 6.8M times cost ~7 B a launch as a
+        # string iid, 12 B as the handle's varint (the digits are the store's kernel_key, kernel_handle's source).
+        kernel_codes, strings, valid = _codes(b, "kernel", clean=False)
+        cols["kernel"], cols["kernel?"] = w.string_iids(strings)[kernel_codes], valid
 
         def build(c: dict[str, np.ndarray]) -> list[col.Field]:
-            args = [_arg_int(arg, c[column], c[column + "?"])
-                    for column, arg in (("bytes", "bytes"), ("kernel_handle", "kernel"), ("off_cpu_ns", "off_cpu_ns"),
-                                        ("sleep_ns", "sleep_ns"), ("cpu_wait_ns", "cpu_wait_ns"),
-                                        ("return_code", "return_code"))]
-            return _event([_type(c["kind"]), _name(c["name"], None), *args,
-                           _arg_str("direction", c["direction"], c["direction?"])])
+            args = [_arg_int(arg, c[arg], c[arg + "?"])
+                    for arg in ("bytes", "off_cpu_ns", "sleep_ns", "cpu_wait_ns", "return_code")]
+            return _event([_type(c["kind"]), _name(c["name"], None), args[0], _arg_str("kernel", c["kernel"],
+                                                                                        c["kernel?"]), *args[1:],
+                           _arg_str("direction", c["direction"], c["direction?"]),
+                           _arg_str("off_cpu", c["off_cpu"], c["off_cpu?"])])
 
-        w.bulk(Rows(ts, seqs, cols, build, (("name", None, 2), ("direction", "direction?", 29)),
+        w.bulk(Rows(ts, seqs, cols, build, (("name", None, 2), ("direction", "direction?", 29),
+                                            ("kernel", "kernel?", 29), ("off_cpu", "off_cpu?", 29)),
                     _end_times(ts, dur), timed))
         counts["call_slices"] += int(timed.sum())
         counts["call_instants"] += int((~timed).sum())
@@ -449,9 +462,9 @@ def _state_columns(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope,
     """Every thread state in scope as columns (times, sequence, name and string iids, flow), in the query's own
     order: DuckDB's ORDER BY of these wide rows with their strings took 2-3 s at the export's memory cap, the
     numpy sort after it ~0.1 s. Held whole (~50 B a state), as integers only, each batch copied straight into
-    arrays sized for the most states the intervals make (3 each: 2 off-CPU spans and the running before;
+    arrays sized for the most states the intervals make (2 each: the sleep and the CPU wait;
     memory never written is never taken), not gathered in parts and joined (a second copy: ~1 s at 10M)."""
-    room = 3 * int(ev.rows(con, "SELECT count(*) FROM sched_intervals")[0][0])
+    room = 2 * int(ev.rows(con, "SELECT count(*) FROM sched_intervals")[0][0])
     cols: dict[str, np.ndarray] = {}
     n = 0
     for b in _arrow_batches(con, ev.states_sql(scope, sort=False)):
