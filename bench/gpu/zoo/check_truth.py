@@ -76,6 +76,8 @@ def check(t: dict) -> list[str]:
     if t["cause"] in ("none", "natural"):  # natural: nothing staged, the script measured itself ("self")
         if w is not None:
             bad.append("a control with a window")
+        if t["cause"] == "natural" and not (isinstance(t.get("self"), dict) and t["self"]):
+            bad.append("a natural job without its own measures (self)")
     else:
         if not w or not (t0 <= w[0] < w[1] <= end):
             bad.append(f"window {w} outside the run")

@@ -298,3 +298,27 @@ class Trainer:
     def sync(self) -> None:
         if self.dev.type == "cuda":
             self.torch.cuda.synchronize()
+
+
+def gpu_seconds_queued(torch: Any, work: Callable[[Any], Any], prepare: Callable[[], Any] | None = None,
+                       cycles: int = 50_000_000, tries: int = 3) -> float | None:
+    """The GPU's own time for the kernels `work(prepare())` queues (it must not synchronise): measured with them held
+    behind a spin kernel (`torch.cuda._sleep`) until the host has queued them all, so that no kernel waits for the host.
+    That is the GPU's busy time for that work, without the gaps a host-bound loop leaves between its kernels (an event
+    pair around a host-bound loop measures the host). `prepare` runs first, untimed and synchronised (a forward pass
+    whose backward is the work). None where the spin ended before the host had queued everything, `tries` times with
+    a spin 4x longer each time (or the launch queue filled and blocked the host)."""
+    for _ in range(tries):
+        arg = prepare() if prepare else None
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(cycles)
+        start.record()
+        work(arg)
+        end.record()
+        ahead = not start.query()  # the spin was still running when the last kernel had been queued
+        torch.cuda.synchronize()
+        if ahead:
+            return start.elapsed_time(end) / 1e3
+        cycles *= 4
+    return None

@@ -34,6 +34,8 @@
 #   bash bench/gpu/zoo/device_zoo.sh twenty_first socket_server_gil polled_wait_cpu_hog train_thread_nosync_hogged
 #   bash bench/gpu/zoo/device_zoo.sh natural      natural_lm_loader natural_eval_ckpt (nothing staged: measured)
 #   bash bench/gpu/zoo/device_zoo.sh natural2     natural_accum_workers natural_main_thread_prep
+#   bash bench/gpu/zoo/device_zoo.sh natural3     natural_infer_server natural_text_collate natural_metrics_logging
+#                                                 natural_rnn_unrolled
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -75,6 +77,7 @@ TWENTIETH="gpu_work_grows gpu_work_grows_polled socket_chain_backend healthy_soc
 TWENTY_FIRST="socket_server_gil polled_wait_cpu_hog train_thread_nosync_hogged"
 NATURAL="natural_lm_loader natural_eval_ckpt"
 NATURAL2="natural_accum_workers natural_main_thread_prep"
+NATURAL3="natural_infer_server natural_text_collate natural_metrics_logging natural_rnn_unrolled"
 names=()
 for a in "$@"; do
   case $a in
@@ -101,11 +104,12 @@ for a in "$@"; do
     twenty_first) names+=($TWENTY_FIRST) ;;
     natural) names+=($NATURAL) ;;
     natural2) names+=($NATURAL2) ;;
+    natural3) names+=($NATURAL3) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
