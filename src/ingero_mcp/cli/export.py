@@ -9,7 +9,8 @@ from ingero_mcp.cli._args import add_window_args
 DESCRIPTION = """\
 Export a trace as a timeline: a process track per traced process, a thread track per traced
 thread with its CUDA calls, the thread's off-CPU states (waiting for a CPU, sleeping, IO; a gap
-between them: running) on a track below it, wake-up arrows, process events, host counters and the causal chains' windows.
+between them: running) on a track below it, wake-up arrows, process events, host counters and
+the causal chains' windows.
 Open the file at https://ui.perfetto.dev (JSON also in chrome://tracing)."""
 
 EPILOG = """\
