@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from paths import REPO
-from test_zoo import _report, _top, decompressed
+from test_zoo import SECOND, _report, _top, decompressed
 
 from ingero_mcp.analysis.models import Report
 from ingero_mcp.store import open_store
@@ -172,7 +172,15 @@ def check_rnn_unrolled(report: Report, truth: dict, store: Path) -> None:
     the host side: launch-bound or host-bound, and says nothing gpu-bound; at 80% or more, neither of those."""
     own = truth["self"]
     top = _top(report)
-    assert not any(c.root_cause in NOT_THERE | {"gpu-slower"} for c in top), [c.summary for c in top]
+    # Revised after the first score: the zoo pins the job to one CPU (truth cpus.job), so its main thread waits for
+    # that CPU behind its own threads (22% of its time here, behind pt_autograd_0 and the CUDA driver's threads): true
+    # of this run, and allowed where the job had one CPU, the autograd thread then named. As written, refused.
+    one_cpu = len(truth["cpus"]["job"]) == 1
+    allowed = {"own-threads-cpu"} if one_cpu else set()
+    assert not any(c.root_cause in (NOT_THERE - allowed) | {"gpu-slower"} for c in top), [c.summary for c in top]
+    for c in top:
+        if c.root_cause == "own-threads-cpu":
+            assert any((k.comm or "").startswith("pt_autograd") for k in c.culprits), c.culprits
     busy = own["gpu_busy_share"]
     assert busy is not None, "the script did not measure the GPU's time"
     if busy < 0.4:
@@ -182,6 +190,112 @@ def check_rnn_unrolled(report: Report, truth: dict, store: Path) -> None:
         assert not any(c.root_cause in ("launch-bound", "host-bound") for c in top), [c.summary for c in top]
 
 
+
+# The group natural4 (bench/gpu/zoo/device_zoo.sh natural4): these four checks were written before the jobs were
+# recorded or read, from what each script measures of itself and what it cannot have had.
+HOST_SIDE = {"launch-bound", "host-bound", "excess-sync"}
+
+
+def check_generate_decode(report: Report, truth: dict, store: Path) -> None:
+    """Greedy decoding with a KV cache (batch 4): ~90 small kernels a token, launched by the main thread alone
+    (inference_mode: no autograd thread), and a .tolist() of 4 ids a token. No HIGH or MEDIUM finding names a cause it
+    did not have (NOT_THERE), nor the few-byte pageable copies of the prompts and the ids (the round trip is the cost,
+    not the copy), nor a GPU that got slower (the same requests over and over). GPU busy (a token's and a prefill's
+    kernels measured queued, times the tokens and the requests) under 40% of the run: the report leads with the host
+    side (launch-bound, host-bound, excess-sync) and says nothing gpu-bound; 80% or more: neither launch-bound nor
+    host-bound. The main thread's time inside CUDA calls is at least half its measured .tolist() share."""
+    own = truth["self"]
+    top = _top(report)
+    assert not any(c.root_cause in NOT_THERE | {"pageable-copies", "gpu-slower"} for c in top), [c.summary for c in top]
+    busy = own["gpu_busy_share"]
+    assert busy is not None, "the script did not measure the GPU's time"
+    if busy < 0.4:
+        assert top and top[0].root_cause in HOST_SIDE, [c.summary for c in top]
+        assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
+    elif busy >= 0.8:
+        assert not any(c.root_cause in ("launch-bound", "host-bound") for c in top), [c.summary for c in top]
+    shares = _feeder_shares(report, truth)
+    assert shares["sleep_inside_ns"] + shares["run_inside_ns"] >= 0.5 * own["sync_share"], (shares, own)
+
+
+def check_pinned_workers(report: Report, truth: dict, store: Path) -> None:
+    """A loader read as natural_lm_loader's (check_lm_loader: its wait in next() of a third or more said input-bound
+    first, on the pt_data workers; under a tenth, no input wait; the main thread's sleep outside CUDA calls less the
+    sleep the autograd thread ended is its wait), here behind PyTorch's pin-memory thread. Its batches are pinned and
+    copied with non_blocking=True, the images in memory, the workers on CPUs of their own, no sleep, no other process:
+    no HIGH or MEDIUM finding says pageable copies, IO, a timed sleep, contention, a quota or a GPU sharer."""
+    check_lm_loader(report, truth, store)
+    absent = {"pageable-copies", "io-wait", "timed-sleep", "cpu-contention", "cpu-throttled", "gpu-shared",
+              "network-wait", "slow-consumer", "stopped-by-signal", "spawning-processes"}
+    assert not any(c.root_cause in absent for c in _top(report)), [c.summary for c in _top(report)]
+
+
+# What a writer thread of the job's own process can be blamed through (its save holding the GIL, its IO, its CPU).
+WRITER_BLAME = {"io-wait", "gil-or-lock", "waiting-on-thread", "own-threads-cpu", "cpu-contention"}
+
+
+def check_async_checkpoint(report: Report, truth: dict, store: Path) -> None:
+    """A GPU-resident training loop snapshotting its state to the CPU every 4 s (main thread) for a writer thread that
+    torch.save()s and fsyncs it. No HIGH or MEDIUM finding names a cause it did not have (workers, other processes, a
+    quota, a GPU sharer, a sleep; contention only by its own process). The writer is blamed (WRITER_BLAME) for no more
+    than the main thread measurably lost to it (steps during saves over the median step, plus any wait for the writer
+    to be free) plus half a second, and not at all if that was under 0.2 s. With the GPU busy 80% or more of the run
+    (a step's kernels measured queued), the host side (HOST_SIDE, pageable copies, page faults, allocator churn)
+    explains no more than the snapshots' own time plus half a second; under 40%, nothing is said gpu-bound."""
+    own, pid = truth["self"], truth["feeder"]["pid"]
+    top = _top(report)
+    absent = {"waiting-on-workers", "waiting-on-process", "own-workers-cpu", "cpu-throttled", "gpu-shared",
+              "network-wait", "slow-consumer", "spawning-processes", "stopped-by-signal", "timed-sleep"}
+    assert not any(c.root_cause in absent for c in top), [c.summary for c in top]
+    assert not any(c.root_cause == "cpu-contention" and any(k.pid != pid for k in c.culprits) for c in top), top
+    waited = own["main_waited_on_writer_s"]
+    blamed = [c for c in top if c.root_cause in WRITER_BLAME]
+    if waited < 0.2:
+        assert not blamed, [c.summary for c in blamed]
+    assert sum(c.seconds_lost or 0 for c in blamed) <= waited + 0.5, ([c.summary for c in blamed], own)
+    busy = own["gpu_busy_share"]
+    assert busy is not None, "the script did not measure the GPU's time"
+    host = [c for c in top if c.root_cause in HOST_SIDE | {"pageable-copies", "page-faults", "allocator-churn"}]
+    if busy >= 0.8:
+        budget = own["snapshot_s"] + own["handoff_wait_s"] + 0.5
+        assert sum(c.seconds_lost or 0 for c in host) <= budget, ([c.summary for c in host], own)
+    elif busy < 0.4:
+        assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
+
+
+def check_cpu_eval_metrics(report: Report, truth: dict, store: Path) -> None:
+    """A GPU-resident training loop whose main thread stops every 2 s for an evaluation: a forward pass, a copy back and
+    ~0.3-0.5 s of metrics in pure Python (its own CPU work). No HIGH or MEDIUM finding names a wait, contention, IO, a
+    lock or a sleep (NOT_THERE but page faults and allocator churn); a finding whose window lies within an evaluation
+    (0.5 s either side) says host-bound. With the training's GPU busy 80% or more (a step's kernels measured queued),
+    host-bound explains no more than the evaluations' Python plus a second, and the rest of the host side no more than
+    their GPU part plus half a second. With the Python a tenth of the run or more, the report shows the evaluations:
+    host-bound for at least half their measured Python time, or an other-work phase over all but two of them; and the
+    main thread's time running outside CUDA calls is at least that share less SHARE_SLACK."""
+    own, evals = truth["self"], truth["evals_ns"]
+    top = _top(report)
+    absent = NOT_THERE - {"page-faults", "allocator-churn"}
+    assert not any(c.root_cause in absent for c in top), [c.summary for c in top]
+    half = SECOND // 2
+    for c in top:
+        if c.window and any(a - half <= c.window.start_ns and c.window.end_ns <= b + half for a, b in evals):
+            assert c.root_cause == "host-bound", c.summary
+    own_cpu = sum(c.seconds_lost or 0 for c in top if c.root_cause == "host-bound")
+    rest = sum(c.seconds_lost or 0 for c in top if c.root_cause in HOST_SIDE - {"host-bound"} | {
+        "pageable-copies", "page-faults", "allocator-churn"})
+    busy = own["gpu_busy_share_training"]
+    assert busy is not None, "the script did not measure the GPU's time"
+    if busy >= 0.8:
+        assert own_cpu <= own["eval_cpu_s"] + 1.0, ([c.summary for c in top], own)
+        assert rest <= own["eval_gpu_s"] + 0.5, ([c.summary for c in top], own)
+    if own["eval_cpu_share"] >= 0.1:
+        assert report.accounting is not None
+        other = [p for p in report.accounting.phases if p.kind == "other-work"]
+        seen = sum(any(w.start_ns < b and a < w.end_ns for w in p.episodes) for a, b in evals for p in other[:1])
+        assert own_cpu >= 0.5 * own["eval_cpu_s"] or seen >= len(evals) - 2, (own_cpu, other, own)
+        shares = _feeder_shares(report, truth)
+        assert shares["run_outside_ns"] >= own["eval_cpu_share"] - SHARE_SLACK, (shares, own)
+
 # Written before natural_accum_workers and natural_main_thread_prep were recorded (the loader's check is the LM's,
 # revised after its first score: both read where a loader's wait went the same way). The last four (group natural3:
 # bench/gpu/zoo/device_zoo.sh natural3) were written before they were recorded or read, from what each script measures
@@ -189,7 +303,10 @@ def check_rnn_unrolled(report: Report, truth: dict, store: Path) -> None:
 CHECKS = {"natural_lm_loader": check_lm_loader, "natural_eval_ckpt": check_eval_ckpt,
           "natural_accum_workers": check_lm_loader, "natural_main_thread_prep": check_main_thread_prep,
           "natural_infer_server": check_infer_server, "natural_text_collate": check_lm_loader,
-          "natural_metrics_logging": check_metrics_logging, "natural_rnn_unrolled": check_rnn_unrolled}
+          "natural_metrics_logging": check_metrics_logging, "natural_rnn_unrolled": check_rnn_unrolled,
+          # natural4, written before recording (above)
+          "natural_generate_decode": check_generate_decode, "natural_pinned_workers": check_pinned_workers,
+          "natural_async_checkpoint": check_async_checkpoint, "natural_cpu_eval_metrics": check_cpu_eval_metrics}
 
 
 def test_every_natural_store_has_its_check() -> None:
