@@ -49,6 +49,10 @@ PINNING_FIX = "pinning-churn-fix"
 LOCK_HELD_FIX = "lock-held-asleep-fix"
 # Not a root cause: the fix for a wait on a worker process whose own thread held its GIL (causes.sleeps).
 WORKER_GIL_FIX = "worker-gil-fix"
+# Not a root cause: the fix for a wait on a thread or process that sleeps on its own timer between what it hands over.
+PACED_FIX = "paced-by-timer-fix"
+# Not a root cause: the fix for host-bound whose host time went mostly to PyTorch's own code (causes.in_calls).
+MODEL_HOST_FIX = "model-host-fix"
 # Named from the process lifecycle: children started again and again in a slow phase.
 SPAWNING = "spawning-processes"
 
@@ -146,6 +150,18 @@ CATALOGUE: dict[str, list[str]] = {
         "move batch preparation off the main thread (DataLoader num_workers=N, persistent_workers=True, "
         "prefetch_factor=2-4), or vectorise it (index a whole batch at once, keep tensors on the GPU).",
     ],
+    PACED_FIX: [
+        "{who} slept {share}% of the time ({window}) until {waker} woke it; {waker} was {doing}: it sleeps on its own "
+        "timer between what it hands over, so the pace is chosen there (a rate limit, a poll interval, requests that "
+        "come when they come). Shorten or remove that sleep if the pace is not meant; a server waiting for requests "
+        "is idle, not slow.",
+    ],
+    MODEL_HOST_FIX: [
+        "{who} spent {share}% of the time ({window}) on the model's own host work while the GPU waited ({framework}): "
+        "the cost of issuing the model's many small kernels one by one. Give the GPU fewer, larger pieces: a larger "
+        "batch, fused ops (torch.compile), the step captured in a CUDA graph "
+        "(torch.compile(mode=\"reduce-overhead\")), and no per-step .item() / .cpu() (read metrics every N steps).",
+    ],
     WORKER_GIL_FIX: [
         "{who} slept {share}% of the time ({window}) waiting on a process whose own thread {waker} held its GIL, most "
         "likely ({waker} was {doing}; the process's timed waits lasted the GIL's 5 ms switch interval): move that "
@@ -229,6 +245,10 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
     more workers); any other cause its own."""
     if cause == LOCK_OR_GIL and numbers.get("lock_held") == "asleep":
         return LOCK_HELD_FIX
+    if cause in (WAITING_ON_THREAD, WAITING_ON_PROCESS) and numbers.get("paced"):
+        return PACED_FIX
+    if cause == HOST_BOUND and numbers.get("framework"):
+        return MODEL_HOST_FIX
     if cause == INPUT_WAIT and numbers.get("worker_gil"):
         return WORKER_GIL_FIX
     if cause == IO_WAIT and numbers.get("io_stop") == "reclaim":

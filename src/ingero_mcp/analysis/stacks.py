@@ -278,6 +278,18 @@ def stacks_of(con: duckdb.DuckDBPyConnection, pid: int, tid: int | None, window:
     return res
 
 
+# PyTorch's own Python (the model's modules, autograd, the optimiser), not its data loading: a thread running there
+# between CUDA calls spends its host time on the model's code and its kernel launches, not on preparing batches.
+FRAMEWORK_FILES = "f LIKE '%/torch/%' AND f NOT LIKE '%/torch/utils/data/%'"
+
+
+def framework_share_sql(pid: int, tid: int, window: TimeWindow) -> str:
+    """The share (%) of the thread's on-CPU samples in the window whose stack holds a frame of PyTorch's own Python
+    (FRAMEWORK_FILES), and the samples."""
+    return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
+            f"sum(n), 1) AS share_pct, sum(n) AS samples FROM ({weights_sql('on_cpu', pid, tid, window)})")
+
+
 def recorded(con: duckdb.DuckDBPyConnection) -> bool:
     """Whether the collector recorded how it took stacks (v6 and later): the one cheap query a store without
     stacks pays before the findings look for their frames."""

@@ -251,3 +251,19 @@ def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
         Evidence(name="how the holders were found", value=method)]
     return Explained(cause=cause, reason=reason, culprits=culprits[:5], evidence=ev,
                      numbers={"holders": names, "cpus": ",".join(map(str, cpus)) or "?"})
+
+
+def _role(relation: str) -> str:
+    """How a task the thread waited on is introduced: its worker process, its thread, or a process of its own."""
+    return {"child process": "its worker process", "same process": "its thread"}.get(relation, "the process")
+
+
+def _by_name(ctx: Ctx, culprits: list[Culprit], least: float = 0.01) -> str:
+    """'batchsrv[1125], loader[1133,1134]': processes grouped by their name, each group's pids as ranges; those whose
+    time is under `least` of the largest's (one wake-up at a window's edge) left out of the words (not the culprits)."""
+    most = max((c.ns or 0 for c in culprits), default=0)
+    pids: dict[str, set[int]] = {}
+    for c in culprits:
+        if c.pid and (c.ns is None or c.ns >= least * most) and not any(c.pid in got for got in pids.values()):
+            pids.setdefault(ctx.procs.get(c.pid, (None, None, None))[1] or c.comm or "?", set()).add(c.pid)
+    return ", ".join(f"{comm}[{_id_range(sorted(p))}]" for comm, p in pids.items())

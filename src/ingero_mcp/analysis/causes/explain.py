@@ -74,7 +74,7 @@ def _gpu_bound(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained | 
 # Explanations that say whose work or wait filled the time, not why there was more of it: where the process's calls
 # per iteration grew, that is why (the same progress in more pieces, or more syncs per step).
 _REFINED = {rc.WAITING_ON_THREAD: ("sync", "work"), rc.GPU_SLOWER: ("sync", "work"),
-            rc.LAUNCH_OVERHEAD: ("sync", "work")}
+            rc.LAUNCH_OVERHEAD: ("sync", "work"), rc.HOST_BOUND: ("sync", "work")}
 
 
 def _per_iteration(ctx: Ctx, f: Finding, baseline: list[TimeWindow], ex: Explained) -> Explained:

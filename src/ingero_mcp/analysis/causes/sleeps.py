@@ -12,7 +12,7 @@ from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
-from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
+from ingero_mcp.analysis.causes.culprits import Explained, _by_name, _id_range, _role, explain_cpu_wait
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
 from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
@@ -409,22 +409,6 @@ def convoy_sql(pid: int, tids: list[int], w: TimeWindow) -> str:
 GIL_WAIT_MS = (4.5, 5.5)  # timed-out futex waits this long on average: CPython's GIL, its 5 ms switch interval
 
 
-def _role(relation: str) -> str:
-    """How a task the thread waited on is introduced: its worker process, its thread, or a process of its own."""
-    return {"child process": "its worker process", "same process": "its thread"}.get(relation, "the process")
-
-
-def _by_name(ctx: Ctx, culprits: list[Culprit], least: float = 0.01) -> str:
-    """'batchsrv[1125], loader[1133,1134]': processes grouped by their name, each group's pids as ranges; those whose
-    time is under `least` of the largest's (one wake-up at a window's edge) left out of the words (not the culprits)."""
-    most = max((c.ns or 0 for c in culprits), default=0)
-    pids: dict[str, set[int]] = {}
-    for c in culprits:
-        if c.pid and (c.ns is None or c.ns >= least * most) and not any(c.pid in got for got in pids.values()):
-            pids.setdefault(ctx.procs.get(c.pid, (None, None, None))[1] or c.comm or "?", set()).add(c.pid)
-    return ", ".join(f"{comm}[{_id_range(sorted(p))}]" for comm, p in pids.items())
-
-
 def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culprits: list[Culprit], share: float,
                   kind: str, in_what: str) -> Explained:
     """The cause where the wait-for path stopped (waits.follow), named from what its last thread did."""
@@ -479,6 +463,14 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
             return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
                                     f"sleep,{in_what}{via}), which were {doing}: they do not keep up")
+        if end_rel == "same process" and end is first and _autograd(ctx.names.get(end.tid)):
+            # backward() hands the graph to PyTorch's autograd thread and sleeps until it is done: the step's own
+            # host work (its backward's kernels launched there), the same story as the thread's own running
+            return Explained(cause=rc.HOST_BOUND, culprits=culprits, evidence=ev,
+                             numbers={**numbers, "framework": f"its backward pass, run by {end_who}"},
+                             reason=f"{woke}; {end_who}, PyTorch's autograd thread, which runs the backward pass the "
+                                    f"thread hands it and wakes it when done, was {doing}: the step's own backward "
+                                    "(launching its kernels) is host work the GPU waits on")
         if end_rel == "same process":
             return Explained(cause=rc.WAITING_ON_THREAD, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"{woke}{via}; {end_who} was {doing} while it waited: the thread waited on "
@@ -498,6 +490,16 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                              reason=f"woken by {who} ({100 * share:.0f}% of the sleep;{in_what}), which was itself "
                                     f"blocked on a pipe until {end_who} took its data; {end_who} was "
                                     f"{doing}: the other end sleeps on its own timer and keeps both waiting")
+        # a Python wait for another thread's signal (a queue's get, a condition, an event) ended by a thread that
+        # sleeps on its own timer is fed at that thread's pace, not held up by a lock it keeps while asleep
+        signalled = _python_wait(ctx, f) if channel == "futex" and end is first else None
+        if signalled is not None:
+            frame, in_share, where = signalled
+            return Explained(cause=rc.WAITING_ON_THREAD if end_rel == "same process" else rc.WAITING_ON_PROCESS,
+                             culprits=culprits, evidence=[*ev, where], numbers={**numbers, "paced": "timer"},
+                             reason=f"{woke}; asleep in {frame.label()} ({in_share:.0f}% of its sleep with a stack): "
+                                    f"it waits for what {end_who} makes, and {end_who} was {doing}: it paces the "
+                                    "thread with its own sleeps")
         if channel == "futex":
             return Explained(cause=rc.LOCK_OR_GIL, culprits=culprits, evidence=ev, numbers={**numbers,
                                                                                            "lock_held": "asleep"},
@@ -532,6 +534,11 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
     turns = f"; it waits on {ctx.who(t.pid, t.tid)} in turn" if path.stop == "sleeper" else ""
     return Explained(cause=cause, culprits=culprits, evidence=ev, numbers=numbers, confident=path.stop != "mixed",
                      reason=f"{woke}{via}; {end_who} was {doing}{turns}")
+
+
+def _autograd(comm: str | None) -> bool:
+    """PyTorch's autograd engine threads (pt_autograd_0, one per device), which run the backward passes."""
+    return bool(comm) and comm.startswith("pt_autograd")
 
 
 def _channel(path: WaitPath) -> str | None:
