@@ -296,6 +296,86 @@ def check_cpu_eval_metrics(report: Report, truth: dict, store: Path) -> None:
         shares = _feeder_shares(report, truth)
         assert shares["run_outside_ns"] >= own["eval_cpu_share"] - SHARE_SLACK, (shares, own)
 
+
+# The group natural5 (bench/gpu/zoo/device_zoo.sh natural5): these three checks were written before the jobs were
+# recorded or read, from what each script measures of itself and what it cannot have had.
+# What a job of one process with no workers, no other process, no disk IO, no sleep cannot be slowed by.
+ALONE = {"waiting-on-workers", "waiting-on-process", "own-workers-cpu", "io-wait", "cpu-throttled", "gpu-shared",
+         "network-wait", "slow-consumer", "spawning-processes", "stopped-by-signal", "timed-sleep"}
+
+
+def check_amp_scaler_loop(report: Report, truth: dict, store: Path) -> None:
+    """fp16 autocast with a GradScaler (scaler.step reads the inf check back), clipping, a scheduler, loss.item() each
+    step and empty_cache() every 50 steps; one process, no thread of its own but PyTorch's autograd thread, on 2 CPUs.
+    No HIGH or MEDIUM finding names a cause it did not have (NOT_THERE but allocator churn, which empty_cache makes,
+    and page faults; nor the 4-byte pageable read-backs, nor a GPU that got slower). GPU busy (a step's kernels measured
+    queued) 80% or more of the run: the host side (HOST_SIDE, allocator churn, page faults, the driver's lock) explains
+    no more than the empty_cache() calls and the extra time of the steps after them, plus half a second; under 40%: the
+    report leads with the host side (HOST_SIDE) and says nothing gpu-bound. The main thread's time inside CUDA calls is
+    at least half its measured .item() share."""
+    own = truth["self"]
+    top = _top(report)
+    absent = (NOT_THERE - {"allocator-churn", "page-faults"}) | {"pageable-copies", "gpu-slower"}
+    assert not any(c.root_cause in absent for c in top), [c.summary for c in top]
+    busy = own["gpu_busy_share"]
+    assert busy is not None, "the script did not measure the GPU's time"
+    host = [c for c in top if c.root_cause in HOST_SIDE | {"allocator-churn", "page-faults", "driver-lock"}]
+    if busy >= 0.8:
+        budget = own["empty_cache_s"] + own["after_empty_cache_extra_s"] + 0.5
+        assert sum(c.seconds_lost or 0 for c in host) <= budget, ([c.summary for c in host], own)
+    elif busy < 0.4:
+        assert top and top[0].root_cause in HOST_SIDE, [c.summary for c in top]
+        assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
+    shares = _feeder_shares(report, truth)
+    assert shares["sleep_inside_ns"] + shares["run_inside_ns"] >= 0.5 * own["item_share"], (shares, own)
+
+
+def check_thread_pool_augment(report: Report, truth: dict, store: Path) -> None:
+    """A conv net fed by a ThreadPoolExecutor of its own process (threads augment_0..3, truth `pool`), one batch
+    prefetched, all on CPUs 2-5. Never a cause outside the process: no ALONE cause, no culprit of another process, no
+    cpu-contention (its CPUs are its own; its threads waiting for them behind one another is own-threads-cpu). Waiting
+    in f.result() a third of its time or more: the report leads with that wait on its own pool: waiting-on-thread (the
+    main thread sleeps on the futures' condition, woken by the pool's threads), or own-threads-cpu / gil-or-lock (the
+    same wait said by why the pool was slow: five busy threads of one process on four CPUs, their numpy's Python parts
+    under one GIL; both true of this job), naming a thread of the pool (its tid or its name augment_*); under a tenth,
+    no finding says it waited for input. The main thread's sleep outside CUDA calls is at least its measured wait less
+    SHARE_SLACK (f.result() sleeps; the sleep also holds its backward and any wait for the GIL, so only a floor)."""
+    own, pid = truth["self"], truth["feeder"]["pid"]
+    pool = set(truth["pool"]["tids"])
+    top = _top(report)
+    assert not any(c.root_cause in ALONE | {"cpu-contention"} for c in top), [c.summary for c in top]
+    assert all(k.relation in ("kernel", "interrupt") or k.pid == pid for c in top for k in c.culprits), \
+        [(c.summary, c.culprits) for c in top]
+    if own["wait_share"] >= 0.33:
+        assert top and top[0].root_cause in {"waiting-on-thread", "own-threads-cpu", "gil-or-lock"}, \
+            [c.summary for c in top]
+        assert any(pool & set(k.tids) or (k.comm or "").startswith("augment") for k in top[0].culprits), \
+            (top[0].summary, top[0].culprits, pool)
+    elif own["wait_share"] < 0.10:
+        assert not any(c.root_cause in INPUT for c in top), [c.summary for c in top]
+    shares = _feeder_shares(report, truth)
+    assert shares["sleep_outside_ns"] >= own["wait_share"] - SHARE_SLACK, (shares, own)
+
+
+def check_gpu_dataset_fast(report: Report, truth: dict, store: Path) -> None:
+    """The MLP trained from a dataset held on the GPU (a random index made on the GPU, loss.item() every 20 steps):
+    nothing to wait for but the GPU. Never an input wait, contention, IO, a lock, a sleep or a copy (NOT_THERE,
+    pageable copies, a GPU that got slower). GPU busy (a step's kernels measured queued, over the run to the GPU's end
+    of its last step) 80% or more: no HIGH or MEDIUM finding at all but gpu-bound; under 40%: the report leads with the
+    host side (HOST_SIDE) and says nothing gpu-bound."""
+    own = truth["self"]
+    top = _top(report)
+    assert not any(c.root_cause in NOT_THERE | {"pageable-copies", "gpu-slower"} for c in top), \
+        [c.summary for c in top]
+    busy = own["gpu_busy_share"]
+    assert busy is not None, "the script did not measure the GPU's time"
+    if busy >= 0.8:
+        assert all(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
+    elif busy < 0.4:
+        assert top and top[0].root_cause in HOST_SIDE, [c.summary for c in top]
+        assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
+
+
 # Written before natural_accum_workers and natural_main_thread_prep were recorded (the loader's check is the LM's,
 # revised after its first score: both read where a loader's wait went the same way). The last four (group natural3:
 # bench/gpu/zoo/device_zoo.sh natural3) were written before they were recorded or read, from what each script measures
@@ -306,7 +386,10 @@ CHECKS = {"natural_lm_loader": check_lm_loader, "natural_eval_ckpt": check_eval_
           "natural_metrics_logging": check_metrics_logging, "natural_rnn_unrolled": check_rnn_unrolled,
           # natural4, written before recording (above)
           "natural_generate_decode": check_generate_decode, "natural_pinned_workers": check_pinned_workers,
-          "natural_async_checkpoint": check_async_checkpoint, "natural_cpu_eval_metrics": check_cpu_eval_metrics}
+          "natural_async_checkpoint": check_async_checkpoint, "natural_cpu_eval_metrics": check_cpu_eval_metrics,
+          # natural5, written before recording (above)
+          "natural_amp_scaler_loop": check_amp_scaler_loop, "natural_thread_pool_augment": check_thread_pool_augment,
+          "natural_gpu_dataset_fast": check_gpu_dataset_fast}
 
 
 def test_every_natural_store_has_its_check() -> None:
