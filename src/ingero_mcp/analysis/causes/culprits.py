@@ -267,3 +267,14 @@ def _by_name(ctx: Ctx, culprits: list[Culprit], least: float = 0.01) -> str:
         if c.pid and (c.ns is None or c.ns >= least * most) and not any(c.pid in got for got in pids.values()):
             pids.setdefault(ctx.procs.get(c.pid, (None, None, None))[1] or c.comm or "?", set()).add(c.pid)
     return ", ".join(f"{comm}[{_id_range(sorted(p))}]" for comm, p in pids.items())
+
+
+def pool_stem(comm: str | None) -> str | None:
+    """A pool member's name without its index ('augment_3', 'worker-12', 'ThreadPool-0_1' -> 'augment', 'worker',
+    'ThreadPool'): a pool names its threads alike, told apart by a trailing number."""
+    return re.sub(r"(?:[-_.:#]?\d+)+$", "", comm) or comm if comm else comm
+
+
+def _autograd(comm: str | None) -> bool:
+    """PyTorch's autograd engine threads (pt_autograd_0, one per device), which run the backward passes."""
+    return bool(comm) and comm.startswith("pt_autograd")

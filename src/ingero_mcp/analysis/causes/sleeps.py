@@ -12,7 +12,8 @@ from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
-from ingero_mcp.analysis.causes.culprits import Explained, _by_name, _id_range, _role, explain_cpu_wait
+from ingero_mcp.analysis.causes.culprits import (Explained, _autograd, _by_name, _id_range, _role, explain_cpu_wait,
+                                                  pool_stem)
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
 from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
@@ -342,7 +343,8 @@ def _waker_pool(ctx: Ctx, job: int, known: list[tuple], total: int) -> list[tupl
         if wctx in ("irq", "softirq") or wpid is None or wtid is None:
             continue
         comm = ctx.names.get(int(wtid)) or wcomm
-        groups[(ctx.relation(job, int(wpid), int(wtid), comm), comm)].append((int(wpid), int(wtid), int(wns or 0)))
+        groups[(ctx.relation(job, int(wpid), int(wtid), comm), pool_stem(comm))].append(
+            (int(wpid), int(wtid), int(wns or 0)))
     best = max(groups.values(), key=lambda g: sum(m[2] for m in g), default=[])
     if len(best) < POOL_MIN or sum(m[2] for m in best) < POOL_SHARE * total:
         return None
@@ -365,7 +367,8 @@ def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced
     path, _ns = max(((p, ns) for p, ns in paths if p.stop == stop), key=lambda pn: pn[1])
     pool_ns = sum(m[2] for m in pool)
     followed = sum(ns for _p, ns in paths)
-    name = ctx.names.get(pool[0][1]) or "?"
+    names = {ctx.names.get(m[1]) or "?" for m in pool}
+    name = names.pop() if len(names) == 1 else f"{pool_stem(ctx.names.get(pool[0][1])) or '?'}*"
     ids = _id_range(sorted(m[1] for m in pool))
     ev.append(Evidence(name=f"where the wait-for walks from the {len(paths)} busiest of {len(pool)} waking "
                             f"threads named {name} stopped (share of the sleep they ended)",
@@ -376,8 +379,8 @@ def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced
     culprits += [Culprit(pid=pid, tids=[tid], comm=ctx.names.get(tid) or name,
                          relation=ctx.relation(t.pid, pid, tid, ctx.names.get(tid)), ns=ns)
                  for pid, tid, ns in pool if tid not in seen]
-    ex = _explain_path(ctx, f, path, ev, culprits, pool_ns / total, kind, in_what)
     pooled = f"woken by {len(pool)} threads named {name} ({ids}, {100 * pool_ns / total:.0f}% of the sleep together)"
+    ex = _explain_path(ctx, f, path, ev, culprits, pool_ns / total, kind, in_what, pooled)
     if kind == "futex" and ex.cause == rc.WAITING_ON_THREAD:
         # the work waited for ran under a lock the pool itself queues for: a convoy, not a producer to wait on
         sql = convoy_sql(t.pid, [m[1] for m in pool], f.window)
@@ -388,7 +391,7 @@ def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced
             return replace(ex, cause=rc.LOCK_OR_GIL, evidence=ev,
                            reason=f"{pooled}; they hold one lock in turn: each slept {100 * queued:.0f}% of the window "
                                   "on a futex one of the others released, and the thread queued behind them")
-    return replace(ex, reason=f"{pooled}; {ex.reason}")
+    return ex if ex.reason.startswith(pooled) else replace(ex, reason=f"{pooled}; {ex.reason}")
 
 
 CONVOY_SHARE = 0.3  # a pool whose members sleep this share of the window, woken by one another, queue for one lock
@@ -410,8 +413,9 @@ GIL_WAIT_MS = (4.5, 5.5)  # timed-out futex waits this long on average: CPython'
 
 
 def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culprits: list[Culprit], share: float,
-                  kind: str, in_what: str) -> Explained:
-    """The cause where the wait-for path stopped (waits.follow), named from what its last thread did."""
+                  kind: str, in_what: str, pooled: str | None = None) -> Explained:
+    """The cause where the wait-for path stopped (waits.follow), named from what its last thread did; `pooled`: the
+    sleep was ended by a pool (_explain_pool), said so in place of the one waker this walk started from."""
     t = f.thread
     first, end = path.hops[0], path.end
     who, end_who = ctx.who(first.pid, first.tid), ctx.who(end.pid, end.tid)
@@ -433,7 +437,8 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                            value=" <- ".join(ctx.who(h.pid, h.tid) for h in path.hops)))
         culprits.insert(0, Culprit(pid=end.pid, tids=[end.tid], comm=ctx.names.get(end.tid), relation=end_rel,
                                    ns=end.total_ns))
-    woke = f"woken by {who} ({100 * share:.0f}% of the sleep{';' if not via else ''}{in_what if not via else ''})"
+    woke = (f"{pooled};{in_what}" if pooled else
+            f"woken by {who} ({100 * share:.0f}% of the sleep{';' if not via else ''}{in_what if not via else ''})")
     doing = doing_text(ctx.con, end)
     numbers = {"waker": end_who, "doing": doing}
     if path.stop == "cpu_wait":
@@ -474,7 +479,8 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         if end_rel == "same process":
             return Explained(cause=rc.WAITING_ON_THREAD, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"{woke}{via}; {end_who} was {doing} while it waited: the thread waited on "
-                                    f"{end_who}'s work")
+                                    + (f"the pool's work ({end_who}'s and the others')" if pooled else
+                                       f"{end_who}'s work"))
         return Explained(cause=rc.WAITING_ON_PROCESS, culprits=culprits, evidence=ev, numbers=numbers,
                          reason=f"{woke}{via}; {end_who} ({end_rel}) was {doing}: that process sets the pace")
     if path.stop == "timer":
@@ -534,11 +540,6 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
     turns = f"; it waits on {ctx.who(t.pid, t.tid)} in turn" if path.stop == "sleeper" else ""
     return Explained(cause=cause, culprits=culprits, evidence=ev, numbers=numbers, confident=path.stop != "mixed",
                      reason=f"{woke}{via}; {end_who} was {doing}{turns}")
-
-
-def _autograd(comm: str | None) -> bool:
-    """PyTorch's autograd engine threads (pt_autograd_0, one per device), which run the backward passes."""
-    return bool(comm) and comm.startswith("pt_autograd")
 
 
 def _channel(path: WaitPath) -> str | None:
