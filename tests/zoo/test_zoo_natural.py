@@ -376,6 +376,110 @@ def check_gpu_dataset_fast(report: Report, truth: dict, store: Path) -> None:
         assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
 
 
+# The group natural6 (bench/gpu/zoo/device_zoo.sh natural6): these three checks were written before the jobs were
+# recorded or read, from what each script measures of itself and what it cannot have had.
+def check_two_process_gloo(report: Report, truth: dict, store: Path) -> None:
+    """DDP over gloo, 2 ranks on one GPU, rank 0 on CPU 2 and rank 1 (truth `peer`) on CPU 3: each backward's gradients
+    copied to the host, all-reduced over loopback by gloo and copied back. Never a data-loader wait, IO, a quota, a
+    sleep, workers, a spawn or a signal; contention and any culprit only the job's own two processes (or the kernel).
+    Accepted: a wait on the peer rank (waiting-on-process naming its pid: a collective ends when the peer's part
+    arrives, true of every all-reduce, and rank 1's GPU work shares the GPU with rank 0's), a wait on rank 0's own
+    threads (the autograd thread, gloo's: the all-reduce runs there), network-wait (the all-reduce is TCP), and
+    gpu-shared only naming the peer, for no more than its GPU time plus half a second. With the GPU busy (both ranks'
+    kernels measured queued) under 40% of the run and the all-reduce (rank 0's comm hook) a quarter of it or more, the
+    report leads with that host side (HOST_SIDE, own-threads-cpu, those waits) and says nothing gpu-bound; at 80% or
+    more, neither launch-bound nor host-bound. The main thread's sleep outside CUDA calls and inside them together are
+    at least half its measured all-reduce share (it sleeps in backward until the buckets are reduced)."""
+    own, pid, peer = truth["self"], truth["feeder"]["pid"], truth["peer"]["pid"]
+    job = {pid, peer}
+    top = _top(report)
+    absent = {"waiting-on-workers", "own-workers-cpu", "io-wait", "cpu-throttled", "spawning-processes",
+              "stopped-by-signal", "timed-sleep", "slow-consumer", "gpu-slower"}
+    assert not any(c.root_cause in absent for c in top), [c.summary for c in top]
+    assert all(k.relation in ("kernel", "interrupt") or k.pid in job for c in top for k in c.culprits), \
+        [(c.summary, c.culprits) for c in top]
+    for c in top:
+        if c.root_cause == "waiting-on-process":
+            assert any(k.pid == peer for k in c.culprits), (c.summary, c.culprits)
+        if c.root_cause == "waiting-on-thread":
+            assert all(k.pid == pid for k in c.culprits if k.relation not in ("kernel", "interrupt")), c.culprits
+    shared = [c for c in top if c.root_cause == "gpu-shared"]
+    assert all(any(k.pid == peer for k in c.culprits) for c in shared), [(c.summary, c.culprits) for c in shared]
+    peer_gpu = truth["self"]["rank1"]["gpu_busy_s"] or 0.0
+    assert sum(c.seconds_lost or 0 for c in shared) <= peer_gpu + 0.5, ([c.summary for c in shared], own)
+    busy = own["gpu_busy_share_both"]
+    assert busy is not None, "the script did not measure the GPU's time"
+    if busy < 0.4 and own["allreduce_share"] >= 0.25:
+        want = HOST_SIDE | {"own-threads-cpu", "waiting-on-thread", "waiting-on-process", "network-wait"}
+        assert top and top[0].root_cause in want, [c.summary for c in top]
+        assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
+    elif busy >= 0.8:
+        assert not any(c.root_cause in ("launch-bound", "host-bound") for c in top), [c.summary for c in top]
+    shares = _feeder_shares(report, truth)
+    assert shares["sleep_outside_ns"] + shares["sleep_inside_ns"] >= 0.5 * own["allreduce_share"], (shares, own)
+
+
+def check_tensorboard_like_logger(report: Report, truth: dict, store: Path) -> None:
+    """The MLP logging two .item()s a step, handed every 100 steps to a writer thread (truth `writer`: json, write,
+    fsync). No cause outside the process (ALONE but io-wait, which would be the writer's; contention only by its own
+    threads; no pageable copies: the 4-byte reads' cost is the round trip; no slower GPU). A wait on a thread names the
+    writer. The writer is named (its tid or its name) or blamed (io-wait, gil-or-lock: its fsync, its json) for no
+    more than the main thread measurably lost to it (the steps that overlapped a write over the median step, and
+    queue.put) plus half a second, and not at all under 0.2 s. GPU busy (a step's kernels measured queued) 80% or more:
+    the host side (HOST_SIDE, allocator churn, page faults) explains no more than the .item() calls plus half a second;
+    under 40%: the report leads with HOST_SIDE, nothing gpu-bound."""
+    own, pid, wtid = truth["self"], truth["feeder"]["pid"], truth["writer"]["tid"]
+    top = _top(report)
+    absent = (ALONE - {"io-wait"}) | {"pageable-copies", "gpu-slower"}
+    assert not any(c.root_cause in absent for c in top), [c.summary for c in top]
+    assert not any(c.root_cause == "cpu-contention" and any(k.pid != pid for k in c.culprits
+                                                            if k.relation not in ("kernel", "interrupt"))
+                   for c in top), [(c.summary, c.culprits) for c in top]
+    waited = own["main_waited_on_writer_s"] + own["put_s"]
+    blamed = [c for c in top if c.root_cause in ("io-wait", "gil-or-lock") or any(
+        wtid in k.tids or k.comm == "event_writer" for k in c.culprits)]
+    # a wait on a thread is a wait on the writer (the autograd thread's backward is the step's own work)
+    assert all(c in blamed for c in top if c.root_cause == "waiting-on-thread"), [c.summary for c in top]
+    if waited < 0.2:
+        assert not blamed, [c.summary for c in blamed]
+    assert sum(c.seconds_lost or 0 for c in blamed) <= waited + 0.5, ([c.summary for c in blamed], own)
+    busy = own["gpu_busy_share"]
+    assert busy is not None, "the script did not measure the GPU's time"
+    host = [c for c in top if c.root_cause in HOST_SIDE | {"allocator-churn", "page-faults"}]
+    if busy >= 0.8:
+        assert sum(c.seconds_lost or 0 for c in host) <= own["item_s"] + 0.5, ([c.summary for c in host], own)
+    elif busy < 0.4:
+        assert top and top[0].root_cause in HOST_SIDE, [c.summary for c in top]
+        assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
+
+
+CHURN_MALLOCS_PER_S = 10.0  # cudaMalloc calls a second over the run from which allocator churn is a true finding
+
+
+def check_variable_length_batches(report: Report, truth: dict, store: Path) -> None:
+    """A 2-layer Transformer classifier on batches of a random length (32-512 tokens), loss.item() each step, one
+    process, no thread but PyTorch's. Never an input wait, contention, IO, a lock, a sleep (NOT_THERE but allocator
+    churn and page faults), pageable copies, or a slower GPU (the work varies with the length; the GPU does not).
+    Allocator churn only where the caching allocator's cudaMalloc calls (segment.all.allocated) grew by
+    CHURN_MALLOCS_PER_S a second or more over the run. GPU busy (each step's kernels measured queued, by its length)
+    under 40%: the report leads with the host side (HOST_SIDE, or allocator churn where it is allowed) and says nothing
+    gpu-bound; 80% or more: no host-side finding (HOST_SIDE, allocator churn where not allowed) above LOW."""
+    own = truth["self"]
+    top = _top(report)
+    churn = own["cuda_mallocs_per_s"] >= CHURN_MALLOCS_PER_S
+    absent = (NOT_THERE - {"allocator-churn", "page-faults"}) | {"pageable-copies", "gpu-slower"}
+    absent |= set() if churn else {"allocator-churn"}
+    assert not any(c.root_cause in absent for c in top), [c.summary for c in top]
+    busy = own["gpu_busy_share"]
+    assert busy is not None, "the script did not measure the GPU's time"
+    if busy < 0.4:
+        want = HOST_SIDE | ({"allocator-churn"} if churn else set())
+        assert top and top[0].root_cause in want, [c.summary for c in top]
+        assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
+    elif busy >= 0.8:
+        assert not any(c.root_cause in HOST_SIDE for c in top), [c.summary for c in top]
+
+
 # Written before natural_accum_workers and natural_main_thread_prep were recorded (the loader's check is the LM's,
 # revised after its first score: both read where a loader's wait went the same way). The last four (group natural3:
 # bench/gpu/zoo/device_zoo.sh natural3) were written before they were recorded or read, from what each script measures
@@ -389,7 +493,11 @@ CHECKS = {"natural_lm_loader": check_lm_loader, "natural_eval_ckpt": check_eval_
           "natural_async_checkpoint": check_async_checkpoint, "natural_cpu_eval_metrics": check_cpu_eval_metrics,
           # natural5, written before recording (above)
           "natural_amp_scaler_loop": check_amp_scaler_loop, "natural_thread_pool_augment": check_thread_pool_augment,
-          "natural_gpu_dataset_fast": check_gpu_dataset_fast}
+          "natural_gpu_dataset_fast": check_gpu_dataset_fast,
+          # natural6, written before recording (above)
+          "natural_two_process_gloo": check_two_process_gloo,
+          "natural_tensorboard_like_logger": check_tensorboard_like_logger,
+          "natural_variable_length_batches": check_variable_length_batches}
 
 
 def test_every_natural_store_has_its_check() -> None:

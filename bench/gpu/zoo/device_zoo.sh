@@ -40,6 +40,8 @@
 #                                                 natural_cpu_eval_metrics
 #   bash bench/gpu/zoo/device_zoo.sh natural5     natural_amp_scaler_loop natural_thread_pool_augment
 #                                                 natural_gpu_dataset_fast
+#   bash bench/gpu/zoo/device_zoo.sh natural6     natural_two_process_gloo natural_tensorboard_like_logger
+#                                                 natural_variable_length_batches
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -84,6 +86,7 @@ NATURAL2="natural_accum_workers natural_main_thread_prep"
 NATURAL3="natural_infer_server natural_text_collate natural_metrics_logging natural_rnn_unrolled"
 NATURAL4="natural_generate_decode natural_pinned_workers natural_async_checkpoint natural_cpu_eval_metrics"
 NATURAL5="natural_amp_scaler_loop natural_thread_pool_augment natural_gpu_dataset_fast"
+NATURAL6="natural_two_process_gloo natural_tensorboard_like_logger natural_variable_length_batches"
 names=()
 for a in "$@"; do
   case $a in
@@ -113,11 +116,12 @@ for a in "$@"; do
     natural3) names+=($NATURAL3) ;;
     natural4) names+=($NATURAL4) ;;
     natural5) names+=($NATURAL5) ;;
+    natural6) names+=($NATURAL6) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
