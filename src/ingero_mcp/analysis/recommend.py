@@ -51,6 +51,8 @@ LOCK_HELD_FIX = "lock-held-asleep-fix"
 WORKER_GIL_FIX = "worker-gil-fix"
 # Not a root cause: the fix for a wait on a thread or process that sleeps on its own timer between what it hands over.
 PACED_FIX = "paced-by-timer-fix"
+# Not a root cause: the fix for host-bound whose host time went mostly to compiling GPU code (causes.culprits).
+COMPILE_FIX = "runtime-compile-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to PyTorch's own code (causes.in_calls).
 MODEL_HOST_FIX = "model-host-fix"
 # Named from the process lifecycle: children started again and again in a slow phase.
@@ -156,6 +158,12 @@ CATALOGUE: dict[str, list[str]] = {
         "come when they come). Shorten or remove that sleep if the pace is not meant; a server waiting for requests "
         "is idle, not slow.",
     ],
+    COMPILE_FIX: [
+        "{who} spent {share}% of the time ({window}) on host work while the GPU waited ({compiling}): GPU code "
+        "compiled as the job runs, again for each new shape or dtype (attention and fused kernels are built per "
+        "shape). Keep shapes few: pad or bucket variable lengths to a handful of sizes, warm each one up before "
+        "timing, and keep the process (and its kernel caches) alive between runs.",
+    ],
     MODEL_HOST_FIX: [
         "{who} spent {share}% of the time ({window}) on the model's own host work while the GPU waited ({framework}): "
         "the cost of issuing the model's many small kernels one by one. Give the GPU fewer, larger pieces: a larger "
@@ -247,6 +255,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return LOCK_HELD_FIX
     if cause in (WAITING_ON_THREAD, WAITING_ON_PROCESS) and numbers.get("paced"):
         return PACED_FIX
+    if cause == HOST_BOUND and numbers.get("compiling"):
+        return COMPILE_FIX
     if cause == HOST_BOUND and numbers.get("framework"):
         return MODEL_HOST_FIX
     if cause == INPUT_WAIT and numbers.get("worker_gil"):

@@ -281,13 +281,18 @@ def stacks_of(con: duckdb.DuckDBPyConnection, pid: int, tid: int | None, window:
 # PyTorch's own Python (the model's modules, autograd, the optimiser), not its data loading: a thread running there
 # between CUDA calls spends its host time on the model's code and its kernel launches, not on preparing batches.
 FRAMEWORK_FILES = "f LIKE '%/torch/%' AND f NOT LIKE '%/torch/utils/data/%'"
+# The CUDA runtime compilers (NVRTC, nvJitLink, the PTX compiler): a thread running there compiles GPU code as the
+# job runs (a new shape or dtype, a fused or attention kernel built on first use), not launching what is built.
+COMPILER_MODULES = "m LIKE '%libnvrtc%' OR m LIKE '%libnvJitLink%' OR m LIKE '%libnvptxcompiler%'"
 
 
 def framework_share_sql(pid: int, tid: int, window: TimeWindow) -> str:
-    """The share (%) of the thread's on-CPU samples in the window whose stack holds a frame of PyTorch's own Python
-    (FRAMEWORK_FILES), and the samples."""
+    """The shares (%) of the thread's on-CPU samples in the window whose stack holds a frame of PyTorch's own Python
+    (FRAMEWORK_FILES), and one of the CUDA runtime compilers (COMPILER_MODULES), and the samples."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
-            f"sum(n), 1) AS share_pct, sum(n) AS samples FROM ({weights_sql('on_cpu', pid, tid, window)})")
+            f"sum(n), 1) AS framework_pct, round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: "
+            f"{COMPILER_MODULES})) > 0) / sum(n), 1) AS compiler_pct, sum(n) AS samples "
+            f"FROM ({weights_sql('on_cpu', pid, tid, window)})")
 
 
 def recorded(con: duckdb.DuckDBPyConnection) -> bool:

@@ -12,6 +12,7 @@ from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding, part_ns
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
+from ingero_mcp.analysis.stacks import framework_share_sql, recorded
 
 def holders_sql(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> str:
     """Who held the CPU while the thread waited for one: its waits on each CPU in each 1 s bucket, shared among
@@ -278,3 +279,35 @@ def pool_stem(comm: str | None) -> str | None:
 def _autograd(comm: str | None) -> bool:
     """PyTorch's autograd engine threads (pt_autograd_0, one per device), which run the backward passes."""
     return bool(comm) and comm.startswith("pt_autograd")
+
+
+HOST_WORK_SHARE = 50  # % of a thread's on-CPU samples in one kind of code that says what its host work was
+
+
+def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None,
+              whose: str) -> tuple[str, dict[str, object], Evidence] | None:
+    """What a thread's host work was, where its on-CPU samples in the window (a store with stacks, 20 samples at
+    least) say: HOST_WORK_SHARE or more in a CUDA runtime compiler (GPU code compiled as the job runs), else in
+    PyTorch's own code (the model's layers, autograd, the optimiser: issuing its kernels). The words (`whose`
+    samples), the numbers its fix cites (`compiling` or `framework`) and the evidence whose SQL recomputes it."""
+    if window is None or not recorded(ctx.con):
+        return None
+    sql = framework_share_sql(pid, tid, window)
+    framework, compiler, samples = rows(ctx.con, sql)[0]
+    if int(samples or 0) < 20:
+        return None
+    if compiler is not None and float(compiler) >= HOST_WORK_SHARE:
+        pct = float(compiler)
+        words = (f"{pct:.0f}% of {whose} on-CPU samples compiling GPU code at run time (in the CUDA runtime compiler, "
+                 "libnvrtc: kernels built as the job runs, for each new shape or dtype")
+        return words + ")", {"compiling": f"{pct:.0f}% of {whose} on-CPU samples in the CUDA runtime compiler"}, \
+            Evidence(name=f"{whose} on-CPU samples with a frame in a CUDA runtime compiler (NVRTC, nvJitLink)",
+                     value=pct, unit="%", sql=sql)
+    if framework is not None and float(framework) >= HOST_WORK_SHARE:
+        pct = float(framework)
+        return (f"{pct:.0f}% of {whose} on-CPU samples in PyTorch's own code (the model's layers, autograd, the "
+                "optimiser: issuing its kernels)"), {"framework": f"{pct:.0f}% of {whose} on-CPU samples in "
+                                                                  "PyTorch's own code"}, \
+            Evidence(name=f"{whose} on-CPU samples with a frame in PyTorch's own code (the model, autograd, the "
+                          "optimiser; not torch.utils.data)", value=pct, unit="%", sql=sql)
+    return None

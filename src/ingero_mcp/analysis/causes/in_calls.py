@@ -12,12 +12,11 @@ from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.accounting import SECOND_NS
 from ingero_mcp.analysis.causes.context import Ctx, Finding
-from ingero_mcp.analysis.causes.culprits import Explained, _culprit_names
+from ingero_mcp.analysis.causes.culprits import Explained, _culprit_names, host_work
 from ingero_mcp.analysis.causes.findings import _k_range
 from ingero_mcp.analysis.causes.sleeps import _runners
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.progress import per_second_sql
-from ingero_mcp.analysis.stacks import framework_share_sql, recorded
 
 def call_class_sql(pid: int, tid: int, ks: tuple[int, int], t0: int) -> str:
     """In-call time of a thread by kind of call (call_spans.call_class) over seconds ks, with bytes moved."""
@@ -242,13 +241,11 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
     note = "no child process (worker) alive then" if not kids else f"{len(kids)} child processes alive"
     own = f"its own work between CUDA calls (Python, data preparation; {note})"
     numbers: dict[str, object] = {}
-    framework = _framework_share(ctx, f)
-    if framework is not None:  # the stacks say where that work was: PyTorch's own code, not the batches
-        pct, share_ev = framework
+    work = host_work(ctx, f.thread.pid, f.thread.tid, f.window, "its")
+    if work is not None:  # the stacks say where that work was: compiling GPU code, or PyTorch's own code
+        words, numbers, share_ev = work
         ev.append(share_ev)
-        numbers["framework"] = f"{pct:.0f}% of its on-CPU samples in PyTorch's own code"
-        own = (f"its own work between CUDA calls, {pct:.0f}% of its on-CPU samples in PyTorch's own code (the model's "
-               f"layers, autograd, the optimiser: issuing its kernels; {note})")
+        own = f"its own work between CUDA calls, {words}; {note}"
     busy = _busy_runner(ctx, f, baseline)
     if busy is not None:  # the same rows as a busy-wait for that thread: said, not decided
         culprits, words, more = busy
@@ -257,22 +254,6 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
                          reason=f"{own}; meanwhile {words}: if it waits for that thread in a loop (a busy-wait), "
                                 "that thread sets the pace, else the GPU waits on its own work")
     return Explained(cause=rc.HOST_BOUND, evidence=ev, numbers=numbers, reason=f"{own}: the GPU waits on it")
-
-
-FRAMEWORK_SHARE = 50  # % of a host-bound thread's on-CPU samples in PyTorch's own code: the model's, not data work
-
-
-def _framework_share(ctx: Ctx, f: Finding) -> tuple[float, Evidence] | None:
-    """Where the thread's on-CPU samples in the window (a store with stacks) are mostly in PyTorch's own code: that
-    share (%) and the evidence whose SQL recomputes it; else None (too few samples to say: under 20)."""
-    if not f.window or not recorded(ctx.con):
-        return None
-    sql = framework_share_sql(f.thread.pid, f.thread.tid, f.window)
-    pct, samples = rows(ctx.con, sql)[0]
-    if pct is None or int(samples or 0) < 20 or float(pct) < FRAMEWORK_SHARE:
-        return None
-    return float(pct), Evidence(name="its on-CPU samples with a frame in PyTorch's own code (the model, autograd, the "
-                                     "optimiser; not torch.utils.data)", value=float(pct), unit="%", sql=sql)
 
 
 BUSY_GREW = 3.0  # another thread of the process that ran this many times its baseline share of the time ...

@@ -13,7 +13,7 @@ from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import (Explained, _autograd, _by_name, _id_range, _role, explain_cpu_wait,
-                                                  pool_stem)
+                                                  host_work, pool_stem)
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
 from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
@@ -471,11 +471,16 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         if end_rel == "same process" and end is first and _autograd(ctx.names.get(end.tid)):
             # backward() hands the graph to PyTorch's autograd thread and sleeps until it is done: the step's own
             # host work (its backward's kernels launched there), the same story as the thread's own running
-            return Explained(cause=rc.HOST_BOUND, culprits=culprits, evidence=ev,
-                             numbers={**numbers, "framework": f"its backward pass, run by {end_who}"},
+            work = host_work(ctx, end.pid, end.tid, f.window, "its")
+            how = "(launching its kernels)"
+            extra: dict[str, object] = {"framework": f"its backward pass, run by {end_who}"}
+            if work is not None and "compiling" in work[1]:
+                how, extra = f"({work[0]})", work[1]
+                ev.append(work[2])
+            return Explained(cause=rc.HOST_BOUND, culprits=culprits, evidence=ev, numbers={**numbers, **extra},
                              reason=f"{woke}; {end_who}, PyTorch's autograd thread, which runs the backward pass the "
                                     f"thread hands it and wakes it when done, was {doing}: the step's own backward "
-                                    "(launching its kernels) is host work the GPU waits on")
+                                    f"{how} is host work the GPU waits on")
         if end_rel == "same process":
             return Explained(cause=rc.WAITING_ON_THREAD, culprits=culprits, evidence=ev, numbers=numbers,
                              reason=f"{woke}{via}; {end_who} was {doing} while it waited: the thread waited on "
