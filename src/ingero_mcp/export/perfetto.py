@@ -380,12 +380,10 @@ def _calls(con: duckdb.DuckDBPyConnection, w: _Writer, scope: ev.Scope, thread_s
         cols["kernel"], cols["kernel?"] = w.string_iids(strings)[kernel_codes], valid
 
         def build(c: dict[str, np.ndarray]) -> list[col.Field]:
-            args = [_arg_int(arg, c[arg], c[arg + "?"])
-                    for arg in ("bytes", "off_cpu_ns", "sleep_ns", "cpu_wait_ns", "return_code")]
-            return _event([_type(c["kind"]), _name(c["name"], None), args[0], _arg_str("kernel", c["kernel"],
-                                                                                        c["kernel?"]), *args[1:],
-                           _arg_str("direction", c["direction"], c["direction?"]),
-                           _arg_str("off_cpu", c["off_cpu"], c["off_cpu?"])])
+            return _event([_type(c["kind"]), _name(c["name"], None),
+                           *(_arg_int(arg, c[arg], c[arg + "?"])
+                             for arg in ("bytes", "off_cpu_ns", "sleep_ns", "cpu_wait_ns", "return_code")),
+                           *(_arg_str(arg, c[arg], c[arg + "?"]) for arg in ("kernel", "direction", "off_cpu"))])
 
         w.bulk(Rows(ts, seqs, cols, build, (("name", None, 2), ("direction", "direction?", 29),
                                             ("kernel", "kernel?", 29), ("off_cpu", "off_cpu?", 29)),

@@ -282,6 +282,15 @@ def _autograd(comm: str | None) -> bool:
 
 
 HOST_WORK_SHARE = 50  # % of a thread's on-CPU samples in one kind of code that says what its host work was
+# What the samples say, first match wins: (the numbers' key its fix cites, the query's column, where the samples
+# were, what that work is, the code its evidence counts).
+_HOST_WORK = (
+    ("compiling", 1, "in the CUDA runtime compiler", "compiling GPU code at run time (in the CUDA runtime compiler, "
+     "libnvrtc: kernels built as the job runs, for each new shape or dtype)",
+     "a CUDA runtime compiler (NVRTC, nvJitLink)"),
+    ("framework", 0, "in PyTorch's own code", "in PyTorch's own code (the model's layers, autograd, the optimiser: "
+     "issuing its kernels)", "PyTorch's own code (the model, autograd, the optimiser; not torch.utils.data)"),
+)
 
 
 def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None,
@@ -293,21 +302,12 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None,
     if window is None or not recorded(ctx.con):
         return None
     sql = framework_share_sql(pid, tid, window)
-    framework, compiler, samples = rows(ctx.con, sql)[0]
-    if int(samples or 0) < 20:
+    got = rows(ctx.con, sql)[0]
+    if int(got[2] or 0) < 20:
         return None
-    if compiler is not None and float(compiler) >= HOST_WORK_SHARE:
-        pct = float(compiler)
-        words = (f"{pct:.0f}% of {whose} on-CPU samples compiling GPU code at run time (in the CUDA runtime compiler, "
-                 "libnvrtc: kernels built as the job runs, for each new shape or dtype")
-        return words + ")", {"compiling": f"{pct:.0f}% of {whose} on-CPU samples in the CUDA runtime compiler"}, \
-            Evidence(name=f"{whose} on-CPU samples with a frame in a CUDA runtime compiler (NVRTC, nvJitLink)",
-                     value=pct, unit="%", sql=sql)
-    if framework is not None and float(framework) >= HOST_WORK_SHARE:
-        pct = float(framework)
-        return (f"{pct:.0f}% of {whose} on-CPU samples in PyTorch's own code (the model's layers, autograd, the "
-                "optimiser: issuing its kernels)"), {"framework": f"{pct:.0f}% of {whose} on-CPU samples in "
-                                                                  "PyTorch's own code"}, \
-            Evidence(name=f"{whose} on-CPU samples with a frame in PyTorch's own code (the model, autograd, the "
-                          "optimiser; not torch.utils.data)", value=pct, unit="%", sql=sql)
+    for key, column, where, what, code in _HOST_WORK:
+        if got[column] is not None and float(got[column]) >= HOST_WORK_SHARE:
+            share = f"{float(got[column]):.0f}% of {whose} on-CPU samples"
+            return f"{share} {what}", {key: f"{share} {where}"}, Evidence(
+                name=f"{whose} on-CPU samples with a frame in {code}", value=float(got[column]), unit="%", sql=sql)
     return None
