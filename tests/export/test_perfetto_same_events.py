@@ -26,6 +26,7 @@ from paths import REPO
 from perfetto_decode import decode, timeline
 
 from ingero_mcp.cli import main
+from ingero_mcp.export import calls_apart
 
 GOLDEN = json.loads((Path(__file__).parent / "timeline_golden.json").read_text())
 
@@ -38,8 +39,16 @@ def digest(path: Path, running: bool = True) -> dict:
             "tracks": len(rows), "rows": sum(map(len, rows.values()))}
 
 
+@pytest.mark.parametrize("apart", [False, True], ids=["here", "calls-apart"])
 @pytest.mark.parametrize("store", sorted(GOLDEN))
-def test_same_events_as_before(store: str, tmp_path: Path) -> None:
+def test_same_events_as_before(store: str, apart: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same digest whether the calls are encoded in this process or by a second one (calls_apart: a large
+    store's, here forced on)."""
+    monkeypatch.setattr(calls_apart, "APART_FROM", 0 if apart else 10**12)
+    children: list[int] = []
+    finish = calls_apart.CallsApart.finish
+    monkeypatch.setattr(calls_apart.CallsApart, "finish", lambda self, *a: (children.append(self.process.pid),
+                                                                            finish(self, *a))[1])
     src = REPO / "investigations" / store
     db = tmp_path / "store.duckdb"
     if store.startswith("zoo/"):
@@ -49,5 +58,6 @@ def test_same_events_as_before(store: str, tmp_path: Path) -> None:
         shutil.copyfile(f"{src}.duckdb", db)
     out = tmp_path / "run.pftrace"
     assert main(["export", "--db", str(db), "-o", str(out)]) == 0
+    assert len(children) == int(apart)
     assert digest(out, running=False) == GOLDEN[store]
     assert digest(out) == GOLDEN[store], "no running slices: a gap between a thread's states is its running"

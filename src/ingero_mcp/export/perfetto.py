@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -37,6 +37,9 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 from ingero_mcp.export import events as ev
 from ingero_mcp.export import pbcolumns as col
 from ingero_mcp.export import samples as sm
+
+if TYPE_CHECKING:
+    from ingero_mcp.export.calls_apart import CallsApart
 
 MISC = 1  # the sequence of the one-off packets (absolute timestamps); each bulk track's sequence follows
 CLOCK = 64  # a sequence-scoped clock (64..127), incremental: see the module's docstring
@@ -70,7 +73,7 @@ class Rows:
 class _Writer:
     """Packets: one-offs on the MISC sequence (pb2), bulk rows column-encoded on their track's own sequence."""
 
-    def __init__(self, out: IO[bytes], origin: int, seq_of: dict[int, int]) -> None:
+    def __init__(self, out: IO[bytes], origin: int, seq_of: dict[int, int], misc: bool = True) -> None:
         self.out, self.origin = out, origin
         self.names: dict[str, int] = {}  # event names -> iid (the same iid on every sequence)
         self.strings: dict[str, int] = {}  # debug annotation string values -> iid
@@ -80,6 +83,8 @@ class _Writer:
         self.seq_of = seq_of  # track uuid -> its sequence (assigned before the tracks, busiest first)
         self.opened: set[int] = set()
         self.last = np.zeros(len(seq_of) + 3, dtype=np.int64)  # per sequence: the last timestamp written
+        if not misc:  # a second process's writer (calls_apart): the MISC sequence is the first process's
+            return
         first = pb.TracePacket(trusted_packet_sequence_id=MISC,
                                sequence_flags=pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED)
         for name, iid in ARG.items():
@@ -300,8 +305,9 @@ def _end_times(ts: np.ndarray, dur: np.ndarray) -> np.ndarray:
 
 
 def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope: ev.Scope,
-                   out: IO[bytes], progress: Progress | None = None) -> dict[str, int]:
-    """Write the timeline; returns what it wrote (tracks, slices, flows, counter points, instants, chains)."""
+                   out: IO[bytes], progress: Progress | None = None, apart: CallsApart | None = None) -> dict[str, int]:
+    """Write the timeline; returns what it wrote (tracks, slices, flows, counter points, instants, chains). apart: a
+    second process that encodes the calls meanwhile (`calls_apart.start`; its part appended last); None: here."""
     from ingero_mcp.analysis import window_or_trace
 
     tell = progress or (lambda stage, done, total: None)
@@ -336,13 +342,18 @@ def write_perfetto(con: duckdb.DuckDBPyConnection, timeline: ev.Timeline, scope:
     state_seq = {tid: seq_of[track] for tid, track in state_track.items()}
 
     if thread_track:
-        _calls(con, w, scope, thread_seq, counts, tell)
+        if apart is None:
+            _calls(con, w, scope, thread_seq, counts, tell)
+        else:
+            apart.send(scope, thread_seq, seq_of, w.origin)
         counts["flows"] = ev.make_wakeups(con, scope)
         states = _state_columns(con, w, scope, state_seq)
         _wakeups(con, w, scope, state_seq, _flows_ended(states, scope, counts["flows"]), counts, tell)
         _states(w, states, counts, tell)
     _samples(con, w, scope, counts, tell)
     _one_offs(con, w, timeline, scope, procs, counts)
+    if apart is not None and thread_track:
+        apart.finish(out, counts, tell)
     return counts
 
 

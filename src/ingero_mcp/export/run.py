@@ -27,11 +27,16 @@ def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt
 
     check_output(out, reads=[db])
     con = open_store(db, settings=EXPORT_DUCKDB)
+    apart = None
     try:
         if window is None and (since or start or end):
             window = resolve_window(con, since=since, start=start, end=end)
-        chains = diagnose(con, window=window, pids=pids).chains
         scope = ev.Scope(window=window, pids=pids)
+        if fmt != "json":  # a second process encodes the calls (calls_apart), started before the chains are found
+            from ingero_mcp.export import calls_apart
+
+            apart = calls_apart.start(con, db, out, scope)
+        chains = diagnose(con, window=window, pids=pids).chains
         timeline = ev.gather(con, scope, chains)
         if fmt == "json":
             from ingero_mcp.export.chrome_json import write_chrome_json
@@ -40,7 +45,9 @@ def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt
         else:
             from ingero_mcp.export.perfetto import write_perfetto
 
-            counts = write_whole(out, lambda f: write_perfetto(con, timeline, scope, f, progress))
+            counts = write_whole(out, lambda f: write_perfetto(con, timeline, scope, f, progress, apart))
         return counts
     finally:
+        if apart is not None:
+            apart.close()
         con.close()
