@@ -8,6 +8,10 @@ folder), each of Ingero's traces in tests/data/ingero imported, and each demo sc
 
     .venv/bin/python bench/same_reports.py --save /tmp/reports-before
     .venv/bin/python bench/same_reports.py --check /tmp/reports-before
+    .venv/bin/python bench/same_reports.py --check /tmp/reports-before --finished-copies
+
+--finished-copies reads every store that lacks its derived rows through its finished copy (analysis/finished.py,
+made in a temporary cache folder whatever the store's size): its report must be the store's own.
 """
 
 from __future__ import annotations
@@ -51,14 +55,15 @@ def stores(scratch: Path) -> Iterator[tuple[str, Path]]:
         yield f"demo/{name}", db
 
 
-def report_json(path: Path) -> str:
-    """What `explain --json` prints for the store, indented, keys sorted."""
+def report_json(path: Path, finished: bool = False) -> str:
+    """What `explain --json` prints for the store, indented, keys sorted; finished: read through its finished copy."""
+    from ingero_mcp.analysis.finished import open_finished
     from ingero_mcp.analysis.report import build_report
     from ingero_mcp.cli.explain import JSON_STRING_CAP
     from ingero_mcp.sanitize import clean_data
     from ingero_mcp.store import open_store
 
-    con = open_store(path)
+    con = open_finished(path) if finished else open_store(path)
     try:
         report = build_report(con)
     finally:
@@ -83,14 +88,23 @@ def main() -> int:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--save", type=Path, help="write each report into this folder")
     g.add_argument("--check", type=Path, help="compare each report with the one saved in this folder")
+    p.add_argument("--finished-copies", action="store_true",
+                   help="read each store lacking its derived rows through its finished copy (any size)")
     args = p.parse_args()
     folder: Path = args.save or args.check
     folder.mkdir(parents=True, exist_ok=True)
     differ = 0
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as scratch:
+        if args.finished_copies:
+            import os
+
+            from ingero_mcp.analysis import finished
+
+            finished.FINISH_FROM = 0
+            os.environ[finished.CACHE_ENV] = str(Path(scratch) / "finished")
         for n, (name, path) in enumerate(stores(Path(scratch)), 1):
-            got = report_json(path)
+            got = report_json(path, args.finished_copies)
             file = folder / (name.replace("/", "__") + ".json")
             if args.save:
                 file.write_text(got)

@@ -14,6 +14,7 @@ Each question delegates in a line and imports its module when first asked, so a 
     system_context         the host: CPUs, memory, GPUs over time
     resolve_window         a window from since/start/end; trace_window, window_or_trace
     stacks_of              where a thread ran and blocked in its own code, from stacks (StacksResult)
+    open_finished          a store opened, or its finished copy where it is large and lacks its derived rows
 
 A name here never repeats a module's (`chains`, `timeline`): importing the module would replace it.
 """
@@ -53,7 +54,7 @@ _NAMES = {
     "window_or_trace": "window", "stacks_of": "stacks",
     "events_lost": "info", "cost_lines": "cost", "short_why": "imported_accounting",
     "pace_threads": "causes", "origin_ns": "accounting", "recording_notes": "accounting", "store_derived": "derive",
-    "materialize": "derive",
+    "materialize": "derive", "open_finished": "finished", "finished_copy": "finished", "wants_copy": "finished",
     "AnalysisError": "_sql", "interval_in": "_sql", "pid_in": "_sql", "rows": "_sql", "ts_in": "_sql", "where": "_sql",
 }
 _RENAMED = {"thread_timeline": "timeline"}

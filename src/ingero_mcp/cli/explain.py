@@ -30,7 +30,11 @@ examples:
   ingero-mcp explain --db run.duckdb --json | jq '.chains[0]'
 
 time values: a duration before the trace end (30s, 250ms, 5m), +DURATION after the trace start,
-ns since the epoch, or an ISO time (2026-03-20T14:06:13Z)."""
+ns since the epoch, or an ISO time (2026-03-20T14:06:13Z).
+
+A store of 1M events or more without its derived rows (an older version's) is finished once as a
+copy in ~/.cache/ingero-mcp/finished/ ($INGERO_MCP_CACHE: another folder, or off); the store
+itself is never written, and later runs read the copy."""
 
 
 JSON_STRING_CAP = 4_000  # characters of one string in --json (a longer one ends in '…[+N chars]')
@@ -61,9 +65,9 @@ def run(args: argparse.Namespace) -> int:
     """Build the report over the requested window and print it."""
     from ingero_mcp.analysis import diagnose
     from ingero_mcp.analysis import resolve_window
-    from ingero_mcp.store import open_store
+    from ingero_mcp.analysis import open_finished
 
-    con = open_store(args.db)
+    con = open_finished(args.db)
     try:
         window = None
         if args.since or args.start or args.end:

@@ -367,10 +367,10 @@ def write_report(db: str | os.PathLike[str], out: str | os.PathLike[str], pids: 
     """Write the HTML report of `db` (window/pids as in explain); returns its size in bytes."""
     from ingero_mcp.analysis import diagnose
     from ingero_mcp.analysis import resolve_window
-    from ingero_mcp.store import open_store
+    from ingero_mcp.analysis import open_finished
 
     check_output(out, reads=[db])
-    con = open_store(db)
+    con = open_finished(db)
     try:
         if window is None and (since or start or end):
             window = resolve_window(con, since=since, start=start, end=end)

@@ -23,10 +23,10 @@ def export_timeline(db: str | os.PathLike[str], out: str | os.PathLike[str], fmt
     progress(stage, done, total or None): called as the Perfetto export's bulk goes out, a batch at a time."""
     from ingero_mcp.analysis import diagnose
     from ingero_mcp.analysis import resolve_window
-    from ingero_mcp.store import open_store
+    from ingero_mcp.analysis import open_finished
 
     check_output(out, reads=[db])
-    con = open_store(db, settings=EXPORT_DUCKDB)
+    con = open_finished(db, settings=EXPORT_DUCKDB)
     apart = None
     try:
         if window is None and (since or start or end):

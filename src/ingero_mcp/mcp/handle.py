@@ -12,7 +12,8 @@ from typing import Any
 
 import duckdb
 
-from ingero_mcp.store import StoreError, open_store, segment_dir
+from ingero_mcp.analysis import finished_copy, open_finished, wants_copy
+from ingero_mcp.store import StoreError, segment_dir
 from ingero_mcp.store.reader import cursor as store_cursor
 
 REOPEN_MIN_S = 1.0
@@ -64,9 +65,29 @@ class StoreHandle:
             threading.Thread(target=self._open_and_warm, name="ingero-store-open").start()
             return
         try:
-            self._current()  # opened now (no cursor: the first call lays its own)
+            con = self._current(make=False)  # opened now (no cursor: the first call lays its own)
+            if wants_copy(con, self.path) is not None:  # large, without its derived rows: finished on a thread
+                threading.Thread(target=self._finish, name="ingero-store-finish").start()
+                return  # the lock is released there
         except StoreError as exc:  # served anyway: every tool says why, and a store that appears later is read
             self.unreadable = str(exc)
+        except duckdb.Error:  # a call meets it again, and says what went wrong
+            pass
+        self._lock.release()
+
+    def _finish(self) -> None:
+        """A large store without its derived rows: its finished copy (analysis/finished.py; made once, for every
+        later process too) opened in its place, the lock held meanwhile so that the first call waits for it rather
+        than derive the rows in memory beside it."""
+        try:
+            copy = finished_copy(self._con, self.path) if self._con is not None else None
+            if copy is not None:
+                con = _open(copy)
+                old, self._con = self._con, con
+                if old is not None:
+                    old.close()
+        except (StoreError, duckdb.Error):  # the store itself is served, its rows derived for the process
+            pass
         finally:
             self._lock.release()
 
@@ -169,8 +190,9 @@ class StoreHandle:
                         del self._retired[id(parent)]
                         parent.close()
 
-    def _current(self) -> duckdb.DuckDBPyConnection:
-        """The shared connection, (re)opened first when there is none or the store changed; the lock is held."""
+    def _current(self, make: bool = True) -> duckdb.DuckDBPyConnection:
+        """The shared connection, (re)opened first when there is none or the store changed; the lock is held. make:
+        a large store without its derived rows is finished as a copy first (analysis/finished.py)."""
         if self._rereading is not None and self._con is not None:
             return self._con  # the next snapshot is being made: never a second one in the call
         stamp = self._fingerprint()
@@ -192,7 +214,7 @@ class StoreHandle:
                 self._con.close()
                 self._con = None
             started = time.monotonic()
-            self._con = _open(self.path)
+            self._con = _open(self.path, make)
             self._stamp, self._opened_at = stamp, time.monotonic()
             self.open_s, self.slowest_call_s = self._opened_at - started, 0.0
         return self._con
@@ -270,10 +292,11 @@ def _make_rows(con: duckdb.DuckDBPyConnection, warm: bool = False) -> None:
         cursor.close()
 
 
-def _open(path: Path) -> duckdb.DuckDBPyConnection:
-    """open_store, with every way a file can fail to open (unreadable, damaged past the checks) as a StoreError."""
+def _open(path: Path, make: bool = True) -> duckdb.DuckDBPyConnection:
+    """open_finished (open_store, or the store's finished copy), with every way a file can fail to open (unreadable,
+    damaged past the checks) as a StoreError."""
     try:
-        return open_store(path)
+        return open_finished(path, make=make)
     except StoreError:
         raise
     except (duckdb.Error, OSError) as exc:
