@@ -118,7 +118,9 @@ def main() -> int:
                 differ += 1
                 lines = list(difflib.unified_diff(want.splitlines(), got.splitlines(), "before", "after", n=1))
                 print(f"{name}: DIFFERS\n" + "\n".join(lines[:40]), flush=True)
-    print(f"{n} stores, {differ} differ, {time.perf_counter() - t0:.0f} s")
+        copies = len(list((Path(scratch) / "finished").glob("*.duckdb"))) if args.finished_copies else 0
+    print(f"{n} stores, {differ} differ, {time.perf_counter() - t0:.0f} s"
+          + (f"; {copies} read through a finished copy" if args.finished_copies else ""))
     return 1 if differ else 0
 
 

@@ -417,6 +417,12 @@ def check_two_process_gloo(report: Report, truth: dict, store: Path) -> None:
         assert not any(c.root_cause in ("launch-bound", "host-bound") for c in top), [c.summary for c in top]
     shares = _feeder_shares(report, truth)
     assert shares["sleep_outside_ns"] + shares["sleep_inside_ns"] >= 0.5 * own["allreduce_share"], (shares, own)
+    # Added after natural6 was scored (its findings were said own-threads-cpu with the intra-op threads' fix, the
+    # all-reduce not weighed): a finding whose wait ran through gloo's thread says the collective and its fix.
+    for c in top:
+        if any("pt_gloo" in str(e.value) for e in c.evidence if "collectives" in e.name):
+            assert any("NCCL backend" in r for r in c.recommendations), (c.summary, c.recommendations)
+    assert any("collectives" in e.name for c in top for e in c.evidence), [c.summary for c in top]
 
 
 def check_tensorboard_like_logger(report: Report, truth: dict, store: Path) -> None:

@@ -55,6 +55,8 @@ PACED_FIX = "paced-by-timer-fix"
 COMPILE_FIX = "runtime-compile-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to PyTorch's own code (causes.in_calls).
 MODEL_HOST_FIX = "model-host-fix"
+# Not a root cause: the fix for any wait whose wait-for path ran through a process group's communication thread.
+COLLECTIVE_FIX = "collective-fix"
 # Named from the process lifecycle: children started again and again in a slow phase.
 SPAWNING = "spawning-processes"
 
@@ -170,6 +172,13 @@ CATALOGUE: dict[str, list[str]] = {
         "batch, fused ops (torch.compile), the step captured in a CUDA graph "
         "(torch.compile(mode=\"reduce-overhead\")), and no per-step .item() / .cpu() (read metrics every N steps).",
     ],
+    COLLECTIVE_FIX: [
+        "{who} spent {share}% of the time ({window}) waiting on the job's collective communication ({collective}): "
+        "an all-reduce ends only when every rank's part has arrived, and gloo runs it on the CPU, so a slow or "
+        "CPU-starved rank holds up all of them. For GPU tensors use the NCCL backend (the all-reduce runs on the "
+        "GPU); give each rank CPUs of its own beyond its communication threads; reduce less often (gradient "
+        "accumulation under DDP's no_sync(), larger buckets: bucket_cap_mb).",
+    ],
     WORKER_GIL_FIX: [
         "{who} slept {share}% of the time ({window}) waiting on a process whose own thread {waker} held its GIL, most "
         "likely ({waker} was {doing}; the process's timed waits lasted the GIL's 5 ms switch interval): move that "
@@ -247,10 +256,13 @@ class _Missing(dict):
 
 
 def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
-    """The catalogue entry for a chain's fixes: an io-wait in writes (its system call, or a wait-for walk that
+    """The catalogue entry for a chain's fixes: a wait through a process group's communication thread the
+    collective's fix; an io-wait in writes (its system call, or a wait-for walk that
     ended in fsync) gets the writing fix, one spent reclaiming memory the memory fix, a lock whose holder slept
     holding it the lock's fix (not the GIL's), a wait on workers whose own thread held their GIL the GIL's fix (not
     more workers); any other cause its own."""
+    if numbers.get("collective"):
+        return COLLECTIVE_FIX
     if cause == LOCK_OR_GIL and numbers.get("lock_held") == "asleep":
         return LOCK_HELD_FIX
     if cause in (WAITING_ON_THREAD, WAITING_ON_PROCESS) and numbers.get("paced"):

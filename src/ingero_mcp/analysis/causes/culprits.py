@@ -5,6 +5,7 @@ idle one), grouped and named; the explanation of CPU waits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 import re
 
 from ingero_mcp.analysis import recommend as rc
@@ -13,6 +14,9 @@ from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding, part_ns
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.stacks import framework_share_sql, recorded
+
+if TYPE_CHECKING:
+    from ingero_mcp.analysis.waits import WaitPath
 
 def holders_sql(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> str:
     """Who held the CPU while the thread waited for one: its waits on each CPU in each 1 s bucket, shared among
@@ -310,4 +314,30 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None,
             share = f"{float(got[column]):.0f}% of {whose} on-CPU samples"
             return f"{share} {what}", {key: f"{share} {where}"}, Evidence(
                 name=f"{whose} on-CPU samples with a frame in {code}", value=float(got[column]), unit="%", sql=sql)
+    return None
+
+
+def _channel(path: WaitPath) -> str | None:
+    """What the last waiting thread of a path waited in when its end woke it (a pipe the end drained, a futex the end
+    released): the end's part in the wait, whatever the first thread itself waited in."""
+    before, end = path.hops[-2], path.hops[-1]
+    woken = [s for s in before.sleeping if s[2] == end.tid]
+    return max(woken, key=lambda s: s[5])[0] if woken else None
+
+
+# PyTorch's names for the threads that run a process group's collectives (gloo's loop, NCCL's watchdog and
+# heartbeat) and NCCL's own: a wait that passes through one waits on the job's collective communication.
+COLLECTIVE_THREADS = ("pt_gloo", "pt_nccl", "gloo", "nccl", "NCCL")
+
+
+def collective(ctx: Ctx, path: WaitPath) -> tuple[dict[str, object], Evidence] | None:
+    """The first thread of the wait-for path that runs the process group's collectives, as the numbers its fix cites
+    and evidence: an all-reduce ends when every rank's part has arrived, whatever held that thread up."""
+    for hop in path.hops:
+        comm = ctx.names.get(hop.tid)
+        if comm and comm.startswith(COLLECTIVE_THREADS):
+            who = ctx.who(hop.pid, hop.tid)
+            return {"collective": f"through {who}, its process group's communication thread"}, Evidence(
+                name="a thread on the wait's path that runs the process group's collectives", value=who,
+                sql=f"SELECT pid, tid, comm FROM threads WHERE pid = {hop.pid} AND tid = {hop.tid}")
     return None

@@ -12,8 +12,8 @@ from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
-from ingero_mcp.analysis.causes.culprits import (Explained, _autograd, _by_name, _id_range, _role, explain_cpu_wait,
-                                                  host_work, pool_stem)
+from ingero_mcp.analysis.causes.culprits import (Explained, _autograd, _by_name, _channel, _id_range, _role, collective,
+                                                  explain_cpu_wait, host_work, pool_stem)
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
 from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
@@ -414,6 +414,14 @@ GIL_WAIT_MS = (4.5, 5.5)  # timed-out futex waits this long on average: CPython'
 
 def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culprits: list[Culprit], share: float,
                   kind: str, in_what: str, pooled: str | None = None) -> Explained:
+    """_explain_walk's cause, and whether the path ran through the job's collective communication (its fix)."""
+    ex = _explain_walk(ctx, f, path, ev, culprits, share, kind, in_what, pooled)
+    found = collective(ctx, path)
+    return ex if found is None else replace(ex, numbers={**ex.numbers, **found[0]}, evidence=[*ex.evidence, found[1]])
+
+
+def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culprits: list[Culprit], share: float,
+                  kind: str, in_what: str, pooled: str | None = None) -> Explained:
     """The cause where the wait-for path stopped (waits.follow), named from what its last thread did; `pooled`: the
     sleep was ended by a pool (_explain_pool), said so in place of the one waker this walk started from."""
     t = f.thread
@@ -545,14 +553,6 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
     turns = f"; it waits on {ctx.who(t.pid, t.tid)} in turn" if path.stop == "sleeper" else ""
     return Explained(cause=cause, culprits=culprits, evidence=ev, numbers=numbers, confident=path.stop != "mixed",
                      reason=f"{woke}{via}; {end_who} was {doing}{turns}")
-
-
-def _channel(path: WaitPath) -> str | None:
-    """What the last waiting thread of a path waited in when its end woke it (a pipe the end drained, a futex the end
-    released): the end's part in the wait, whatever the first thread itself waited in."""
-    before, end = path.hops[-2], path.hops[-1]
-    woken = [s for s in before.sleeping if s[2] == end.tid]
-    return max(woken, key=lambda s: s[5])[0] if woken else None
 
 
 def worker_share_sql(pids: list[int], ks: tuple[int, int]) -> str:
