@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from natural_checks_7 import CHECKS_7
+from natural_checks_8 import CHECKS_8
 from paths import REPO
 from test_zoo import SECOND, _report, _top, decompressed
 
@@ -504,6 +506,8 @@ CHECKS = {"natural_lm_loader": check_lm_loader, "natural_eval_ckpt": check_eval_
           "natural_two_process_gloo": check_two_process_gloo,
           "natural_tensorboard_like_logger": check_tensorboard_like_logger,
           "natural_variable_length_batches": check_variable_length_batches}
+CHECKS |= CHECKS_7
+CHECKS |= CHECKS_8
 
 
 def test_every_natural_store_has_its_check() -> None:

@@ -42,6 +42,10 @@
 #                                                 natural_gpu_dataset_fast
 #   bash bench/gpu/zoo/device_zoo.sh natural6     natural_two_process_gloo natural_tensorboard_like_logger
 #                                                 natural_variable_length_batches
+#   bash bench/gpu/zoo/device_zoo.sh natural7     natural_cpu_metrics_omp natural_mp_queue_producer
+#                                                 natural_rl_env_loop
+#   bash bench/gpu/zoo/device_zoo.sh natural8     natural_two_jobs_one_gpu natural_pinned_alloc_per_step
+#                                                 natural_cpu_offload_optimizer
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -87,6 +91,8 @@ NATURAL3="natural_infer_server natural_text_collate natural_metrics_logging natu
 NATURAL4="natural_generate_decode natural_pinned_workers natural_async_checkpoint natural_cpu_eval_metrics"
 NATURAL5="natural_amp_scaler_loop natural_thread_pool_augment natural_gpu_dataset_fast"
 NATURAL6="natural_two_process_gloo natural_tensorboard_like_logger natural_variable_length_batches"
+NATURAL7="natural_cpu_metrics_omp natural_mp_queue_producer natural_rl_env_loop"
+NATURAL8="natural_two_jobs_one_gpu natural_pinned_alloc_per_step natural_cpu_offload_optimizer"
 names=()
 for a in "$@"; do
   case $a in
@@ -117,11 +123,13 @@ for a in "$@"; do
     natural4) names+=($NATURAL4) ;;
     natural5) names+=($NATURAL5) ;;
     natural6) names+=($NATURAL6) ;;
+    natural7) names+=($NATURAL7) ;;
+    natural8) names+=($NATURAL8) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
