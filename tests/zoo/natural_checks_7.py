@@ -94,8 +94,13 @@ def check_cpu_metrics_omp(report: Report, truth: dict, store: Path) -> None:
         if c.root_cause == "waiting-on-thread":
             assert _names(c, intra), (c.summary, c.culprits, sorted(intra))
     assert _lost(top, {"cpu-contention"}) <= (own["main_cpu_wait_s"] or 0.0) + 0.5, (_said(top), own)
+    # Revised after the first score: as written, pageable copies were held to the 32 MB copy's cost alone (2.4 ms) x
+    # the steps, but each .cpu() in the loop took ~26 ms more than its wait for the step's kernels (fresh pageable
+    # memory every step: 277k minor faults/s), which a pinned, reused buffer removes. They may explain the time in
+    # .cpu() less the GPU's own work it waited for (the GPU's busy time less the copies'), at least the copies alone.
     copies = own["steps"] * own["copy_alone_ms"] / 1e3
-    assert _lost(top, {"pageable-copies"}) <= copies + 0.5, (_said(top), own)
+    gpu_wait = max(0.0, (own["gpu_busy_share"] or 0.0) * own["wall_s"] - copies)
+    assert _lost(top, {"pageable-copies"}) <= max(copies, own["copy_s"] - gpu_wait) + 0.5, (_said(top), own)
     assert _lost(top, {"excess-sync"}) <= own["copy_s"] + 0.5, (_said(top), own)
     busy = own["gpu_busy_share"]
     assert busy is not None, "the script did not measure the GPU's time"

@@ -116,7 +116,9 @@ def check_two_jobs_one_gpu(report: Report, truth: dict, store: Path) -> None:
     shared = [c for c in top if c.root_cause == "gpu-shared" and ours(c)]
     col_gpu, busy = other["gpu_busy_s"], own["gpu_busy_share"]
     assert col_gpu is not None and busy is not None, "the script did not measure the GPU's time"
-    assert _seconds(shared) <= col_gpu + 0.5, ([c.summary for c in shared], other)
+    # Revised after the first score: as written, the job could lose no more than the colleague's GPU time (8.8 s),
+    # but it measured its own loss at 10.6 s (two contexts time-sliced on one GPU cost more than the other's kernels).
+    assert _seconds(shared) <= max(col_gpu, own["lost_s"]) + 0.5, ([c.summary for c in shared], other, own)
     if own["slowdown"] < 1.1:
         assert not shared, [c.summary for c in shared]
     if own["slowdown"] >= 1.3 and other["gpu_busy_share"] >= 0.25:
@@ -241,6 +243,13 @@ def check_cpu_offload_optimizer(report: Report, truth: dict, store: Path) -> Non
         assert _seconds(host) <= (1 - busy) * wall + 0.5, ([c.summary for c in host], own)
     shares = _clocks_agree(report, truth)
     assert shares["run_outside_ns"] >= own["cpu_opt_cpu_share"] - SHARE_SLACK, (shares, own)
+    # Added after natural8 was scored (host-bound said with the model's fix, fewer and larger GPU kernels, where the
+    # host work was the optimiser's math on CPU tensors): with the CPU optimiser over half the run, a host-bound
+    # finding gives the fix for work on CPU tensors, not the one for issuing kernels.
+    if own["cpu_opt_share"] >= 0.5:
+        for c in (c for c in top if c.root_cause == "host-bound"):
+            assert any("kept on the CPU" in r for r in c.recommendations), (c.summary, c.recommendations)
+            assert not any("CUDA graph" in r for r in c.recommendations), (c.summary, c.recommendations)
 
 
 CHECKS_8 = {"natural_two_jobs_one_gpu": check_two_jobs_one_gpu,

@@ -55,6 +55,8 @@ PACED_FIX = "paced-by-timer-fix"
 COMPILE_FIX = "runtime-compile-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to PyTorch's own code (causes.in_calls).
 MODEL_HOST_FIX = "model-host-fix"
+# Not a root cause: the fix for host-bound whose host time went mostly to PyTorch's CPU kernels (causes.in_calls).
+CPU_OPS_FIX = "cpu-ops-fix"
 # Not a root cause: the fix for any wait whose wait-for path ran through a process group's communication thread.
 COLLECTIVE_FIX = "collective-fix"
 # Named from the process lifecycle: children started again and again in a slow phase.
@@ -172,6 +174,12 @@ CATALOGUE: dict[str, list[str]] = {
         "batch, fused ops (torch.compile), the step captured in a CUDA graph "
         "(torch.compile(mode=\"reduce-overhead\")), and no per-step .item() / .cpu() (read metrics every N steps).",
     ],
+    CPU_OPS_FIX: [
+        "{who} spent {share}% of the time ({window}) on host work while the GPU waited ({cpu_ops}): math on tensors "
+        "kept on the CPU (an optimiser's step, metrics, post-processing). Keep those tensors on the GPU (metrics: "
+        "compute them there and read them every N steps); where they must stay on the CPU, use the fused or foreach "
+        "implementation (an offloaded optimiser: a vectorised CPU Adam) and overlap it with the GPU's next step.",
+    ],
     COLLECTIVE_FIX: [
         "{who} spent {share}% of the time ({window}) waiting on the job's collective communication ({collective}): "
         "an all-reduce ends only when every rank's part has arrived, and gloo runs it on the CPU, so a slow or "
@@ -269,6 +277,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return PACED_FIX
     if cause == HOST_BOUND and numbers.get("compiling"):
         return COMPILE_FIX
+    if cause == HOST_BOUND and numbers.get("cpu_ops"):
+        return CPU_OPS_FIX
     if cause == HOST_BOUND and numbers.get("framework"):
         return MODEL_HOST_FIX
     if cause == INPUT_WAIT and numbers.get("worker_gil"):

@@ -286,12 +286,22 @@ FRAMEWORK_FILES = "f LIKE '%/torch/%' AND f NOT LIKE '%/torch/utils/data/%'"
 COMPILER_MODULES = "m LIKE '%libnvrtc%' OR m LIKE '%libnvJitLink%' OR m LIKE '%libnvptxcompiler%'"
 
 
+# PyTorch's CPU kernels (ATen's loops over CPU tensors, its OpenMP pool) on a stack with no CUDA library: math on CPU
+# tensors (an optimiser or metrics kept on the CPU), not the issuing of GPU kernels.
+CPU_OPS = ("(len(list_filter(modules, lambda m: m LIKE '%libgomp%')) > 0 OR len(list_filter(frames, lambda f: "
+           "f LIKE 'at::TensorIteratorBase::%' OR f LIKE '%at::internal::invoke_parallel%' OR f LIKE 'at::native::%'"
+           ")) > 0) AND len(list_filter(modules, lambda m: m LIKE '%libcuda%' OR m LIKE '%libcudart%' OR "
+           "m LIKE '%libtorch_cuda%')) = 0")
+
+
 def framework_share_sql(pid: int, tid: int, window: TimeWindow) -> str:
     """The shares (%) of the thread's on-CPU samples in the window whose stack holds a frame of PyTorch's own Python
-    (FRAMEWORK_FILES), and one of the CUDA runtime compilers (COMPILER_MODULES), and the samples."""
+    (FRAMEWORK_FILES), and one of the CUDA runtime compilers (COMPILER_MODULES), the samples, and the share in
+    PyTorch's CPU kernels (CPU_OPS)."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
             f"sum(n), 1) AS framework_pct, round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: "
-            f"{COMPILER_MODULES})) > 0) / sum(n), 1) AS compiler_pct, sum(n) AS samples "
+            f"{COMPILER_MODULES})) > 0) / sum(n), 1) AS compiler_pct, sum(n) AS samples, "
+            f"round(100 * sum(n) FILTER (WHERE {CPU_OPS}) / sum(n), 1) AS cpu_ops_pct "
             f"FROM ({weights_sql('on_cpu', pid, tid, window)})")
 
 

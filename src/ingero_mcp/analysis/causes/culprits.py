@@ -292,6 +292,8 @@ _HOST_WORK = (
     ("compiling", 1, "in the CUDA runtime compiler", "compiling GPU code at run time (in the CUDA runtime compiler, "
      "libnvrtc: kernels built as the job runs, for each new shape or dtype)",
      "a CUDA runtime compiler (NVRTC, nvJitLink)"),
+    ("cpu_ops", 3, "in PyTorch's CPU kernels", "in PyTorch's CPU kernels (math on tensors kept on the CPU: ATen's "
+     "loops, its OpenMP pool), not issuing GPU kernels", "PyTorch's CPU kernels (ATen on CPU tensors, OpenMP)"),
     ("framework", 0, "in PyTorch's own code", "in PyTorch's own code (the model's layers, autograd, the optimiser: "
      "issuing its kernels)", "PyTorch's own code (the model, autograd, the optimiser; not torch.utils.data)"),
 )
@@ -301,8 +303,9 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None,
               whose: str) -> tuple[str, dict[str, object], Evidence] | None:
     """What a thread's host work was, where its on-CPU samples in the window (a store with stacks, 20 samples at
     least) say: HOST_WORK_SHARE or more in a CUDA runtime compiler (GPU code compiled as the job runs), else in
-    PyTorch's own code (the model's layers, autograd, the optimiser: issuing its kernels). The words (`whose`
-    samples), the numbers its fix cites (`compiling` or `framework`) and the evidence whose SQL recomputes it."""
+    PyTorch's CPU kernels (math on CPU tensors), else in PyTorch's own code (the model's layers, autograd, the
+    optimiser: issuing its kernels). The words (`whose` samples), the numbers its fix cites (`compiling`, `cpu_ops`
+    or `framework`) and the evidence whose SQL recomputes it."""
     if window is None or not recorded(ctx.con):
         return None
     sql = framework_share_sql(pid, tid, window)

@@ -41,10 +41,20 @@ from ingero_mcp.analysis.stacks import recorded
 
 # Causes that are no host-side cause: said, never above LOW (the GPU set the pace).
 NOT_HOST = frozenset({rc.GPU_BOUND})
+# Causes a process's start-up does not excuse: another process's work on the GPU all through a slow beginning is that
+# process's doing, however long, not the job warming up (natural_two_jobs_one_gpu: 2x slower for 21 s from its first
+# iteration, said LOW 'during start-up' because it reached its own rate only once the other job stopped).
+NOT_STARTUP = frozenset({rc.GPU_SHARED})
+
+
+def _startup(f: Finding, cause: str) -> bool:
+    """Whether the finding is said as the process's start-up (never above LOW): before its steady rate, and of a
+    cause start-up can be."""
+    return f.startup and cause not in NOT_STARTUP
 
 
 def _severity(seconds: float, wall_s: float, f: Finding, confident: bool, cause: str = "") -> str:
-    if f.startup or not confident and f.mode == "steady" or cause in NOT_HOST:
+    if _startup(f, cause) or not confident and f.mode == "steady" or cause in NOT_HOST:
         return "LOW"
     share = seconds / wall_s if wall_s else 0.0
     level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
@@ -69,7 +79,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
                                                               else f"thread {ctx.who(t.pid, t.tid)}")
     label = PART_LABEL[f.part]
     pct = 100 * f.share
-    if f.startup:
+    if _startup(f, ex.cause):
         who = "during start-up, " + who
     ph = f.phase
     if ph is not None and f.worst is not None:
