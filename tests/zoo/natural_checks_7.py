@@ -7,28 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_zoo import SECOND, _top
+from natural_shares import SHARE_SLACK, feeder_shares
+from test_zoo import _top
 
 from ingero_mcp.analysis.models import CausalChain, Report
 
-SHARE_SLACK = 0.10  # as test_zoo_natural: the report's share of a thread's time and the script's own, apart by at most
 INPUT = {"waiting-on-workers", "waiting-on-process", "waiting-on-thread"}
 HOST_SIDE = {"launch-bound", "host-bound", "excess-sync"}
 THIRD = 1 / 3
 PAGE_FAULTS_PER_S = 10_000.0  # a process's minor page faults a second over the run from which page faults may be named
 NOT_A_TASK = ("kernel", "interrupt")  # culprit relations that name no process
-
-
-def _main_shares(report: Report, truth: dict) -> dict[str, float]:
-    """The feeding (main) thread's time by part over the measured run (baseline_ns), from the report's per-second rows
-    (test_zoo_natural._feeder_shares)."""
-    assert report.accounting is not None
-    t = next(t for t in report.accounting.threads if t.tid == truth["feeder"]["tid"])
-    lo, hi = truth["baseline_ns"]
-    got = [s for s in t.seconds if lo <= s.start_ns and s.start_ns + SECOND <= hi]
-    wall = sum(s.wall_ns for s in got)
-    parts = ("sleep_outside_ns", "sleep_inside_ns", "run_inside_ns", "run_outside_ns", "cpu_wait_ns")
-    return {p: sum(getattr(s, p) for s in got) / wall for p in parts}
 
 
 def _clocks_agree(shares: dict[str, float], own: dict) -> None:
@@ -116,7 +104,7 @@ def check_cpu_metrics_omp(report: Report, truth: dict, store: Path) -> None:
     if own["intra_op_threads"] > own["job_cpus"] and stalled >= 0.2:
         assert any(c.root_cause in ("own-threads-cpu", "waiting-on-thread") and _names(c, intra) for c in top), \
             (_said(top), sorted(intra), own)
-    shares = _main_shares(report, truth)
+    shares = feeder_shares(report, truth)
     outside = shares["run_outside_ns"] + shares["sleep_outside_ns"] + shares["cpu_wait_ns"]
     assert outside >= own["metrics_share"] - SHARE_SLACK, (shares, own)
     _clocks_agree(shares, own)
@@ -172,7 +160,7 @@ def check_mp_queue_producer(report: Report, truth: dict, store: Path) -> None:
         assert any(k.pid == prod for k in top[0].culprits), (top[0].summary, top[0].culprits, prod)
     elif own["get_share"] < 0.1:
         assert not any(c.root_cause in INPUT for c in top), _said(top)
-    shares = _main_shares(report, truth)
+    shares = feeder_shares(report, truth)
     assert shares["sleep_outside_ns"] >= own["get_empty_share"] - SHARE_SLACK, (shares, own)
     _clocks_agree(shares, own)
 
@@ -216,7 +204,7 @@ def check_rl_env_loop(report: Report, truth: dict, store: Path) -> None:
         assert not any(c.root_cause in ("launch-bound", "host-bound") for c in top), _said(top)
     if own["env_share"] >= THIRD:
         assert any(c.root_cause == "host-bound" for c in top), (_said(top), own)
-    shares = _main_shares(report, truth)
+    shares = feeder_shares(report, truth)
     assert shares["run_outside_ns"] >= own["env_share"] - SHARE_SLACK, (shares, own)
     assert shares["sleep_inside_ns"] + shares["run_inside_ns"] >= 0.5 * own["readback_share"], (shares, own)
     _clocks_agree(shares, own)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from natural_shares import SHARE_SLACK, feeder_shares
 from test_zoo import SECOND, _top
 
 from ingero_mcp.analysis.models import CausalChain, Report
 
-SHARE_SLACK = 0.10  # as test_zoo_natural: the report's share of a thread's time and the script's own, apart by at most
 INPUT = {"waiting-on-workers", "waiting-on-process", "waiting-on-thread"}
 HOST_SIDE = {"launch-bound", "host-bound", "excess-sync"}
 CHURN = {"allocator-churn", "driver-lock"}  # memory allocated and released (device or page-locked host) per step
@@ -24,24 +24,12 @@ CPU_WAIT_SHARE = 0.05  # the main thread's wait for a CPU (schedstat run delay),
 THIRD = 1 / 3
 
 
-def _main_shares(report: Report, truth: dict) -> dict[str, float]:
-    """The feeding (main) thread's time by part over the measured run (baseline_ns), from the report's per-second rows
-    (test_zoo_natural._feeder_shares)."""
-    assert report.accounting is not None
-    t = next(t for t in report.accounting.threads if t.tid == truth["feeder"]["tid"])
-    lo, hi = truth["baseline_ns"]
-    got = [s for s in t.seconds if lo <= s.start_ns and s.start_ns + SECOND <= hi]
-    wall = sum(s.wall_ns for s in got)
-    parts = ("sleep_outside_ns", "sleep_inside_ns", "run_inside_ns", "run_outside_ns", "cpu_wait_ns")
-    return {p: sum(getattr(s, p) for s in got) / wall for p in parts}
-
-
 def _clocks_agree(report: Report, truth: dict) -> dict[str, float]:
     """The main thread's time on a CPU and waiting for one over the measured run, by its own clocks (schedstat's exec
     runtime and run delay), is the report's (running inside and outside CUDA calls; waiting for a CPU) within
     SHARE_SLACK. Returns the report's shares."""
     own = truth["self"]
-    shares = _main_shares(report, truth)
+    shares = feeder_shares(report, truth)
     run = shares["run_inside_ns"] + shares["run_outside_ns"]
     assert abs(run - own["main_cpu_share"]) <= SHARE_SLACK, (shares, own["main_cpu_share"])
     if own.get("main_cpu_wait_share") is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from natural_checks_7 import CHECKS_7
 from natural_checks_8 import CHECKS_8
+from natural_shares import SHARE_SLACK, feeder_shares
 from paths import REPO
 from test_zoo import SECOND, _report, _top, decompressed
 
@@ -18,7 +19,6 @@ from ingero_mcp.store import open_store
 
 NATURAL = REPO / "investigations" / "zoo-natural"
 NAMES = sorted(p.name.removesuffix(".truth.json") for p in NATURAL.glob("*.truth.json"))
-SHARE_SLACK = 0.10  # the report's share of a thread's time and the script's own, apart by at most this
 INPUT = {"waiting-on-workers", "waiting-on-process", "waiting-on-thread"}
 # A loader whose workers wait for CPUs behind one another is input-bound, said more precisely (added after
 # natural_accum_workers' first score: 4 workers on 2 CPUs, HIGH own-workers-cpu, which the check as written refused).
@@ -28,17 +28,6 @@ LOADER = INPUT | {"own-workers-cpu"}
 @pytest.fixture(scope="module")
 def natural_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return decompressed(NATURAL, NAMES, tmp_path_factory.mktemp("zoo-natural"))
-
-
-def _feeder_shares(report: Report, truth: dict) -> dict[str, float]:
-    """The feeding thread's time by part over the measured run (baseline_ns), from the report's per-second rows."""
-    assert report.accounting is not None
-    t = next(t for t in report.accounting.threads if t.tid == truth["feeder"]["tid"])
-    lo, hi = truth["baseline_ns"]
-    got = [s for s in t.seconds if lo <= s.start_ns and s.start_ns + 1_000_000_000 <= hi]
-    wall = sum(s.wall_ns for s in got)
-    parts = ("sleep_outside_ns", "sleep_inside_ns", "run_inside_ns", "run_outside_ns", "cpu_wait_ns")
-    return {p: sum(getattr(s, p) for s in got) / wall for p in parts}
 
 
 def check_lm_loader(report: Report, truth: dict, store: Path) -> None:
@@ -54,7 +43,7 @@ def check_lm_loader(report: Report, truth: dict, store: Path) -> None:
         assert any(c.comm and c.comm.startswith("pt_data") for c in top[0].culprits), top[0].culprits
     elif own["wait_share"] < 0.10:
         assert not any(c.root_cause in INPUT for c in top), [c.summary for c in top]
-    shares = _feeder_shares(report, truth)
+    shares = feeder_shares(report, truth)
     pid, tid = truth["feeder"]["pid"], truth["feeder"]["tid"]
     lo, hi = truth["baseline_ns"]
     con = open_store(store)
@@ -107,7 +96,7 @@ def check_main_thread_prep(report: Report, truth: dict, store: Path) -> None:
     own work (host-bound) and its time running outside CUDA calls is at least the measured share less SHARE_SLACK
     (the step's own Python runs there too); under a tenth, no host-bound finding above LOW."""
     own = truth["self"]
-    shares = _feeder_shares(report, truth)
+    shares = feeder_shares(report, truth)
     top = _top(report)
     if own["prep_share"] >= 0.33:
         assert top and top[0].root_cause == "host-bound", [c.summary for c in top]
@@ -134,7 +123,7 @@ def check_infer_server(report: Report, truth: dict, store: Path) -> None:
             assert on_client or not any(k.tids for k in c.culprits), (c.summary, c.culprits)
     elif own["wait_share"] < 0.2:
         assert not any(c.root_cause in INPUT for c in top), [c.summary for c in top]
-    shares = _feeder_shares(report, truth)
+    shares = feeder_shares(report, truth)
     assert abs(shares["sleep_outside_ns"] - own["wait_share"]) <= SHARE_SLACK, (shares, own)
 
 
@@ -162,7 +151,7 @@ def check_metrics_logging(report: Report, truth: dict, store: Path) -> None:
         want = {"excess-sync", "launch-bound"} | ({"host-bound"} if own["sync_share"] < 0.33 else set())
         assert top and top[0].root_cause in want, [c.summary for c in top]
         assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
-    shares = _feeder_shares(report, truth)
+    shares = feeder_shares(report, truth)
     assert shares["sleep_inside_ns"] + shares["run_inside_ns"] >= 0.5 * own["sync_share"], (shares, own)
 
 
@@ -216,7 +205,7 @@ def check_generate_decode(report: Report, truth: dict, store: Path) -> None:
         assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
     elif busy >= 0.8:
         assert not any(c.root_cause in ("launch-bound", "host-bound") for c in top), [c.summary for c in top]
-    shares = _feeder_shares(report, truth)
+    shares = feeder_shares(report, truth)
     assert shares["sleep_inside_ns"] + shares["run_inside_ns"] >= 0.5 * own["sync_share"], (shares, own)
 
 
@@ -295,7 +284,7 @@ def check_cpu_eval_metrics(report: Report, truth: dict, store: Path) -> None:
         other = [p for p in report.accounting.phases if p.kind == "other-work"]
         seen = sum(any(w.start_ns < b and a < w.end_ns for w in p.episodes) for a, b in evals for p in other[:1])
         assert own_cpu >= 0.5 * own["eval_cpu_s"] or seen >= len(evals) - 2, (own_cpu, other, own)
-        shares = _feeder_shares(report, truth)
+        shares = feeder_shares(report, truth)
         assert shares["run_outside_ns"] >= own["eval_cpu_share"] - SHARE_SLACK, (shares, own)
 
 
@@ -328,7 +317,7 @@ def check_amp_scaler_loop(report: Report, truth: dict, store: Path) -> None:
     elif busy < 0.4:
         assert top and top[0].root_cause in HOST_SIDE, [c.summary for c in top]
         assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
-    shares = _feeder_shares(report, truth)
+    shares = feeder_shares(report, truth)
     assert shares["sleep_inside_ns"] + shares["run_inside_ns"] >= 0.5 * own["item_share"], (shares, own)
 
 
@@ -355,7 +344,7 @@ def check_thread_pool_augment(report: Report, truth: dict, store: Path) -> None:
             (top[0].summary, top[0].culprits, pool)
     elif own["wait_share"] < 0.10:
         assert not any(c.root_cause in INPUT for c in top), [c.summary for c in top]
-    shares = _feeder_shares(report, truth)
+    shares = feeder_shares(report, truth)
     assert shares["sleep_outside_ns"] >= own["wait_share"] - SHARE_SLACK, (shares, own)
 
 
@@ -417,7 +406,7 @@ def check_two_process_gloo(report: Report, truth: dict, store: Path) -> None:
         assert not any(c.root_cause == "gpu-bound" for c in top), [c.summary for c in top]
     elif busy >= 0.8:
         assert not any(c.root_cause in ("launch-bound", "host-bound") for c in top), [c.summary for c in top]
-    shares = _feeder_shares(report, truth)
+    shares = feeder_shares(report, truth)
     assert shares["sleep_outside_ns"] + shares["sleep_inside_ns"] >= 0.5 * own["allreduce_share"], (shares, own)
     # Added after natural6 was scored (its findings were said own-threads-cpu with the intra-op threads' fix, the
     # all-reduce not weighed): a finding whose wait ran through gloo's thread says the collective and its fix.
