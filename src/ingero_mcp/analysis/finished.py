@@ -22,7 +22,7 @@ import duckdb
 
 from ingero_mcp.store import open_store
 from ingero_mcp.store.schema import SCHEMA_VERSION, migrate
-from ingero_mcp.store.segments import fsync_path, has_segments
+from ingero_mcp.store.segments import fsync_path, has_segments, remove_store_file
 from ingero_mcp.store.views import SOURCE_SQL, has_derived, views_hash
 
 log = logging.getLogger("ingero_mcp.analysis")
@@ -55,7 +55,7 @@ def open_finished(db: str | os.PathLike[str], settings: dict[str, str] | None = 
         finished = open_store(copy, settings)
     except Exception as exc:  # a damaged copy: removed, the store read as it is
         log.warning("cannot read the finished copy %s (%s): reading %s as it is", copy, exc, db)
-        _remove(copy)
+        remove_store_file(copy)
         return con
     con.close()
     return finished
@@ -108,7 +108,7 @@ def _make(path: Path, final: Path) -> Path:
 
     t0 = time.monotonic()
     tmp = final.parent / f".{final.stem}.{os.getpid()}.duckdb"
-    _remove(tmp)
+    remove_store_file(tmp)
     try:
         shutil.copyfile(path, tmp)
         build = duckdb.connect(str(tmp))
@@ -122,7 +122,7 @@ def _make(path: Path, final: Path) -> Path:
         fsync_path(tmp)
         os.replace(tmp, final)
     except BaseException:
-        _remove(tmp)
+        remove_store_file(tmp)
         raise
     log.info("finished a copy of %s in %s (%.1f s)", path, final, time.monotonic() - t0)
     _trim(final.parent, keep=final)
@@ -142,9 +142,5 @@ def _trim(folder: Path, keep: Path) -> None:
             break
         if f != keep:
             total -= f.stat().st_size
-            _remove(f)
+            remove_store_file(f)
 
-
-def _remove(db: Path) -> None:
-    for leftover in (db, Path(f"{db}.wal")):
-        leftover.unlink(missing_ok=True)

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ingero_mcp.store.segments import fsync_path, has_segments, list_segments, segment_dir, segment_seq
+from ingero_mcp.store.segments import (fsync_path, has_segments, list_segments, remove_store_file, segment_dir,
+                                      segment_seq)
 
 log = logging.getLogger("ingero_mcp.store")
 
@@ -108,7 +109,7 @@ def write_checkpoint(db_path: str | os.PathLike[str], derive: Callable[[Any], ob
     if previous is not None and newest_segment(path) <= previous[1]:
         return previous[0]
     tmp = folder / f".{os.getpid()}.duckdb"
-    _remove(tmp)
+    remove_store_file(tmp)
     if previous is not None:
         shutil.copyfile(previous[0], tmp)
     build = duckdb.connect(str(tmp))
@@ -119,7 +120,7 @@ def write_checkpoint(db_path: str | os.PathLike[str], derive: Callable[[Any], ob
         build.execute("CHECKPOINT").fetchall()
     except BaseException:
         build.close()
-        _remove(tmp)
+        remove_store_file(tmp)
         raise
     build.close()
     final = folder / f"{seq:09d}.duckdb"
@@ -131,10 +132,6 @@ def write_checkpoint(db_path: str | os.PathLike[str], derive: Callable[[Any], ob
             file.unlink(missing_ok=True)  # a reader that has it open keeps reading it
     return final
 
-
-def _remove(db: Path) -> None:
-    for leftover in (db, Path(f"{db}.wal")):
-        leftover.unlink(missing_ok=True)
 
 
 class Checkpointer:

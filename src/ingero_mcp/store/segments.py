@@ -49,6 +49,12 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def remove_store_file(db: Path) -> None:
+    """A DuckDB file this project made (a checkpoint, a finished copy, one half made) and its write-ahead log, gone."""
+    for leftover in (db, Path(f"{db}.wal")):
+        leftover.unlink(missing_ok=True)
+
+
 Bad = tuple[Path, str]
 """A segment no reader can use, and why."""
 
