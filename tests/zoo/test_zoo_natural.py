@@ -507,9 +507,7 @@ def test_every_natural_store_has_its_check() -> None:
 
 
 # Known to fail, said so (strict: a pass is news): what the report says wrong and why it is left.
-KNOWN = {"natural_cpu_metrics_omp": "pageable-copies says 4.6 s, the whole time on the CPU inside the .cpu() copies; "
-         "~1.2 s of it was the copy waiting for the step's kernels (GPU 7.5% busy), which a pinned buffer would not "
-         "remove: a copy's wait for the work queued before it is not split from its own time"}
+KNOWN: dict[str, str] = {}  # a natural job whose check fails, with why: none now
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n]))

@@ -207,6 +207,7 @@ class Explained:
     evidence: list[Evidence] = field(default_factory=list)
     numbers: dict[str, object] = field(default_factory=dict)
     confident: bool = True
+    seconds: float | None = None  # where less than the finding's: the part the cause explains (a lower bound, said)
 
 
 def _is_data_worker(comm: str | None) -> bool:

@@ -10,7 +10,7 @@ import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
-from ingero_mcp.analysis.accounting import SECOND_NS
+from ingero_mcp.analysis.accounting import SECOND_NS, gpu_util_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _culprit_names, host_work
 from ingero_mcp.analysis.causes.findings import _k_range
@@ -73,13 +73,7 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
         return Explained(cause=rc.GPU_SHARED, culprits=culprits, evidence=ev,
                          reason=f"the GPU was shared with {_culprit_names(culprits, ctx)} ({text})")
     if top == "copy_pageable" or (top == "copy" and _slow_copies(now)):
-        n, ns, nbytes = now.get(top, (0, 0, None))
-        gbs = (nbytes or 0) / ns if ns else 0.0
-        return Explained(cause=rc.PAGEABLE_COPIES, evidence=ev, confident=top == "copy_pageable",
-                         reason=(f"{n} host<->device copies from pageable memory ({(nbytes or 0) / 1e9:.2f} GB at "
-                                 f"{gbs:.1f} GB/s)" if top == "copy_pageable" else
-                                 f"{n} host<->device copies at {gbs:.1f} GB/s (pinned or not: not recorded)"),
-                         numbers={"gbs": f"{gbs:.1f}"})
+        return _copies(ctx, f, top, now[top], wall, ev, sql)
     if top == "alloc" and f.startup:
         context = _context_creation(ctx, f, now["alloc"][1])
         if context:
@@ -99,6 +93,35 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
                                 "seen using it: the GPU work per step grew, or a GPU user the tracer cannot see")
     return Explained(cause=rc.LAUNCH_OVERHEAD, evidence=ev,
                      reason=f"CPU time inside {top} calls")
+
+
+def _copies(ctx: Ctx, f: Finding, top: str, got: tuple[int, int, object], wall: int, ev: list[Evidence],
+            sql: str) -> Explained:
+    """Copies between host and device that were slow (pageable, or of unrecorded kind at a low rate). A copy on the
+    CPU also waits for the work queued before it on its stream, which pinned memory would not remove: where the GPU
+    ran kernels in the window (its utilisation, NVML), the copies' own time is at least their time less the GPU's
+    busy time, and the cause explains no more than that (a lower bound, said so)."""
+    n, ns, nbytes = got
+    gbs = (nbytes or 0) / ns if ns else 0.0
+    pageable = top == "copy_pageable"
+    reason = (f"{n} host<->device copies from pageable memory ({(nbytes or 0) / 1e9:.2f} GB at {gbs:.1f} GB/s)"
+              if pageable else f"{n} host<->device copies at {gbs:.1f} GB/s (pinned or not: not recorded)")
+    kernels_ns = (f.gpu_util or 0.0) / 100 * wall
+    own_s = max(0.0, ns - kernels_ns) / 1e9
+    if own_s >= f.seconds_lost:  # the copies' own time covers what the finding explains
+        return Explained(cause=rc.PAGEABLE_COPIES, evidence=ev, confident=pageable, reason=reason,
+                         numbers={"gbs": f"{gbs:.1f}"})
+    lo, hi = ctx.t0 + f.ks[0] * SECOND_NS, ctx.t0 + (f.ks[1] + 1) * SECOND_NS
+    ev.append(Evidence(name="the copies' time on the CPU less the GPU's busy time in the window (their own time, at "
+                            "least)", value=round(own_s, 2), unit="s",
+                       sql=(f"SELECT round(greatest(0, (SELECT sum(ns) FROM ({sql}) WHERE call_class = '{top}') - "
+                            f"(SELECT avg(gpu_util_percent) FROM ({gpu_util_sql()}) WHERE k BETWEEN {f.ks[0]} AND "
+                            f"{f.ks[1]}) / 100 * {hi - lo}) / 1e9, 2)")))
+    reason += (f"; at least {own_s:.2f} s of their {ns / 1e9:.2f} s the copies' own: the GPU was "
+               f"{f.gpu_util:.0f}% busy in the window (up to {kernels_ns / 1e9:.2f} s of kernels), and a copy "
+               "waits on the CPU for the work queued before it, which pinned memory would not remove")
+    return Explained(cause=rc.PAGEABLE_COPIES, evidence=ev, reason=reason, numbers={"gbs": f"{gbs:.1f}"},
+                     confident=pageable and own_s * 1e9 >= 0.5 * ns, seconds=own_s)
 
 
 def _context_creation(ctx: Ctx, f: Finding, alloc_ns: int) -> Explained | None:

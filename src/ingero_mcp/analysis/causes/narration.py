@@ -74,6 +74,8 @@ def _worst(ctx: Ctx, f: Finding) -> Finding:
 
 
 def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> CausalChain:
+    if ex.seconds is not None and ex.seconds < f.seconds_lost:  # the cause explains less than the part's time
+        f = replace(f, seconds_lost=max(ex.seconds, 0.0))
     t = f.thread
     who = f"{t.process_comm or t.comm or '?'}[{t.pid}]'s " + ("main thread" if t.tid == t.pid
                                                               else f"thread {ctx.who(t.pid, t.tid)}")
