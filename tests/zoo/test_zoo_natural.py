@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from natural_checks_7 import CHECKS_7
 from natural_checks_8 import CHECKS_8
+from natural_checks_9 import CHECKS_9
+from natural_checks_10 import CHECKS_10
 from natural_shares import SHARE_SLACK, feeder_shares
 from paths import REPO
 from test_zoo import SECOND, _report, _top, decompressed
@@ -497,6 +499,8 @@ CHECKS = {"natural_lm_loader": check_lm_loader, "natural_eval_ckpt": check_eval_
           "natural_variable_length_batches": check_variable_length_batches}
 CHECKS |= CHECKS_7
 CHECKS |= CHECKS_8
+CHECKS |= CHECKS_9
+CHECKS |= CHECKS_10
 
 
 def test_every_natural_store_has_its_check() -> None:

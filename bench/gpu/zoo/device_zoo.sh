@@ -46,6 +46,10 @@
 #                                                 natural_rl_env_loop
 #   bash bench/gpu/zoo/device_zoo.sh natural8     natural_two_jobs_one_gpu natural_pinned_alloc_per_step
 #                                                 natural_cpu_offload_optimizer
+#   bash bench/gpu/zoo/device_zoo.sh natural9     natural_nvidia_smi_logger natural_thread_prefetch_python
+#                                                 natural_cold_npy_files
+#   bash bench/gpu/zoo/device_zoo.sh natural10    natural_empty_cache_per_step natural_gc_token_corpus
+#                                                 natural_pageable_h2d_batches
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -93,6 +97,8 @@ NATURAL5="natural_amp_scaler_loop natural_thread_pool_augment natural_gpu_datase
 NATURAL6="natural_two_process_gloo natural_tensorboard_like_logger natural_variable_length_batches"
 NATURAL7="natural_cpu_metrics_omp natural_mp_queue_producer natural_rl_env_loop"
 NATURAL8="natural_two_jobs_one_gpu natural_pinned_alloc_per_step natural_cpu_offload_optimizer"
+NATURAL9="natural_nvidia_smi_logger natural_thread_prefetch_python natural_cold_npy_files"
+NATURAL10="natural_empty_cache_per_step natural_gc_token_corpus natural_pageable_h2d_batches"
 names=()
 for a in "$@"; do
   case $a in
@@ -125,11 +131,13 @@ for a in "$@"; do
     natural6) names+=($NATURAL6) ;;
     natural7) names+=($NATURAL7) ;;
     natural8) names+=($NATURAL8) ;;
+    natural9) names+=($NATURAL9) ;;
+    natural10) names+=($NATURAL10) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
