@@ -95,31 +95,63 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
                      reason=f"CPU time inside {top} calls")
 
 
+def queued_copies_sql(pid: int, tid: int, call_class: str, lo: int, hi: int) -> str:
+    """A thread's copies of `call_class` in [lo, hi) (their time clipped to it, as call_class_sql's): the time of
+    those made with nothing queued on the GPU by the process since the thread's last synchronisation (clean_ns:
+    waiting for nothing, their time is their own) and of the others (queued_ns: work launched, copied or set by any
+    of its threads after that sync and before the copy, which the copy may have waited for)."""
+    return " ".join(f"""
+        WITH cp AS (SELECT start_ns, least(end_ns, {hi}) - greatest(start_ns, {lo}) AS ns FROM call_spans
+                    WHERE pid = {pid} AND tid = {tid} AND call_class = '{call_class}' AND end_ns > {lo}
+                      AND start_ns < {hi}),
+        sy AS (SELECT ts_ns + coalesce(duration_ns, 0) AS done_ns FROM cuda_calls
+               WHERE pid = {pid} AND tid = {tid} AND ts_ns < {hi} AND contains(op, 'Synchronize')
+                 AND NOT contains(op, 'Event')),
+        q AS (SELECT ts_ns AS queued_ns FROM cuda_calls
+              WHERE pid = {pid} AND ts_ns < {hi}
+                AND (kernel_handle IS NOT NULL OR contains(op, 'Memcpy') OR contains(op, 'Memset'))),
+        w AS (SELECT cp.start_ns, cp.ns, sy.done_ns FROM cp ASOF LEFT JOIN sy ON cp.start_ns >= sy.done_ns),
+        z AS (SELECT w.ns, w.done_ns, q.queued_ns FROM w ASOF LEFT JOIN q ON w.start_ns > q.queued_ns)
+        SELECT coalesce(sum(ns) FILTER (WHERE queued_ns IS NULL OR queued_ns < done_ns), 0)::BIGINT AS clean_ns,
+               coalesce(sum(ns) FILTER (WHERE queued_ns >= done_ns OR queued_ns IS NOT NULL AND done_ns IS NULL),
+                        0)::BIGINT AS queued_ns
+        FROM z""".split())
+
+
 def _copies(ctx: Ctx, f: Finding, top: str, got: tuple[int, int, object], wall: int, ev: list[Evidence],
             sql: str) -> Explained:
     """Copies between host and device that were slow (pageable, or of unrecorded kind at a low rate). A copy on the
-    CPU also waits for the work queued before it on its stream, which pinned memory would not remove: where the GPU
-    ran kernels in the window (its utilisation, NVML), the copies' own time is at least their time less the GPU's
-    busy time, and the cause explains no more than that (a lower bound, said so)."""
+    CPU also waits for the work queued before it on its stream, which pinned memory would not remove. A copy made
+    with nothing queued by the process since its thread's last sync waited for nothing of its own; of the others,
+    where the GPU's utilisation is known (NVML), no more than the GPU's busy time in the window was waiting: the
+    copies' own time is at least the first plus the others less that, and the cause explains no more (a lower bound,
+    said so)."""
     n, ns, nbytes = got
     gbs = (nbytes or 0) / ns if ns else 0.0
     pageable = top == "copy_pageable"
     reason = (f"{n} host<->device copies from pageable memory ({(nbytes or 0) / 1e9:.2f} GB at {gbs:.1f} GB/s)"
               if pageable else f"{n} host<->device copies at {gbs:.1f} GB/s (pinned or not: not recorded)")
+    plain = Explained(cause=rc.PAGEABLE_COPIES, evidence=ev, confident=pageable, reason=reason,
+                      numbers={"gbs": f"{gbs:.1f}"})
     kernels_ns = (f.gpu_util or 0.0) / 100 * wall
-    own_s = max(0.0, ns - kernels_ns) / 1e9
-    if own_s >= f.seconds_lost:  # the copies' own time covers what the finding explains
-        return Explained(cause=rc.PAGEABLE_COPIES, evidence=ev, confident=pageable, reason=reason,
-                         numbers={"gbs": f"{gbs:.1f}"})
+    if ns - kernels_ns >= f.seconds_lost * 1e9:  # the copies' own time covers what the finding explains
+        return plain
+    t = f.thread
     lo, hi = ctx.t0 + f.ks[0] * SECOND_NS, ctx.t0 + (f.ks[1] + 1) * SECOND_NS
-    ev.append(Evidence(name="the copies' time on the CPU less the GPU's busy time in the window (their own time, at "
-                            "least)", value=round(own_s, 2), unit="s",
-                       sql=(f"SELECT round(greatest(0, (SELECT sum(ns) FROM ({sql}) WHERE call_class = '{top}') - "
-                            f"(SELECT avg(gpu_util_percent) FROM ({gpu_util_sql()}) WHERE k BETWEEN {f.ks[0]} AND "
-                            f"{f.ks[1]}) / 100 * {hi - lo}) / 1e9, 2)")))
-    reason += (f"; at least {own_s:.2f} s of their {ns / 1e9:.2f} s the copies' own: the GPU was "
-               f"{f.gpu_util:.0f}% busy in the window (up to {kernels_ns / 1e9:.2f} s of kernels), and a copy "
-               "waits on the CPU for the work queued before it, which pinned memory would not remove")
+    qsql = queued_copies_sql(t.pid, t.tid, top, lo, hi)
+    clean_ns, queued_ns = (int(v) for v in rows(ctx.con, qsql)[0])
+    own_s = (clean_ns + max(0.0, queued_ns - kernels_ns)) / 1e9
+    if own_s >= f.seconds_lost:
+        return plain
+    ev.append(Evidence(name="the copies' own time, at least: those with nothing queued since the thread's last sync, "
+                            "and the others' time less the GPU's busy time in the window", value=round(own_s, 2),
+                       unit="s", sql=(f"SELECT round((clean_ns + greatest(0, queued_ns - (SELECT avg(gpu_util_percent) "
+                                      f"FROM ({gpu_util_sql()}) WHERE k BETWEEN {f.ks[0]} AND {f.ks[1]}) / 100 * "
+                                      f"{hi - lo})) / 1e9, 2) FROM ({qsql})")))
+    reason += (f"; at least {own_s:.2f} s of their {ns / 1e9:.2f} s the copies' own: {queued_ns / 1e9:.2f} s of them "
+               f"came after work the process queued on the GPU, which a copy waits for on the CPU and pinned memory "
+               f"would not remove, and the GPU was {f.gpu_util:.0f}% busy in the window (up to "
+               f"{kernels_ns / 1e9:.2f} s of kernels)")
     return Explained(cause=rc.PAGEABLE_COPIES, evidence=ev, reason=reason, numbers={"gbs": f"{gbs:.1f}"},
                      confident=pageable and own_s * 1e9 >= 0.5 * ns, seconds=own_s)
 
