@@ -73,11 +73,29 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
     if not own and gpu_bound:  # a slow phase that was the GPU's own: said, as no host-side cause
         lines.append(f"No host-side cause: {gpu_bound[0].summary}.")
     elif not own and acc is not None and acc.complete and acc.threads:
+        from ingero_mcp.analysis.causes.context import IDLE_GPU
+
         if gpu_util_mean is not None and gpu_util_mean >= 80:
             lines.append(f"No host-side cause: the GPU was {gpu_util_mean:.0f}% busy on average, the job is GPU-bound.")
+        elif gpu_util_mean is not None and gpu_util_mean >= IDLE_GPU:
+            lines.append(_not_weighed(gpu_util_mean))
         else:
             util = (f" (GPU {gpu_util_mean:.0f}% busy on average)" if gpu_util_mean is not None
                     else " (GPU utilisation not recorded)")
             lines.append("No host-side cause explains more than 5% of the feeding time" + util
                          + ": nothing slowed the feeding threads beyond their steady state.")
     return lines
+
+
+def _not_weighed(gpu_util_mean: float) -> str:
+    """No cause asserted with the GPU busy between IDLE_GPU and GPU-bound. There a part of the host's time counts
+    only where the feeding thread had left the GPU with nothing queued (drained gaps), said as LOW at most; its idle
+    time while work was queued (gaps between kernels, launches slower than the kernels) is not split between the
+    host and the GPU, so not ruled out."""
+    from ingero_mcp.analysis.causes.context import IDLE_GPU
+
+    return (f"No host-side cause asserted (GPU {gpu_util_mean:.0f}% busy on average): in the seconds it was over "
+            f"{IDLE_GPU:.0f}% busy, host-side time counts only where nothing was queued on it (after a sync, before "
+            "the next launch), said as LOW findings where it adds up; its idle time while work was queued (gaps "
+            "between kernels, launches slower than the kernels) is not split between host and GPU here, so a "
+            "launch-bound loop is not ruled out.")

@@ -87,6 +87,7 @@ class Finding:
     rates: tuple[float, float] | None = None  # contrast: the process's progress rate in the baseline and in the phase
     unit: str = "launches+copies/s"  # what the rates count (Phase.unit)
     worst: tuple[int, int] | None = None  # recurrent: the seconds of the episode where the part grew most (explained)
+    drained_s: float | None = None  # steady at a busy GPU: the part's time with nothing queued on it (drained.py)
 
 
 @dataclass

@@ -131,8 +131,8 @@ def _spawning(ctx: Ctx, f: Finding, baseline: list[TimeWindow], ex: Explained) -
         return ex
     base_n = sum(int(rows(ctx.con, spawned_sql(t.pid, w))[0][0] or 0) for w in baseline)
     base_s = sum(w.duration_ns for w in baseline) / 1e9
-    if base_s and base_n / base_s * SPAWN_OVER_BASE > n / seconds:
-        return ex  # as many before: the loop's habit all along, not what changed
+    if f.mode != "steady" and base_s and base_n / base_s * SPAWN_OVER_BASE > n / seconds:
+        return ex  # as many before: the loop's habit all along, not what changed (the steady state is that habit)
     kidset = set(kids)
     if ex.cause in (rc.INPUT_WAIT, rc.WAITING_ON_PROCESS) and not kidset & {c.pid for c in ex.culprits}:
         return ex  # it waited on someone else

@@ -16,6 +16,7 @@ from ingero_mcp.analysis.causes.context import (
     STEADY_MIN_SHARE,
     part_ns,
 )
+from ingero_mcp.analysis.drained import drained_parts
 from ingero_mcp.analysis.models import PARTS, Account, Phase, SecondAccount, ThreadAccount, TimeWindow
 
 def work_done(a: Account) -> float:
@@ -183,6 +184,16 @@ def _busy_part(s: SecondAccount, part: str) -> int:
     return part_ns(s, part) - (s.idle_ns if part == "sleep_outside" else 0)
 
 
+DRAINED_MIN = 0.1  # a part's time in drained gaps, as a share of the second, that makes a busy-GPU second count
+
+
+def _drained(ctx: Ctx, thread: ThreadAccount, seconds: list[SecondAccount]) -> dict[int, dict[str, int]]:
+    """The thread's time per second in drained gaps (drained.py), by part, over its seconds' span."""
+    lo = ctx.t0 + min(s.k for s in seconds) * SECOND_NS
+    hi = ctx.t0 + (max(s.k for s in seconds) + 1) * SECOND_NS
+    return drained_parts(ctx.con, thread.pid, thread.tid, ctx.t0, lo, hi)
+
+
 def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
                     steady_from: int | None = None) -> list[Finding]:
     """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""
@@ -194,22 +205,30 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
     util_known = any(s.gpu_util_percent is not None for s in seconds)
     wall = sum(s.wall_ns - s.idle_ns for s in seconds)
     by_k = {s.k: s for s in seconds}
+    busy = {s.k for s in seconds if s.gpu_util_percent is not None and s.gpu_util_percent >= IDLE_GPU}
+    unmeasured = {s.k for s in seconds if util_known and s.gpu_util_percent is None}  # not weighed, as before
+    drained = _drained(ctx, thread, seconds) if busy else {}
     found = []
     for p in PARTS:
         if p == "gpu_wait":
             continue
-        member = []
-        for s in seconds:
-            util = s.gpu_util_percent
-            if util_known and (util is None or util >= IDLE_GPU):
-                continue
-            if _busy_part(s, p) >= 0.2 * s.wall_ns:
-                member.append(s.k)
-        for run in second_runs(member):
+
+        def lost_ns(s: SecondAccount) -> float:
+            """The part's cost to the GPU in a second: where the GPU was under IDLE_GPU busy, the part weighted by
+            its idle share; at a busier GPU, only its time in drained gaps (nothing queued)."""
+            if s.k in busy:
+                got = drained.get(s.k, {}).get(p, 0)
+                return max(0, got - s.idle_ns) if p == "sleep_outside" else got
+            return _busy_part(s, p) * (1.0 - (s.gpu_util_percent or 0.0) / 100.0)
+
+        # runs of idle-GPU seconds and runs of busy ones apart: a finding is read one way or the other
+        idle = [s.k for s in seconds
+                if s.k not in unmeasured and s.k not in busy and _busy_part(s, p) >= 0.2 * s.wall_ns]
+        gaps = [s.k for s in seconds if s.k in busy and lost_ns(s) >= DRAINED_MIN * s.wall_ns]
+        for run in second_runs(idle) + second_runs(gaps):
             if run[-1] - run[0] + 1 < 2:
                 continue
-            lost = sum(_busy_part(by_k[k], p) * (1.0 - (by_k[k].gpu_util_percent or 0.0) / 100.0)
-                       for k in run if k in by_k)
+            lost = sum(lost_ns(by_k[k]) for k in run if k in by_k)
             if lost < STEADY_MIN_SHARE * wall:
                 continue
             ks = (run[0], run[-1])
@@ -218,5 +237,6 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
             found.append(Finding(thread=thread, part=p, window=w, seconds_lost=lost / 1e9, mode="steady",
                                  share=part_ns(acc, p) / acc.wall_ns if acc.wall_ns else 0.0,
                                  gpu_util=_util(seconds, w), util_known=util_known, ks=ks,
-                                 startup=in_startup(w, steady_from)))
+                                 startup=in_startup(w, steady_from),
+                                 drained_s=lost / 1e9 if run[0] in busy else None))
     return found

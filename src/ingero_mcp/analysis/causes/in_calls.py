@@ -134,7 +134,7 @@ def _copies(ctx: Ctx, f: Finding, top: str, got: tuple[int, int, object], wall: 
     plain = Explained(cause=rc.PAGEABLE_COPIES, evidence=ev, confident=pageable, reason=reason,
                       numbers={"gbs": f"{gbs:.1f}"})
     kernels_ns = (f.gpu_util or 0.0) / 100 * wall
-    if ns - kernels_ns >= f.seconds_lost * 1e9:  # the copies' own time covers what the finding explains
+    if f.gpu_util is None or ns - kernels_ns >= f.seconds_lost * 1e9:  # unknown, or it covers what is explained
         return plain
     t = f.thread
     lo, hi = ctx.t0 + f.ks[0] * SECOND_NS, ctx.t0 + (f.ks[1] + 1) * SECOND_NS

@@ -56,6 +56,8 @@ def _startup(f: Finding, cause: str) -> bool:
 def _severity(seconds: float, wall_s: float, f: Finding, confident: bool, cause: str = "") -> str:
     if _startup(f, cause) or not confident and f.mode == "steady" or cause in NOT_HOST:
         return "LOW"
+    if f.drained_s:  # drained gaps at a busy GPU, but its cause is read over all of the part's time in the window:
+        return "LOW"  # said, not asserted
     share = seconds / wall_s if wall_s else 0.0
     level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
     if f.mode == "steady" and (not f.util_known or not confident) and level != "LOW":
@@ -100,6 +102,8 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{before}, {ex.reason}; {drop}"
     else:
         gpu = f", GPU {f.gpu_util:.0f}% busy" if f.gpu_util is not None else ", GPU utilisation not recorded"
+        if f.drained_s:
+            gpu += f" ({f.drained_s:.2f} s of it with nothing of the process queued on the GPU)"
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{gpu}: {ex.reason}"
     ev = []
     if ph is not None and ph.sql:
@@ -260,7 +264,9 @@ def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[
     for f, chain in sorted(found, key=lambda fc: -(fc[1].seconds_lost or 0)):
         # the steady state is one story wherever it shows (host-bound before a slowdown and after it); a phase's
         # findings are one where their windows meet
+        # a finding in drained gaps (said, not asserted) never lends its seconds to an asserted one, nor borrows
         into = next((c for g, c in out if c.root_cause == chain.root_cause and g.mode == f.mode and c.window
+                     and bool(g.drained_s) == bool(f.drained_s)
                      and chain.window and (f.mode == "steady" and g.startup == f.startup
                                            or c.window.start_ns < chain.window.end_ns
                                            and chain.window.start_ns < c.window.end_ns)), None)
@@ -280,6 +286,8 @@ def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[
 
 def _raise(into: CausalChain, wall_s: float, f: Finding) -> None:
     """A chain that took another's seconds: the severity of the sum (never lowered; start-up stays as it was)."""
+    if f.drained_s:  # said, not asserted, however many seconds it sums
+        return
     share = (into.seconds_lost or 0) / wall_s if wall_s else 0.0
     level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
     if SEVERITY_RANK[level] < SEVERITY_RANK[into.severity] and not f.startup and into.root_cause not in NOT_HOST:
