@@ -26,7 +26,8 @@ def drained_sql(pid: int, tid: int, t0: int, lo: int, hi: int) -> str:
     """Per second k (from t0) and part: a thread's time in the drained gaps of [lo, hi), and each gap's whole time
     ('gap'). A gap runs from the end of one of the thread's synchronising calls (call_spans 'sync') during which the
     process queued nothing, to the process's next queuing call; gaps with no next call (the trace's end) or that
-    overlap a launch probe gap (launches unseen) are left out; syncs in a row make one gap. Parts: sleeps outside
+    overlap a launch probe gap (launches unseen) are left out; syncs in a row make one gap. An interval of the thread
+    meets one gap at most (the thread's own sync lies between two), found by an ASOF join. Parts: sleeps outside
     CUDA calls in S (sleep_outside) and D state (io), waiting for a CPU, off-CPU unknown, inside a CUDA call that
     queues nothing (in_call)."""
     p, t = int(pid), int(tid)
@@ -60,8 +61,7 @@ def drained_sql(pid: int, tid: int, t0: int, lo: int, hi: int) -> str:
                  AND end_ns > {int(lo)} AND start_ns < {int(hi)}),
         x AS (SELECT 'gap' AS part, a, b FROM gap
               UNION ALL
-              SELECT iv.part, greatest(iv.a, gap.a), least(iv.b, gap.b) FROM iv JOIN gap ON iv.b > gap.a
-                AND iv.a < gap.b),
+              SELECT iv.part, greatest(iv.a, gap.a), least(iv.b, gap.b) FROM iv ASOF JOIN gap ON iv.b > gap.a),
         k AS (SELECT part, a, b, unnest(range((a - {int(t0)}) // {SECOND_NS},
                                               (b - 1 - {int(t0)}) // {SECOND_NS} + 1)) AS k FROM x WHERE b > a)
         SELECT k, part, sum(least(b, {int(t0)} + (k + 1) * {SECOND_NS}) - greatest(a, {int(t0)} + k * {SECOND_NS}))
