@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from natural_shares import SHARE_SLACK, feeder_shares
+from natural_shares import SHARE_SLACK, clocks_agree
 from test_zoo import SECOND, _top
 
 from ingero_mcp.analysis.models import CausalChain, Report
@@ -34,19 +34,6 @@ def _said(chains: list[CausalChain]) -> list[str]:
 
 def _seconds(chains: list[CausalChain], causes: set[str]) -> float:
     return sum(c.seconds_lost or 0.0 for c in chains if c.root_cause in causes)
-
-
-def _clocks_agree(report: Report, truth: dict) -> dict[str, float]:
-    """The main thread's time on a CPU and waiting for one over the measured run, by its own clocks (schedstat's exec
-    runtime and run delay), is the report's (running inside and outside CUDA calls; waiting for a CPU) within
-    SHARE_SLACK. Returns the report's shares."""
-    own = truth["self"]
-    shares = feeder_shares(report, truth)
-    run = shares["run_inside_ns"] + shares["run_outside_ns"]
-    assert abs(run - own["main_cpu_share"]) <= SHARE_SLACK, (shares, own["main_cpu_share"])
-    if own.get("main_cpu_wait_share") is not None:
-        assert abs(shares["cpu_wait_ns"] - own["main_cpu_wait_share"]) <= SHARE_SLACK, (shares, own)
-    return shares
 
 
 def _alone(report: Report, truth: dict, churn: bool | None = None) -> tuple[list[CausalChain], set[str]]:
@@ -115,7 +102,7 @@ def check_empty_cache_per_step(report: Report, truth: dict, store: Path) -> None
     assert _seconds(top, {"excess-sync"}) <= own["item_s"] + own["empty_cache_s"] + 0.5, (_said(top), own)
     assert _seconds(top, {"launch-bound", "host-bound"}) <= own["issue_s"] + 0.5, (_said(top), own)
     _gpu_busy_rules(top, own, HOST_SIDE | allowed, HOST_SIDE | allowed)
-    shares = _clocks_agree(report, truth)
+    shares = clocks_agree(report, truth)
     inside = shares["run_inside_ns"] + shares["sleep_inside_ns"]
     assert inside >= 0.5 * (own["item_share"] + own["empty_cache_share"]), (shares, own)
 
@@ -156,7 +143,7 @@ def check_gc_token_corpus(report: Report, truth: dict, store: Path) -> None:
     if own["gc_full_s"] >= max(1.0, 0.1 * wall):
         assert _seconds(top, {"host-bound"}) >= 0.5 * own["gc_full_s"], (_said(top), own)
     _gpu_busy_rules(top, own, HOST_SIDE | allowed, HOST_SIDE | {"pageable-copies"} | allowed)
-    shares = _clocks_agree(report, truth)
+    shares = clocks_agree(report, truth)
     assert shares["run_outside_ns"] >= max(own["gc_cpu_s"], own["make_cpu_s"]) / wall - SHARE_SLACK, (shares, own)
 
 
@@ -191,7 +178,7 @@ def check_pageable_h2d_batches(report: Report, truth: dict, store: Path) -> None
             assert top[0].root_cause == "pageable-copies", (_said(top), own)
     lead = HOST_SIDE | {"pageable-copies"} | allowed
     _gpu_busy_rules(top, own, lead, lead)
-    shares = _clocks_agree(report, truth)
+    shares = clocks_agree(report, truth)
     inside = shares["run_inside_ns"] + shares["sleep_inside_ns"]
     assert inside >= own["copy_share"] - SHARE_SLACK, (shares, own, wall)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from natural_shares import SHARE_SLACK, feeder_shares
+from natural_shares import SHARE_SLACK, clocks_agree
 from test_zoo import SECOND, _top
 
 from ingero_mcp.analysis.models import CausalChain, Report
@@ -22,19 +22,6 @@ HOST_ALLOC_SHARE = 0.01  # or their time (host_alloc_time), as a share of the ru
 CUDA_MALLOCS_PER_S = 10.0  # the device allocator's cudaMalloc calls a second (segment.all.allocated)
 CPU_WAIT_SHARE = 0.05  # the main thread's wait for a CPU (schedstat run delay), as a share of the run
 THIRD = 1 / 3
-
-
-def _clocks_agree(report: Report, truth: dict) -> dict[str, float]:
-    """The main thread's time on a CPU and waiting for one over the measured run, by its own clocks (schedstat's exec
-    runtime and run delay), is the report's (running inside and outside CUDA calls; waiting for a CPU) within
-    SHARE_SLACK. Returns the report's shares."""
-    own = truth["self"]
-    shares = feeder_shares(report, truth)
-    run = shares["run_inside_ns"] + shares["run_outside_ns"]
-    assert abs(run - own["main_cpu_share"]) <= SHARE_SLACK, (shares, own["main_cpu_share"])
-    if own.get("main_cpu_wait_share") is not None:
-        assert abs(shares["cpu_wait_ns"] - own["main_cpu_wait_share"]) <= SHARE_SLACK, (shares, own)
-    return shares
 
 
 def _people(c: CausalChain) -> list:
@@ -115,7 +102,7 @@ def check_two_jobs_one_gpu(report: Report, truth: dict, store: Path) -> None:
         assert _seconds(shared) >= THIRD * min(own["lost_s"], col_gpu), ([c.summary for c in shared], own, other)
     host = [c for c in top if ours(c) and c.root_cause in HOST_SIDE]
     assert _seconds(host) <= own["host_gap_s"] + 0.5, ([c.summary for c in host], own)
-    shares = _clocks_agree(report, truth)
+    shares = clocks_agree(report, truth)
     assert shares["sleep_inside_ns"] + shares["run_inside_ns"] >= 0.5 * own["item_share"], (shares, own)
 
 
@@ -174,7 +161,7 @@ def check_pinned_alloc_per_step(report: Report, truth: dict, store: Path) -> Non
     if busy >= 0.8:
         host = [c for c in top if c.root_cause in HOST_SIDE | lead]
         assert _seconds(host) <= (1 - busy) * wall + 0.5, ([c.summary for c in host], own)
-    shares = _clocks_agree(report, truth)
+    shares = clocks_agree(report, truth)
     assert shares["run_outside_ns"] >= own["prep_cpu_share"] - SHARE_SLACK, (shares, own)
 
 
@@ -229,7 +216,7 @@ def check_cpu_offload_optimizer(report: Report, truth: dict, store: Path) -> Non
     if busy >= 0.8:
         host = [c for c in top if c.root_cause in HOST_SIDE | lead]
         assert _seconds(host) <= (1 - busy) * wall + 0.5, ([c.summary for c in host], own)
-    shares = _clocks_agree(report, truth)
+    shares = clocks_agree(report, truth)
     assert shares["run_outside_ns"] >= own["cpu_opt_cpu_share"] - SHARE_SLACK, (shares, own)
     # Added after natural8 was scored (host-bound said with the model's fix, fewer and larger GPU kernels, where the
     # host work was the optimiser's math on CPU tensors): with the CPU optimiser over half the run, a host-bound

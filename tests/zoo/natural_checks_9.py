@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from natural_shares import SHARE_SLACK, feeder_shares
+from natural_shares import SHARE_SLACK, feeder_shares, shares_agree
 from test_zoo import SECOND, _top
 
 from ingero_mcp.analysis.models import CausalChain, Report
@@ -38,16 +38,6 @@ def _said(chains: list[CausalChain]) -> list[str]:
 
 def _seconds(chains: list[CausalChain]) -> float:
     return sum(c.seconds_lost or 0.0 for c in chains)
-
-
-def _clocks_agree(shares: dict[str, float], own: dict) -> None:
-    """The main thread's time on a CPU and waiting for one over the measured run, by its own clocks (schedstat's exec
-    runtime and run delay), is the report's (running inside and outside CUDA calls; waiting for a CPU) within
-    SHARE_SLACK."""
-    run = shares["run_inside_ns"] + shares["run_outside_ns"]
-    assert abs(run - own["main_cpu_share"]) <= SHARE_SLACK, (shares, own["main_cpu_share"])
-    if own.get("main_cpu_wait_share") is not None:
-        assert abs(shares["cpu_wait_ns"] - own["main_cpu_wait_share"]) <= SHARE_SLACK, (shares, own)
 
 
 def check_nvidia_smi_logger(report: Report, truth: dict, store: Path) -> None:
@@ -115,7 +105,7 @@ def check_nvidia_smi_logger(report: Report, truth: dict, store: Path) -> None:
         assert _seconds(host + spawn) <= (1 - busy) * wall + 0.5, (_said(host + spawn), own)
     shares = feeder_shares(report, truth)
     assert shares["sleep_outside_ns"] >= own["smi_sleep_share"] - SHARE_SLACK, (shares, own)
-    _clocks_agree(shares, own)
+    shares_agree(shares, own)
 
 
 def check_thread_prefetch_python(report: Report, truth: dict, store: Path) -> None:
@@ -181,7 +171,7 @@ def check_thread_prefetch_python(report: Report, truth: dict, store: Path) -> No
     shares = feeder_shares(report, truth)
     floor = own["get_share"] - own["get_cpu_share"] - SHARE_SLACK
     assert shares["sleep_outside_ns"] + shares["cpu_wait_ns"] >= floor, (shares, own)
-    _clocks_agree(shares, own)
+    shares_agree(shares, own)
 
 
 def check_cold_npy_files(report: Report, truth: dict, store: Path) -> None:
@@ -261,7 +251,7 @@ def check_cold_npy_files(report: Report, truth: dict, store: Path) -> None:
     shares = feeder_shares(report, truth)
     floor = own["wait_share"] - own["wait_cpu_share"] - SHARE_SLACK
     assert shares["sleep_outside_ns"] + shares["cpu_wait_ns"] >= floor, (shares, own)
-    _clocks_agree(shares, own)
+    shares_agree(shares, own)
 
 
 CHECKS_9 = {"natural_nvidia_smi_logger": check_nvidia_smi_logger,
