@@ -338,7 +338,13 @@ def test_forked_worker_is_walked_like_a_dataloader_worker(bpf: Any, tmp_path: Pa
         assert proc.stdout is not None
         child = int(proc.stdout.readline().split()[1])
         frames = PythonFrames(bpf)
-        assert frames.add_process(child) == ("3.11", True, None)
+        # The parent says "ready" once fork() returned; until the child has run CPython's after-fork code its one
+        # thread state still carries the parent's thread id, and the offsets cannot be confirmed yet: ask again.
+        added, deadline = frames.add_process(child), time.monotonic() + 5
+        while not added[1] and time.monotonic() < deadline:
+            time.sleep(0.05)
+            added = frames.add_process(child)
+        assert added == ("3.11", True, None)
         watch(bpf, child)
         stack = None
         deadline = time.monotonic() + 10
