@@ -13,9 +13,9 @@ from collections import defaultdict
 
 import duckdb
 
+from ingero_mcp.analysis.accounting import SECOND_NS
 from ingero_mcp.analysis.answers import shared_rows
 
-SECOND_NS = 1_000_000_000
 # Calls that queue work on the GPU: launches, copies, memsets (any API, runtime or driver).
 QUEUES = "(kernel_handle IS NOT NULL OR contains(op, 'Memcpy') OR contains(op, 'Memset'))"
 # The parts a thread's time in a drained gap is split into (the accounting's names); 'run_outside' is the rest.

@@ -15,6 +15,7 @@ from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _culprit_names, host_work
 from ingero_mcp.analysis.causes.findings import _k_range
 from ingero_mcp.analysis.causes.sleeps import _runners
+from ingero_mcp.analysis.drained import QUEUES
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.progress import per_second_sql
 
@@ -109,7 +110,7 @@ def queued_copies_sql(pid: int, tid: int, call_class: str, lo: int, hi: int) -> 
                  AND NOT contains(op, 'Event')),
         q AS (SELECT ts_ns AS queued_ns FROM cuda_calls
               WHERE pid = {pid} AND ts_ns < {hi}
-                AND (kernel_handle IS NOT NULL OR contains(op, 'Memcpy') OR contains(op, 'Memset'))),
+                AND {QUEUES}),
         w AS (SELECT cp.start_ns, cp.ns, sy.done_ns FROM cp ASOF LEFT JOIN sy ON cp.start_ns >= sy.done_ns),
         z AS (SELECT w.ns, w.done_ns, q.queued_ns FROM w ASOF LEFT JOIN q ON w.start_ns > q.queued_ns)
         SELECT coalesce(sum(ns) FILTER (WHERE queued_ns IS NULL OR queued_ns < done_ns), 0)::BIGINT AS clean_ns,
