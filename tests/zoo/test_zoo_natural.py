@@ -12,6 +12,8 @@ from natural_checks_7 import CHECKS_7
 from natural_checks_8 import CHECKS_8
 from natural_checks_9 import CHECKS_9
 from natural_checks_10 import CHECKS_10
+from natural_checks_11 import CHECKS_11
+from natural_checks_12 import CHECKS_12
 from natural_shares import SHARE_SLACK, feeder_shares
 from paths import REPO
 from test_zoo import SECOND, _report, _top, decompressed
@@ -501,6 +503,8 @@ CHECKS |= CHECKS_7
 CHECKS |= CHECKS_8
 CHECKS |= CHECKS_9
 CHECKS |= CHECKS_10
+CHECKS |= CHECKS_11
+CHECKS |= CHECKS_12
 
 
 def test_every_natural_store_has_its_check() -> None:
