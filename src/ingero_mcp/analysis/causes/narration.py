@@ -22,11 +22,12 @@ from ingero_mcp.analysis.causes.context import (
     _seconds_sql,
     part_sql,
 )
-from ingero_mcp.analysis.causes.culprits import Explained
+from ingero_mcp.analysis.causes.culprits import Explained, pool_stem
 from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, MIN_EPISODE_LOSS_S, SCAN_FRACTION
 from ingero_mcp.analysis.causes.explain import _explain
 from ingero_mcp.analysis.causes.findings import contrast_findings, steady_findings
 from ingero_mcp.analysis.causes.frames import attach_frames
+from ingero_mcp.analysis.drained import drained_wakers_sql
 from ingero_mcp.analysis.models import (
     PART_LABEL,
     SEVERITY_RANK,
@@ -53,11 +54,12 @@ def _startup(f: Finding, cause: str) -> bool:
     return f.startup and cause not in NOT_STARTUP
 
 
-def _severity(seconds: float, wall_s: float, f: Finding, confident: bool, cause: str = "") -> str:
+def _severity(seconds: float, wall_s: float, f: Finding, confident: bool, cause: str = "",
+              agreed: bool = False) -> str:
     if _startup(f, cause) or not confident and f.mode == "steady" or cause in NOT_HOST:
         return "LOW"
-    if f.drained_s:  # drained gaps at a busy GPU, but its cause is read over all of the part's time in the window:
-        return "LOW"  # said, not asserted
+    if f.drained_s and not agreed:  # drained gaps at a busy GPU, its cause read over all of the part's time in the
+        return "LOW"  # window and not found in the gaps themselves: said, not asserted
     share = seconds / wall_s if wall_s else 0.0
     level = "HIGH" if share >= HIGH_SHARE else "MEDIUM" if share >= MEDIUM_SHARE else "LOW"
     if f.mode == "steady" and (not f.util_known or not confident) and level != "LOW":
@@ -73,6 +75,37 @@ def _worst(ctx: Ctx, f: Finding) -> Finding:
         return f
     w = TimeWindow(start_ns=ctx.t0 + f.worst[0] * SECOND_NS, end_ns=ctx.t0 + (f.worst[1] + 1) * SECOND_NS)
     return replace(f, window=w, ks=f.worst)
+
+
+# A drained finding's cause is asserted where the culprit its explainer named first (reading the whole window), with
+# the rest of its pool or its kind, ended at least this share of the thread's sleep inside the drained gaps
+# themselves: the same waits filled the gaps (healthy_gloo_pair: the window's sleep was mostly the backward's, named
+# first; the gaps' were the gloo collective's, named after it: not asserted).
+DRAINED_AGREE = 0.5
+
+
+def _drained_agreement(ctx: Ctx, f: Finding, ex: Explained) -> Evidence | None:
+    """Evidence that the lead culprits ended most (DRAINED_AGREE) of the thread's sleep inside the drained gaps of a
+    sleep finding at a busy GPU, or None (not a drained sleep finding, nobody named, or they did not). The lead: the
+    first culprit and those of its pool (pool_stem) and relation (175 nvidia-smi children are one)."""
+    if not f.drained_s or f.part not in ("sleep_outside", "io") or not ex.culprits:
+        return None
+    t, first = f.thread, ex.culprits[0]
+    lead = [c for c in ex.culprits if c.relation == first.relation and pool_stem(c.comm) == pool_stem(first.comm)]
+    sql = drained_wakers_sql(t.pid, t.tid, f.window.start_ns, f.window.end_ns, io=f.part == "io")
+    got = rows(ctx.con, sql)
+    total = sum(int(ns or 0) for _p, _t, ns in got)
+    threads = {(c.pid, tid) for c in lead for tid in c.tids}
+    others = {c.pid for c in lead if c.pid is not None and c.pid != t.pid}  # another process: any of its threads
+    named = [(p, tid) for p, tid, _ns in got if (p, tid) in threads or p in others]
+    ended = sum(int(ns or 0) for p, tid, ns in got if (p, tid) in named)
+    if not total or ended < DRAINED_AGREE * total:
+        return None
+    keys = ", ".join(f"({int(p)}, {int(tid)})" for p, tid in named)
+    return Evidence(name="sleep inside the drained gaps ended by the culprits named, of all of it (s)",
+                    value=f"{ended / 1e9:.2f} of {total / 1e9:.2f}",
+                    sql=(f"SELECT round(sum(ns) FILTER (WHERE (waker_pid, waker_tid) IN ({keys})) / 1e9, 2) || ' of ' "
+                         f"|| round(sum(ns) / 1e9, 2) FROM ({sql})"))
 
 
 def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> CausalChain:
@@ -105,6 +138,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         if f.drained_s:
             gpu += f" ({f.drained_s:.2f} s of it with nothing of the process queued on the GPU)"
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{gpu}: {ex.reason}"
+    agreed = _drained_agreement(ctx, f, ex)
     ev = []
     if ph is not None and ph.sql:
         ev.append(Evidence(name=f"short slow episodes (runs of {(ph.bin_ns or SECOND_NS) / 1e6:.0f} ms bins under "
@@ -146,11 +180,14 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
                                f"AND {f.window.end_ns}"))
     ev.append(Evidence(name="feeding time explained (s)", value=round(f.seconds_lost, 2), unit="s"))
     ev += ex.evidence
+    if agreed is not None:
+        ev.append(agreed)
     numbers = {"who": who, "share": f"{pct:.0f}", "window": ctx.span(f.window), "cpus_total": "?", **ex.numbers}
     return CausalChain(
         id=f"{ex.cause}:{t.pid}/{t.tid}@{f.ks[0]}s", op=ex.cause,
-        severity=_severity(f.seconds_lost, wall_s, f, ex.confident, ex.cause),  # type: ignore[arg-type]
-        summary=summary, root_cause=ex.cause, explanation=_explanation(f, ex),
+        severity=_severity(f.seconds_lost, wall_s, f, ex.confident, ex.cause,  # type: ignore[arg-type]
+                           agreed=agreed is not None),
+        summary=summary, root_cause=ex.cause, explanation=_explanation(f, ex, agreed is not None),
         seconds_lost=round(f.seconds_lost, 3), window=f.window, culprits=ex.culprits, pids=[t.pid],
         evidence=ev, recommendations=rc.recommend(rc.io_fix(ex.cause, numbers), numbers))
 
@@ -164,7 +201,7 @@ def _fell(f: Finding) -> str:
     return f"{f.unit} fell {f.slowdown:.1f}x ({base:,.{digits}f} -> {now:,.{digits}f})"
 
 
-def _explanation(f: Finding, ex: Explained) -> str:
+def _explanation(f: Finding, ex: Explained, agreed: bool = False) -> str:
     if f.phase is not None:
         return (f"Read from the time accounting: in the seconds holding {len(f.phase.episodes)} short slow "
                 f"episodes (the process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, "
@@ -176,6 +213,14 @@ def _explanation(f: Finding, ex: Explained) -> str:
         return (f"Read from the time accounting: in this slow phase the part of the feeding thread's time "
                 f"{PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}%; "
                 f"{f.seconds_lost:.2f} s of the time lost to the slowdown is attributed to it. " + ex.reason + ".")
+    if f.drained_s:
+        return (f"Read from the time accounting: in the window the feeding thread was {PART_LABEL[f.part]} "
+                f"{100 * f.share:.1f}% of the time; {f.seconds_lost:.2f} s of it fell where nothing of its process was "
+                "queued on the GPU (after a synchronising call returned, before the next launch or copy), time the "
+                "GPU could not spend on the job whatever its utilisation says (a lower bound). " + ex.reason + ". "
+                + ("The culprits named ended most of the sleep inside those stretches (evidence)." if agreed else
+                   "The cause is read over all of the part's time in the window, not only those stretches: said, "
+                   "not asserted."))
     return (f"Read from the time accounting: while the GPU was idle, the feeding thread was {PART_LABEL[f.part]} "
             f"{100 * f.share:.1f}% of the time; {f.seconds_lost:.2f} s of GPU-idle time is attributed to it. "
             + ex.reason + ".")
