@@ -81,21 +81,38 @@ def culprit_name(c: Culprit) -> str:
     return f"{comm}[{fmt.pid_ranges(c.tids, 2)}]" if c.tids else comm
 
 
+def _named_once(culprits: list[Culprit]) -> list[tuple[str, str, Culprit]]:
+    """Each task once (a merged chain may name one twice: its largest share), and processes of one name and relation
+    as one (175 nvidia-smi children each ending 25 ms of sleep are one culprit of 4.4 s), with their summed time."""
+    ranked: dict[tuple[str, str], tuple[str, str, Culprit]] = {}
+    procs: dict[tuple[str, str], list[Culprit]] = {}
+    for c in sorted(culprits, key=lambda c: -c.ns):
+        key = (culprit_name(c), c.relation)
+        if key in ranked:
+            continue
+        ranked[key] = (key[0], fmt.clean(c.relation, 40) or "related", c)
+        if c.pid is not None and c.relation.endswith("process") and c.relation != "same process":
+            procs.setdefault((c.comm or "?", c.relation), []).append(c)
+    for (comm, relation), group in procs.items():
+        if len(group) < 2:
+            continue
+        for c in group:
+            ranked.pop((culprit_name(c), relation))
+        pids = sorted(int(c.pid) for c in group if c.pid is not None)
+        name = f"{fmt.clean(comm, 64)}[{fmt.pid_ranges(pids, 2)}]"
+        ranked[(name, relation)] = (name, f"{len(pids)} {fmt.clean(relation, 40)}es",
+                                    group[0].model_copy(update={"ns": sum(c.ns for c in group)}))
+    return sorted(ranked.values(), key=lambda nc: -nc[2].ns)
+
+
 def culprits_text(chain: CausalChain, room: int = 10_000) -> str:
     """The few culprits that account for most of the finding's time (as many as fit in `room` characters, at least
-    one; each task once), with how many more --full names."""
-    ranked: list[Culprit] = []
-    seen: set[tuple[str, str]] = set()
-    for c in sorted(chain.culprits, key=lambda c: -c.ns):  # a merged chain may name a task twice: its largest share
-        key = (culprit_name(c), c.relation)
-        if key not in seen:
-            seen.add(key)
-            ranked.append(c)
-    shown = [c for c in ranked if c.ns >= CULPRIT_MIN_SHARE * ranked[0].ns][:CULPRITS_SHOWN] if ranked else []
+    one; each task once, processes of one name as one), with how many more --full names."""
+    ranked = _named_once(chain.culprits)
+    shown = [nc for nc in ranked if nc[2].ns >= CULPRIT_MIN_SHARE * ranked[0][2].ns][:CULPRITS_SHOWN] if ranked else []
     text = ""
     for n in range(len(shown), 0, -1):
-        parts = [f"{culprit_name(c)} ({fmt.clean(c.relation, 40) or 'related'}, {c.ns / 1e9:,.2f} s)"
-                 for c in shown[:n]]
+        parts = [f"{name} ({relation}, {c.ns / 1e9:,.2f} s)" for name, relation, c in shown[:n]]
         more = len(ranked) - n
         text = ", ".join(parts) + (f"; +{more} more" if more else "")
         if len(text) <= room:
