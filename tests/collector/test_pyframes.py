@@ -363,6 +363,54 @@ def test_forked_worker_is_walked_like_a_dataloader_worker(bpf: Any, tmp_path: Pa
                 pass
 
 
+RAW_FORK = '''\
+import ctypes, time
+
+pid = ctypes.PyDLL(None).fork()  # fork(2) itself: CPython's after-fork code not run in the child (yet)
+if pid == 0:
+    time.sleep(1.0)  # the window a worker seen at its fork is in: its thread state carries the parent's id
+    ctypes.pythonapi.PyOS_AfterFork_Child()
+    while True:
+        time.sleep(0.01)
+print("ready", pid, flush=True)
+while True:
+    time.sleep(0.01)
+'''
+
+
+@pytest.mark.ebpf
+def test_a_child_seen_before_its_after_fork_code_is_asked_again(bpf: Any, tmp_path: Path) -> None:
+    """The collector asks the walker about a process once, when first traced; a child seen before CPython's after-fork
+    code ran cannot be confirmed then, and is asked again on later samples (UserStacks.retry_unconfirmed) until it
+    can: its Python frames walked, not left native for the rest of the trace."""
+    from ingero_mcp.collector.ustacks import UNCONFIRMED, UserStacks
+
+    script = tmp_path / "rawfork.py"
+    script.write_text(RAW_FORK)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = 0
+    try:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline().split()[1])
+        stacks = UserStacks(None, lambda *a: None, PythonFrames(bpf), 49)
+        stacks.add_process(child)
+        assert not stacks.sources[child][1] and UNCONFIRMED in (stacks.sources[child][2] or ""), stacks.sources
+        deadline = time.monotonic() + 8
+        while child in stacks.unconfirmed and time.monotonic() < deadline:
+            time.sleep(0.1)
+            stacks.retry_unconfirmed([child])
+        assert stacks.sources[child] == ("3.11", True, None), stacks.sources[child]
+        assert child not in stacks.unconfirmed
+    finally:
+        proc.kill()
+        proc.wait()
+        if child:
+            try:
+                os.kill(child, 9)
+            except ProcessLookupError:
+                pass
+
+
 @pytest.mark.ebpf
 def test_perf_event_samples_of_the_running_thread(bpf: Any, tmp_path: Path) -> None:
     from ingero_mcp.collector.bccload import import_bcc

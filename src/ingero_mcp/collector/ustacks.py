@@ -12,6 +12,7 @@ up to the first interpreter frame, then the Python frames; else one 'user' stack
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +47,11 @@ def attach_sampler(bpf: Any, hz: int) -> str | None:
     return None
 
 
+# A process first seen right at its fork (a DataLoader worker): until the child has run CPython's after-fork code its
+# thread state carries the parent's thread id and the walker's offsets cannot be confirmed. Asked again at most every
+# RETRY_EVERY_S on later samples, for RETRY_FOR_S after the first ask.
+RETRY_EVERY_S, RETRY_FOR_S = 0.2, 10.0
+UNCONFIRMED = "offsets not confirmed"
 SAMPLE_PROBE = "stack_sample"  # probe_costs.probe: the on-CPU sampler's time per sample (analysis/cost.py)
 # The sampler's kernel time per sample where this host did not measure it: perf_sample's run time / runs as the kernel
 # timed it on the H200 (kernel.bpf_stats_enabled=1, bench/README.md "Stacks on the H200"): 4.3 us.
@@ -94,6 +100,7 @@ class UserStacks:
         self.sources: dict[int, tuple[str | None, bool, str | None]] = {}  # pid -> add_process's answer
         self.depths: dict[int, list[int]] = {}  # pid -> [native stacks read, of them deeper than 2 frames]
         self.sources_dirty = False
+        self.unconfirmed: dict[int, tuple[float, float]] = {}  # pid -> (first ask, last ask), monotonic seconds
 
     def add_process(self, pid: int) -> None:
         """A traced process first seen: its mappings read while it lives, the Python walker told about it."""
@@ -103,10 +110,34 @@ class UserStacks:
         try:
             if warm is not None:
                 warm(pid)
+        except Exception:  # noqa: BLE001, S110 - a process gone: its stacks stay unresolved, the walker says why
+            pass
+        self._ask_walker(pid)
+
+    def _ask_walker(self, pid: int) -> None:
+        """The Python walker's answer for a process; an unconfirmed one (a child before its after-fork code ran) is
+        asked again on later samples (retry_unconfirmed)."""
+        try:
             self.sources[pid] = self.pyframes.add_process(pid)
         except Exception as exc:  # noqa: BLE001 - a process gone, a walker's failure: its stacks stay native
             self.sources[pid] = (None, False, f"Python frames not walked: {type(exc).__name__}: {exc}")
+        now = time.monotonic()
+        if UNCONFIRMED in (self.sources[pid][2] or ""):
+            self.unconfirmed[pid] = (self.unconfirmed.get(pid, (now, now))[0], now)
+        else:
+            self.unconfirmed.pop(pid, None)
         self.sources_dirty = True
+
+    def retry_unconfirmed(self, pids: list[int] | None = None) -> None:
+        """Ask the walker again about processes whose offsets were not confirmed yet (of `pids`, or all), each at most
+        every RETRY_EVERY_S and for RETRY_FOR_S after the first ask; then their answer stands."""
+        now = time.monotonic()
+        for pid in list(self.unconfirmed if pids is None else set(pids) & self.unconfirmed.keys()):
+            first, last = self.unconfirmed[pid]
+            if now - first > RETRY_FOR_S:
+                del self.unconfirmed[pid]
+            elif now - last >= RETRY_EVERY_S:
+                self._ask_walker(pid)
 
     def forget(self, pid: int) -> None:
         """A process exec'd: its addresses mean other code from now on (its stacks already stored stay)."""
@@ -190,6 +221,8 @@ class UserStacks:
         taken = (map_ids >= 0) | (py_ids != 0)  # preemptions take no stack: most intervals, skipped here
         if not taken.any():
             return pa.nulls(len(pids), pa.int64())
+        if self.unconfirmed:
+            self.retry_unconfirmed(np.unique(pids[taken]).tolist())
         keys = np.empty(int(taken.sum()), dtype=[("pid", "<i8"), ("map", "<i8"), ("py", "<u8")])
         keys["pid"], keys["map"], keys["py"] = pids[taken], map_ids[taken], py_ids[taken]
         uniq, inverse = np.unique(keys, return_inverse=True)
