@@ -18,9 +18,15 @@ import duckdb
 from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.store.views import SECONDS_TABLE
 
 MAX_HOPS = 3  # edges followed from the sleeping thread
 FOLLOW_SHARE = 0.5  # a waker is followed (or judged) by what filled at least this share of the sleeps it ended
+# A waker that ran (a pipeline's middle stage) but also waited on a task for SLACK_SHARE of the time, while that task
+# ran SATURATED of it and more than the waker did, had slack: the task it waited on set the pace (a DataLoader's
+# pin-memory thread running 73% of the time and waiting on its workers, which ran 99%).
+# Both shares over the whole window (_busy), the task's more than the waker's by half the slack at least.
+SLACK_SHARE, SATURATED = 0.15, 0.9
 
 # What a sleep waited in, tried in order: (kind, frames regex (kernel stack, innermost first), system calls). A frame
 # matches with or without the underscores kernels prefix to inner variants (6.18: __mem_cgroup_handle_over_high).
@@ -305,6 +311,61 @@ def _signaller(con: duckdb.DuckDBPyConnection, h: Hop, kind: str) -> tuple[int, 
     return max(tasks, key=lambda k: tasks[k])
 
 
+def _top_task(h: Hop, kind: str) -> tuple[int, int] | None:
+    """The task that ended most of a hop's sleeps of `kind`, where tasks ended FOLLOW_SHARE of them."""
+    tasks: dict[tuple[int, int], int] = {}
+    for _k, wpid, wtid, _c, wctx, ns in (s for s in h.sleeping if s[0] == kind):
+        if wctx == "task" and wpid is not None and wtid is not None:
+            tasks[(wpid, wtid)] = tasks.get((wpid, wtid), 0) + ns
+    total = sum(s[5] for s in h.sleeping if s[0] == kind)
+    return max(tasks, key=lambda k: tasks[k]) if tasks and sum(tasks.values()) >= FOLLOW_SHARE * total else None
+
+
+def _busy(con: duckdb.DuckDBPyConnection, pid: int, tid: int, w: TimeWindow) -> float | None:
+    """A thread's running share of its time over the whole window (not only while another waited on it: a server
+    runs whenever its client waits for it, however idle it is otherwise)."""
+    got = shared_rows(con, f"SELECT sum(run_outside_ns + run_inside_ns) / nullif(sum(wall_ns), 0) FROM {SECONDS_TABLE} "
+                           f"WHERE pid = {int(pid)} AND tid = {int(tid)} AND start_ns >= {int(w.start_ns)} "
+                           f"AND start_ns < {int(w.end_ns)}")
+    return None if not got or got[0][0] is None else float(got[0][0])
+
+
+def _saturated_upstream(con: duckdb.DuckDBPyConnection, intervals: str, h: Hop, w: TimeWindow,
+                        traced: set[tuple[int, int]], seen: set[tuple[int, int]],
+                        hops_left: int) -> tuple[str, tuple[int, int]] | None:
+    """(the next hop's intervals, the task) where a running hop had slack (SLACK_SHARE asleep in one kind, mostly
+    ended by a traced task not already on the path) and the walk from that task, within hops_left hops (a worker's
+    queue-feeding thread, then the worker), reaches a thread that ran SATURATED of the time and more than the hop
+    did: the pace was set there. None: the hop is the pace."""
+    kinds = _by_kind(h)
+    kind = max(kinds, key=lambda k: kinds[k]) if kinds else None
+    if kind is None or kind in STOP_KINDS or h.share(kinds[kind]) < SLACK_SHARE:
+        return None
+    first = _top_task(h, kind)
+    lo = w.start_ns - 60 * 1_000_000_000
+    cur, at, iv, visited = first, h, intervals, set(seen)
+    for _ in range(hops_left):
+        if cur is None or cur in visited or cur not in traced:
+            return None
+        iv = _next_intervals(iv, at.pid, at.tid, lo, w.end_ns, cur[1])
+        at = hop(con, iv, cur[0], cur[1], w)
+        visited.add(cur)
+        if at.total_ns <= 0:
+            return None
+        if at.share(at.running_ns) >= FOLLOW_SHARE:
+            mine, theirs = _busy(con, h.pid, h.tid, w), _busy(con, cur[0], cur[1], w)
+            if theirs is None or theirs < max(SATURATED, (mine or 0.0) + SLACK_SHARE / 2):
+                return None
+            h.followed_kind = kind
+            return _next_intervals(intervals, h.pid, h.tid, lo, w.end_ns, first[1]), first  # type: ignore[index]
+        up = _by_kind(at)
+        k = max(up, key=lambda x: up[x]) if up else None
+        if k is None or k in STOP_KINDS or at.share(up[k]) < FOLLOW_SHARE * 0.6:
+            return None
+        cur = _top_task(at, k)
+    return None
+
+
 def follow(con: duckdb.DuckDBPyConnection, sleeper: tuple[int, int], waker: tuple[int, int], w: TimeWindow,
            traced: set[tuple[int, int]], every_sleep: bool = False) -> WaitPath:
     """The wait-for path from a thread's sleeps ended by `waker` (see the module's docstring); `every_sleep`: from
@@ -324,7 +385,11 @@ def follow(con: duckdb.DuckDBPyConnection, sleeper: tuple[int, int], waker: tupl
         if h.total_ns <= 0:
             return WaitPath(hops=hops, stop="mixed")
         if h.share(h.running_ns) >= FOLLOW_SHARE:
-            return WaitPath(hops=hops, stop="running")
+            up = _saturated_upstream(con, intervals, h, w, traced, seen | {sleeper}, MAX_HOPS - len(hops))
+            if up is None:
+                return WaitPath(hops=hops, stop="running")
+            intervals, cur = up
+            continue
         if h.share(h.cpu_wait_ns) >= 0.3 and h.cpu_wait_ns >= h.running_ns:
             return WaitPath(hops=hops, stop="cpu_wait")
         kinds = _by_kind(h)

@@ -24,6 +24,7 @@ TIMED_SLEEPS = frozenset({"nanosleep", "clock_nanosleep"})
 # The standard library's waits for another thread's signal (threading's Condition, Event, Semaphore, Barrier and join;
 # queue's get and put): a thread asleep in one of them waits for what another thread makes, not for a lock it holds.
 PYTHON_WAITS = frozenset({"threading.py", "queue.py"})
+WAKER_MIN_SHARE, JOB = 0.01, ("same process", "child process")  # a waker outside the job: a culprit from 1% of it
 
 
 def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> tuple[str, list[tuple]]:
@@ -59,9 +60,7 @@ def _runners(ctx: Ctx, f: Finding, family: bool = False) -> tuple[str, list[Culp
     ran = sorted((m[0], m[1]) for m in members if m[2] > 0)
     tids = [tid for _pid, tid in ran]
     who = ctx.who(*ran[0]) if len(ran) == 1 else f"{len(ran)} threads named {name} ({_id_range(tids)})"
-    by_pid: dict[int, list[int]] = defaultdict(list)
-    for pid, tid in ran:
-        by_pid[pid].append(tid)
+    by_pid: dict[int, list[int]] = {pid: [tid for p, tid in ran if p == pid] for pid, _tid in ran}
     culprits = [Culprit(pid=pid, tids=ts, comm=name, relation=ctx.relation(t.pid, pid, ts[0], name),
                         ns=sum(m[2] for m in members if m[0] == pid)) for pid, ts in by_pid.items()]
     kset = ", ".join(map(str, tids))
@@ -95,13 +94,13 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
     tids = culprits[0].tids
     timed = int(known[0][5] or 0)
     ev = [_enders(ctx, sql, known, total), ran]
+    blamed = [Culprit(pid=t.pid, tids=tids, comm=name, relation="same process", ns=timed)]
     if waited is not None:
         frame, share, where = waited
         # a task among the sleeps' enders that is one of the runners: it did signal the wait now and then
         signalled = any(r[3] not in ("irq", "softirq") and int(r[1]) in tids for r in known)
         return Explained(
-            cause=rc.WAITING_ON_THREAD, evidence=[*ev, where], confident=signalled,
-            culprits=[Culprit(pid=t.pid, tids=tids, comm=name, relation="same process", ns=timed)],
+            cause=rc.WAITING_ON_THREAD, evidence=[*ev, where], confident=signalled, culprits=blamed,
             numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
             reason=(f"asleep in {frame.label()} for {share:.0f}% of its sleep with a stack, waits that ended on "
                     f"their timeout ({100 * timed / total:.0f}% of the sleep: it looked again every few ms) while "
@@ -110,11 +109,9 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
                        f"{run_ns / 1e9:.1f} thread-seconds in those {wall_ns / 1e9:.1f} s")
                     + f": it waits for what {'that thread makes' if len(tids) == 1 else 'they make'} (through a "
                       "condition, an event or a queue)"))
-    holds = (f"{who} holds the GIL (or the lock)" if len(tids) == 1
-             else "they hold the GIL (or the lock) in turn")
+    holds = f"{who} holds the GIL (or the lock)" if len(tids) == 1 else "they hold the GIL (or the lock) in turn"
     return Explained(
-        cause=rc.LOCK_OR_GIL, evidence=ev,
-        culprits=[Culprit(pid=t.pid, tids=tids, comm=name, relation="same process", ns=timed)],
+        cause=rc.LOCK_OR_GIL, evidence=ev, culprits=blamed,
         numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
         reason=(f"asleep in futex() waits that ended on their timeout ({100 * timed / total:.0f}% of the sleep: a lock "
                 f"or the GIL, asked for again every few ms) while {who} of the same process ran "
@@ -261,15 +258,17 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
         # a lock wait with a timeout (the GIL waits 5 ms, then asks for the lock): the timer ends the wait, the task
         # that releases the lock is the one it waits on
         known = tasks + [r for r in known if r not in tasks]
-    wpid, wtid, wcomm, wctx, _n, wns, io_ns, syscall = known[0]
-    wpid, wtid = int(wpid), int(wtid)
+    wpid, wtid, wcomm, wctx, _n, wns, io_ns, syscall = (int(known[0][0]), int(known[0][1]), *known[0][2:])
     rel = "interrupt" if wctx in ("irq", "softirq") else ctx.relation(t.pid, wpid, wtid, wcomm)
     culprits = []
-    for r in known[:5]:
+    for i, r in enumerate(known[:5]):
         if r[3] in ("irq", "softirq"):
             continue  # the task an interrupt landed on did not wake anyone
-        culprits.append(Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2],
-                                relation=ctx.relation(t.pid, int(r[0]), int(r[1]), r[2]), ns=int(r[5] or 0)))
+        rel_r = ctx.relation(t.pid, int(r[0]), int(r[1]), r[2])
+        if i and int(r[5] or 0) < WAKER_MIN_SHARE * total and rel_r not in JOB:
+            continue  # a task outside the job that ended a few sleeps (a harness's signal): evidence, not a culprit
+        culprits.append(Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2], relation=rel_r,
+                                ns=int(r[5] or 0)))
     if signaller is not None:  # what it waited on for all the time it slept in that wait, not the few signals' time
         culprits[0].ns = signaller[2]
     share = int(wns or 0) / total
@@ -467,6 +466,7 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         if end_rel == "child process":
             kids = [c for c in culprits if c.relation == "child process"]
             names = _by_name(ctx, kids) or end_who
+            via = via if locked or end is first else f", through {who}"  # the workers are named: the hop between
             if locked:
                 return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev,
                                  numbers={**numbers, "worker_gil": end_who},
