@@ -94,22 +94,31 @@ def _named_once(culprits: list[Culprit]) -> list[tuple[str, str, Culprit]]:
         if c.pid is not None and c.relation.endswith("process") and c.relation != "same process":
             procs.setdefault((c.comm or "?", c.relation), []).append(c)
     for (comm, relation), group in procs.items():
-        if len(group) < 2:
+        pids = sorted({int(c.pid) for c in group if c.pid is not None})
+        if len(pids) < 2:
             continue
         for c in group:
             ranked.pop((culprit_name(c), relation))
-        pids = sorted(int(c.pid) for c in group if c.pid is not None)
         name = f"{fmt.clean(comm, 64)}[{fmt.pid_ranges(pids, 2)}]"
         ranked[(name, relation)] = (name, f"{len(pids)} {fmt.clean(relation, 40)}es",
                                     group[0].model_copy(update={"ns": sum(c.ns for c in group)}))
-    return sorted(ranked.values(), key=lambda nc: -nc[2].ns)
+    lead = culprits[0] if culprits else None  # the one the analysis blames comes first, then by time
+    return sorted(ranked.values(), key=lambda nc: (not _same(nc[2], lead), -nc[2].ns))
+
+
+def _same(c: Culprit, lead: Culprit | None) -> bool:
+    """Whether an entry stands for the lead culprit (itself, or the group of processes it is one of)."""
+    return lead is not None and c.pid is not None and c.relation == lead.relation and (
+        c.pid == lead.pid and c.tids[:1] == lead.tids[:1] or c.relation.endswith("process") and c.comm == lead.comm
+        and c.relation != "same process")
 
 
 def culprits_text(chain: CausalChain, room: int = 10_000) -> str:
-    """The few culprits that account for most of the finding's time (as many as fit in `room` characters, at least
-    one; each task once, processes of one name as one), with how many more --full names."""
+    """The culprit the finding blames, then the few that account for most of its time (as many as fit in `room`
+    characters, at least one; each task once, processes of one name as one), with how many more --full names."""
     ranked = _named_once(chain.culprits)
-    shown = [nc for nc in ranked if nc[2].ns >= CULPRIT_MIN_SHARE * ranked[0][2].ns][:CULPRITS_SHOWN] if ranked else []
+    most = max((nc[2].ns for nc in ranked), default=0)
+    shown = [nc for i, nc in enumerate(ranked) if not i or nc[2].ns >= CULPRIT_MIN_SHARE * most][:CULPRITS_SHOWN]
     text = ""
     for n in range(len(shown), 0, -1):
         parts = [f"{name} ({relation}, {c.ns / 1e9:,.2f} s)" for name, relation, c in shown[:n]]
