@@ -212,8 +212,8 @@ def check_nonzero_masked_loss(report: Report, truth: dict, store: Path) -> None:
     GPU's idle time plus half a second. Under 80%, with four selections a step or more and a fifth of the run or more
     in the loss after each step's first selection (the round trips and the launches between them, the GPU nearly
     idle), a HIGH or MEDIUM excess-sync finding. The main thread's time inside CUDA calls (asleep or running: each
-    selection waits in a stream synchronise) is at least half its share in the selections and .item(); its time on a
-    CPU and waiting for one, its own clocks' (SHARE_SLACK)."""
+    selection waits in a stream synchronise) is at least half its share in the selections and .item(), where the GPU
+    was behind the host (revised: see below); its time on a CPU and waiting for one, its own clocks' (SHARE_SLACK)."""
     own, pid = truth["self"], truth["feeder"]["pid"]
     steps = max(own["steps"], 1)
     top = _in_run(report, truth)
@@ -235,8 +235,12 @@ def check_nonzero_masked_loss(report: Report, truth: dict, store: Path) -> None:
     if busy < 0.8 and own["selects_per_step"] >= 4 and own["loss_after_first_share"] >= 0.2:
         assert any(c.root_cause == "excess-sync" for c in top), (_said(top), own)
     shares = clocks_agree(report, truth)
-    inside = shares["run_inside_ns"] + shares["sleep_inside_ns"]
-    assert inside >= 0.5 * own["sync_share"], (shares, own)
+    # Revised after the first score: the premise (each selection waits in a stream synchronise) holds only where the
+    # GPU is behind the host. Recorded, the host was: a step's kernels took 10.6 ms on the GPU against 21.8 ms of
+    # queueing them, the synchronises returned in 6 us (median), and the selections' time was host work around them.
+    if own["gpu_step_ms"] is not None and own["gpu_step_ms"] >= own["issue_s"] / steps * 1e3:
+        inside = shares["run_inside_ns"] + shares["sleep_inside_ns"]
+        assert inside >= 0.5 * own["sync_share"], (shares, own)
 
 
 CHECKS_12 = {"natural_numpy_features_main": check_numpy_features_main,
