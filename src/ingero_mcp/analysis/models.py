@@ -27,7 +27,7 @@ PARTS = ("cpu_wait", "sleep_outside", "io", "gpu_wait", "run_inside", "run_outsi
 PART_LABEL = {
     "cpu_wait": "waiting for a CPU", "sleep_outside": "sleeping outside CUDA calls", "io": "in IO sleep (D state)",
     "gpu_wait": "asleep in CUDA calls (waiting for the GPU)", "run_inside": "on the CPU inside CUDA calls",
-    "run_outside": "running outside CUDA calls (Python, data preparation)", "unknown": "off-CPU (split not recorded)",
+    "run_outside": "running outside CUDA calls (its own code)", "unknown": "off-CPU (split not recorded)",
 }
 
 
