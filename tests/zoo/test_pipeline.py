@@ -37,6 +37,8 @@ def test_the_saturated_workers_behind_the_pin_thread_set_the_pace(stores: Path) 
     assert chain.culprits[0].pid in workers, chain.culprits[:2]
     assert f"through pt_data_pin[{truth['feeder']['pid']}/{truth['pin_thread']['tid']}]" in chain.summary, chain.summary
     assert "pt_data_pin" not in chain.summary.split("which were")[-1], chain.summary
+    named = chain.summary.split("its worker processes pt_data_worker[")[1].split("]")[0]
+    assert named == ",".join(map(str, sorted(workers))), (named, workers)  # both saturated workers, not the one reached
 
 
 def test_a_helper_busy_only_while_waited_on_is_not_the_pace(stores: Path) -> None:

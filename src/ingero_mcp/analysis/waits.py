@@ -25,7 +25,7 @@ FOLLOW_SHARE = 0.5  # a waker is followed (or judged) by what filled at least th
 # A waker that ran (a pipeline's middle stage) but also waited on a task for SLACK_SHARE of the time, while that task
 # ran SATURATED of it and more than the waker did, had slack: the task it waited on set the pace (a DataLoader's
 # pin-memory thread running 73% of the time and waiting on its workers, which ran 99%).
-# Both shares over the whole window (_busy), the task's more than the waker's by half the slack at least.
+# Both shares over the whole window (busy_share), the task's more than the waker's by half the slack at least.
 SLACK_SHARE, SATURATED = 0.15, 0.9
 
 # What a sleep waited in, tried in order: (kind, frames regex (kernel stack, innermost first), system calls). A frame
@@ -321,7 +321,7 @@ def _top_task(h: Hop, kind: str) -> tuple[int, int] | None:
     return max(tasks, key=lambda k: tasks[k]) if tasks and sum(tasks.values()) >= FOLLOW_SHARE * total else None
 
 
-def _busy(con: duckdb.DuckDBPyConnection, pid: int, tid: int, w: TimeWindow) -> float | None:
+def busy_share(con: duckdb.DuckDBPyConnection, pid: int, tid: int, w: TimeWindow) -> float | None:
     """A thread's running share of its time over the whole window (not only while another waited on it: a server
     runs whenever its client waits for it, however idle it is otherwise)."""
     got = shared_rows(con, f"SELECT sum(run_outside_ns + run_inside_ns) / nullif(sum(wall_ns), 0) FROM {SECONDS_TABLE} "
@@ -353,7 +353,7 @@ def _saturated_upstream(con: duckdb.DuckDBPyConnection, intervals: str, h: Hop, 
         if at.total_ns <= 0:
             return None
         if at.share(at.running_ns) >= FOLLOW_SHARE:
-            mine, theirs = _busy(con, h.pid, h.tid, w), _busy(con, cur[0], cur[1], w)
+            mine, theirs = busy_share(con, h.pid, h.tid, w), busy_share(con, cur[0], cur[1], w)
             if theirs is None or theirs < max(SATURATED, (mine or 0.0) + SLACK_SHARE / 2):
                 return None
             h.followed_kind = kind

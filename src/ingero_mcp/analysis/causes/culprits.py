@@ -5,7 +5,6 @@ idle one), grouped and named; the explanation of CPU waits.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 import re
 
 from ingero_mcp.analysis import recommend as rc
@@ -14,9 +13,7 @@ from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding, part_ns
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.stacks import framework_share_sql, recorded
-
-if TYPE_CHECKING:
-    from ingero_mcp.analysis.waits import WaitPath
+from ingero_mcp.analysis.waits import SATURATED, WaitPath, busy_share
 
 def holders_sql(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> str:
     """Who held the CPU while the thread waited for one: its waits on each CPU in each 1 s bucket, shared among
@@ -264,15 +261,27 @@ def _role(relation: str) -> str:
     return {"child process": "its worker process", "same process": "its thread"}.get(relation, "the process")
 
 
-def _by_name(ctx: Ctx, culprits: list[Culprit], least: float = 0.01) -> str:
+def _by_name(ctx: Ctx, culprits: list[Culprit], least: float = 0.01, also: list[int] | tuple[int, ...] = ()) -> str:
     """'batchsrv[1125], loader[1133,1134]': processes grouped by their name, each group's pids as ranges; those whose
-    time is under `least` of the largest's (one wake-up at a window's edge) left out of the words (not the culprits)."""
+    time is under `least` of the largest's (one wake-up at a window's edge) left out of the words (not the culprits);
+    `also`: processes said with their name's group though not culprits (siblings)."""
     most = max((c.ns or 0 for c in culprits), default=0)
     pids: dict[str, set[int]] = {}
     for c in culprits:
         if c.pid and (c.ns is None or c.ns >= least * most) and not any(c.pid in got for got in pids.values()):
             pids.setdefault(ctx.procs.get(c.pid, (None, None, None))[1] or c.comm or "?", set()).add(c.pid)
+    for pid in also:
+        if not any(pid in got for got in pids.values()):
+            pids.setdefault(ctx.procs.get(pid, (None, None, None))[1] or "?", set()).add(pid)
     return ", ".join(f"{comm}[{_id_range(sorted(p))}]" for comm, p in pids.items())
+
+
+def siblings(ctx: Ctx, job: int, pid: int, w: TimeWindow) -> list[int]:
+    """The job's other child processes named as `pid` is, alive through most of the window, whose main thread was busy
+    SATURATED of it: the rest of the pool one member of which a wait-for walk reached, running alike."""
+    comm = ctx.procs.get(pid, (None, None, None))[1]
+    return [p for p in ctx.alive_children(job, w) if p != pid and comm
+            and ctx.procs.get(p, (None, None, None))[1] == comm and (busy_share(ctx.con, p, p, w) or 0.0) >= SATURATED]
 
 
 def pool_stem(comm: str | None) -> str | None:

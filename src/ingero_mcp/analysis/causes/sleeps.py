@@ -13,7 +13,7 @@ from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import (Explained, _autograd, _by_name, _channel, _id_range, _role, collective,
-                                                  explain_cpu_wait, host_work, pool_stem)
+                                                  explain_cpu_wait, host_work, pool_stem, siblings)
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
 from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
@@ -465,7 +465,7 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
     if path.stop == "running":
         if end_rel == "child process":
             kids = [c for c in culprits if c.relation == "child process"]
-            names = _by_name(ctx, kids) or end_who
+            names = _by_name(ctx, kids, also=() if end is first else siblings(ctx, t.pid, end.pid, f.window)) or end_who
             via = via if locked or end is first else f", through {who}"  # the workers are named: the hop between
             if locked:
                 return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev,
