@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from natural_shares import SHARE_SLACK, clocks_agree
+from natural_shares import said as _said, seconds as _seconds, gpu_busy_rules as _gpu_busy_rules
 from test_zoo import SECOND, _top
 
 from ingero_mcp.analysis.models import CausalChain, Report
@@ -26,14 +27,6 @@ MALLOC_GB_PER_S = 1.0  # device memory the allocator reserved anew a second (res
 CPU_WAIT_SHARE = 0.05  # the main thread's wait for a CPU (schedstat run delay), as a share of the run
 THIRD = 1 / 3
 NOT_A_TASK = ("kernel", "interrupt")  # culprit relations that name no process
-
-
-def _said(chains: list[CausalChain]) -> list[str]:
-    return [f"{c.severity} {c.root_cause}: {c.summary}" for c in chains]
-
-
-def _seconds(chains: list[CausalChain], causes: set[str]) -> float:
-    return sum(c.seconds_lost or 0.0 for c in chains if c.root_cause in causes)
 
 
 def _alone(report: Report, truth: dict, churn: bool | None = None) -> tuple[list[CausalChain], set[str]]:
@@ -55,19 +48,6 @@ def _alone(report: Report, truth: dict, churn: bool | None = None) -> tuple[list
         [(c.summary, c.culprits) for c in top]
     allowed = (CHURN if churn else set()) | ({"page-faults"} if faults else set())
     return top, allowed | ({"own-threads-cpu"} if waited else set())
-
-
-def _gpu_busy_rules(top: list[CausalChain], own: dict, lead: set[str], host: set[str]) -> None:
-    """GPU busy (the script's kernels measured queued, over the run) under 40%: the report leads with the host side
-    (`lead`) and says nothing gpu-bound; 80% or more: the host side (`host`) explains no more than the GPU's idle time
-    plus half a second."""
-    busy = own["gpu_busy_share"]
-    assert busy is not None, "the script did not measure the GPU's time"
-    if busy < 0.4:
-        assert top and top[0].root_cause in lead, (_said(top), own)
-        assert not any(c.root_cause == "gpu-bound" for c in top), _said(top)
-    elif busy >= 0.8:
-        assert _seconds(top, host) <= (1 - busy) * own["wall_s"] + 0.5, (_said(top), own)
 
 
 def check_empty_cache_per_step(report: Report, truth: dict, store: Path) -> None:

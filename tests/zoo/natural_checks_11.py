@@ -1,7 +1,7 @@
 """The group natural11 (bench/gpu/zoo/device_zoo.sh natural11): three jobs with nothing staged, whose checks were
 written before the jobs were recorded or read, from what each script measures of itself (its truth's `self`) and what
-it cannot have had. tests/zoo/test_zoo_natural.py merges CHECKS_11 into its CHECKS. (The few helpers below repeat
-those of natural_checks_8 to 10 that these need: test_zoo_natural imports this module.)"""
+it cannot have had. tests/zoo/test_zoo_natural.py merges CHECKS_11 into its CHECKS; the ways of reading findings
+it shares with groups 10 to 12 are natural_shares'."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 from natural_shares import SHARE_SLACK, clocks_agree
+from natural_shares import people as _people, said as _said, seconds as _seconds, in_run as _in_run
 from test_zoo import SECOND, _top
 
 from ingero_mcp.analysis.models import CausalChain, Report
@@ -28,32 +29,9 @@ STARVED_SHARE = 0.10  # a worker's wait for a CPU (schedstat), as a share of the
 IO_SLEEP_SHARE = 0.03  # the main thread asleep in its database writes, as a share of the run, from which IO is true
 BUSY = 0.8  # a thread on a CPU this share of the run or more is saturated
 THIRD = 1 / 3
-NOT_A_TASK = ("kernel", "interrupt")  # culprit relations that name no process
 # The kernel's own threads that finish a sync's IO (the journal, writeback, block completions): an IO wait may name
 # them.
 KERNEL_IO_THREAD = re.compile(r"^(jbd2|kworker|flush-|xfsaild|xfs-|kblockd|ksoftirqd|nvme|loop\d|dio/|ext4)")
-
-
-def _people(c: CausalChain) -> list:
-    """A chain's culprits that are tasks (not the kernel or an interrupt)."""
-    return [k for k in c.culprits if k.relation not in NOT_A_TASK]
-
-
-def _said(chains: list[CausalChain]) -> list[str]:
-    return [f"{c.severity} {c.root_cause}: {c.summary}" for c in chains]
-
-
-def _seconds(chains: list[CausalChain], causes: set[str] | None = None) -> float:
-    return sum(c.seconds_lost or 0.0 for c in chains if causes is None or c.root_cause in causes)
-
-
-def _in_run(report: Report, truth: dict) -> list[CausalChain]:
-    """The HIGH and MEDIUM findings held to the measured run (truth baseline_ns): those whose window overlaps it by over
-    half a second, or that have none. The set-up (warm-up, the GPU's time measured behind spin kernels, a graph's
-    capture, a profiler after the run) precedes or follows it."""
-    lo, hi = truth["baseline_ns"]
-    return [c for c in _top(report) if c.window is None
-            or min(c.window.end_ns, hi) - max(c.window.start_ns, lo) > SECOND // 2]
 
 
 def _feeder_io_share(report: Report, truth: dict) -> float:

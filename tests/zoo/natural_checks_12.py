@@ -1,14 +1,15 @@
 """The group natural12 (bench/gpu/zoo/device_zoo.sh natural12): three jobs with nothing staged, whose checks were
 written before the jobs were recorded or read, from what each script measures of itself (its truth's `self`) and what
-it cannot have had. tests/zoo/test_zoo_natural.py merges CHECKS_12 into its CHECKS. (The few helpers below repeat
-those of natural_checks_8 to 11 that these need: test_zoo_natural imports this module.)"""
+it cannot have had. tests/zoo/test_zoo_natural.py merges CHECKS_12 into its CHECKS; the ways of reading findings
+it shares with groups 10 to 12 are natural_shares'."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from natural_shares import SHARE_SLACK, clocks_agree
-from test_zoo import SECOND, _top
+from natural_shares import gpu_busy_rules as _gpu_busy_rules, in_run as _in_run, people as _people
+from natural_shares import said as _said, seconds as _seconds
 
 from ingero_mcp.analysis.models import CausalChain, Report
 
@@ -28,45 +29,10 @@ STARVED_SHARE = 0.10  # a worker's wait for a CPU (schedstat), as a share of the
 OVERSUBSCRIBED_WAIT = 0.20  # the main thread's wait for a CPU, as a share of the run, from which its BLAS pool is named
 DISK_SHARE = 0.10  # of the bytes a worker read, the share from storage (not the page cache) from which IO is true
 THIRD = 1 / 3
-NOT_A_TASK = ("kernel", "interrupt")  # culprit relations that name no process
-
-
-def _people(c: CausalChain) -> list:
-    """A chain's culprits that are tasks (not the kernel or an interrupt)."""
-    return [k for k in c.culprits if k.relation not in NOT_A_TASK]
-
-
-def _said(chains: list[CausalChain]) -> list[str]:
-    return [f"{c.severity} {c.root_cause}: {c.summary}" for c in chains]
-
-
-def _seconds(chains: list[CausalChain], causes: set[str] | None = None) -> float:
-    return sum(c.seconds_lost or 0.0 for c in chains if causes is None or c.root_cause in causes)
 
 
 def _names_tid(c: CausalChain, tids: set[int]) -> bool:
     return any(tids & set(k.tids) for k in _people(c))
-
-
-def _in_run(report: Report, truth: dict) -> list[CausalChain]:
-    """The HIGH and MEDIUM findings held to the measured run (truth baseline_ns): those whose window overlaps it by over
-    half a second, or that have none (the set-up before it: writing a corpus, fitting a pipeline, warming up)."""
-    lo, hi = truth["baseline_ns"]
-    return [c for c in _top(report)
-            if c.window is None or min(c.window.end_ns, hi) - max(c.window.start_ns, lo) > SECOND // 2]
-
-
-def _gpu_busy_rules(top: list[CausalChain], own: dict, lead: set[str], host: set[str]) -> None:
-    """GPU busy (the script's kernels measured queued, over the run) under 40%: the report leads with the host side
-    (`lead`) and says nothing gpu-bound; 80% or more: the host side (`host`) explains no more than the GPU's idle time
-    plus half a second."""
-    busy = own["gpu_busy_share"]
-    assert busy is not None, "the script did not measure the GPU's time"
-    if busy < 0.4:
-        assert top and top[0].root_cause in lead, (_said(top), own)
-        assert not any(c.root_cause == "gpu-bound" for c in top), _said(top)
-    elif busy >= 0.8:
-        assert _seconds(top, host) <= (1 - busy) * own["wall_s"] + 0.5, (_said(top), own)
 
 
 def check_numpy_features_main(report: Report, truth: dict, store: Path) -> None:

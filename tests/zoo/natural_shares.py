@@ -1,11 +1,14 @@
 """What every natural job's check reads from the report: the feeding thread's time by part over the measured run,
-set against the script's own shares within SHARE_SLACK (test_zoo_natural and natural_checks_*)."""
+set against the script's own shares within SHARE_SLACK (test_zoo_natural and natural_checks_*); and the few ways of
+reading findings the later groups' checks share (said, seconds, people, in_run, gpu_busy_rules)."""
 
 from __future__ import annotations
 
-from test_zoo import SECOND
+from test_zoo import SECOND, _top
 
-from ingero_mcp.analysis.models import Report
+from ingero_mcp.analysis.models import CausalChain, Report
+
+NOT_A_TASK = ("kernel", "interrupt")  # culprit relations that name no process
 
 SHARE_SLACK = 0.10  # the report's share of a thread's time and the script's own, apart by at most this
 
@@ -36,3 +39,37 @@ def clocks_agree(report: Report, truth: dict) -> dict[str, float]:
     shares = feeder_shares(report, truth)
     shares_agree(shares, truth["self"])
     return shares
+
+
+def people(c: CausalChain) -> list:
+    """A chain's culprits that are tasks (not the kernel or an interrupt)."""
+    return [k for k in c.culprits if k.relation not in NOT_A_TASK]
+
+
+def said(chains: list[CausalChain]) -> list[str]:
+    return [f"{c.severity} {c.root_cause}: {c.summary}" for c in chains]
+
+
+def seconds(chains: list[CausalChain], causes: set[str] | None = None) -> float:
+    return sum(c.seconds_lost or 0.0 for c in chains if causes is None or c.root_cause in causes)
+
+
+def in_run(report: Report, truth: dict) -> list[CausalChain]:
+    """The HIGH and MEDIUM findings held to the measured run (truth baseline_ns): those whose window overlaps it by over
+    half a second, or that have none (the set-up before it or what follows it)."""
+    lo, hi = truth["baseline_ns"]
+    return [c for c in _top(report)
+            if c.window is None or min(c.window.end_ns, hi) - max(c.window.start_ns, lo) > SECOND // 2]
+
+
+def gpu_busy_rules(top: list[CausalChain], own: dict, lead: set[str], host: set[str]) -> None:
+    """GPU busy (the script's kernels measured queued, over the run) under 40%: the report leads with the host side
+    (`lead`) and says nothing gpu-bound; 80% or more: the host side (`host`) explains no more than the GPU's idle time
+    plus half a second."""
+    busy = own["gpu_busy_share"]
+    assert busy is not None, "the script did not measure the GPU's time"
+    if busy < 0.4:
+        assert top and top[0].root_cause in lead, (said(top), own)
+        assert not any(c.root_cause == "gpu-bound" for c in top), said(top)
+    elif busy >= 0.8:
+        assert seconds(top, host) <= (1 - busy) * own["wall_s"] + 0.5, (said(top), own)
