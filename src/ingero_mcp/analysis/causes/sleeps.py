@@ -261,11 +261,11 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
     wpid, wtid, wcomm, wctx, _n, wns, io_ns, syscall = (int(known[0][0]), int(known[0][1]), *known[0][2:])
     rel = "interrupt" if wctx in ("irq", "softirq") else ctx.relation(t.pid, wpid, wtid, wcomm)
     culprits = []
-    for i, r in enumerate(known[:5]):
+    for r in known[:5]:
         if r[3] in ("irq", "softirq"):
             continue  # the task an interrupt landed on did not wake anyone
         rel_r = ctx.relation(t.pid, int(r[0]), int(r[1]), r[2])
-        if i and int(r[5] or 0) < WAKER_MIN_SHARE * total and rel_r not in JOB:
+        if culprits and int(r[5] or 0) < WAKER_MIN_SHARE * total and rel_r not in JOB:
             continue  # a task outside the job that ended a few sleeps (a harness's signal): evidence, not a culprit
         culprits.append(Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2], relation=rel_r,
                                 ns=int(r[5] or 0)))
