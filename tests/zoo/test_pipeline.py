@@ -48,3 +48,17 @@ def test_a_helper_busy_only_while_waited_on_is_not_the_pace(stores: Path) -> Non
     chain = _top(_report(stores, "healthy_socket_chain"))[0]
     assert chain.culprits[0].comm == "batchsrv", (chain.summary, chain.culprits[:2])
     assert "featd" not in chain.summary, chain.summary
+
+
+def test_the_fix_names_the_dataloader_only_where_the_workers_are_one(stores: Path) -> None:
+    """The wait-on-workers fix: PyTorch's DataLoader knobs (prefetch_factor, persistent_workers) are the fix where the
+    workers are a DataLoader's (pt_data_worker); for a data server over a socket (batchsrv, a process of the job's own)
+    the fix says what holds for any worker (cheaper work, more of them, ask ahead) and names the DataLoader only as a
+    condition."""
+    loader = _top(_report(stores, PIN))[0]
+    server = _top(_report(stores, "healthy_socket_chain"))[0]
+    assert loader.root_cause == server.root_cause == "waiting-on-workers", (loader.summary, server.summary)
+    assert "prefetch_factor" in loader.recommendations[0] and "If they are" not in loader.recommendations[0]
+    fix = server.recommendations[0]
+    assert "ask for the next before using this one" in fix, fix
+    assert fix.index("If they are a PyTorch DataLoader's") < fix.index("prefetch_factor"), fix

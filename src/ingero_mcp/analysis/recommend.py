@@ -49,6 +49,9 @@ PINNING_FIX = "pinning-churn-fix"
 LOCK_HELD_FIX = "lock-held-asleep-fix"
 # Not a root cause: the fix for a wait on a worker process whose own thread held its GIL (causes.sleeps).
 WORKER_GIL_FIX = "worker-gil-fix"
+# Not a root cause: the fix for a wait on worker processes that are not a PyTorch DataLoader's (narration: no worker
+# named pt_data_*): a server over a socket, a pool of its own; the DataLoader's knobs are said only as a conditional.
+WORKERS_FIX = "workers-fix"
 # Not a root cause: the fix for a wait on a thread or process that sleeps on its own timer between what it hands over.
 PACED_FIX = "paced-by-timer-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to compiling GPU code (causes.culprits).
@@ -199,6 +202,13 @@ CATALOGUE: dict[str, list[str]] = {
         "if CPUs are free, make per-sample work cheaper (vectorised collate, a batch sampler), raise prefetch_factor "
         "and keep them alive between epochs (persistent_workers=True).",
     ],
+    WORKERS_FIX: [
+        "{who} slept {share}% of the time ({window}) waiting for its worker processes: they cannot keep up. "
+        "Make their per-item work cheaper, or run more of them if CPUs are free; where the job asks for one item at a "
+        "time (a request over a socket or a pipe), ask for the next before using this one, so that their work overlaps "
+        "the step. If they are a PyTorch DataLoader's: more num_workers, a larger prefetch_factor, "
+        "persistent_workers=True.",
+    ],
     COLD_START: [
         "Start-up cost: warm up before timing or serving (one step or a dummy batch through every code path) and "
         "exclude it from latency figures; the slowest first launch took {slowest_ms} ms.",
@@ -268,7 +278,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
     collective's fix; an io-wait in writes (its system call, or a wait-for walk that
     ended in fsync) gets the writing fix, one spent reclaiming memory the memory fix, a lock whose holder slept
     holding it the lock's fix (not the GIL's), a wait on workers whose own thread held their GIL the GIL's fix (not
-    more workers); any other cause its own."""
+    more workers), on workers not known to be a DataLoader's (numbers' `loader`) the workers' fix; any other cause its
+    own."""
     if numbers.get("collective"):
         return COLLECTIVE_FIX
     if cause == LOCK_OR_GIL and numbers.get("lock_held") == "asleep":
@@ -283,6 +294,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return MODEL_HOST_FIX
     if cause == INPUT_WAIT and numbers.get("worker_gil"):
         return WORKER_GIL_FIX
+    if cause == INPUT_WAIT and not numbers.get("loader"):
+        return WORKERS_FIX
     if cause == IO_WAIT and numbers.get("io_stop") == "reclaim":
         return IO_RECLAIM_FIX
     if cause == IO_WAIT and (numbers.get("syscall") in WRITE_SYSCALLS or numbers.get("io_stop") == "fsync"):

@@ -212,6 +212,12 @@ def _is_data_worker(comm: str | None) -> bool:
     return bool(comm) and bool(re.search(r"data_?worker|dataloader|loader", comm or "", re.I))
 
 
+def torch_loader(comm: str | None) -> bool:
+    """A PyTorch DataLoader's worker or helper thread as PyTorch names them (pt_data_worker, pt_data_pin): the
+    DataLoader's own knobs are then the fix to name."""
+    return bool(comm) and (comm or "").startswith("pt_data")
+
+
 def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
     """Waiting for a CPU: who held it (named from the rows) decides between other processes and the job's own."""
     t = f.thread

@@ -22,7 +22,7 @@ from ingero_mcp.analysis.causes.context import (
     _seconds_sql,
     part_sql,
 )
-from ingero_mcp.analysis.causes.culprits import Explained, pool_stem
+from ingero_mcp.analysis.causes.culprits import Explained, pool_stem, torch_loader
 from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, MIN_EPISODE_LOSS_S, SCAN_FRACTION
 from ingero_mcp.analysis.causes.explain import _explain
 from ingero_mcp.analysis.causes.findings import contrast_findings, steady_findings
@@ -182,7 +182,8 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     ev += ex.evidence
     if agreed is not None:
         ev.append(agreed)
-    numbers = {"who": who, "share": f"{pct:.0f}", "window": ctx.span(f.window), "cpus_total": "?", **ex.numbers}
+    numbers = {"who": who, "share": f"{pct:.0f}", "window": ctx.span(f.window), "cpus_total": "?", **ex.numbers,
+               "loader": any(torch_loader(c.comm) for c in ex.culprits)}
     return CausalChain(
         id=f"{ex.cause}:{t.pid}/{t.tid}@{f.ks[0]}s", op=ex.cause,
         severity=_severity(f.seconds_lost, wall_s, f, ex.confident, ex.cause,  # type: ignore[arg-type]
