@@ -54,6 +54,10 @@
 #                                                 natural_cuda_graph_replay
 #   bash bench/gpu/zoo/device_zoo.sh natural12    natural_numpy_features_main natural_jsonl_single_worker
 #                                                 natural_nonzero_masked_loss
+#   bash bench/gpu/zoo/device_zoo.sh natural13    natural_epoch_worker_restart natural_zlib_compressed_shards
+#                                                 natural_queue_backpressure
+#   bash bench/gpu/zoo/device_zoo.sh natural14    natural_ema_on_cpu natural_profiler_left_on
+#                                                 natural_big_batches_shm
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -105,6 +109,8 @@ NATURAL9="natural_nvidia_smi_logger natural_thread_prefetch_python natural_cold_
 NATURAL10="natural_empty_cache_per_step natural_gc_token_corpus natural_pageable_h2d_batches"
 NATURAL11="natural_sqlite_metrics_commit natural_pin_memory_thread natural_cuda_graph_replay"
 NATURAL12="natural_numpy_features_main natural_jsonl_single_worker natural_nonzero_masked_loss"
+NATURAL13="natural_epoch_worker_restart natural_zlib_compressed_shards natural_queue_backpressure"
+NATURAL14="natural_ema_on_cpu natural_profiler_left_on natural_big_batches_shm"
 names=()
 for a in "$@"; do
   case $a in
@@ -141,11 +147,13 @@ for a in "$@"; do
     natural10) names+=($NATURAL10) ;;
     natural11) names+=($NATURAL11) ;;
     natural12) names+=($NATURAL12) ;;
+    natural13) names+=($NATURAL13) ;;
+    natural14) names+=($NATURAL14) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
