@@ -261,8 +261,13 @@ def check_big_batches_shm(report: Report, truth: dict, store: Path) -> None:
     if own["next_share"] >= THIRD:
         assert _seconds(loader) >= 0.5 * next_off_cpu, (_said(loader), own)
     copies = {"pageable-copies"} | ({"page-faults"} if main_faults else set())
+    # Revised after the first score (2026-12-04), premise: both workers ran at least SATURATED of the run (92% and
+    # 100%, the job's own schedstat), so they set the pace and the copies only shortened the main thread's wait for
+    # them (pinned copies would have lengthened next() as much): the copies must then be said, at any severity, not
+    # asserted HIGH or MEDIUM.
+    paced = own["workers_run_share_min"] >= SATURATED
     if own["copy_share"] >= COPIES_SHARE:
-        named = [c for c in top if c.root_cause in copies]
+        named = [c for c in (_in_run_all(report, truth) if paced else top) if c.root_cause in copies]
         assert named, (_said(top), own)
         assert _seconds(named) >= 0.5 * max(own["pinned_would_save_s"] or 0.0, 0.0), (_said(named), own)
     if max(own["next_share"], own["copy_share"]) >= THIRD:  # the one that reached a third, or both where close
@@ -285,8 +290,22 @@ def check_big_batches_shm(report: Report, truth: dict, store: Path) -> None:
     shares = clocks_agree(report, truth)
     stalled = shares["sleep_outside_ns"] + shares["cpu_wait_ns"]
     assert stalled >= own["next_share"] - own["next_cpu_share"] - SHARE_SLACK, (shares, own)
+    # Revised after the first score, premise: copy_s also timed the release of the batch before (x, y rebound inside
+    # the timed region: its shared memory unmapped, outside CUDA calls; the main thread's samples show munmap there):
+    # the copies' own time is pageable_alone_ms a step.
     inside = shares["run_inside_ns"] + shares["sleep_inside_ns"]
-    assert inside >= own["copy_share"] - SHARE_SLACK, (shares, own)
+    copies_alone = own["steps"] * own["pageable_alone_ms"] / 1e3 / wall
+    assert inside >= copies_alone - SHARE_SLACK, (shares, own)
+
+
+def _in_run_all(report: Report, truth: dict) -> list[CausalChain]:
+    """Every finding held to the measured run, LOW ones too (in_run's rule for the window)."""
+    lo, hi = truth["baseline_ns"]
+    return [c for c in report.chains
+            if c.window is None or min(c.window.end_ns, hi) - max(c.window.start_ns, lo) > SECOND // 2]
+
+
+SATURATED = 0.9  # a worker's run share over the run at which it sets the pace
 
 
 CHECKS_14 = {"natural_ema_on_cpu": check_ema_on_cpu,
