@@ -184,6 +184,25 @@ def _busy_part(s: SecondAccount, part: str) -> int:
     return part_ns(s, part) - (s.idle_ns if part == "sleep_outside" else 0)
 
 
+STEADY_PART = 0.2  # a part's share of idle-GPU seconds that makes them count: each second's, or a stretch's as a whole
+STEADY_FLOOR = 0.1  # the share each second of such a stretch holds at least
+
+
+def _idle_runs(idle: list[SecondAccount], part: str, steady_from: int | None) -> list[list[int]]:
+    """The runs of idle-GPU seconds in which `part` counts: those holding STEADY_PART of it each, and, once the
+    process reached its steady rate, the stretches whose every second holds STEADY_FLOOR and which hold STEADY_PART as
+    a whole (a part steady near STEADY_PART, a second over it and the next under, is one stretch, not pieces too short
+    to count; start-up's shares swing, and are read second by second as before)."""
+    share = {s.k: _busy_part(s, part) / s.wall_ns for s in idle if s.wall_ns > 0}
+    wall = {s.k: s.wall_ns for s in idle}
+    ks = {k for k, v in share.items() if v >= STEADY_PART}
+    steady = [s.k for s in idle if s.k in share and (steady_from is None or s.start_ns >= steady_from)]
+    for run in second_runs([k for k in steady if share[k] >= STEADY_FLOOR], allow_gap=0):
+        if sum(share[k] * wall[k] for k in run) >= STEADY_PART * sum(wall[k] for k in run):
+            ks.update(run)
+    return second_runs(sorted(ks))
+
+
 DRAINED_MIN = 0.1  # a part's time in drained gaps, as a share of the second, that makes a busy-GPU second count
 
 
@@ -222,10 +241,9 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
             return _busy_part(s, p) * (1.0 - (s.gpu_util_percent or 0.0) / 100.0)
 
         # runs of idle-GPU seconds and runs of busy ones apart: a finding is read one way or the other
-        idle = [s.k for s in seconds
-                if s.k not in unmeasured and s.k not in busy and _busy_part(s, p) >= 0.2 * s.wall_ns]
+        idle = _idle_runs([s for s in seconds if s.k not in unmeasured and s.k not in busy], p, steady_from)
         gaps = [s.k for s in seconds if s.k in busy and lost_ns(s) >= DRAINED_MIN * s.wall_ns]
-        for run in second_runs(idle) + second_runs(gaps):
+        for run in idle + second_runs(gaps):
             if run[-1] - run[0] + 1 < 2:
                 continue
             lost = sum(lost_ns(by_k[k]) for k in run if k in by_k)
