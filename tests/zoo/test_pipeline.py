@@ -11,15 +11,20 @@ import pytest
 from paths import REPO
 from test_zoo import _report, _top, decompressed
 
+from ingero_mcp.store import open_store
+
 NATURAL = REPO / "investigations" / "zoo-natural"
 ZOO_V11 = REPO / "investigations" / "zoo-v11"
 PIN = "natural_pin_memory_thread"
+SHM = "natural_big_batches_shm"
+PREFETCH = "natural_thread_prefetch_python"
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("pipeline")
     decompressed(NATURAL, [PIN], out)
+    decompressed(NATURAL, [SHM, PREFETCH], out)
     decompressed(ZOO_V11, ["healthy_socket_chain"], out)
     return out
 
@@ -62,3 +67,31 @@ def test_the_fix_names_the_dataloader_only_where_the_workers_are_one(stores: Pat
     fix = server.recommendations[0]
     assert "ask for the next before using this one" in fix, fix
     assert fix.index("If they are a PyTorch DataLoader's") < fix.index("prefetch_factor"), fix
+
+
+def test_work_hidden_behind_saturated_workers_is_said_not_asserted(stores: Path) -> None:
+    """natural_big_batches_shm: the trainer waited 55% on two DataLoader workers that ran 92-100% (they set the pace),
+    and spent ~21% of each second in pageable copies (17-29% a second, around the 20% a second needs): the copies are
+    found over the steady stretch as a whole, and said LOW with the pace, its share recomputed by its SQL."""
+    report = _report(stores, SHM)
+    lead = _top(report)[0]
+    assert lead.root_cause == "waiting-on-workers" and lead.severity == "HIGH", lead.summary
+    copies = [c for c in report.chains if c.root_cause == "pageable-copies"]
+    assert copies and copies[0].severity == "LOW", [(c.severity, c.root_cause) for c in report.chains]
+    assert (copies[0].seconds_lost or 0) >= 3.0, copies[0].seconds_lost  # ~21% of a 22 s stretch
+    assert "not what set the pace: it waited on pt_data_worker[" in copies[0].summary, copies[0].summary
+    pace = next(e for e in copies[0].evidence if e.name.startswith("the pace"))
+    con = open_store(stores / f"{SHM}.duckdb")
+    try:
+        assert con.execute(pace.sql).fetchall()[0][0] == pace.value >= 90, (pace.sql, pace.value)
+    finally:
+        con.close()
+
+
+def test_a_thread_of_the_same_process_does_not_hide_the_work(stores: Path) -> None:
+    """natural_thread_prefetch_python: the trainer waits on its own prefetch thread (one GIL between them), so its own
+    Python work takes the producer's turns: its host-bound finding stays MEDIUM."""
+    report = _report(stores, PREFETCH)
+    host = [c for c in report.chains if c.root_cause == "host-bound" and (c.seconds_lost or 0) > 1.0]
+    assert host and host[0].severity == "MEDIUM", [(c.severity, c.root_cause, c.seconds_lost) for c in report.chains]
+    assert "not what set the pace" not in host[0].summary

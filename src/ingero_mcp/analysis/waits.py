@@ -321,12 +321,18 @@ def _top_task(h: Hop, kind: str) -> tuple[int, int] | None:
     return max(tasks, key=lambda k: tasks[k]) if tasks and sum(tasks.values()) >= FOLLOW_SHARE * total else None
 
 
-def busy_share(con: duckdb.DuckDBPyConnection, pid: int, tid: int, w: TimeWindow) -> float | None:
+def busy_share_sql(pid: int, tid: int, w: TimeWindow, table: str = SECONDS_TABLE) -> str:
     """A thread's running share of its time over the whole window (not only while another waited on it: a server
-    runs whenever its client waits for it, however idle it is otherwise)."""
-    got = shared_rows(con, f"SELECT sum(run_outside_ns + run_inside_ns) / nullif(sum(wall_ns), 0) FROM {SECONDS_TABLE} "
-                           f"WHERE pid = {int(pid)} AND tid = {int(tid)} AND start_ns >= {int(w.start_ns)} "
-                           f"AND start_ns < {int(w.end_ns)}")
+    runs whenever its client waits for it, however idle it is otherwise). `table`: thread_seconds' rows as the
+    analysis reads them, or the view's name for evidence a user runs."""
+    return (f"SELECT sum(run_outside_ns + run_inside_ns) / nullif(sum(wall_ns), 0) FROM {table} "
+            f"WHERE pid = {int(pid)} AND tid = {int(tid)} AND start_ns >= {int(w.start_ns)} "
+            f"AND start_ns < {int(w.end_ns)}")
+
+
+def busy_share(con: duckdb.DuckDBPyConnection, pid: int, tid: int, w: TimeWindow) -> float | None:
+    """busy_share_sql's answer, None where the thread has no seconds in the window."""
+    got = shared_rows(con, busy_share_sql(pid, tid, w))
     return None if not got or got[0][0] is None else float(got[0][0])
 
 

@@ -39,6 +39,7 @@ from ingero_mcp.analysis.models import (
     TimeWindow,
 )
 from ingero_mcp.analysis.stacks import recorded
+from ingero_mcp.analysis.waits import SATURATED, busy_share, busy_share_sql
 
 # Causes that are no host-side cause: said, never above LOW (the GPU set the pace).
 NOT_HOST = frozenset({rc.GPU_BOUND})
@@ -276,7 +277,7 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
             if rank > 0 and chain.severity == "HIGH":
                 chain.severity = "MEDIUM"
             found.append((f, chain))
-        found = _one_story(found, wall_s)
+        found = _paced(ctx, _one_story(found, wall_s))
         minor += [other_work_line(ctx, t, p) for p in phases if p.kind == "other-work"]
         # a phase that lost progress leads: the steady state around it (host-bound all along, say) is its context
         lost = any(f.mode == "contrast" and c.severity != "LOW" for f, c in found)
@@ -291,6 +292,54 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
     # contrast before steady context (odd keys), then severity, the job before other GPU users, seconds explained
     return [c for _, c in sorted(chains, key=lambda kc: (kc[0] % 2, order[kc[1].severity], kc[0],
                                                           -(kc[1].seconds_lost or 0)))], minor
+
+
+# The waits whose lead culprit, another process busy SATURATED of the window, set the pace: a stage that always had
+# work did not wait for the thread, so the thread's own work in that window is hidden behind its wait for it. Not a
+# thread of its own process: Python threads take turns at one GIL, and the thread's own work takes the other's turns.
+PACED_BY = frozenset({rc.INPUT_WAIT, rc.WAITING_ON_PROCESS})
+# The thread's own work, which a saturated stage it waits on hides: said LOW where the pace was set elsewhere.
+OWN_WORK = frozenset({rc.HOST_BOUND, rc.PAGEABLE_COPIES, rc.PAGE_FAULTS, rc.ALLOCATOR_CHURN, rc.LAUNCH_BOUND})
+
+
+def _paced(ctx: Ctx, found: list[tuple[Finding, CausalChain]]) -> list[tuple[Finding, CausalChain]]:
+    """Findings of the thread's own work (OWN_WORK) inside the window of a HIGH or MEDIUM wait on a task that was busy
+    SATURATED of it are said LOW, with why: that task set the pace (natural_big_batches_shm: the trainer waited 55% on
+    two DataLoader workers running 100%; its 21% in pageable copies only shortened the wait). Where the task had
+    idle time (a server asked one request at a time), the thread's own work adds to the step and stays as it was."""
+    paces = []
+    for f, chain in found:
+        lead = chain.culprits[0] if chain.culprits else None
+        if (chain.root_cause not in PACED_BY or chain.severity == "LOW" or lead is None or lead.pid is None
+                or lead.pid in chain.pids or not lead.tids or chain.window is None):
+            continue
+        busy = busy_share(ctx.con, lead.pid, lead.tids[0], chain.window)
+        if busy is not None and busy >= SATURATED:
+            paces.append((chain, ctx.who(lead.pid, lead.tids[0]), busy))
+    for f, chain in found:
+        w = chain.window
+        if chain.root_cause not in OWN_WORK or chain.severity == "LOW" or w is None or not w.duration_ns:
+            continue
+        for pace, who, busy in paces:
+            if pace.pids != chain.pids or pace.window is None:
+                continue
+            inside = min(w.end_ns, pace.window.end_ns) - max(w.start_ns, pace.window.start_ns)
+            if inside >= 0.5 * w.duration_ns:
+                chain.severity = "LOW"
+                chain.summary += (f"; not what set the pace: it waited on {who} then ({pace.root_cause}, "
+                                  f"{pace.severity}), which ran {100 * busy:.0f}% of the time, so this work only "
+                                  "shortened that wait")
+                ran = busy_share_sql(*_lead(pace), pace.window, "thread_seconds")
+                chain.evidence.append(Evidence(
+                    name=f"the pace: the share of the time {who} ran (its wait on it: {pace.severity})",
+                    value=sql_round(100 * busy, 1), unit="%", sql=f"SELECT round(100 * ({ran}), 1)"))
+                break
+    return found
+
+
+def _lead(chain: CausalChain) -> tuple[int, int]:
+    c = chain.culprits[0]
+    return int(c.pid or 0), int(c.tids[0])
 
 
 def other_work_line(ctx: Ctx, t: ThreadAccount, p: Phase) -> str:
