@@ -56,6 +56,8 @@ WORKERS_FIX = "workers-fix"
 PACED_FIX = "paced-by-timer-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to compiling GPU code (causes.culprits).
 COMPILE_FIX = "runtime-compile-fix"
+# Not a root cause: the fix for host-bound whose host time went mostly to a profiler (causes.culprits.host_work).
+PROFILER_FIX = "profiler-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to PyTorch's own code (causes.in_calls).
 MODEL_HOST_FIX = "model-host-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to PyTorch's CPU kernels (causes.in_calls).
@@ -170,6 +172,12 @@ CATALOGUE: dict[str, list[str]] = {
         "compiled as the job runs, again for each new shape or dtype (attention and fused kernels are built per "
         "shape). Keep shapes few: pad or bucket variable lengths to a handful of sizes, warm each one up before "
         "timing, and keep the process (and its kernel caches) alive between runs.",
+    ],
+    PROFILER_FIX: [
+        "{who} spent {share}% of the time ({window}) on host work while the GPU waited ({profiling}): a profiler left "
+        "on charges every step for its records and every cycle for the trace it builds and writes. Profile a few "
+        "steps on purpose (torch.profiler.schedule(..., repeat=1), or a short run) and train without it; where it "
+        "must stay on, drop record_shapes, profile_memory and with_stack, and write traces less often.",
     ],
     MODEL_HOST_FIX: [
         "{who} spent {share}% of the time ({window}) on the model's own host work while the GPU waited ({framework}): "
@@ -286,6 +294,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return LOCK_HELD_FIX
     if cause in (WAITING_ON_THREAD, WAITING_ON_PROCESS) and numbers.get("paced"):
         return PACED_FIX
+    if cause == HOST_BOUND and numbers.get("profiling"):
+        return PROFILER_FIX
     if cause == HOST_BOUND and numbers.get("compiling"):
         return COMPILE_FIX
     if cause == HOST_BOUND and numbers.get("cpu_ops"):

@@ -294,14 +294,22 @@ CPU_OPS = ("(len(list_filter(modules, lambda m: m LIKE '%libgomp%')) > 0 OR len(
            "m LIKE '%libtorch_cuda%')) = 0")
 
 
+# A profiler at work in the process: PyTorch's (torch.profiler and the autograd profiler's Python, which builds and
+# writes its trace; Kineto) and CUPTI, NVIDIA's profiling interface, whose callbacks run inside the CUDA calls it
+# records. Its frames are PyTorch's own files too: a thread running there is being profiled, not running the model.
+PROFILER = ("(len(list_filter(files, lambda f: f LIKE '%/torch/profiler/%' OR f LIKE '%/torch/autograd/profiler%'))"
+            " > 0 OR len(list_filter(modules, lambda m: m LIKE '%libcupti%' OR m LIKE '%libkineto%')) > 0)")
+
+
 def framework_share_sql(pid: int, tid: int, window: TimeWindow) -> str:
     """The shares (%) of the thread's on-CPU samples in the window whose stack holds a frame of PyTorch's own Python
-    (FRAMEWORK_FILES), and one of the CUDA runtime compilers (COMPILER_MODULES), the samples, and the share in
-    PyTorch's CPU kernels (CPU_OPS)."""
+    (FRAMEWORK_FILES), and one of the CUDA runtime compilers (COMPILER_MODULES), the samples, the share in PyTorch's
+    CPU kernels (CPU_OPS) and the share in a profiler (PROFILER)."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
             f"sum(n), 1) AS framework_pct, round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: "
             f"{COMPILER_MODULES})) > 0) / sum(n), 1) AS compiler_pct, sum(n) AS samples, "
-            f"round(100 * sum(n) FILTER (WHERE {CPU_OPS}) / sum(n), 1) AS cpu_ops_pct "
+            f"round(100 * sum(n) FILTER (WHERE {CPU_OPS}) / sum(n), 1) AS cpu_ops_pct, "
+            f"round(100 * sum(n) FILTER (WHERE {PROFILER}) / sum(n), 1) AS profiler_pct "
             f"FROM ({weights_sql('on_cpu', pid, tid, window)})")
 
 

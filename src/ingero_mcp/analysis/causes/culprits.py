@@ -305,6 +305,9 @@ HOST_WORK_SHARE = 50  # % of a thread's on-CPU samples in one kind of code that 
 # What the samples say, first match wins: (the numbers' key its fix cites, the query's column, where the samples
 # were, what that work is, the code its evidence counts).
 _HOST_WORK = (
+    ("profiling", 4, "in a profiler", "in a profiler (torch.profiler's records and the trace it builds and writes, "
+     "CUPTI's callbacks): the job being profiled, not the model's own work",
+     "a profiler (torch/profiler, torch/autograd/profiler*, Kineto, CUPTI)"),
     ("compiling", 1, "in the CUDA runtime compiler", "compiling GPU code at run time (in the CUDA runtime compiler, "
      "libnvrtc: kernels built as the job runs, for each new shape or dtype)",
      "a CUDA runtime compiler (NVRTC, nvJitLink)"),
@@ -318,10 +321,10 @@ _HOST_WORK = (
 def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None,
               whose: str) -> tuple[str, dict[str, object], Evidence] | None:
     """What a thread's host work was, where its on-CPU samples in the window (a store with stacks, 20 samples at
-    least) say: HOST_WORK_SHARE or more in a CUDA runtime compiler (GPU code compiled as the job runs), else in
-    PyTorch's CPU kernels (math on CPU tensors), else in PyTorch's own code (the model's layers, autograd, the
-    optimiser: issuing its kernels). The words (`whose` samples), the numbers its fix cites (`compiling`, `cpu_ops`
-    or `framework`) and the evidence whose SQL recomputes it."""
+    least) say: HOST_WORK_SHARE or more in a profiler (the job being profiled), else in a CUDA runtime compiler (GPU
+    code compiled as the job runs), else in PyTorch's CPU kernels (math on CPU tensors), else in PyTorch's own code
+    (the model's layers, autograd, the optimiser: issuing its kernels). The words (`whose` samples), the numbers its
+    fix cites (`profiling`, `compiling`, `cpu_ops` or `framework`) and the evidence whose SQL recomputes it."""
     if window is None or not recorded(ctx.con):
         return None
     sql = framework_share_sql(pid, tid, window)

@@ -1,0 +1,45 @@
+"""What a host-bound thread's own work was, read from its on-CPU samples (causes/culprits.host_work), on two recorded
+natural jobs: a training loop run under torch.profiler left on, and one keeping an EMA of its weights on the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from paths import REPO
+from test_zoo import _report, _top, decompressed
+
+from ingero_mcp.store import open_store
+
+NATURAL = REPO / "investigations" / "zoo-natural"
+PROFILED, EMA = "natural_profiler_left_on", "natural_ema_on_cpu"
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("host_work")
+    decompressed(NATURAL, [PROFILED, EMA], out)
+    return out
+
+
+def test_a_profiler_left_on_is_named_with_its_fix(stores: Path) -> None:
+    """natural_profiler_left_on: 53% of the run in prof.step() (the job's clock), 73-77% of the main thread's samples
+    under torch/profiler or torch/autograd/profiler: host-bound said of a profiler, with the profiler's fix (not the
+    model's: fewer kernels would not help), its share recomputed by its evidence's SQL."""
+    chain = _top(_report(stores, PROFILED))[0]
+    assert chain.root_cause == "host-bound", chain.summary
+    assert "in a profiler" in chain.summary, chain.summary
+    assert "profiler left on" in chain.recommendations[0] and "CUDA graph" not in chain.recommendations[0]
+    share = next(e for e in chain.evidence if e.name.startswith("its on-CPU samples with a frame in a profiler"))
+    con = open_store(stores / f"{PROFILED}.duckdb")
+    try:
+        got = con.execute(share.sql).fetchall()[0]
+    finally:
+        con.close()
+    assert got[4] == share.value >= 50, (got, share.value)
+
+
+def test_a_job_without_a_profiler_is_not_said_to_be_profiled(stores: Path) -> None:
+    """natural_ema_on_cpu: nothing profiles it; no finding speaks of a profiler."""
+    report = _report(stores, EMA)
+    assert report.chains and not any("profiler" in c.summary for c in report.chains), [c.summary for c in report.chains]
