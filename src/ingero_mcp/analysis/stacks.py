@@ -55,16 +55,20 @@ def _covered(mode: str, io: bool) -> str:
         "sleep_inside_ns + sleep_outside_ns")
 
 
-def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, io: bool = False) -> str:
+def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, io: bool = False,
+                outside: bool = False) -> str:
     """Per distinct (user stack, kernel stack): how many samples or intervals, the ns they stand for, and each
     stack's frames with the index of its frame of interest. on_cpu: samples, each 1e9 / sample_hz ns of its
-    process's session; off_cpu: sleeps that began at a switch-out with a stack, clipped to the window."""
+    process's session (`outside`: only those taken outside the thread's CUDA calls, call_spans); off_cpu: sleeps that
+    began at a switch-out with a stack, clipped to the window."""
     lo, hi = _lo_hi(window)
     if mode == "on_cpu":
+        out = (" AND NOT EXISTS (SELECT 1 FROM call_spans c WHERE c.pid = x.pid AND c.tid = x.tid "
+               "AND c.start_ns <= x.ts_ns AND x.ts_ns < c.end_ns)") if outside else ""
         s = (f"SELECT x.session_id, x.ustack_id, x.kstack_id, count(*) AS n, "
              f"sum(1000000000 // nullif(src.sample_hz, 0))::BIGINT AS ns FROM stack_samples x "
              f"LEFT JOIN stack_sources src ON src.session_id = x.session_id AND src.pid = x.pid "
-             f"WHERE {_who(pid, tid, 'x.')} AND x.ts_ns >= {lo} AND x.ts_ns < {hi} GROUP BY ALL")
+             f"WHERE {_who(pid, tid, 'x.')} AND x.ts_ns >= {lo} AND x.ts_ns < {hi}{out} GROUP BY ALL")
     else:
         s = (f"SELECT session_id, ustack_id, kstack_id, count(*) AS n, "
              f"sum(least(off_ns + sleep_ns, {hi}) - greatest(off_ns, {lo}))::BIGINT AS ns FROM sched_intervals "
@@ -301,16 +305,17 @@ PROFILER = ("(len(list_filter(files, lambda f: f LIKE '%/torch/profiler/%' OR f 
             " > 0 OR len(list_filter(modules, lambda m: m LIKE '%libcupti%' OR m LIKE '%libkineto%')) > 0)")
 
 
-def framework_share_sql(pid: int, tid: int, window: TimeWindow) -> str:
-    """The shares (%) of the thread's on-CPU samples in the window whose stack holds a frame of PyTorch's own Python
-    (FRAMEWORK_FILES), and one of the CUDA runtime compilers (COMPILER_MODULES), the samples, the share in PyTorch's
-    CPU kernels (CPU_OPS) and the share in a profiler (PROFILER)."""
+def framework_share_sql(pid: int, tid: int, window: TimeWindow, outside: bool = False) -> str:
+    """The shares (%) of the thread's on-CPU samples in the window (`outside`: those outside its CUDA calls) whose
+    stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), and one of the CUDA runtime compilers
+    (COMPILER_MODULES), the samples, the share in PyTorch's CPU kernels (CPU_OPS) and the share in a profiler
+    (PROFILER)."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
             f"sum(n), 1) AS framework_pct, round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: "
             f"{COMPILER_MODULES})) > 0) / sum(n), 1) AS compiler_pct, sum(n) AS samples, "
             f"round(100 * sum(n) FILTER (WHERE {CPU_OPS}) / sum(n), 1) AS cpu_ops_pct, "
             f"round(100 * sum(n) FILTER (WHERE {PROFILER}) / sum(n), 1) AS profiler_pct "
-            f"FROM ({weights_sql('on_cpu', pid, tid, window)})")
+            f"FROM ({weights_sql('on_cpu', pid, tid, window, outside=outside)})")
 
 
 def recorded(con: duckdb.DuckDBPyConnection) -> bool:
