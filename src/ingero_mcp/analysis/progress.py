@@ -6,7 +6,9 @@ repeats the same CUDA work every iteration, so some call recurs exactly once per
 kernel, the loss.item() copy and its sync, a batch's host-to-device copy. The marker is that call: among the
 calls of a process that recur throughout its life (first seen in its first quarter, last in its last, at
 least MIN_MARKS times, their regular gaps covering most of the span), the rarest that other calls keep time
-with (a step's kernels all recur once per step: a lone rare call is more likely a periodic side task), preferring
+with (a step's kernels all recur once per step: a lone rare call is more likely a periodic side task) and whose
+marks lie within a second of each other where another rhythm's do (an evaluation every few hundred steps is an
+outer loop: its marks would leave the steps' pace unread), preferring
 a sync or a copy (always probed) to a launch (which the collector's governor may have left unprobed for part of a
 second). Allocations and frees never mark iterations: the caching allocator calls them when its cache runs dry. Each
 gap between two marks is one iteration, spread evenly over its time, so a second's progress is the sum of the
@@ -28,6 +30,9 @@ MIN_COVER = 0.4  # ... and its gaps, each capped at GAP_CAP x the median gap, co
 GAP_CAP = 20.0
 SAME_COUNT = 0.02  # signatures within 2 % of a count are the same rhythm: the preferred op among them wins
 MIN_RHYTHM = 3  # the rarest rhythm kept by at least this many signatures marks iterations (else the rarest of all)
+# ... unless its marks lie over this far apart (median) and a more frequent rhythm is kept as well: an outer loop (an
+# evaluation every few hundred steps, 8 marks in 20 s) would leave the steps' pace unread, second by second.
+MAX_MARK_GAP_NS = 1_000_000_000
 # A call's signature: launches by the kernel launched, copies by size and direction, everything else by its op.
 _SIGNATURE = ("CASE WHEN kernel_handle IS NOT NULL THEN 'k' || kernel_handle::VARCHAR "
               "WHEN bytes IS NOT NULL THEN 'b' || bytes::VARCHAR || '/' || coalesce(memcpy_kind, '') ELSE '' END")
@@ -113,7 +118,7 @@ def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
             groups[-1].append(r)
         else:
             groups.append([r])
-    fallback: list[tuple] = []
+    found: list[list[tuple]] = []  # per rhythm (rarest first), the signatures it kept
     tried = 0
     for group in groups:
         kept: list[tuple] = []
@@ -130,12 +135,11 @@ def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
             # bursts (an evaluation pass) cover little of their span
             if cover is not None and float(cover) >= MIN_COVER:
                 kept.append((str(op), str(sig), int(kind), int(n), float(cover), gap))
-        if len(kept) >= MIN_RHYTHM:
-            fallback = kept
+        if kept:
+            found.append(kept)
+        if len(kept) >= MIN_RHYTHM and not _outer(kept) or tried >= MAX_TRIED:
             break
-        fallback = fallback or kept
-        if tried >= MAX_TRIED:
-            break
+    fallback = _pick(found)
     if not fallback:
         return None
     op, sig, _kind, n, cover, gap = min(fallback, key=lambda r: (r[2], r[3]))
@@ -146,6 +150,23 @@ def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
                     tid=int(driver[0][0]) if driver else None,
                     cover=round(float(cover), 3), label=marker_label(str(op), str(sig)),
                     sql=f"SELECT ts_ns FROM cuda_calls WHERE {where} ORDER BY ts_ns")
+
+
+def _outer(kept: list[tuple]) -> bool:
+    """Whether a rhythm's marker (its preferred signature) recurs over MAX_MARK_GAP_NS apart (median)."""
+    gap = min(kept, key=lambda r: (r[2], r[3]))[5]
+    return gap is not None and gap > MAX_MARK_GAP_NS
+
+
+def _pick(found: list[list[tuple]]) -> list[tuple]:
+    """The rhythm that marks iterations, of those found (rarest first): the rarest kept by MIN_RHYTHM signatures,
+    else the rarest; in either, one whose marks lie within MAX_MARK_GAP_NS before an outer loop's."""
+    for want in (lambda k: len(k) >= MIN_RHYTHM and not _outer(k), lambda k: len(k) >= MIN_RHYTHM,
+                 lambda k: not _outer(k), lambda k: True):
+        got = next((k for k in found if want(k)), None)
+        if got is not None:
+            return got
+    return []
 
 
 def marker_label(op: str, sig: str) -> str:
