@@ -8,24 +8,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from natural_shares import CHURN, CPU_WAIT_SHARE, CUDA_MALLOCS_PER_S, HOST_ALLOCS_PER_S, HOST_SIDE, INPUT
+from natural_shares import PAGE_FAULTS_PER_S, STARVED_SHARE
 from natural_shares import SHARE_SLACK, clocks_agree
 from natural_shares import people as _people, said as _said, seconds as _seconds, in_run as _in_run
 from test_zoo import SECOND, _top
 
 from ingero_mcp.analysis.models import CausalChain, Report
 
-INPUT = {"waiting-on-workers", "waiting-on-process", "waiting-on-thread"}
-HOST_SIDE = {"launch-bound", "host-bound", "excess-sync"}
-CHURN = {"allocator-churn", "driver-lock"}  # memory allocated and released (device or page-locked host) per step
 # Causes that need another process, a quota, a network, a child, a signal or a timer: none of these jobs has them.
 ELSEWHERE = {"waiting-on-process", "cpu-throttled", "cpu-contention", "gpu-shared", "network-wait", "slow-consumer",
              "spawning-processes", "stopped-by-signal", "timed-sleep", "gpu-slower"}
-# Where the truth says whether a cause was there at all: from these rates over the run it may be named.
-PAGE_FAULTS_PER_S = 10_000.0  # a process's minor page faults a second
-HOST_ALLOCS_PER_S = 2.0  # the caching host allocator's cudaHostAlloc calls a second (num_host_alloc)
-CUDA_MALLOCS_PER_S = 10.0  # the device allocator's cudaMalloc calls a second (segment.all.allocated)
-CPU_WAIT_SHARE = 0.05  # a thread's wait for a CPU (schedstat run delay), as a share of the run
-STARVED_SHARE = 0.10  # a worker's wait for a CPU (schedstat), as a share of the run, from which it was starved
 IO_SLEEP_SHARE = 0.03  # the main thread asleep in its database writes, as a share of the run, from which IO is true
 BUSY = 0.8  # a thread on a CPU this share of the run or more is saturated
 THIRD = 1 / 3

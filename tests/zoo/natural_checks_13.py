@@ -8,25 +8,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from natural_shares import CHURN, CPU_WAIT_SHARE, CUDA_MALLOCS_PER_S, HOST_ALLOCS_PER_S, HOST_SIDE, INPUT
+from natural_shares import PAGE_FAULTS_PER_S, STARVED_SHARE
 from natural_shares import SECOND, SHARE_SLACK, clocks_agree
 from natural_shares import in_run as _in_run, people as _people, said as _said, seconds as _seconds
 
 from ingero_mcp.analysis.models import CausalChain, Report
 
-INPUT = {"waiting-on-workers", "waiting-on-process", "waiting-on-thread"}
-HOST_SIDE = {"launch-bound", "host-bound", "excess-sync"}
-CHURN = {"allocator-churn", "driver-lock"}  # memory allocated and released (device or page-locked host) per step
 # Causes that need a quota, a GPU sharer, a network, a signal, a timer that fires or a GPU that slowed down: none of
 # these jobs has them (the collector runs on CPUs of its own; the loaders' and the queue's waits end when a batch
 # comes).
 NEVER = {"cpu-throttled", "gpu-shared", "network-wait", "slow-consumer", "stopped-by-signal", "timed-sleep",
          "gpu-slower"}
-# Where the truth says whether a cause was there at all: from these rates over the run it may be named.
-PAGE_FAULTS_PER_S = 10_000.0  # a process's minor page faults a second
-HOST_ALLOCS_PER_S = 2.0  # the caching host allocator's cudaHostAlloc calls a second (num_host_alloc)
-CUDA_MALLOCS_PER_S = 10.0  # the device allocator's cudaMalloc calls a second (segment.all.allocated)
-CPU_WAIT_SHARE = 0.05  # a thread's wait for a CPU (schedstat run delay), as a share of the run
-STARVED_SHARE = 0.10  # a worker's wait for a CPU (schedstat), as a share of the run (of its life), from which starved
 DISK_SHARE = 0.10  # of the bytes a worker read, the share from storage (not the page cache) from which IO is true
 BUSY = 0.8  # a worker on a CPU or waiting for one this share of the run or more wanted a CPU all along
 RESTART_SHARE = 0.2  # the epochs' worker starts and shutdowns, as a share of the run, from which the report says them

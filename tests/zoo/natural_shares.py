@@ -12,6 +12,17 @@ NOT_A_TASK = ("kernel", "interrupt")  # culprit relations that name no process
 
 SHARE_SLACK = 0.10  # the report's share of a thread's time and the script's own, apart by at most this
 
+# The causes and thresholds the checks of groups 11 to 14 read alike.
+INPUT = {"waiting-on-workers", "waiting-on-process", "waiting-on-thread"}
+HOST_SIDE = {"launch-bound", "host-bound", "excess-sync"}
+CHURN = {"allocator-churn", "driver-lock"}  # memory allocated and released (device or page-locked host) per step
+# Where the truth says whether a cause was there at all: from these rates over the run it may be named.
+PAGE_FAULTS_PER_S = 10_000.0  # a process's minor page faults a second
+HOST_ALLOCS_PER_S = 2.0  # the caching host allocator's cudaHostAlloc calls a second (num_host_alloc)
+CUDA_MALLOCS_PER_S = 10.0  # the device allocator's cudaMalloc calls a second (segment.all.allocated)
+CPU_WAIT_SHARE = 0.05  # a thread's wait for a CPU (schedstat run delay), as a share of the run
+STARVED_SHARE = 0.10  # a worker's wait for a CPU (schedstat), as a share of the run (of its life), from which starved
+
 
 def feeder_shares(report: Report, truth: dict) -> dict[str, float]:
     """The feeding thread's time by part over the measured run (baseline_ns), from the report's per-second rows."""
