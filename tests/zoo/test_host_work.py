@@ -49,3 +49,6 @@ def test_math_on_cpu_tensors_is_told_from_the_copies_beside_it(stores: Path) -> 
     host = next(c for c in _top(report) if c.root_cause == "host-bound")
     assert "samples outside CUDA calls in PyTorch's CPU kernels" in host.summary, host.summary
     assert "tensors kept on the CPU" in host.recommendations[0], host.recommendations
+    # its code too is read outside its calls: the EMA's update, not the copies' function (68% of all its samples)
+    assert host.frames is not None and "on-CPU samples outside CUDA calls" in host.frames.sentence
+    assert " in ema_update (" in host.frames.sentence, host.frames.sentence

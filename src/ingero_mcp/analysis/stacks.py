@@ -49,10 +49,12 @@ def _who(pid: int, tid: int | list[int] | None, col: str = "") -> str:
     return p if tid is None else f"{p} AND {col}tid = {int(tid)}"
 
 
-def _covered(mode: str, io: bool) -> str:
-    """The accounting's time the stacks stand for, over thread_seconds: on-CPU, asleep, or asleep in IO."""
-    return "run_inside_ns + run_outside_ns" if mode == "on_cpu" else "sleep_io_ns" if io else (
-        "sleep_inside_ns + sleep_outside_ns")
+def _covered(mode: str, io: bool, outside: bool = False) -> str:
+    """The accounting's time the stacks stand for, over thread_seconds: on-CPU (outside CUDA calls), asleep, or asleep
+    in IO."""
+    if mode == "on_cpu":
+        return "run_outside_ns" if outside else "run_inside_ns + run_outside_ns"
+    return "sleep_io_ns" if io else "sleep_inside_ns + sleep_outside_ns"
 
 
 def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, io: bool = False,
@@ -83,10 +85,10 @@ def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWi
 
 
 def self_share_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, frame: Frame, kernel: bool,
-                   t0: int | None = None, io: bool = False) -> str:
+                   t0: int | None = None, io: bool = False, outside: bool = False) -> str:
     """The numbers a profile's sentence shows: the share (%) of its weight whose frame of interest is `frame` (user,
     or kernel), the samples (intervals), the seconds they stand for and, given t0, the share (%) of the thread's
-    on-CPU (sleep) time in the accounting that they cover."""
+    on-CPU (sleep) time in the accounting that they cover (`outside`: samples and time outside its CUDA calls)."""
     weight = "n" if mode == "on_cpu" else "ns"
     kern = f"kframes[kleaf] = {sql_str(_raw(frame))}"
     if kernel:
@@ -96,12 +98,12 @@ def self_share_sql(mode: str, pid: int, tid: int | list[int] | None, window: Tim
                f"FROM {'NULL' if frame.file is None else sql_str(frame.file)} OR frames IS NULL AND {kern}")
     cover = "NULL"
     if t0 is not None:
-        cover = (f"round(100 * sum(ns) / (SELECT sum({_covered(mode, io)}) FROM thread_seconds "
+        cover = (f"round(100 * sum(ns) / (SELECT sum({_covered(mode, io, outside)}) FROM thread_seconds "
                  f"WHERE {_who(pid, tid)} AND "
                  f"{seconds_in(window, t0)}))")
     return (f"SELECT round(100 * sum({weight}) FILTER (WHERE {hit}) / sum({weight}), 1) AS share_pct, "
             f"sum(n)::BIGINT AS count, round(sum(ns) / 1e9, 2) AS seconds, {cover} AS covered_pct "
-            f"FROM ({weights_sql(mode, pid, tid, window, io)})")
+            f"FROM ({weights_sql(mode, pid, tid, window, io, outside)})")
 
 
 def _raw(frame: Frame) -> str:
@@ -140,10 +142,12 @@ def _caller(user: list[Frame], leaf: int) -> Frame | None:
 
 
 def profile(con: duckdb.DuckDBPyConnection, mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow,
-            t0: int | None = None, top: int = 10, top_stacks: int = 10, io: bool = False) -> StackProfile:
+            t0: int | None = None, top: int = 10, top_stacks: int = 10, io: bool = False,
+            outside: bool = False) -> StackProfile:
     """A thread's (tid None: a process's) profile over the window: top frames (self and inclusive), the heaviest
-    folded stacks, the time they cover against the accounting's (when `t0`, the trace's second 0, is given)."""
-    sql = weights_sql(mode, pid, tid, window, io)
+    folded stacks, the time they cover against the accounting's (when `t0`, the trace's second 0, is given);
+    `outside`: of its samples outside its CUDA calls, against its running outside them."""
+    sql = weights_sql(mode, pid, tid, window, io, outside)
     got = rows(con, sql)
     prof = StackProfile(mode=mode, pid=pid, tid=None if isinstance(tid, list) else tid,  # type: ignore[arg-type]
                         tids=tid if isinstance(tid, list) else [], io=io, start_ns=window.start_ns,
@@ -156,7 +160,7 @@ def profile(con: duckdb.DuckDBPyConnection, mode: str, pid: int, tid: int | list
     prof.count = sum(int(r[0]) for r in got)
     prof.seconds = round(total_ns / 1e9, 3)
     if t0 is not None:
-        cov = rows(con, f"SELECT sum({_covered(mode, io)}) FROM thread_seconds WHERE {_who(pid, tid)} "
+        cov = rows(con, f"SELECT sum({_covered(mode, io, outside)}) FROM thread_seconds WHERE {_who(pid, tid)} "
                         f"AND {seconds_in(window, t0)}")
         if cov and cov[0][0] is not None:
             prof.covered_of_s = round(int(cov[0][0]) / 1e9, 3)
@@ -324,16 +328,19 @@ def recorded(con: duckdb.DuckDBPyConnection) -> bool:
     return bool(rows(con, "SELECT 1 FROM stack_sources LIMIT 1"))
 
 
-def sentence(p: StackProfile, who: str = "its") -> str:
-    """The profile's top frame in words: '61% of its 412 on-CPU samples (~4.1 s) in f (file:line) called from g'."""
+def sentence(p: StackProfile, who: str = "its", outside: bool = False) -> str:
+    """The profile's top frame in words: '61% of its 412 on-CPU samples (~4.1 s) in f (file:line) called from g'
+    (`outside`: a profile of the samples outside its CUDA calls, said so)."""
     if not p.top_frames:
         return f"no {'on-CPU samples' if p.mode == 'on_cpu' else 'stacks at its sleeps'}: {p.why_none}"
     t = p.top_frames[0]
     called = f", called from {t.caller.label()}" if t.caller else ""
     if p.mode == "on_cpu":
-        what = (f"{100 * t.self_share:.0f}% of {who} {p.count} on-CPU sample{'s' if p.count != 1 else ''} "
+        where = " outside CUDA calls" if outside else ""
+        what = (f"{100 * t.self_share:.0f}% of {who} {p.count} on-CPU sample{'s' if p.count != 1 else ''}{where} "
                 f"(an estimate of {p.seconds:.2f} s at {p.sample_hz or '?'} Hz"
-                + (f", {100 * p.coverage:.0f}% of its on-CPU time" if p.coverage is not None else "") + ")")
+                + (f", {100 * p.coverage:.0f}% of its {'running' if outside else 'on-CPU time'}{where}"
+                   if p.coverage is not None else "") + ")")
         return f"{what} in {t.frame.label()}{called}"
     io = "IO " if p.io else ""
     cov = f", {100 * p.coverage:.0f}% of its {io}sleep" if p.coverage is not None else ""

@@ -53,7 +53,8 @@ def frames_lines(frames: FindingFrames | None, width: int = 100, names: list[str
     if frames is None:
         return []
     title = "code" if frames.part != "cpu_wait" else "culprit's code"
-    pairs = profile_lines(frames.profile, f"{title} ({who(frames.profile)})")
+    where = ", outside its CUDA calls" if frames.part == "run_outside" else ""  # analysis/causes/frames.py
+    pairs = profile_lines(frames.profile, f"{title} ({who(frames.profile)}{where})")
     for p in frames.culprits:
         pairs += profile_lines(p, f"culprit's code ({who(p)})")
     out = []
