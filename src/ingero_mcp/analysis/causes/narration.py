@@ -307,39 +307,34 @@ def _paced(ctx: Ctx, found: list[tuple[Finding, CausalChain]]) -> list[tuple[Fin
     SATURATED of it are said LOW, with why: that task set the pace (natural_big_batches_shm: the trainer waited 55% on
     two DataLoader workers running 100%; its 21% in pageable copies only shortened the wait). Where the task had
     idle time (a server asked one request at a time), the thread's own work adds to the step and stays as it was."""
-    paces = []
-    for f, chain in found:
+    paces = []  # (the wait, its window, who it waited on, their pid and tid, their busy share)
+    for _f, chain in found:
         lead = chain.culprits[0] if chain.culprits else None
         if (chain.root_cause not in PACED_BY or chain.severity == "LOW" or lead is None or lead.pid is None
                 or lead.pid in chain.pids or not lead.tids or chain.window is None):
             continue
         busy = busy_share(ctx.con, lead.pid, lead.tids[0], chain.window)
         if busy is not None and busy >= SATURATED:
-            paces.append((chain, ctx.who(lead.pid, lead.tids[0]), busy))
-    for f, chain in found:
+            paces.append((chain, chain.window, ctx.who(lead.pid, lead.tids[0]), lead.pid, lead.tids[0], busy))
+    for _f, chain in found:
         w = chain.window
         if chain.root_cause not in OWN_WORK or chain.severity == "LOW" or w is None or not w.duration_ns:
             continue
-        for pace, who, busy in paces:
-            if pace.pids != chain.pids or pace.window is None:
+        for pace, pw, who, pid, tid, busy in paces:
+            if pace.pids != chain.pids:
                 continue
-            inside = min(w.end_ns, pace.window.end_ns) - max(w.start_ns, pace.window.start_ns)
+            inside = min(w.end_ns, pw.end_ns) - max(w.start_ns, pw.start_ns)
             if inside >= 0.5 * w.duration_ns:
                 chain.severity = "LOW"
                 chain.summary += (f"; not what set the pace: it waited on {who} then ({pace.root_cause}, "
                                   f"{pace.severity}), which ran {100 * busy:.0f}% of the time, so this work only "
                                   "shortened that wait")
-                ran = busy_share_sql(*_lead(pace), pace.window, "thread_seconds")
+                ran = busy_share_sql(pid, tid, pw, "thread_seconds")
                 chain.evidence.append(Evidence(
                     name=f"the pace: the share of the time {who} ran (its wait on it: {pace.severity})",
                     value=sql_round(100 * busy, 1), unit="%", sql=f"SELECT round(100 * ({ran}), 1)"))
                 break
     return found
-
-
-def _lead(chain: CausalChain) -> tuple[int, int]:
-    c = chain.culprits[0]
-    return int(c.pid or 0), int(c.tids[0])
 
 
 def other_work_line(ctx: Ctx, t: ThreadAccount, p: Phase) -> str:
