@@ -49,33 +49,52 @@ def _who(pid: int, tid: int | list[int] | None, col: str = "") -> str:
     return p if tid is None else f"{p} AND {col}tid = {int(tid)}"
 
 
-def _covered(mode: str, io: bool, outside: bool = False) -> str:
-    """The accounting's time the stacks stand for, over thread_seconds: on-CPU (outside CUDA calls), asleep, or asleep
-    in IO."""
+CALLS = ("outside", "inside")  # a profile of the samples (sleeps) taken outside (inside) the thread's CUDA calls only
+
+
+def _covered(mode: str, io: bool, calls: str | None = None) -> str:
+    """The accounting's time the stacks stand for, over thread_seconds: on-CPU, asleep (each outside or inside CUDA
+    calls: asleep outside them not in IO, the accounting's sleep_outside part), or asleep in IO."""
     if mode == "on_cpu":
-        return "run_outside_ns" if outside else "run_inside_ns + run_outside_ns"
-    return "sleep_io_ns" if io else "sleep_inside_ns + sleep_outside_ns"
+        return {"outside": "run_outside_ns", "inside": "run_inside_ns"}.get(calls or "",
+                                                                             "run_inside_ns + run_outside_ns")
+    if io:
+        return "sleep_io_ns"
+    return {"outside": "sleep_outside_ns - sleep_io_ns", "inside": "sleep_inside_ns"}.get(
+        calls or "", "sleep_inside_ns + sleep_outside_ns")
+
+
+def _in_calls(calls: str | None, at: str, alias: str) -> str:
+    """The condition that a sample (a sleep's switch-out) at `at` of the row `alias` lies outside / inside one of
+    its thread's CUDA calls (call_spans), or none."""
+    assert calls in (None, *CALLS), calls
+    if calls is None:
+        return ""
+    return (f" AND {'NOT ' if calls == 'outside' else ''}EXISTS (SELECT 1 FROM call_spans c WHERE c.pid = {alias}.pid "
+            f"AND c.tid = {alias}.tid AND c.start_ns <= {at} AND {at} < c.end_ns)")
 
 
 def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, io: bool = False,
-                outside: bool = False) -> str:
+                calls: str | None = None) -> str:
     """Per distinct (user stack, kernel stack): how many samples or intervals, the ns they stand for, and each
     stack's frames with the index of its frame of interest. on_cpu: samples, each 1e9 / sample_hz ns of its
-    process's session (`outside`: only those taken outside the thread's CUDA calls, call_spans); off_cpu: sleeps that
-    began at a switch-out with a stack, clipped to the window."""
+    process's session; off_cpu: sleeps that began at a switch-out with a stack, clipped to the window (`calls`
+    'outside' / 'inside': only the samples taken, the sleeps begun, outside / inside the thread's CUDA calls,
+    call_spans; asleep outside them, not in IO)."""
     lo, hi = _lo_hi(window)
     if mode == "on_cpu":
-        out = (" AND NOT EXISTS (SELECT 1 FROM call_spans c WHERE c.pid = x.pid AND c.tid = x.tid "
-               "AND c.start_ns <= x.ts_ns AND x.ts_ns < c.end_ns)") if outside else ""
         s = (f"SELECT x.session_id, x.ustack_id, x.kstack_id, count(*) AS n, "
              f"sum(1000000000 // nullif(src.sample_hz, 0))::BIGINT AS ns FROM stack_samples x "
              f"LEFT JOIN stack_sources src ON src.session_id = x.session_id AND src.pid = x.pid "
-             f"WHERE {_who(pid, tid, 'x.')} AND x.ts_ns >= {lo} AND x.ts_ns < {hi}{out} GROUP BY ALL")
+             f"WHERE {_who(pid, tid, 'x.')} AND x.ts_ns >= {lo} AND x.ts_ns < {hi}{_in_calls(calls, 'x.ts_ns', 'x')} "
+             "GROUP BY ALL")
     else:
         s = (f"SELECT session_id, ustack_id, kstack_id, count(*) AS n, "
-             f"sum(least(off_ns + sleep_ns, {hi}) - greatest(off_ns, {lo}))::BIGINT AS ns FROM sched_intervals "
+             f"sum(least(off_ns + sleep_ns, {hi}) - greatest(off_ns, {lo}))::BIGINT AS ns FROM sched_intervals i "
              f"WHERE {_who(pid, tid)} AND sleep_ns > 0 AND off_ns < {hi} AND off_ns + sleep_ns > {lo} "
              + ("AND prev_state = 'uninterruptible' " if io else "")
+             + ("AND prev_state IS DISTINCT FROM 'uninterruptible' " if calls == "outside" and not io else "")
+             + _in_calls(calls, "i.off_ns", "i").strip() + (" " if calls else "")
              + "AND (ustack_id IS NOT NULL OR kstack_id IS NOT NULL) GROUP BY ALL")
     return (f"WITH s AS ({s}) SELECT s.n, s.ns, u.kind, u.frames, u.modules, u.files, u.lines, {leaf_sql('u')} AS "
             f"uleaf, k.frames AS kframes, k.modules AS kmodules, {leaf_sql('k')} AS kleaf FROM s "
@@ -85,10 +104,11 @@ def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWi
 
 
 def self_share_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, frame: Frame, kernel: bool,
-                   t0: int | None = None, io: bool = False, outside: bool = False) -> str:
+                   t0: int | None = None, io: bool = False, calls: str | None = None) -> str:
     """The numbers a profile's sentence shows: the share (%) of its weight whose frame of interest is `frame` (user,
     or kernel), the samples (intervals), the seconds they stand for and, given t0, the share (%) of the thread's
-    on-CPU (sleep) time in the accounting that they cover (`outside`: samples and time outside its CUDA calls)."""
+    on-CPU (sleep) time in the accounting that they cover (`calls`: samples and time outside / inside its CUDA
+    calls)."""
     weight = "n" if mode == "on_cpu" else "ns"
     kern = f"kframes[kleaf] = {sql_str(_raw(frame))}"
     if kernel:
@@ -98,12 +118,12 @@ def self_share_sql(mode: str, pid: int, tid: int | list[int] | None, window: Tim
                f"FROM {'NULL' if frame.file is None else sql_str(frame.file)} OR frames IS NULL AND {kern}")
     cover = "NULL"
     if t0 is not None:
-        cover = (f"round(100 * sum(ns) / (SELECT sum({_covered(mode, io, outside)}) FROM thread_seconds "
+        cover = (f"round(100 * sum(ns) / (SELECT sum({_covered(mode, io, calls)}) FROM thread_seconds "
                  f"WHERE {_who(pid, tid)} AND "
                  f"{seconds_in(window, t0)}))")
     return (f"SELECT round(100 * sum({weight}) FILTER (WHERE {hit}) / sum({weight}), 1) AS share_pct, "
             f"sum(n)::BIGINT AS count, round(sum(ns) / 1e9, 2) AS seconds, {cover} AS covered_pct "
-            f"FROM ({weights_sql(mode, pid, tid, window, io, outside)})")
+            f"FROM ({weights_sql(mode, pid, tid, window, io, calls)})")
 
 
 def _raw(frame: Frame) -> str:
@@ -143,11 +163,11 @@ def _caller(user: list[Frame], leaf: int) -> Frame | None:
 
 def profile(con: duckdb.DuckDBPyConnection, mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow,
             t0: int | None = None, top: int = 10, top_stacks: int = 10, io: bool = False,
-            outside: bool = False) -> StackProfile:
+            calls: str | None = None) -> StackProfile:
     """A thread's (tid None: a process's) profile over the window: top frames (self and inclusive), the heaviest
     folded stacks, the time they cover against the accounting's (when `t0`, the trace's second 0, is given);
-    `outside`: of its samples outside its CUDA calls, against its running outside them."""
-    sql = weights_sql(mode, pid, tid, window, io, outside)
+    `calls` 'outside' ('inside'): of its samples outside (inside) its CUDA calls, against its running there."""
+    sql = weights_sql(mode, pid, tid, window, io, calls)
     got = rows(con, sql)
     prof = StackProfile(mode=mode, pid=pid, tid=None if isinstance(tid, list) else tid,  # type: ignore[arg-type]
                         tids=tid if isinstance(tid, list) else [], io=io, start_ns=window.start_ns,
@@ -160,7 +180,7 @@ def profile(con: duckdb.DuckDBPyConnection, mode: str, pid: int, tid: int | list
     prof.count = sum(int(r[0]) for r in got)
     prof.seconds = round(total_ns / 1e9, 3)
     if t0 is not None:
-        cov = rows(con, f"SELECT sum({_covered(mode, io, outside)}) FROM thread_seconds WHERE {_who(pid, tid)} "
+        cov = rows(con, f"SELECT sum({_covered(mode, io, calls)}) FROM thread_seconds WHERE {_who(pid, tid)} "
                         f"AND {seconds_in(window, t0)}")
         if cov and cov[0][0] is not None:
             prof.covered_of_s = round(int(cov[0][0]) / 1e9, 3)
@@ -309,9 +329,9 @@ PROFILER = ("(len(list_filter(files, lambda f: f LIKE '%/torch/profiler/%' OR f 
             " > 0 OR len(list_filter(modules, lambda m: m LIKE '%libcupti%' OR m LIKE '%libkineto%')) > 0)")
 
 
-def framework_share_sql(pid: int, tid: int, window: TimeWindow, outside: bool = False) -> str:
-    """The shares (%) of the thread's on-CPU samples in the window (`outside`: those outside its CUDA calls) whose
-    stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), and one of the CUDA runtime compilers
+def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None) -> str:
+    """The shares (%) of the thread's on-CPU samples in the window (`calls`: those outside / inside its CUDA calls)
+    whose stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), and one of the CUDA runtime compilers
     (COMPILER_MODULES), the samples, the share in PyTorch's CPU kernels (CPU_OPS) and the share in a profiler
     (PROFILER)."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
@@ -319,7 +339,7 @@ def framework_share_sql(pid: int, tid: int, window: TimeWindow, outside: bool = 
             f"{COMPILER_MODULES})) > 0) / sum(n), 1) AS compiler_pct, sum(n) AS samples, "
             f"round(100 * sum(n) FILTER (WHERE {CPU_OPS}) / sum(n), 1) AS cpu_ops_pct, "
             f"round(100 * sum(n) FILTER (WHERE {PROFILER}) / sum(n), 1) AS profiler_pct "
-            f"FROM ({weights_sql('on_cpu', pid, tid, window, outside=outside)})")
+            f"FROM ({weights_sql('on_cpu', pid, tid, window, calls=calls)})")
 
 
 def recorded(con: duckdb.DuckDBPyConnection) -> bool:
@@ -328,23 +348,24 @@ def recorded(con: duckdb.DuckDBPyConnection) -> bool:
     return bool(rows(con, "SELECT 1 FROM stack_sources LIMIT 1"))
 
 
-def sentence(p: StackProfile, who: str = "its", outside: bool = False) -> str:
+def sentence(p: StackProfile, who: str = "its", calls: str | None = None) -> str:
     """The profile's top frame in words: '61% of its 412 on-CPU samples (~4.1 s) in f (file:line) called from g'
-    (`outside`: a profile of the samples outside its CUDA calls, said so)."""
+    (`calls`: a profile of the samples outside / inside its CUDA calls, said so)."""
     if not p.top_frames:
         return f"no {'on-CPU samples' if p.mode == 'on_cpu' else 'stacks at its sleeps'}: {p.why_none}"
     t = p.top_frames[0]
     called = f", called from {t.caller.label()}" if t.caller else ""
     if p.mode == "on_cpu":
-        where = " outside CUDA calls" if outside else ""
+        where = f" {calls} CUDA calls" if calls else ""
         what = (f"{100 * t.self_share:.0f}% of {who} {p.count} on-CPU sample{'s' if p.count != 1 else ''}{where} "
                 f"(an estimate of {p.seconds:.2f} s at {p.sample_hz or '?'} Hz"
-                + (f", {100 * p.coverage:.0f}% of its {'running' if outside else 'on-CPU time'}{where}"
+                + (f", {100 * p.coverage:.0f}% of its {'running' if calls else 'on-CPU time'}{where}"
                    if p.coverage is not None else "") + ")")
         return f"{what} in {t.frame.label()}{called}"
     io = "IO " if p.io else ""
-    cov = f", {100 * p.coverage:.0f}% of its {io}sleep" if p.coverage is not None else ""
-    what = (f"{100 * t.self_share:.0f}% of {who} {p.seconds:.2f} s asleep {'in IO ' if p.io else ''}with a "
+    where = f" {calls} CUDA calls" if calls and not p.io else ""
+    cov = f", {100 * p.coverage:.0f}% of its {io}sleep{where}" if p.coverage is not None else ""
+    what = (f"{100 * t.self_share:.0f}% of {who} {p.seconds:.2f} s asleep{where} {'in IO ' if p.io else ''}with a "
             f"stack ({p.count} sleep{'s' if p.count != 1 else ''}{cov})")
     kern = f"; in the kernel in {p.kernel_frames[0].frame.label()}" if p.kernel_frames and not (
         p.kernel_frames[0].frame == t.frame) else ""

@@ -53,7 +53,9 @@ def frames_lines(frames: FindingFrames | None, width: int = 100, names: list[str
     if frames is None:
         return []
     title = "code" if frames.part != "cpu_wait" else "culprit's code"
-    where = ", outside its CUDA calls" if frames.part == "run_outside" else ""  # analysis/causes/frames.py
+    # analysis/causes/frames.py: a profile of the samples outside (inside) the thread's CUDA calls
+    where = {"run_outside": ", outside its CUDA calls", "sleep_outside": ", outside its CUDA calls",
+             "run_inside": ", inside its CUDA calls", "gpu_wait": ", inside its CUDA calls"}.get(frames.part, "")
     pairs = profile_lines(frames.profile, f"{title} ({who(frames.profile)}{where})")
     for p in frames.culprits:
         pairs += profile_lines(p, f"culprit's code ({who(p)})")

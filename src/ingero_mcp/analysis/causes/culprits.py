@@ -319,22 +319,23 @@ _HOST_WORK = (
 
 
 def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: str,
-              outside: bool = False) -> tuple[str, dict[str, object], Evidence] | None:
+              calls: str | None = None) -> tuple[str, dict[str, object], Evidence] | None:
     """What a thread's host work was, where its on-CPU samples in the window (a store with stacks, 20 samples at
     least) say: HOST_WORK_SHARE or more in a profiler (the job being profiled), else in a CUDA runtime compiler (GPU
     code compiled as the job runs), else in PyTorch's CPU kernels (math on CPU tensors), else in PyTorch's own code
     (the model's layers, autograd, the optimiser: issuing its kernels). The words (`whose` samples), the numbers its
     fix cites (`profiling`, `compiling`, `cpu_ops` or `framework`) and the evidence whose SQL recomputes it.
-    `outside`: the samples taken outside the thread's CUDA calls only (its running outside them, not its copies')."""
+    `calls` 'outside': the samples taken outside the thread's CUDA calls only (its running outside them, not its
+    copies')."""
     if window is None or not recorded(ctx.con):
         return None
-    sql = framework_share_sql(pid, tid, window, outside)
+    sql = framework_share_sql(pid, tid, window, calls)
     got = rows(ctx.con, sql)[0]
     if int(got[2] or 0) < 20:
         return None
     for key, column, where, what, code in _HOST_WORK:
         if got[column] is not None and float(got[column]) >= HOST_WORK_SHARE:
-            samples = f"{whose} on-CPU samples{' outside CUDA calls' if outside else ''}"
+            samples = f"{whose} on-CPU samples{f' {calls} CUDA calls' if calls else ''}"
             share = f"{float(got[column]):.0f}% of {samples}"
             return f"{share} {what}", {key: f"{share} {where}"}, Evidence(
                 name=f"{samples} with a frame in {code}", value=float(got[column]), unit="%", sql=sql)

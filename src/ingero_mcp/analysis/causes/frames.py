@@ -27,10 +27,12 @@ def attach_frames(ctx: Ctx, f: Finding, chain: CausalChain) -> None:
         return
     t = f.thread
     own = None
-    outside = f.part == "run_outside"  # its running outside CUDA calls: the samples taken there only
+    # its running (sleep) outside or inside CUDA calls: the samples taken (the sleeps begun) there only
+    calls = {"run_outside": "outside", "sleep_outside": "outside", "run_inside": "inside", "gpu_wait": "inside"}.get(
+        f.part)
     if f.part != "cpu_wait":  # waiting for a CPU, the thread ran nothing: its culprits' frames are the point
         own = profile(ctx.con, mode, t.pid, t.tid, f.window, ctx.t0, top=TOP, top_stacks=TOP_STACKS,
-                      io=f.part == "io", outside=outside)  # an IO finding: its IO sleeps only
+                      io=f.part == "io", calls=calls)  # an IO finding: its IO sleeps only
     traced = {tid for _p, tid in ctx.traced_threads()}
     culprits = []
     for c in chain.culprits:
@@ -48,7 +50,7 @@ def attach_frames(ctx: Ctx, f: Finding, chain: CausalChain) -> None:
             s.frames = []  # a finding carries its stacks folded (get_stacks gives each frame's file and line)
     words = []
     if own is not None:
-        words.append(_said(ctx, chain, own, "its", outside))
+        words.append(_said(ctx, chain, own, "its", calls))
     for p in culprits:
         group = f"{ctx.who(p.pid, p.tids[0])} and {len(p.tids) - 1} more of its threads'" if p.tids else ""
         words.append(_said(ctx, chain, p, group or f"{ctx.who(p.pid, p.tid)}'s"))
@@ -56,25 +58,25 @@ def attach_frames(ctx: Ctx, f: Finding, chain: CausalChain) -> None:
                                  sentence="; ".join(words))
 
 
-def _said(ctx: Ctx, chain: CausalChain, p: StackProfile, who: str, outside: bool = False) -> str:
-    """The profile's sentence, and the evidence whose SQL recomputes its top frame's share (`outside`: a profile of
-    the samples outside the thread's CUDA calls)."""
+def _said(ctx: Ctx, chain: CausalChain, p: StackProfile, who: str, calls: str | None = None) -> str:
+    """The profile's sentence, and the evidence whose SQL recomputes its top frame's share (`calls`: a profile of
+    the samples outside / inside the thread's CUDA calls)."""
     if not p.top_frames:
-        text = sentence(p, who, outside)
+        text = sentence(p, who, calls)
         chain.evidence.append(Evidence(name=f"{who} code in this window ({p.mode.replace('_', '-')})", value=text,
                                        sql=f"SELECT count(*), sum(n) FROM ({p.sql})"))
         return text
     top = p.top_frames[0]
     sql = self_share_sql(p.mode, p.pid, p.tids or p.tid, _window(p), top.frame, kernel=False, t0=ctx.t0, io=p.io,
-                         outside=outside)
+                         calls=calls)
     share, count, seconds, covered = rows(ctx.con, sql)[0]
     # the numbers the sentence shows are the ones its SQL gives (a share of samples, not of their ns)
     top.self_share = round(float(share or 0) / 100, 4)
     p.count, p.seconds = int(count or 0), float(seconds or 0)
     p.coverage = None if covered is None else float(covered) / 100
-    text = sentence(p, who, outside)
-    what = ("on-CPU samples" + (" outside CUDA calls" if outside else "")) if p.mode == "on_cpu" else (
-        "sleep time with a stack")
+    text = sentence(p, who, calls)
+    what = ("on-CPU samples" if p.mode == "on_cpu" else "sleep time") + (f" {calls} CUDA calls" if calls else "") + (
+        "" if p.mode == "on_cpu" else " with a stack")
     chain.evidence.append(Evidence(name=f"{who} code: {text} (share of {what} whose frame of interest is "
                                         f"{top.frame.label()}; the count, seconds and share of the accounting's time "
                                         "covered in the SQL's other columns)",

@@ -297,7 +297,7 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
     note = "no child process (worker) alive then" if not kids else f"{len(kids)} child processes alive"
     own = f"its own work between CUDA calls ({note})"
     numbers: dict[str, object] = {}
-    work = host_work(ctx, f.thread.pid, f.thread.tid, f.window, "its", outside=True)
+    work = host_work(ctx, f.thread.pid, f.thread.tid, f.window, "its", calls="outside")
     if work is not None:  # the stacks say where that work was: compiling GPU code, or PyTorch's own code
         words, numbers, share_ev = work
         ev.append(share_ev)
