@@ -16,6 +16,8 @@ from natural_checks_11 import CHECKS_11
 from natural_checks_12 import CHECKS_12
 from natural_checks_13 import CHECKS_13
 from natural_checks_14 import CHECKS_14
+from natural_checks_15 import CHECKS_15
+from natural_checks_16 import CHECKS_16
 from natural_shares import SHARE_SLACK, feeder_shares
 from paths import REPO
 from test_zoo import SECOND, _report, _top, decompressed
@@ -509,6 +511,8 @@ CHECKS |= CHECKS_11
 CHECKS |= CHECKS_12
 CHECKS |= CHECKS_13
 CHECKS |= CHECKS_14
+CHECKS |= CHECKS_15
+CHECKS |= CHECKS_16
 
 
 def test_every_natural_store_has_its_check() -> None:

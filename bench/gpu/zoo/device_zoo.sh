@@ -58,6 +58,10 @@
 #                                                 natural_queue_backpressure
 #   bash bench/gpu/zoo/device_zoo.sh natural14    natural_ema_on_cpu natural_profiler_left_on
 #                                                 natural_big_batches_shm
+#   bash bench/gpu/zoo/device_zoo.sh natural15    natural_gil_stats_thread natural_alloc_fraction_limit
+#                                                 natural_omp_threads_oversubscribed
+#   bash bench/gpu/zoo/device_zoo.sh natural16    natural_subprocess_eval natural_cpu_neighbor_control
+#                                                 natural_per_sample_h2d
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -111,6 +115,8 @@ NATURAL11="natural_sqlite_metrics_commit natural_pin_memory_thread natural_cuda_
 NATURAL12="natural_numpy_features_main natural_jsonl_single_worker natural_nonzero_masked_loss"
 NATURAL13="natural_epoch_worker_restart natural_zlib_compressed_shards natural_queue_backpressure"
 NATURAL14="natural_ema_on_cpu natural_profiler_left_on natural_big_batches_shm"
+NATURAL15="natural_gil_stats_thread natural_alloc_fraction_limit natural_omp_threads_oversubscribed"
+NATURAL16="natural_subprocess_eval natural_cpu_neighbor_control natural_per_sample_h2d"
 names=()
 for a in "$@"; do
   case $a in
@@ -149,11 +155,13 @@ for a in "$@"; do
     natural12) names+=($NATURAL12) ;;
     natural13) names+=($NATURAL13) ;;
     natural14) names+=($NATURAL14) ;;
+    natural15) names+=($NATURAL15) ;;
+    natural16) names+=($NATURAL16) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
