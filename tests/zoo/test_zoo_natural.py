@@ -517,8 +517,12 @@ CHECKS |= CHECKS_16
 
 def test_every_natural_store_has_its_check() -> None:
     """Every store recorded has its check and every check its script and its store (a check written before its
-    recording waits for its store only in the commits between the two: one never recorded is not a test)."""
-    assert set(NAMES) == set(CHECKS), (sorted(set(NAMES) - set(CHECKS)), sorted(set(CHECKS) - set(NAMES)))
+    recording waits for its store only while split.json names it as awaiting its recording: one never recorded is not
+    a test, and is said to be none)."""
+    awaiting = set(json.loads((NATURAL / "split.json").read_text()).get("awaiting_recording", []))
+    assert not awaiting & set(NAMES), sorted(awaiting & set(NAMES))  # recorded: no longer awaiting
+    assert set(NAMES) | awaiting == set(CHECKS), (sorted(set(NAMES) - set(CHECKS)),
+                                                 sorted(set(CHECKS) - set(NAMES) - awaiting))
     assert all((REPO / "bench" / "gpu" / "zoo" / f"{name}.py").exists() for name in CHECKS), sorted(CHECKS)
 
 
