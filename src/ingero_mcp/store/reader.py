@@ -86,6 +86,14 @@ def _lock_down(con: duckdb.DuckDBPyConnection, settings: dict[str, str] | None =
         con.execute(f"SET {name} = '{_sql_quote(value)}'").fetchall()
     con.execute("SET enable_external_access = false").fetchall()
     con.execute("SET enable_progress_bar = false").fetchall()  # no bar over explain's output on a terminal
+    # Every ASOF join by its sort-merge operator: DuckDB runs one whose left side it estimates under 64 rows as a nested
+    # loop, and nested in a CTE its estimate can be 1 where the rows are 100k (analysis/waits.py's overlaps of one
+    # thread's sleeps with another's states: 118 s as a loop, 0.3 s merged, on a recorded 20 s job). For every
+    # connection and cursor of the instance, run_sql's included. A DuckDB without the setting has no such loop either.
+    try:
+        con.execute("SET GLOBAL asof_loop_join_threshold = 0").fetchall()
+    except duckdb.Error:
+        pass
     con.execute("SET lock_configuration = true").fetchall()
     return con
 
