@@ -176,6 +176,14 @@ def churn_sql(pid: int, tid: int, window: TimeWindow, t0: int) -> str:
         GROUP BY ALL ORDER BY k""".split())
 
 
+def _over_run(per_second_sql: str, run: list[int], what: str) -> str:
+    """churn_sql's rows summed over a run of seconds: the calls a second, or the seconds in them."""
+    secs = run[-1] - run[0] + 1
+    value = f"round(sum(calls) / {secs}, 1)" if what == "calls" else "round(sum(ns) / 1e9, 3)"
+    return (f"SELECT {value} AS {what}, {secs} AS stretch_s FROM ({per_second_sql}) "
+            f"WHERE k BETWEEN {run[0]} AND {run[-1]}")
+
+
 PINNING_OPS = re.compile(r"egister|Host")  # cudaHostRegister, cuMemHostRegister_v2, cudaHostAlloc, cuMemFreeHost...
 
 
@@ -233,9 +241,10 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
                              "the driver's cuMemAlloc/cuMemFree, host allocations and registrations) of the "
                              "thread, per second. PyTorch's caching allocators normally make them rare after warm-up."),
                 seconds_lost=round(ns / 1e9, 3), window=w, pids=[t.pid],
-                evidence=[Evidence(name="allocations and frees per second, and the time in them",
-                                   value=f"{calls / secs:,.0f}/s, "
-                                   f"{ns / 1e9:.3f} s", sql=sql),
+                evidence=[Evidence(name="allocation and free calls a second over the stretch",
+                                   value=round(calls / secs, 1), unit="/s", sql=_over_run(sql, run, "calls")),
+                          Evidence(name="the time in them over the stretch", value=round(ns / 1e9, 3), unit="s",
+                                   sql=_over_run(sql, run, "ns")),
                           Evidence(name="which calls (count, ns), largest first",
                                    value="; ".join(f"{op} {n} {o_ns}" for op, n, o_ns in ops[:5]), sql=osql)],
                 recommendations=fixes,

@@ -70,7 +70,8 @@ class StackProfile(BaseModel):
     estimate: bool = False
     covered_of_s: float | None = Field(None, description="the thread's on-CPU (off-CPU: sleep) time in the window, "
                                                           "from the accounting (None: not known)")
-    coverage: float | None = Field(None, description="seconds / covered_of_s (None: not known)")
+    coverage: float | None = Field(None, description="seconds / covered_of_s, at most 1 (samples estimate the time; "
+                                                      "None: not known)")
     top_frames: list[FrameShare] = []
     kernel_frames: list[FrameShare] = Field([], description="off-CPU: the kernel functions it slept in")
     stacks: list[FoldedStack] = []

@@ -118,9 +118,10 @@ def self_share_sql(mode: str, pid: int, tid: int | list[int] | None, window: Tim
                f"FROM {'NULL' if frame.file is None else sql_str(frame.file)} OR frames IS NULL AND {kern}")
     cover = "NULL"
     if t0 is not None:
-        cover = (f"round(100 * sum(ns) / (SELECT sum({_covered(mode, io, calls)}) FROM thread_seconds "
+        # at most all of it: samples at sample_hz estimate the time, and can come to a little more than it
+        cover = (f"least(100, round(100 * sum(ns) / (SELECT sum({_covered(mode, io, calls)}) FROM thread_seconds "
                  f"WHERE {_who(pid, tid)} AND "
-                 f"{seconds_in(window, t0)}))")
+                 f"{seconds_in(window, t0)})))")
     return (f"SELECT round(100 * sum({weight}) FILTER (WHERE {hit}) / sum({weight}), 1) AS share_pct, "
             f"sum(n)::BIGINT AS count, round(sum(ns) / 1e9, 2) AS seconds, {cover} AS covered_pct "
             f"FROM ({weights_sql(mode, pid, tid, window, io, calls)})")
@@ -184,7 +185,7 @@ def profile(con: duckdb.DuckDBPyConnection, mode: str, pid: int, tid: int | list
                         f"AND {seconds_in(window, t0)}")
         if cov and cov[0][0] is not None:
             prof.covered_of_s = round(int(cov[0][0]) / 1e9, 3)
-            prof.coverage = round(total_ns / int(cov[0][0]), 3) if cov[0][0] else None
+            prof.coverage = min(1.0, round(total_ns / int(cov[0][0]), 3)) if cov[0][0] else None
     if not got or not total_ns:
         prof.why_none = why_none(con, mode, pid, window)
         return prof
@@ -327,6 +328,9 @@ CPU_OPS = ("(len(list_filter(modules, lambda m: m LIKE '%libgomp%')) > 0 OR len(
 # records. Its frames are PyTorch's own files too: a thread running there is being profiled, not running the model.
 PROFILER = ("(len(list_filter(files, lambda f: f LIKE '%/torch/profiler/%' OR f LIKE '%/torch/autograd/profiler%'))"
             " > 0 OR len(list_filter(modules, lambda m: m LIKE '%libcupti%' OR m LIKE '%libkineto%')) > 0)")
+
+
+FRAMEWORK_COLUMNS = ("framework_pct", "compiler_pct", "samples", "cpu_ops_pct", "profiler_pct")  # its columns
 
 
 def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None) -> str:

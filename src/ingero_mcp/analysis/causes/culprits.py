@@ -12,7 +12,7 @@ from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding, part_ns
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
-from ingero_mcp.analysis.stacks import framework_share_sql, recorded
+from ingero_mcp.analysis.stacks import FRAMEWORK_COLUMNS, framework_share_sql, recorded
 from ingero_mcp.analysis.waits import SATURATED, WaitPath, busy_share
 
 def holders_sql(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> str:
@@ -337,8 +337,9 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: st
         if got[column] is not None and float(got[column]) >= HOST_WORK_SHARE:
             samples = f"{whose} on-CPU samples{f' {calls} CUDA calls' if calls else ''}"
             share = f"{float(got[column]):.0f}% of {samples}"
-            return f"{share} {what}", {key: f"{share} {where}"}, Evidence(
-                name=f"{samples} with a frame in {code}", value=float(got[column]), unit="%", sql=sql)
+            return f"{share} {what}", {key: f"{share} {where}"}, Evidence(  # the share shown first, the rest beside
+                name=f"{samples} with a frame in {code}", value=float(got[column]), unit="%",
+                sql=f"SELECT {FRAMEWORK_COLUMNS[column]}, * FROM ({sql})")
     return None
 
 
