@@ -125,6 +125,14 @@ async def test_evidence_sql_on_request_recomputes_the_value() -> None:
     assert checked >= 1
 
 
+async def test_evidence_without_a_chain_id_where_there_is_none_says_so() -> None:
+    """Asked for a window's evidence (no chain_id) where no chain was found: the error says there is none, and names
+    no chain id the caller did not give."""
+    (got,) = await ask(H200[0], ("get_evidence_sql", {"since": "1ms"}))
+    assert got.is_error and "no causal chain in this window; chains here: none" in got.content[0].text
+    assert 'no chain ""' not in got.content[0].text
+
+
 def test_fields_the_analysis_adds_later_are_rendered_in_both_halves() -> None:
     """The chain model will grow (a seconds_lost, an accounting): views and text carry unknown fields generically."""
     from ingero_mcp.analysis.models import CausalChain, Evidence

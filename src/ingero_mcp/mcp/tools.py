@@ -224,10 +224,9 @@ def get_evidence_sql(
         ids = ", ".join(json.dumps(clean(c.id, 200), ensure_ascii=False) for c in chains[:20]) or (
             "none" if whole else "none (the trace is empty)"
         )
-        raise ToolError(
-            f"no chain {json.dumps(clean(chain_id or '', 200), ensure_ascii=False)} in this window; "
-            f"chains here: {ids}"
-        )
+        asked = (f"no chain {json.dumps(clean(chain_id or '', 200), ensure_ascii=False)}" if wanted
+                 else "no causal chain")
+        raise ToolError(f"{asked} in this window; chains here: {ids}")
     window = window or whole or TimeWindow(start_ns=0, end_ns=0)
     evidence = [e.model_dump(mode="json") for e in chain.evidence]
     result = EvidenceResult(
