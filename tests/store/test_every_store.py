@@ -1,5 +1,8 @@
 """`explain` runs without error on every trace store the repository ships: the investigations (v1 and v5), each zoo
-store, and each of Ingero's traces once imported (issue 18: never crash on data)."""
+store, and each of Ingero's traces once imported (issue 18: never crash on data). On every recorded store, each number
+a chain shows with its SQL is what that SQL gives: the analysis's own tests hold it on made-up scenarios, the recorded
+stores reach paths those never do (two kinds of evidence disagreed with their SQL on 10 of them only: a stretch's rate
+shown beside per-second rows, a share shown in the fourth column of its query)."""
 
 from __future__ import annotations
 
@@ -10,10 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from analysis_fixtures import check_evidence_sql
 from paths import REPO
 
 from ingero_mcp.analysis.report import build_report
 from ingero_mcp.store import open_store
+from ingero_mcp.store.views import lay_views
 
 STORES = sorted((REPO / "investigations").glob("*.duckdb")) + sorted((REPO / "investigations").glob("zoo*/*.duckdb.xz"))
 INGERO = sorted((REPO / "tests" / "data" / "ingero").glob("*.db"))
@@ -33,6 +38,13 @@ def test_every_store_explains(path: Path, tmp_path: Path) -> None:
         con.close()
     assert report.verdict and report.accounting is not None and report.accounting.complete
     assert all(q.count > 0 for q in report.info.data_quality)
+    fresh = open_store(path)  # read-only, as `ingero-mcp query` and the MCP server's run_sql open it
+    try:
+        lay_views(fresh)
+        own = [c for c in report.chains if c.origin == "ingero-mcp"]
+        assert check_evidence_sql(fresh, own) == sum(1 for c in own for e in c.evidence if e.sql)
+    finally:
+        fresh.close()
 
 
 @pytest.mark.parametrize("path", INGERO, ids=lambda p: p.name)
