@@ -12,6 +12,7 @@ from natural_shares import PAGE_FAULTS_PER_S
 from natural_shares import SECOND, SHARE_SLACK, clocks_agree, feeder_shares, shares_agree
 from natural_shares import gpu_busy_rules as _gpu_busy_rules, in_run as _in_run, people as _people
 from natural_shares import said as _said, seconds as _seconds
+from natural_shares import capped as _capped, own_lead as _own_lead
 
 from ingero_mcp.analysis.models import CausalChain, Report
 
@@ -30,23 +31,7 @@ def _names_tid(c: CausalChain, tids: set[int]) -> bool:
     return any(tids & set(k.tids) for k in _people(c))
 
 
-def _scaled(measured_s: float, chains: list[CausalChain], wall: float) -> float:
-    """A budget measured over the run (`wall` s), stretched to the longest window of `chains` where that is longer: a
-    finding may span the warm-up's last seconds too, where the job did the same."""
-    span = max([wall] + [(c.window.end_ns - c.window.start_ns) / SECOND for c in chains if c.window])
-    return measured_s * span / wall if wall else measured_s
 
-
-def _capped(chains: list[CausalChain], causes: set[str], measured_s: float, own: dict) -> None:
-    """The findings of `causes` explain no more than `measured_s` (over their windows) plus half a second."""
-    got = [c for c in chains if c.root_cause in causes]
-    assert _seconds(got) <= _scaled(measured_s, got, own["wall_s"]) + 0.5, (_said(got), sorted(causes), own)
-
-
-def _own_lead(top: list[CausalChain], lead: set[str], pid: int, own: dict) -> None:
-    """The report leads with one of `lead`, said of the job's process."""
-    assert top and top[0].root_cause in lead, (_said(top), sorted(lead), own)
-    assert pid in top[0].pids or any(k.pid == pid for k in _people(top[0])), (top[0].summary, top[0].pids, pid)
 
 
 def _common(top: list[CausalChain], absent: set[str], pid: int, own: dict) -> None:

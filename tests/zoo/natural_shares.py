@@ -1,6 +1,7 @@
 """What every natural job's check reads from the report: the feeding thread's time by part over the measured run,
 set against the script's own shares within SHARE_SLACK (test_zoo_natural and natural_checks_*); and the few ways of
-reading findings the later groups' checks share (said, seconds, people, in_run, gpu_busy_rules)."""
+reading findings the later groups' checks share (said, seconds, people, in_run, gpu_busy_rules, scaled,
+capped, own_lead)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,22 @@ def gpu_busy_rules(top: list[CausalChain], own: dict, lead: set[str], host: set[
         assert not any(c.root_cause == "gpu-bound" for c in top), said(top)
     elif busy >= 0.8:
         assert seconds(top, host) <= (1 - busy) * own["wall_s"] + 0.5, (said(top), own)
+
+
+def scaled(measured_s: float, chains: list[CausalChain], wall: float) -> float:
+    """A budget measured over the run (`wall` s), stretched to the longest window of `chains` where that is longer: a
+    finding may span the warm-up's last seconds too, where the job did the same (natural11's revision)."""
+    span = max([wall] + [(c.window.end_ns - c.window.start_ns) / SECOND for c in chains if c.window])
+    return measured_s * span / wall if wall else measured_s
+
+
+def capped(chains: list[CausalChain], causes: set[str], measured_s: float, own: dict) -> None:
+    """The findings of `causes` explain no more than `measured_s` (over their windows) plus half a second."""
+    got = [c for c in chains if c.root_cause in causes]
+    assert seconds(got) <= scaled(measured_s, got, own["wall_s"]) + 0.5, (said(got), sorted(causes), own)
+
+
+def own_lead(top: list[CausalChain], lead: set[str], pid: int, own: dict) -> None:
+    """The report leads with one of `lead`, said of the job's process."""
+    assert top and top[0].root_cause in lead, (said(top), sorted(lead), own)
+    assert pid in top[0].pids or any(k.pid == pid for k in people(top[0])), (top[0].summary, top[0].pids, pid)
