@@ -201,16 +201,16 @@ OLD_WAKERS = """
         SELECT m.t, coalesce(c.before_ns + least(m.t, c.end_ns) - c.start_ns, 0) AS in_ns
         FROM m ASOF LEFT JOIN (SELECT * FROM call_spans WHERE pid = {pid} AND tid = {tid}) c ON c.start_ns <= m.t),
     s2 AS (
-        SELECT s.*, ie.in_ns - ia.in_ns AS inside_ns
+        SELECT s.*, ie.in_ns - ia.in_ns AS inside_ns, least(s.end_ns, {hi}) - greatest(s.start_ns, {lo}) AS w_ns
         FROM s JOIN i ia ON ia.t = s.start_ns JOIN i ie ON ie.t = s.end_ns)
-    SELECT waker_pid, waker_tid, min(waker_comm), min(waker_context), count(*), sum(dur_ns)::BIGINT,
-           sum(dur_ns) FILTER (WHERE sleep_state = 'D')::BIGINT, arg_max(syscall, dur_ns)
+    SELECT waker_pid, waker_tid, min(waker_comm), min(waker_context), count(*), sum(w_ns)::BIGINT,
+           sum(w_ns) FILTER (WHERE sleep_state = 'D')::BIGINT, arg_max(syscall, w_ns)
     FROM s2 WHERE inside_ns {cond} GROUP BY waker_pid, waker_tid"""
 
 
 def test_wakers_read_thread_sleeps_as_the_old_query_computed(tmp_path: Path) -> None:
     """wakers_sql reads thread_sleeps (made once) instead of its own ASOF join: the same rows, on the plain views, the
-    per-connection tables and the stored tables."""
+    per-connection tables and the stored tables (each sleep counted for its time in the window)."""
     from ingero_mcp.analysis.accounting import wakers_sql
     from ingero_mcp.analysis.models import TimeWindow
 

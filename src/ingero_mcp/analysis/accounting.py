@@ -220,7 +220,8 @@ def _feeders(totals: dict[tuple[int, int], Account]) -> list[tuple[int, int]]:
 
 
 def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = False) -> str:
-    """Who ended a thread's sleeps outside (or inside) CUDA calls in the window, by total sleep ended."""
+    """Who ended a thread's sleeps outside (or inside) CUDA calls in the window, by total sleep ended (each sleep's
+    time in the window: one begun long before it, a read() waited in since start-up, counts its part in it only)."""
     lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
     cond = "> 0" if inside else "= 0"
     # thread_sleeps (sql/thread_sleeps.sql) holds each sleep's in-call time: made once per connection (or stored in a
@@ -228,7 +229,8 @@ def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = Fal
     # A waker's syscall is the one its sleeps spent the most time in: the longest single sleep (a 10 ms
     # Popen.wait among 4,000 timed futex waits of 2 ms) would name the few, not what the thread waited in.
     return f"""
-        WITH s AS (SELECT waker_pid, waker_tid, waker_comm, waker_context, sleep_state, syscall, dur_ns
+        WITH s AS (SELECT waker_pid, waker_tid, waker_comm, waker_context, sleep_state, syscall,
+                          least(end_ns, {int(hi)}) - greatest(start_ns, {int(lo)}) AS dur_ns
                    FROM thread_sleeps WHERE pid = {int(pid)} AND tid = {int(tid)}
                      AND end_ns > {int(lo)} AND start_ns < {int(hi)} AND inside_ns {cond}),
         c AS (SELECT waker_pid, waker_tid, arg_max(syscall, ns) AS syscall
