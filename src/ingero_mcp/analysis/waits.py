@@ -165,8 +165,8 @@ def _hop_sql(intervals: str, pid: int, tid: int, lo: int, hi: int) -> str:
     and waker, with the overlap in ns; the running time is what the rows leave of the intervals' total."""
     return " ".join(f"""
         WITH iv AS MATERIALIZED ({intervals}),
-        x AS MATERIALIZED (SELECT s.state, s.start_ns, s.end_ns, s.waker_pid, s.waker_tid, s.waker_comm, s.waker_context,
-                     CASE WHEN s.state = 'sleeping' THEN k.kind END AS kind
+        x AS MATERIALIZED (SELECT s.state, s.start_ns, s.end_ns, s.waker_pid, s.waker_tid, s.waker_comm,
+                     s.waker_context, CASE WHEN s.state = 'sleeping' THEN k.kind END AS kind
               FROM thread_state s LEFT JOIN ({_sleeps(pid, tid, lo, hi)}) k USING (pid, tid, state, start_ns)
               WHERE s.pid = {int(pid)} AND s.tid = {int(tid)} AND s.end_ns > {int(lo)} AND s.start_ns < {int(hi)}),
         o AS ({_overlaps()})
