@@ -38,6 +38,9 @@ def test_every_store_explains(path: Path, tmp_path: Path) -> None:
         con.close()
     assert report.verdict and report.accounting is not None and report.accounting.complete
     assert all(q.count > 0 for q in report.info.data_quality)
+    for c in report.chains:  # a finding of one thread's time never explains more than its window holds
+        if c.origin == "ingero-mcp" and c.window and c.seconds_lost is not None and c.root_cause != "cold-start":
+            assert c.seconds_lost <= c.window.duration_ns / 1e9 + 0.01, (c.summary, c.seconds_lost)
     fresh = open_store(path)  # read-only, as `ingero-mcp query` and the MCP server's run_sql open it
     try:
         lay_views(fresh)
