@@ -13,7 +13,7 @@ import re
 import duckdb
 
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import rows, table_complete
+from ingero_mcp.analysis._sql import rows, sql_round, table_complete
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import accounting, origin_ns, second_runs, thread_names
 from ingero_mcp.analysis.calls import CallGroup
@@ -242,8 +242,8 @@ def churn_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: Accoun
                              "thread, per second. PyTorch's caching allocators normally make them rare after warm-up."),
                 seconds_lost=round(ns / 1e9, 3), window=w, pids=[t.pid],
                 evidence=[Evidence(name="allocation and free calls a second over the stretch",
-                                   value=round(calls / secs, 1), unit="/s", sql=_over_run(sql, run, "calls")),
-                          Evidence(name="the time in them over the stretch", value=round(ns / 1e9, 3), unit="s",
+                                   value=sql_round(calls / secs, 1), unit="/s", sql=_over_run(sql, run, "calls")),
+                          Evidence(name="the time in them over the stretch", value=sql_round(ns / 1e9, 3), unit="s",
                                    sql=_over_run(sql, run, "ns")),
                           Evidence(name="which calls (count, ns), largest first",
                                    value="; ".join(f"{op} {n} {o_ns}" for op, n, o_ns in ops[:5]), sql=osql)],
