@@ -26,7 +26,7 @@ from ingero_mcp.analysis.window import window_or_trace
 COLD_FACTOR = 10  # a first launch this many times the median launch counts as cold
 
 
-# Both cold-start queries end the same way once `s` holds (pid, call_class, start_ns, ns) of launches: the first
+# Both cold-start queries end the same way once `s` holds (pid, tid, call_class, start_ns, ns) of launches: the first
 # launches that took COLD_FACTOR x the median repeat launch or more, per process. "A normal launch" is the median of
 # the repeat launches in the process's first NORMAL_S seconds of launching: the median of every launch cost a sort of
 # all of them (0.9 s at 10M events) and says the same of a loop that launches the same kernels all along.
@@ -37,7 +37,7 @@ _COLD_TAIL = """f AS (SELECT pid, min(start_ns) AS f0 FROM s GROUP BY pid),
               FROM s JOIN f USING (pid) GROUP BY pid)
         SELECT s.pid, m.kernels, count(*) AS cold, sum(s.ns - m.median_ns)::BIGINT AS excess_ns,
                min(s.start_ns) AS first_ns, max(s.start_ns + s.ns) AS last_ns, max(s.ns) AS worst_ns,
-               any_value(m.median_ns)::BIGINT AS median_ns
+               any_value(m.median_ns)::BIGINT AS median_ns, count(DISTINCT s.tid) AS threads
         FROM s JOIN m USING (pid)
         WHERE s.call_class = 'launch_first' AND s.ns >= {cold} * greatest(m.median_ns, 1000)
         GROUP BY s.pid, m.kernels ORDER BY excess_ns DESC"""
@@ -48,7 +48,7 @@ def cold_start_sql(window: TimeWindow, pids: list[int] | None = None) -> str:
     least COLD_FACTOR x its median repeat launch, with the time they took beyond that median."""
     only = f"AND pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else ""
     return " ".join(f"""
-        WITH s AS (SELECT pid, call_class, start_ns, end_ns - start_ns AS ns FROM call_spans
+        WITH s AS (SELECT pid, tid, call_class, start_ns, end_ns - start_ns AS ns FROM call_spans
                    WHERE call_class IN ('launch', 'launch_first')
                      AND start_ns BETWEEN {window.start_ns} AND {window.end_ns} {only}),
         {_COLD_TAIL.format(cold=COLD_FACTOR, normal_ns=NORMAL_S * 1_000_000_000)}""".split())
@@ -71,8 +71,8 @@ def cold_start_bound_sql(window: TimeWindow, pids: list[int] | None = None) -> s
         cut AS (SELECT p.pid, min(g.start_ns) AS cut_ns
                 FROM (SELECT session_id, pid, min(ts_ns) AS first_ns FROM cuda_calls GROUP BY ALL) p
                 JOIN g ON g.session_id = p.session_id AND g.end_ns > p.first_ns GROUP BY p.pid),
-        s AS (SELECT n.pid, CASE WHEN f.first THEN 'launch_first' ELSE 'launch' END AS call_class, n.ts_ns AS start_ns,
-                     n.next_ns - n.ts_ns AS ns
+        s AS (SELECT n.pid, n.tid, CASE WHEN f.first THEN 'launch_first' ELSE 'launch' END AS call_class,
+                     n.ts_ns AS start_ns, n.next_ns - n.ts_ns AS ns
               FROM n LEFT JOIN firsts f USING (pid, kernel_handle, ts_ns) LEFT JOIN cut c USING (pid)
               WHERE contains(n.op, 'aunch') AND n.duration_ns IS NULL AND n.kernel_handle IS NOT NULL
                 AND n.next_ns IS NOT NULL AND n.ts_ns BETWEEN {window.start_ns} AND {window.end_ns}
@@ -121,7 +121,7 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
                          f"{kernels} distinct kernels were first seen after the launch probes' first gap (probe_gaps): "
                          "their real first launch may have been in a gap, so whether first launches of distinct "
                          "kernels were slow is not known")
-    for pid, kernels, cold, excess, first, last, worst, median in shared_rows(con, sql):
+    for pid, kernels, cold, excess, first, last, worst, median, threads in shared_rows(con, sql):
         wall = walls.get(int(pid)) or window.duration_ns or 1
         share = excess / wall
         if share < 0.01:
@@ -139,10 +139,12 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
                 "call of each operation, which an entry-only probe cannot tell apart" if bound else
                 "kernel modules loaded on first use (lazy loading), a start-up cost")
         t0 = window.start_ns
+        # launches of several threads overlap in time: their sum is thread time, which may exceed the span's wall time
+        summed = f", summed over {threads} threads" if threads > 1 else ""
         out.append(CausalChain(
             id=f"{rc.COLD_START}:{pid}", op=rc.COLD_START, severity=severity, root_cause=rc.COLD_START,  # type: ignore[arg-type]
             summary=(f"{who}: {cold} first launches of distinct kernels {took} {excess / 1e9:.2f} s beyond a "
-                     f"normal launch ({median / 1e6:.3f} ms), from +{(first - t0) / 1e9:.1f} s to "
+                     f"normal launch ({median / 1e6:.3f} ms){summed}, from +{(first - t0) / 1e9:.1f} s to "
                      f"+{(last - t0) / 1e9:.1f} s, the worst {worst / 1e6:.1f} ms: {what}{upper}"),
             explanation=("Each of these launches is the process's first launch of that kernel (the same "
                          "function handle is never launched before it in the trace), and each took at least "
@@ -156,7 +158,9 @@ def cold_start_chains(con: duckdb.DuckDBPyConnection, window: TimeWindow, acc: A
             evidence=[Evidence(name="slow first launches / distinct kernels", value=f"{cold} / {kernels}",
                                sql=f"SELECT cold || ' / ' || kernels FROM ({sql}) WHERE pid = {int(pid)}"),
                       Evidence(name="time beyond a normal launch", value=round(excess / 1e9, 3), unit="s",
-                               sql=f"SELECT round(excess_ns / 1e9, 3) FROM ({sql}) WHERE pid = {int(pid)}")],
+                               sql=f"SELECT round(excess_ns / 1e9, 3) FROM ({sql}) WHERE pid = {int(pid)}")]
+            + ([Evidence(name="threads whose first launches these are", value=int(threads),
+                         sql=f"SELECT threads FROM ({sql}) WHERE pid = {int(pid)}")] if threads > 1 else []),
             recommendations=rc.recommend(rc.COLD_START, {"op": "cudaLaunchKernel", "slowest_ms": f"{worst / 1e6:.1f}",
                                                           "call_index": 1, "pid": pid}),
         ))
