@@ -203,18 +203,27 @@ def _fell(f: Finding) -> str:
     return f"{f.unit} fell {f.slowdown:.1f}x ({base:,.{digits}f} -> {now:,.{digits}f})"
 
 
+def _grew(f: Finding) -> str:
+    """'grew from 5.0% to 40.0%', or where the part's share of the time fell while its cost per unit of CUDA work grew
+    (the work slowed more than the part: findings.contrast_findings), both shares said without 'grew'."""
+    base, now = 100 * (f.base_share or 0), 100 * f.share
+    if round(now, 1) > round(base, 1):
+        return f"grew from {base:.1f}% to {now:.1f}%"
+    return (f"took more per unit of CUDA work than in the baseline, though its share of the time went from {base:.1f}% "
+            f"to {now:.1f}%")
+
+
 def _explanation(f: Finding, ex: Explained, agreed: bool = False) -> str:
     if f.phase is not None:
         return (f"Read from the time accounting: in the seconds holding {len(f.phase.episodes)} short slow "
                 f"episodes (the process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, "
-                f"read in sub-second bins), the part of the feeding thread's time {PART_LABEL[f.part]} grew from "
-                f"{100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}% of its time; its cost per unit of CUDA work "
-                f"against the baseline explains {f.seconds_lost:.2f} s of the time lost in them. The "
-                "culprits are read in the episode where it grew most: " + ex.reason + ".")
+                f"read in sub-second bins), the part of the feeding thread's time {PART_LABEL[f.part]} "
+                f"{_grew(f)}; its cost per unit of CUDA work against the baseline explains {f.seconds_lost:.2f} s of "
+                "the time lost in them. The culprits are read in the episode where it grew most: " + ex.reason + ".")
     if f.mode == "contrast":
         return (f"Read from the time accounting: in this slow phase the part of the feeding thread's time "
-                f"{PART_LABEL[f.part]} grew from {100 * (f.base_share or 0):.1f}% to {100 * f.share:.1f}%; "
-                f"{f.seconds_lost:.2f} s of the time lost to the slowdown is attributed to it. " + ex.reason + ".")
+                f"{PART_LABEL[f.part]} {_grew(f)}; {f.seconds_lost:.2f} s of the time lost to the slowdown is "
+                "attributed to it. " + ex.reason + ".")
     if f.drained_s:
         return (f"Read from the time accounting: in the window the feeding thread was {PART_LABEL[f.part]} "
                 f"{100 * f.share:.1f}% of the time; {f.seconds_lost:.2f} s of it fell where nothing of its process was "
