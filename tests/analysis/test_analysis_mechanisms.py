@@ -129,9 +129,10 @@ def test_a_writer_blocked_on_a_pipe_is_blamed_on_its_timer_sleeping_reader(tmp_p
     assert check_evidence_sql(fresh, [top]) >= 3
 
 
-def throttled_store(path: Path, *, samples: bool) -> Path:
+def throttled_store(path: Path, *, samples: bool, cpus: int = 1) -> Path:
     """A loop slowed from +8 s to +16 s by CPU waits during which its CPU was idle (the idle task held it); with
-    `samples`, its cgroup's cpu.stat says it was throttled 7 s under a 10 % quota."""
+    `samples`, its cgroup's cpu.stat says it was throttled 7 s under a 10 % quota (`cpus`: on that many CPUs' run
+    queues, which cpu.stat sums: 14 s on two)."""
     calls, ivs, steps = _slowed_loop(90 * MS)
     for t in steps:
         _iv(ivs, PID, t + 2 * MS, t + 82 * MS, "preempted", syscall=None)
@@ -150,7 +151,8 @@ def throttled_store(path: Path, *, samples: bool) -> Path:
         w.append("sched_intervals", ivs)
         w.append("host_aggregates", agg)
         if samples:
-            throttled = [0] * 9 + [int(0.875 * S // 1000) * (k - 8) for k in range(9, 17)] + [7_000_000] * 4
+            throttled = [cpus * v for v in [0] * 9 + [int(0.875 * S // 1000) * (k - 8) for k in range(9, 17)]
+                         + [7_000_000] * 4]
             w.append("cgroup_samples", {"ts_ns": [T0 + k * S for k in range(21)], "pid": [PID] * 21,
                                         "cgroup": ["/job"] * 21, "own": [True] * 21,
                                         "quota_us": [None] * 8 + [10_000] * 8 + [None] * 5, "period_us": [100_000] * 21,
@@ -173,6 +175,20 @@ def test_waiting_for_an_idle_cpu_is_the_quota_where_the_cgroup_says_so(tmp_path:
     top = next(c for c in without.chains if c.severity in ("HIGH", "MEDIUM", "LOW") and c.window)
     assert top.root_cause == "runnable-while-idle" and "no cgroup throttling was recorded" in top.summary
     assert all(c.root_cause != "cpu-contention" for c in without.chains)
+
+
+def test_a_quota_throttled_on_two_cpus_is_not_said_to_hold_off_more_wall_time_than_its_periods(tmp_path: Path) -> None:
+    """cpu.stat sums the throttled time of each CPU's run queue: 14 s on two CPUs in a window of 72 throttled periods
+    of 100 ms. The cgroup held the job off for at most 7.2 s of wall time, and that is what its culprit holds."""
+    path = throttled_store(tmp_path / "q2.duckdb", samples=True, cpus=2)
+    top = next(c for c in build_report(open_store(path)).chains if c.severity in ("HIGH", "MEDIUM"))
+    assert top.root_cause == "cpu-throttled", top.summary
+    assert "at most 7.2 s of wall time" in top.summary and "summed over the CPUs" in top.summary, top.summary
+    cgroup = next(c for c in top.culprits if c.relation == "cgroup quota")
+    assert cgroup.ns <= 7.2e9 <= top.window.duration_ns, (cgroup.ns, top.window)
+    fresh = open_store(path)
+    lay_views(fresh)
+    assert check_evidence_sql(fresh, [top]) >= 3
 
 
 def damaged_store(path: Path) -> Path:

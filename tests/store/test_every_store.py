@@ -7,6 +7,7 @@ shown beside per-second rows, a share shown in the fourth column of its query)."
 from __future__ import annotations
 
 import lzma
+import re
 import shutil
 import subprocess
 import sys
@@ -38,9 +39,19 @@ def test_every_store_explains(path: Path, tmp_path: Path) -> None:
         con.close()
     assert report.verdict and report.accounting is not None and report.accounting.complete
     assert all(q.count > 0 for q in report.info.data_quality)
-    for c in report.chains:  # a finding of one thread's time never explains more than its window holds
-        if c.origin == "ingero-mcp" and c.window and c.seconds_lost is not None and c.root_cause != "cold-start":
-            assert c.seconds_lost <= c.window.duration_ns / 1e9 + 0.01, (c.summary, c.seconds_lost)
+    for c in (c for c in report.chains if c.origin == "ingero-mcp"):
+        # a finding of one thread's time never explains more than its window holds; first launches summed over
+        # several threads (cold-start), their window times as many
+        threads = next((int(e.value) for e in c.evidence if e.name == "threads whose first launches these are"), 1)
+        if c.window and c.seconds_lost is not None:
+            assert c.seconds_lost <= threads * c.window.duration_ns / 1e9 + 0.01, (c.summary, c.seconds_lost)
+        for who in c.culprits if c.window else ():  # each of a culprit's threads within the window (a cgroup: one)
+            assert who.ns <= max(1, len(who.tids)) * c.window.duration_ns * 1.01 + 1e7, (c.summary, who)
+        for text in (c.summary, c.explanation, *c.recommendations):  # a share over 100% is several threads' sum
+            for m in re.finditer(r"(\d+(?:\.\d+)?)%( of that time together)?", text):
+                assert float(m[1]) <= 100 or m[2], text
+            for m in re.finditer(r"grew from (\d+(?:\.\d+)?)% to (\d+(?:\.\d+)?)%", text):  # a share said to grow
+                assert float(m[2]) > float(m[1]), text
     fresh = open_store(path)  # read-only, as `ingero-mcp query` and the MCP server's run_sql open it
     try:
         lay_views(fresh)

@@ -228,9 +228,8 @@ CATALOGUE: dict[str, list[str]] = {
         "isolate them (MIG, MPS), or schedule them apart.",
     ],
     WAITING_ON_THREAD: [
-        "{who} slept {share}% of the time ({window}) until {waker} finished its work; {waker} was {doing}: that thread "
-        "sets the pace. Make its work per step smaller or overlap it with the main thread's (py-spy dump {waker} "
-        "shows what it runs).",
+        "{who} slept {share}% of the time ({window}) until {waker} finished its work ({doing}): that work sets the "
+        "pace. Make it smaller per step or overlap it with the main thread's (py-spy dump shows what {waker} runs).",
     ],
     SLOW_CONSUMER: [
         "{who} blocked {share}% of the time ({window}) writing to a pipe whose reader, {waker}, is slow ({doing}): "
@@ -244,7 +243,7 @@ CATALOGUE: dict[str, list[str]] = {
     ],
     CPU_THROTTLED: [
         "{who} was runnable but held off the CPU {share}% of the time ({window}) by its cgroup's CPU quota "
-        "({cgroup}: {quota}, throttled {throttled_s} s): raise the quota (cpu.max / the container's CPU limit, "
+        "({cgroup}: {quota}; {throttled}): raise the quota (cpu.max / the container's CPU limit, "
         "e.g. Kubernetes limits.cpu) or remove it; it is not other tasks taking the CPU.",
     ],
     CPU_IDLE_WAIT: [

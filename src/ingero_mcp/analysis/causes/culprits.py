@@ -4,16 +4,18 @@ idle one), grouped and named; the explanation of CPU waits.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 import re
 
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import rows
+from ingero_mcp.analysis._sql import rows, sql_round
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding, part_ns
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.stacks import FRAMEWORK_COLUMNS, framework_share_sql, recorded
 from ingero_mcp.analysis.waits import SATURATED, WaitPath, busy_share
+from ingero_mcp.store.views import SECONDS_TABLE
 
 def holders_sql(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> str:
     """Who held the CPU while the thread waited for one: its waits on each CPU in each 1 s bucket, shared among
@@ -83,18 +85,33 @@ def _throttled(ctx: Ctx, f: Finding, job: int, idle_pct: float, idle_sql: str) -
         return None
     limit = (f"{quota:,} us per {period:,} us ({100 * quota / period:.0f}% of one CPU)" if quota and period
              else "no quota on its own cgroup (an ancestor's, or a change within the window)")
+    # cpu.stat's throttled time is summed over the CPUs whose run queues were throttled (the kernel adds each run
+    # queue's throttled stretch): a cgroup on two CPUs counts up to twice the wall time. Each throttled period holds
+    # the cgroup off for at most that period, so periods x period bounds the wall time it was held off.
+    throttled = float(throttled_s)
+    bound_s = int(periods) * int(period) / 1e6 if periods and period else None
+    wall_s = min(throttled, bound_s) if bound_s is not None else throttled
+    if bound_s is not None and bound_s < throttled:
+        held = (f"was throttled in {int(periods):,} periods of this window, at most {bound_s:.1f} s of wall time "
+                f"(periods x period; {throttled:.1f} s summed over the CPUs whose run queues were throttled, as "
+                "cpu.stat counts it)")
+    else:
+        held = f"was throttled {throttled:.1f} s in {int(periods or 0):,} periods of this window"
     ev = [Evidence(name="share of the CPU waits during which that CPU was idle", value=idle_pct, unit="%",
                    sql=idle_sql),
           Evidence(name=f"seconds cgroup {cgroup} was throttled in the window (cpu.stat)", value=float(throttled_s),
                    unit="s", sql=f"SELECT throttled_s FROM ({sql}) LIMIT 1"),
           Evidence(name="the cgroup and its CPU quota (the tightest in the window: us per period)",
                    value=f"{cgroup}: {quota or 'max'} / {period or '?'}", sql=sql)]
+    if bound_s is not None and bound_s < throttled:
+        ev.append(Evidence(name=f"throttled periods x period of cgroup {cgroup} (the most wall time it was held off)",
+                           value=round(bound_s, 1), unit="s",
+                           sql=f"SELECT round(throttled_periods * period_us / 1e6, 1) FROM ({sql}) LIMIT 1"))
     return Explained(cause=rc.CPU_THROTTLED, evidence=ev,
-                     culprits=[Culprit(comm=f"cgroup {cgroup}", relation="cgroup quota",
-                                                                          ns=int(float(throttled_s) * 1e9))],
-                     numbers={"cgroup": cgroup, "quota": limit, "throttled_s": f"{float(throttled_s):.1f}"},
-                     reason=(f"held off the CPU by its cgroup's CPU quota: {cgroup} allows {limit} and was throttled "
-                             f"{float(throttled_s):.1f} s in {int(periods or 0):,} periods of this window, "
+                     culprits=[Culprit(comm=f"cgroup {cgroup}", relation="cgroup quota", ns=int(wall_s * 1e9))],
+                     numbers={"cgroup": cgroup, "quota": limit,
+                              "throttled": f"{held.removeprefix('was ')}"},
+                     reason=(f"held off the CPU by its cgroup's CPU quota: {cgroup} allows {limit} and {held}, "
                              f"while the CPU it waited on was idle {idle_pct:.0f}% of that time"))
 
 
@@ -367,3 +384,49 @@ def collective(ctx: Ctx, path: WaitPath) -> tuple[dict[str, object], Evidence] |
                 name="a thread on the wait's path that runs the process group's collectives", value=who,
                 sql=f"SELECT pid, tid, comm FROM threads WHERE pid = {hop.pid} AND tid = {hop.tid}")
     return None
+
+
+def ran_text(run_ns: int, wall_ns: int, threads: int) -> str:
+    """'65% of that time' for one thread that kept running; for several, their sum and what it means (it can pass
+    100%): '159% of that time together, 1.6 threads busy on average'. The number is busy_runners' evidence."""
+    share = 100 * run_ns / wall_ns
+    if threads == 1:
+        return f"{share:.0f}% of that time"
+    return f"{share:.0f}% of that time together, {share / 100:.1f} threads busy on average"
+
+
+def busy_runners(ctx: Ctx, f: Finding,
+                 family: bool = False) -> tuple[str, list[Culprit], int, int, str, Evidence] | None:
+    """The threads of the finding's process (`family`: and of its descendants) that kept running while it waited: one
+    thread, or threads of one name that ran in turn (a pool), together at least half of the window; (name, culprits,
+    run_ns, wall_ns, who, evidence)."""
+    t = f.thread
+    pids = sorted(ctx.family(t.pid)) if family else [t.pid]
+    in_pids = f"pid = {t.pid}" if len(pids) == 1 else f"pid IN ({', '.join(map(str, pids))})"
+    run_sql = (f"SELECT pid, tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS "
+               f"wall_ns FROM {SECONDS_TABLE} WHERE {in_pids} AND tid <> {t.tid} AND k BETWEEN {f.ks[0]} AND "
+               f"{f.ks[1]} GROUP BY pid, tid ORDER BY run_ns DESC")
+    groups: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
+    for pid, tid, run_ns, wall_ns in rows(ctx.con, run_sql):
+        groups[ctx.names.get(int(tid)) or "?"].append((int(pid), int(tid), int(run_ns or 0), int(wall_ns or 0)))
+    if not groups:
+        return None
+    name, members = max(groups.items(), key=lambda kv: sum(m[2] for m in kv[1]))
+    run_ns, wall_ns = sum(m[2] for m in members), max(m[3] for m in members)
+    if not wall_ns or run_ns < 0.5 * wall_ns:
+        return None
+    ran = sorted((m[0], m[1]) for m in members if m[2] > 0)
+    tids = [tid for _pid, tid in ran]
+    who = ctx.who(*ran[0]) if len(ran) == 1 else f"{len(ran)} threads named {name} ({_id_range(tids)})"
+    by_pid: dict[int, list[int]] = {pid: [tid for p, tid in ran if p == pid] for pid, _tid in ran}
+    culprits = [Culprit(pid=pid, tids=ts, comm=name, relation=ctx.relation(t.pid, pid, ts[0], name),
+                        ns=sum(m[2] for m in members if m[0] == pid)) for pid, ts in by_pid.items()]
+    kset = ", ".join(map(str, tids))
+    in_pids = f"pid = {t.pid}" if len(by_pid) == 1 and t.pid in by_pid else f"pid IN ({', '.join(map(str, by_pid))})"
+    ev = Evidence(name=f"share of the window {who} ran (together; of one thread's wall time)",
+                  value=sql_round(100 * run_ns / wall_ns, 1), unit="%",
+                  sql=f"SELECT 100.0 * sum(run_outside_ns + run_inside_ns) / max(w) FROM thread_seconds, "
+                      f"(SELECT max(s) AS w FROM (SELECT sum(wall_ns) AS s FROM thread_seconds WHERE {in_pids} "
+                      f"AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]} GROUP BY tid)) "
+                      f"WHERE {in_pids} AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
+    return name, culprits, run_ns, wall_ns, who, ev

@@ -12,9 +12,8 @@ from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.accounting import SECOND_NS, gpu_util_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
-from ingero_mcp.analysis.causes.culprits import Explained, _culprit_names, host_work
+from ingero_mcp.analysis.causes.culprits import Explained, _culprit_names, busy_runners, host_work, ran_text
 from ingero_mcp.analysis.causes.findings import _k_range
-from ingero_mcp.analysis.causes.sleeps import _runners
 from ingero_mcp.analysis.drained import QUEUES
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.progress import per_second_sql
@@ -305,10 +304,12 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
     busy = _busy_runner(ctx, f, baseline)
     if busy is not None:  # the same rows as a busy-wait for that thread: said, not decided
         culprits, words, more = busy
+        one = sum(len(c.tids) for c in culprits) == 1
+        them, sets = ("that thread", "sets") if one else ("those threads", "set")
         return Explained(cause=rc.HOST_BOUND, evidence=ev + more, culprits=culprits, confident=False,
                          numbers=numbers,
-                         reason=f"{own}; meanwhile {words}: if it waits for that thread in a loop (a busy-wait), "
-                                "that thread sets the pace, else the GPU waits on its own work")
+                         reason=f"{own}; meanwhile {words}: if it waits for {them} in a loop (a busy-wait), {them} "
+                                f"{sets} the pace, else the GPU waits on its own work")
     return Explained(cause=rc.HOST_BOUND, evidence=ev, numbers=numbers, reason=f"{own}: the GPU waits on it")
 
 
@@ -322,7 +323,7 @@ def _busy_runner(ctx: Ctx, f: Finding,
     other is done (a busy-wait shows no wake-up); the rows cannot tell which, so the other is named, hedged."""
     if f.mode != "contrast" or not baseline:
         return None
-    runners = _runners(ctx, f)
+    runners = busy_runners(ctx, f)
     if runners is None:
         return None
     _name, culprits, run_ns, wall_ns, who, ran = runners
@@ -335,6 +336,7 @@ def _busy_runner(ctx: Ctx, f: Finding,
     share = 100 * run_ns / wall_ns
     if base is None or share < BUSY_GREW * float(base):
         return None
-    return culprits, f"{who} of the same process ran {share:.0f}% of that time (vs {float(base):.0f}% in the " \
-                     "baseline)", [ran, Evidence(name=f"share of the baseline {who} ran", value=float(base), unit="%",
-                                                 sql=sql)]
+    ran_then = ran_text(run_ns, wall_ns, sum(len(c.tids) for c in culprits))
+    words = f"{who} of the same process ran {ran_then} (vs {float(base):.0f}% in the baseline)"
+    return culprits, words, [ran, Evidence(name=f"share of the baseline {who} ran", value=float(base), unit="%",
+                                           sql=sql)]

@@ -12,8 +12,9 @@ from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
-from ingero_mcp.analysis.causes.culprits import (Explained, _autograd, _by_name, _channel, _id_range, _role, collective,
-                                                  explain_cpu_wait, host_work, pool_stem, siblings)
+from ingero_mcp.analysis.causes.culprits import (Explained, _autograd, _by_name, _channel, _id_range, _role,
+                                                  busy_runners, collective, explain_cpu_wait, host_work, pool_stem,
+                                                  ran_text, siblings)
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
 from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
@@ -38,42 +39,6 @@ def _is_timed(syscall: str | None, wctx: str | None, rel: str) -> bool:
             or (syscall or "") in TIMEOUT_WAITS and wctx == "irq")  # a poll/select/epoll wait that ran out its timeout
 
 
-def _runners(ctx: Ctx, f: Finding, family: bool = False) -> tuple[str, list[Culprit], int, int, str, Evidence] | None:
-    """The threads of the finding's process (`family`: and of its descendants) that kept running while it waited: one
-    thread, or threads of one name that ran in turn (a pool), together at least half of the window; (name, culprits,
-    run_ns, wall_ns, who, evidence)."""
-    t = f.thread
-    pids = sorted(ctx.family(t.pid)) if family else [t.pid]
-    in_pids = f"pid = {t.pid}" if len(pids) == 1 else f"pid IN ({', '.join(map(str, pids))})"
-    run_sql = (f"SELECT pid, tid, sum(run_outside_ns + run_inside_ns)::BIGINT AS run_ns, sum(wall_ns)::BIGINT AS "
-               f"wall_ns FROM {SECONDS_TABLE} WHERE {in_pids} AND tid <> {t.tid} AND k BETWEEN {f.ks[0]} AND "
-               f"{f.ks[1]} GROUP BY pid, tid ORDER BY run_ns DESC")
-    groups: dict[str, list[tuple[int, int, int, int]]] = defaultdict(list)
-    for pid, tid, run_ns, wall_ns in rows(ctx.con, run_sql):
-        groups[ctx.names.get(int(tid)) or "?"].append((int(pid), int(tid), int(run_ns or 0), int(wall_ns or 0)))
-    if not groups:
-        return None
-    name, members = max(groups.items(), key=lambda kv: sum(m[2] for m in kv[1]))
-    run_ns, wall_ns = sum(m[2] for m in members), max(m[3] for m in members)
-    if not wall_ns or run_ns < 0.5 * wall_ns:
-        return None
-    ran = sorted((m[0], m[1]) for m in members if m[2] > 0)
-    tids = [tid for _pid, tid in ran]
-    who = ctx.who(*ran[0]) if len(ran) == 1 else f"{len(ran)} threads named {name} ({_id_range(tids)})"
-    by_pid: dict[int, list[int]] = {pid: [tid for p, tid in ran if p == pid] for pid, _tid in ran}
-    culprits = [Culprit(pid=pid, tids=ts, comm=name, relation=ctx.relation(t.pid, pid, ts[0], name),
-                        ns=sum(m[2] for m in members if m[0] == pid)) for pid, ts in by_pid.items()]
-    kset = ", ".join(map(str, tids))
-    in_pids = f"pid = {t.pid}" if len(by_pid) == 1 and t.pid in by_pid else f"pid IN ({', '.join(map(str, by_pid))})"
-    ev = Evidence(name=f"share of the window {who} ran (together; of one thread's wall time)",
-                  value=sql_round(100 * run_ns / wall_ns, 1), unit="%",
-                  sql=f"SELECT 100.0 * sum(run_outside_ns + run_inside_ns) / max(w) FROM thread_seconds, "
-                      f"(SELECT max(s) AS w FROM (SELECT sum(wall_ns) AS s FROM thread_seconds WHERE {in_pids} "
-                      f"AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]} GROUP BY tid)) "
-                      f"WHERE {in_pids} AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
-    return name, culprits, run_ns, wall_ns, who, ev
-
-
 def _enders(ctx: Ctx, sql: str, known: list[tuple], total: int) -> Evidence:
     return Evidence(name="who ended the sleeps (share of the sleep time)", value="; ".join(
         f"""{'a timer interrupt (' + str(r[3]) + ', landed on ' + str(r[2]) + ')' if r[3] in ('irq', 'softirq')
@@ -84,10 +49,10 @@ def _enders(ctx: Ctx, sql: str, known: list[tuple], total: int) -> Evidence:
 def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int,
                        waited: tuple[Frame, float, Evidence] | None) -> Explained | None:
     """Futex waits ended by their timeout (the GIL is asked for every 5 ms; locks with timeouts): the waiter is not
-    woken by the holder, so name the threads of the same process that kept running meanwhile (_runners). Where its
+    woken by the holder, so name the threads of the same process that kept running meanwhile (busy_runners). Where its
     sleeps' own Python frame is a threading or queue wait (_python_wait), it waits for what they make, not a lock."""
     t = f.thread
-    runners = _runners(ctx, f)
+    runners = busy_runners(ctx, f)
     if runners is None:
         return None
     name, culprits, run_ns, wall_ns, who, ran = runners
@@ -101,23 +66,19 @@ def _timed_lock_holder(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total
         signalled = any(r[3] not in ("irq", "softirq") and int(r[1]) in tids for r in known)
         return Explained(
             cause=rc.WAITING_ON_THREAD, evidence=[*ev, where], confident=signalled, culprits=blamed,
-            numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
+            numbers={"waker": who, "doing": f"running {ran_text(run_ns, wall_ns, len(tids))}"},
             reason=(f"asleep in {frame.label()} for {share:.0f}% of its sleep with a stack, waits that ended on "
                     f"their timeout ({100 * timed / total:.0f}% of the sleep: it looked again every few ms) while "
-                    f"{who} of the same process ran "
-                    + (f"{100 * run_ns / wall_ns:.0f}% of that time" if len(tids) == 1 else
-                       f"{run_ns / 1e9:.1f} thread-seconds in those {wall_ns / 1e9:.1f} s")
+                    f"{who} of the same process ran {ran_text(run_ns, wall_ns, len(tids))}"
                     + f": it waits for what {'that thread makes' if len(tids) == 1 else 'they make'} (through a "
                       "condition, an event or a queue)"))
     holds = f"{who} holds the GIL (or the lock)" if len(tids) == 1 else "they hold the GIL (or the lock) in turn"
     return Explained(
         cause=rc.LOCK_OR_GIL, evidence=ev, culprits=blamed,
-        numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
+        numbers={"waker": who, "doing": f"running {ran_text(run_ns, wall_ns, len(tids))}"},
         reason=(f"asleep in futex() waits that ended on their timeout ({100 * timed / total:.0f}% of the sleep: a lock "
                 f"or the GIL, asked for again every few ms) while {who} of the same process ran "
-                + (f"{100 * run_ns / wall_ns:.0f}% of that time" if len(tids) == 1 else
-                   f"{run_ns / 1e9:.1f} thread-seconds in those {wall_ns / 1e9:.1f} s")
-                + f": {holds}"))
+                f"{ran_text(run_ns, wall_ns, len(tids))}: {holds}"))
 
 
 def _python_wait(ctx: Ctx, f: Finding, any_frame: bool = False) -> tuple[Frame, float, Evidence] | None:
@@ -176,27 +137,26 @@ POLL_PER_S = 100  # ... and this many a second are a poll loop, not a pace the p
 def _poll_target(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int) -> Explained | None:
     """Short timer sleeps by the thousand (time.sleep(0) or a few µs between looks at a flag, a queue, a future): the
     thread polls for something it checks between sleeps, and no wake-up shows what. Name the threads of its process or
-    its children that kept running meanwhile (_runners), as the likely thing polled for; none: not a poll (None)."""
+    its children that kept running meanwhile (busy_runners), as the likely thing polled for; none: not a poll (None)."""
     timers = [r for r in known if r[3] in ("irq", "softirq") and (r[7] or "") in TIMED_SLEEPS]
     sleeps, slept = sum(int(r[4] or 0) for r in timers), sum(int(r[5] or 0) for r in timers)
     span_s = max((f.window.end_ns - f.window.start_ns) / 1e9, 1e-9)
     if not sleeps or slept / sleeps >= POLL_MEAN_NS or sleeps / span_s < POLL_PER_S:
         return None
-    runners = _runners(ctx, f, family=True)  # what it polls may be a queue or memory another process fills
+    runners = busy_runners(ctx, f, family=True)  # what it polls may be a queue or memory another process fills
     if runners is None:
         return None
     _name, culprits, run_ns, wall_ns, who, ran = runners
     own = all(c.pid == f.thread.pid for c in culprits)
+    ran_words = ran_text(run_ns, wall_ns, sum(len(c.tids) for c in culprits))
     return Explained(
         cause=rc.WAITING_ON_THREAD if own else rc.WAITING_ON_PROCESS, evidence=[_enders(ctx, sql, known, total), ran],
         confident=False, culprits=culprits,
-        numbers={"waker": who, "doing": f"running {100 * run_ns / wall_ns:.0f}% of that time"},
+        numbers={"waker": who, "doing": f"running {ran_words}"},
         reason=(f"asleep in {sleeps:,} timer sleeps of {slept / sleeps / 1e3:.0f} us on average ({sleeps / span_s:,.0f}"
                 f" a second, {100 * slept / total:.0f}% of the sleep): a poll loop, which checks for something between "
-                f"its sleeps that no wake-up shows; meanwhile {who} ({culprits[0].relation}) ran "
-                + (f"{100 * run_ns / wall_ns:.0f}% of that time" if sum(len(c.tids) for c in culprits) == 1 else
-                   f"{run_ns / 1e9:.1f} thread-seconds in those {wall_ns / 1e9:.1f} s")
-                + ": most likely what it polls for"))
+                f"its sleeps that no wake-up shows; meanwhile {who} ({culprits[0].relation}) ran {ran_words}: "
+                "most likely what it polls for"))
 
 
 def _own_kind(ctx: Ctx, f: Finding) -> tuple[str, str | None, float, str]:
