@@ -54,6 +54,8 @@ WORKER_GIL_FIX = "worker-gil-fix"
 WORKERS_FIX = "workers-fix"
 # Not a root cause: the fix for a wait on a thread or process that sleeps on its own timer between what it hands over.
 PACED_FIX = "paced-by-timer-fix"
+CHILD_RUN_FIX = "child-run-to-exit-fix"
+COPIES_FIX = "copies-in-pieces-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to compiling GPU code (causes.culprits).
 COMPILE_FIX = "runtime-compile-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to a profiler (causes.culprits.host_work).
@@ -160,6 +162,17 @@ CATALOGUE: dict[str, list[str]] = {
         "{who} spent {share}% of the time ({window}) running its own code between CUDA calls while the GPU waited: "
         "move batch preparation off the main thread (DataLoader num_workers=N, persistent_workers=True, "
         "prefetch_factor=2-4), or vectorise it (index a whole batch at once, keep tensors on the GPU).",
+    ],
+    COPIES_FIX: [
+        "{who} spent {share}% of the time ({window}) running its own code between CUDA calls, and moved each batch to "
+        "the GPU in {copies} copies an iteration, each issued and waited for: build the batch on the CPU (torch.stack "
+        "or a collate_fn, in pinned memory: DataLoader pin_memory=True) and copy it once with non_blocking=True; move "
+        "its preparation off the main thread (DataLoader num_workers=N).",
+    ],
+    CHILD_RUN_FIX: [
+        "{who} slept {share}% of the time ({window}) until a program it ran, {waker}, finished ({child_run}): the "
+        "loop stops for the whole run of it. Start it without waiting (subprocess.Popen, collected later), run it less "
+        "often, or keep one long-lived process fed over a queue instead of a new one each time.",
     ],
     PACED_FIX: [
         "{who} slept {share}% of the time ({window}) until {waker} woke it; {waker} was {doing}: it sleeps on its own "
@@ -293,12 +306,16 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return LOCK_HELD_FIX
     if cause in (WAITING_ON_THREAD, WAITING_ON_PROCESS) and numbers.get("paced"):
         return PACED_FIX
+    if cause == WAITING_ON_PROCESS and numbers.get("child_run"):
+        return CHILD_RUN_FIX
     if cause == HOST_BOUND and numbers.get("profiling"):
         return PROFILER_FIX
     if cause == HOST_BOUND and numbers.get("compiling"):
         return COMPILE_FIX
     if cause == HOST_BOUND and numbers.get("cpu_ops"):
         return CPU_OPS_FIX
+    if cause == HOST_BOUND and numbers.get("copies"):
+        return COPIES_FIX
     if cause == HOST_BOUND and numbers.get("framework"):
         return MODEL_HOST_FIX
     if cause == INPUT_WAIT and numbers.get("worker_gil"):

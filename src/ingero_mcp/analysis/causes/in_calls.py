@@ -222,9 +222,10 @@ def per_iteration_sql(ctx: Ctx, pid: int, ks: list[tuple[int, int]], what: str) 
     which = " OR ".join(f"k BETWEEN {a} AND {b}" for a, b in ks)
     if what == "work":
         num = f"SELECT sum(work_calls) FROM thread_seconds WHERE pid = {int(pid)} AND ({which})"
-    else:
+    else:  # 'sync', or 'copy': host-device copies (cuMemcpy* HtoD / DtoH, cudaMemcpy*)
+        op = "contains(op, 'ynchronize')" if what == "sync" else "contains(op, 'emcpy') AND NOT contains(op, 'DtoD')"
         num = ("SELECT count(*) FROM cuda_calls, (SELECT min(started_ns) AS t0 FROM sessions) o "
-               f"WHERE pid = {int(pid)} AND contains(op, 'ynchronize') AND "
+               f"WHERE pid = {int(pid)} AND {op} AND "
                f"({which.replace('k BETWEEN', '(ts_ns - o.t0) // 1000000000 BETWEEN')})")
     den = f"SELECT sum(iterations) FROM ({per_second_sql(marker, ctx.t0)}) WHERE {which}"
     return f"SELECT round(({num}) / nullif(({den}), 0), 1)"
@@ -301,6 +302,13 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
         words, numbers, share_ev = work
         ev.append(share_ev)
         own = f"its own work between CUDA calls, {words}; {note}"
+    pieces = _copies_per_iteration(ctx, f)
+    if pieces is not None:  # a batch moved in many small copies: each dispatched by the thread, and waited for
+        copies, syncs, more = pieces
+        ev += more
+        numbers = {**numbers, "copies": f"{copies:,.0f}"}
+        own += (f"; each iteration it made {copies:,.0f} host-device copies and {syncs:,.0f} synchronising calls, "
+                "each issued by the thread: a batch moved in pieces")
     busy = _busy_runner(ctx, f, baseline)
     if busy is not None:  # the same rows as a busy-wait for that thread: said, not decided
         culprits, words, more = busy
@@ -311,6 +319,27 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
                          reason=f"{own}; meanwhile {words}: if it waits for {them} in a loop (a busy-wait), {them} "
                                 f"{sets} the pace, else the GPU waits on its own work")
     return Explained(cause=rc.HOST_BOUND, evidence=ev, numbers=numbers, reason=f"{own}: the GPU waits on it")
+
+
+MANY_COPIES = 32  # host-device copies per iteration from which a batch is said to move in pieces (a step copies a few)
+
+
+def _copies_per_iteration(ctx: Ctx, f: Finding) -> tuple[float, float, list[Evidence]] | None:
+    """The host-device copies (and synchronising calls) the thread's process made per iteration in the finding's
+    seconds, where MANY_COPIES or more: (copies, syncs, evidence); else None (or no iteration marker)."""
+    copy_sql = per_iteration_sql(ctx, f.thread.pid, [f.ks], "copy")
+    sync_sql = per_iteration_sql(ctx, f.thread.pid, [f.ks], "sync")
+    if copy_sql is None or sync_sql is None:
+        return None
+    copies = rows(ctx.con, copy_sql)[0][0]
+    if copies is None or float(copies) < MANY_COPIES:
+        return None
+    marker = ctx.progress[f.thread.pid]
+    syncs = float(rows(ctx.con, sync_sql)[0][0] or 0)
+    return float(copies), syncs, [
+        Evidence(name=f"host-device copies per iteration in the window (an iteration: one {marker.label})",
+                 value=float(copies), sql=copy_sql),
+        Evidence(name="synchronising calls per iteration in the window", value=syncs, sql=sync_sql)]
 
 
 BUSY_GREW = 3.0  # another thread of the process that ran this many times its baseline share of the time ...

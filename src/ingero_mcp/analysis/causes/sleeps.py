@@ -10,11 +10,11 @@ from dataclasses import replace
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
-from ingero_mcp.analysis.accounting import wakers_sql
+from ingero_mcp.analysis.accounting import SECOND_NS, wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
-from ingero_mcp.analysis.causes.culprits import (Explained, _autograd, _by_name, _channel, _id_range, _role,
-                                                  busy_runners, collective, explain_cpu_wait, host_work, pool_stem,
-                                                  ran_text, siblings)
+from ingero_mcp.analysis.causes.culprits import (Explained, _autograd, _by_name, _channel, _id_range,
+                                                  _is_data_worker, _role, busy_runners, collective, explain_cpu_wait,
+                                                  host_work, pool_stem, ran_text, siblings)
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
 from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
@@ -26,6 +26,7 @@ TIMED_SLEEPS = frozenset({"nanosleep", "clock_nanosleep"})
 # queue's get and put): a thread asleep in one of them waits for what another thread makes, not for a lock it holds.
 PYTHON_WAITS = frozenset({"threading.py", "queue.py"})
 WAKER_MIN_SHARE, JOB = 0.01, ("same process", "child process")  # a waker outside the job: a culprit from 1% of it
+JOB_WAKER_MIN_SHARE = 0.001  # ... and a task of the job from 0.1% (a thread that ended a few sleeps: evidence)
 
 
 def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> tuple[str, list[tuple]]:
@@ -225,8 +226,8 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
         if r[3] in ("irq", "softirq"):
             continue  # the task an interrupt landed on did not wake anyone
         rel_r = ctx.relation(t.pid, int(r[0]), int(r[1]), r[2])
-        if culprits and int(r[5] or 0) < WAKER_MIN_SHARE * total and rel_r not in JOB:
-            continue  # a task outside the job that ended a few sleeps (a harness's signal): evidence, not a culprit
+        if culprits and int(r[5] or 0) < (JOB_WAKER_MIN_SHARE if rel_r in JOB else WAKER_MIN_SHARE) * total:
+            continue  # a task that ended a few sleeps (a harness's signal, a thread's rare wake-up): evidence only
         culprits.append(Culprit(pid=int(r[0]), tids=[int(r[1])], comm=ctx.names.get(int(r[1])) or r[2], relation=rel_r,
                                 ns=int(r[5] or 0)))
     if signaller is not None:  # what it waited on for all the time it slept in that wait, not the few signals' time
@@ -423,6 +424,15 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                                  f"{'' if one else via}, which was "
                                  f"{doing}: it waited for a CPU {starved.reason}"))
     if path.stop == "running":
+        ran = _run_to_exit(ctx, t, end.pid, f.window) if end_rel == "child process" else None
+        if ran is not None and not _is_data_worker(ctx.names.get(end.tid)):
+            span, life = ran
+            return Explained(cause=rc.WAITING_ON_PROCESS, culprits=culprits, evidence=[*ev, *life],
+                             numbers={**numbers, "child_run": span},
+                             reason=f"waiting on its child process {end_who} ({100 * share:.0f}% of the sleep,"
+                                    f"{in_what}{via}), which was {doing} from its start to its exit ({span}), "
+                                    "the thread making no CUDA call meanwhile: it waited for a program it ran to "
+                                    "finish, not for a worker that feeds it")
         if end_rel == "child process":
             kids = [c for c in culprits if c.relation == "child process"]
             names = _by_name(ctx, kids, also=() if end is first else siblings(ctx, t.pid, end.pid, f.window)) or end_who
@@ -513,6 +523,29 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
     turns = f"; it waits on {ctx.who(t.pid, t.tid)} in turn" if path.stop == "sleeper" else ""
     return Explained(cause=cause, culprits=culprits, evidence=ev, numbers=numbers, confident=path.stop != "mixed",
                      reason=f"{woke}{via}; {end_who} was {doing}{turns}")
+
+
+def _run_to_exit(ctx: Ctx, t: ThreadAccount, pid: int, w: TimeWindow) -> tuple[str, list[Evidence]] | None:
+    """A child process whose whole life lies in the window (started and exited within it, to the second) while the
+    waiting thread made no CUDA call: a program the thread ran and waited for (subprocess.run), not a server or worker
+    that fed it meanwhile. ('+24.1 s to +25.5 s', the evidence), or None."""
+    sql = ("SELECT '+' || round((min(p.first_seen_ns) - any_value(o.t0)) / 1e9, 1) || ' s to +' || "
+           "round((max(p.exit_ns) - any_value(o.t0)) / 1e9, 1) || ' s' AS span, min(p.first_seen_ns) AS born, "
+           f"max(p.exit_ns) AS gone FROM processes p, (SELECT min(started_ns) AS t0 FROM sessions) o "
+           f"WHERE p.pid = {int(pid)}")
+    got = rows(ctx.con, sql)
+    if not got or got[0][1] is None or got[0][2] is None:
+        return None
+    span, born, gone = got[0]
+    if born < w.start_ns - SECOND_NS or gone > w.end_ns + SECOND_NS:
+        return None
+    calls_sql = (f"SELECT count(*) FROM cuda_calls WHERE pid = {t.pid} AND tid = {t.tid} AND ts_ns BETWEEN {born} AND "
+                 f"{gone}")
+    if rows(ctx.con, calls_sql)[0][0]:
+        return None  # it went on with its own work meanwhile: fed by the child, not waiting for it to end
+    return span, [Evidence(name=f"{ctx.who(pid, None)} lived (from its start to its exit)", value=span,
+                           sql=f"SELECT span FROM ({sql})"),
+                  Evidence(name=f"CUDA calls of {ctx.who(t.pid, t.tid)} while it lived", value=0, sql=calls_sql)]
 
 
 def worker_share_sql(pids: list[int], ks: tuple[int, int]) -> str:
