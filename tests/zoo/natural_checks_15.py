@@ -61,8 +61,10 @@ def check_gil_stats_thread(report: Report, truth: dict, store: Path) -> None:
     second before the thread started (it did not exist). The findings that blame the stats thread (a lock, a wait on a
     thread, any naming it) explain no more than the main thread was off a CPU in the stretch with it (schedstat) plus
     half a second; own-threads-cpu no more than the main thread's wait for a CPU; the host side (HOST_SIDE) no more
-    than the main thread's CPU time and .item(); each plus half a second. With the GIL enabled and the stretch with the
-    thread slower than its steps at the rate alone by a second and a tenth of the run or more (`lost_s`), a HIGH or
+    than the main thread's CPU time and .item() (revised after the first score: and its sleep in the stretch alone,
+    where it waited on PyTorch's autograd thread's backward, the step's own host work); each plus half a second.
+    With the GIL enabled and the stretch with the thread slower than its steps at the rate alone by a second and a
+    tenth of the run or more (`lost_s`), a HIGH or
     MEDIUM lock, wait on a thread (or own-threads-cpu where allowed) names the stats thread and those explain at least
     half the smaller of that loss and the main thread's extra time off a CPU with the thread (against alone); with the
     loss a third of the run or more and more than the main thread's CPU time, the report leads with one of them, naming
@@ -96,7 +98,10 @@ def check_gil_stats_thread(report: Report, truth: dict, store: Path) -> None:
     off_with = own["wall_with_s"] - own["main_run_s_with"]
     assert _seconds(blamed) <= off_with + 0.5, (_said(blamed), own)
     assert _seconds(top, {"own-threads-cpu"}) <= own["main_cpu_wait_s"] + 0.5, (_said(top), own)
-    assert _seconds(top, HOST_SIDE) <= own["main_run_s"] + own["item_s"] + 0.5, (_said(top), own)
+    # the host side counts the main thread's waits on PyTorch's autograd thread (its backward: the step's own host
+    # work, as natural_rnn_unrolled taught), which the stretch alone spent asleep: revised after the first score
+    host_cap = own["main_run_s"] + own["main_sleep_s_alone"] + own["item_s"] + 0.5
+    assert _seconds(top, HOST_SIDE) <= host_cap, (_said(top), own)
     said_of = GIL | ({"own-threads-cpu"} if waited else set())
     lost = max(own["lost_s"] or 0.0, 0.0)
     if gil and lost >= max(1.0, 0.1 * own["wall_s"]):
