@@ -90,8 +90,9 @@ def _throttled(ctx: Ctx, f: Finding, job: int, idle_pct: float, idle_sql: str) -
     # the cgroup off for at most that period, so periods x period bounds the wall time it was held off.
     throttled = float(throttled_s)
     bound_s = int(periods) * int(period) / 1e6 if periods and period else None
-    wall_s = min(throttled, bound_s) if bound_s is not None else throttled
-    if bound_s is not None and bound_s < throttled:
+    summed = bound_s is not None and bound_s < throttled  # over its periods: a sum over CPUs
+    wall_s = bound_s if summed and bound_s is not None else throttled
+    if summed:
         held = (f"was throttled in {int(periods):,} periods of this window, at most {bound_s:.1f} s of wall time "
                 f"(periods x period; {throttled:.1f} s summed over the CPUs whose run queues were throttled, as "
                 "cpu.stat counts it)")
@@ -103,14 +104,14 @@ def _throttled(ctx: Ctx, f: Finding, job: int, idle_pct: float, idle_sql: str) -
                    unit="s", sql=f"SELECT throttled_s FROM ({sql}) LIMIT 1"),
           Evidence(name="the cgroup and its CPU quota (the tightest in the window: us per period)",
                    value=f"{cgroup}: {quota or 'max'} / {period or '?'}", sql=sql)]
-    if bound_s is not None and bound_s < throttled:
+    if summed and bound_s is not None:
         ev.append(Evidence(name=f"throttled periods x period of cgroup {cgroup} (the most wall time it was held off)",
                            value=round(bound_s, 1), unit="s",
                            sql=f"SELECT round(throttled_periods * period_us / 1e6, 1) FROM ({sql}) LIMIT 1"))
     return Explained(cause=rc.CPU_THROTTLED, evidence=ev,
                      culprits=[Culprit(comm=f"cgroup {cgroup}", relation="cgroup quota", ns=int(wall_s * 1e9))],
                      numbers={"cgroup": cgroup, "quota": limit,
-                              "throttled": f"{held.removeprefix('was ')}"},
+                              "throttled": held.removeprefix("was ")},
                      reason=(f"held off the CPU by its cgroup's CPU quota: {cgroup} allows {limit} and {held}, "
                              f"while the CPU it waited on was idle {idle_pct:.0f}% of that time"))
 
