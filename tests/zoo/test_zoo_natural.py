@@ -531,7 +531,12 @@ def test_every_natural_store_has_its_check() -> None:
 
 
 # Known to fail, said so (strict: a pass is news): what the report says wrong and why it is left.
-KNOWN: dict[str, str] = {}  # a natural job whose check fails, with why: none now
+KNOWN: dict[str, str] = {  # a natural job whose check fails, with why
+    "natural_grad_norm_per_param": (
+        "not scorable as written: the job's own GPU measure failed on the H200 (gpu_step_ms None), which its "
+        "check needs; the report's HIGH host-bound is true by the job's clocks (queueing its step 80% of the "
+        "run)"),
+}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n]))
