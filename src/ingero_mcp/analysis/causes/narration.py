@@ -420,13 +420,14 @@ def _io_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[t
             out.remove((g, c))
             chain.evidence.append(Evidence(name=f"in the same stalls ({c.root_cause})",
                                            value=f"{c.summary} [{c.seconds_lost or 0:.2f} s]"))
-        chain.seconds_lost = round(total, 3)
         chain.summary += "; in the same stalls: " + "; ".join(
             f"{PART_LABEL[g.part]} {100 * g.share:.0f}% ({c.root_cause}) [{c.seconds_lost or 0:.1f} s]"
             for g, c in parts)
         start = min([chain.window.start_ns] + [c.window.start_ns for _g, c in parts if c.window])
         end = max([chain.window.end_ns] + [c.window.end_ns for _g, c in parts if c.window])
         chain.window = TimeWindow(start_ns=start, end_ns=end)
+        # the parts of one stall never explain more than the stall's time (as findings._within holds each part)
+        chain.seconds_lost = round(min(total, (end - start) / 1e9), 3)
         _raise(chain, wall_s, f)
     return out
 
