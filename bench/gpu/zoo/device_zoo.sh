@@ -66,6 +66,10 @@
 #                                                 natural_sync_torch_save_ckpt
 #   bash bench/gpu/zoo/device_zoo.sh natural18    natural_http_metrics_push natural_foreach_off_optimizer
 #                                                 natural_stream_prefetcher_thread
+#   bash bench/gpu/zoo/device_zoo.sh natural19    natural_save_on_cpu_activations natural_manager_dict_counters
+#                                                 natural_inherited_one_cpu
+#   bash bench/gpu/zoo/device_zoo.sh natural20    natural_two_thread_serving natural_locked_sample_cache
+#                                                 natural_healthy_log_rotation
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -123,6 +127,8 @@ NATURAL15="natural_gil_stats_thread natural_alloc_fraction_limit natural_omp_thr
 NATURAL16="natural_subprocess_eval natural_cpu_neighbor_control natural_per_sample_h2d"
 NATURAL17="natural_grad_norm_per_param natural_spawn_workers_each_epoch natural_sync_torch_save_ckpt"
 NATURAL18="natural_http_metrics_push natural_foreach_off_optimizer natural_stream_prefetcher_thread"
+NATURAL19="natural_save_on_cpu_activations natural_manager_dict_counters natural_inherited_one_cpu"
+NATURAL20="natural_two_thread_serving natural_locked_sample_cache natural_healthy_log_rotation"
 names=()
 for a in "$@"; do
   case $a in
@@ -165,11 +171,13 @@ for a in "$@"; do
     natural16) names+=($NATURAL16) ;;
     natural17) names+=($NATURAL17) ;;
     natural18) names+=($NATURAL18) ;;
+    natural19) names+=($NATURAL19) ;;
+    natural20) names+=($NATURAL20) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
