@@ -1,5 +1,6 @@
-"""What a host-bound thread's own work was, read from its on-CPU samples (causes/culprits.host_work), on two recorded
-natural jobs: a training loop run under torch.profiler left on, and one keeping an EMA of its weights on the CPU."""
+"""What a host-bound thread's own work was, read from its on-CPU samples (causes/culprits.host_work), on three recorded
+natural jobs: a training loop run under torch.profiler left on, one keeping an EMA of its weights on the CPU, and one
+saving its whole state with torch.save on the main thread every ~6 s."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from test_zoo import _report, _top, decompressed
 from ingero_mcp.store import open_store
 
 NATURAL = REPO / "investigations" / "zoo-natural"
-PROFILED, EMA = "natural_profiler_left_on", "natural_ema_on_cpu"
+PROFILED, EMA, SAVES = "natural_profiler_left_on", "natural_ema_on_cpu", "natural_sync_torch_save_ckpt"
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("host_work")
-    decompressed(NATURAL, [PROFILED, EMA], out)
+    decompressed(NATURAL, [PROFILED, EMA, SAVES], out)
     return out
 
 
@@ -52,3 +53,28 @@ def test_math_on_cpu_tensors_is_told_from_the_copies_beside_it(stores: Path) -> 
     # its code too is read outside its calls: the EMA's update, not the copies' function (68% of all its samples)
     assert host.frames is not None and "on-CPU samples outside CUDA calls" in host.frames.sentence
     assert " in ema_update (" in host.frames.sentence, host.frames.sentence
+
+
+def test_a_checkpoint_saved_on_the_main_thread_is_one_story_led_by_its_serialising(stores: Path) -> None:
+    """natural_sync_torch_save_ckpt: four saves (~1.9 s each, 37% of the run by the job's clocks: .cpu() copies,
+    torch.save, os.replace) come back every ~6 s. One finding tells them (stalled 4 times, every 6 s), led by what
+    most of it was, the thread serialising in torch.save (its samples in torch/serialization.py), with the IO it ends
+    in and the copies said in the same stalls, and the fix to save off the thread (not the model's, not a read's)."""
+    report = _report(stores, SAVES)
+    top = _top(report)
+    assert len(top) == 1, [(c.severity, c.root_cause, c.summary) for c in report.chains]
+    chain = top[0]
+    assert chain.root_cause == "host-bound" and "stalled 4 times" in chain.summary, chain.summary
+    assert "serialising or deserialising data" in chain.summary and "(io-wait)" in chain.summary, chain.summary
+    assert "save it from another thread or process" in chain.recommendations[0], chain.recommendations
+    assert any("waiting for writes to reach the disk" in r for r in chain.recommendations), chain.recommendations
+    assert not any("read the data ahead" in r.lower() for r in chain.recommendations), chain.recommendations
+    assert chain.frames is not None and "torch/serialization.py" in chain.frames.sentence, chain.frames
+    named = "its on-CPU samples outside CUDA calls with a frame in serialisation code"
+    share = next(e for e in chain.evidence if e.name.startswith(named))
+    con = open_store(stores / f"{SAVES}.duckdb")
+    try:
+        got = con.execute(share.sql).fetchall()[0]
+    finally:
+        con.close()
+    assert got[0] == share.value >= 50, (got, share.value)

@@ -255,3 +255,15 @@ def test_host_memory_pinned_every_step_is_named_by_its_calls(v5_stores: Path) ->
     assert chain.root_cause == "allocator-churn" and "page-locked and released host memory" in chain.summary
     assert "cuMemHostRegister" in chain.summary and "empty_cache" not in chain.summary
     assert any("Pin host memory once" in r for r in chain.recommendations)
+
+
+def test_a_send_blocked_on_a_slow_receiver_gets_the_senders_fix(v5_stores: Path) -> None:
+    """tcp_metrics_sink: the main thread blocked in sendto() to a metrics daemon that read slowly. It is said as a
+    wait for the receiver, named with the fix to send off the loop; not the receiving side's 'fetch ahead', and no
+    number left unknown ('?') in the fix."""
+    chain = _top(_report(v5_stores, "tcp_metrics_sink"))[0]
+    assert chain.root_cause == "network-wait" and "(sendto())" in chain.summary, chain.summary
+    assert "waited for the receiver to take what it sent" in chain.summary, chain.summary
+    fix = chain.recommendations[0]
+    assert "Send from another thread or process" in fix and "metricsd[887]" in fix and "?" not in fix, fix
+    assert "fetch ahead" not in fix.lower(), fix

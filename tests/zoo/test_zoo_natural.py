@@ -540,10 +540,6 @@ KNOWN: dict[str, str] = {  # a natural job whose check fails, with why
         "not scorable as written: the job's own GPU measure failed on the H200 (gpu_step_ms None), which its "
         "check needs; the report's HIGH host-bound is true by the job's clocks (queueing its step 80% of the "
         "run)"),
-    "natural_sync_torch_save_ckpt": (
-        "four synchronous saves (37% of the run by the job's clocks) come as 10 LOW findings of a second or two "
-        "(io-wait, excess-sync, ...), none MEDIUM: not told as one recurring story. It passed when first scored only "
-        "because the IO story summed its parts past its one-second window (1.17 s in 1 s), which is now capped"),
 }
 
 

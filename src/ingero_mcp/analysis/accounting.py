@@ -28,7 +28,7 @@ from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, table_complete
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import Account, Accounting, Phase, Progress, SecondAccount, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.launches import launch_coverage_sql, launch_recording
-from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, recurrent
+from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, recurrent, repeated
 from ingero_mcp.analysis.progress import progress_of
 from ingero_mcp.analysis.derive import materialize_seconds
 from ingero_mcp.store.views import SECONDS_TABLE, reads_made_rows
@@ -402,6 +402,7 @@ def _phases(con: duckdb.DuckDBPyConnection, pid: int, in_window: str, t0: int, m
     if sum(1 for k in healthy) < MIN_PHASE_S:
         return [p for p in phases if p.kind == "baseline"], steady
     phases += recurrent(con, pid, t0, got, reference, base_rate, phases, seen_healthy, marker)
+    phases = repeated(con, pid, t0, phases, base_rate, steady, marker)
     if not any(p.kind in ("slow", "recurrent") for p in phases):
         return [p for p in phases if p.kind in ("baseline", "other-work")], steady
     return sorted(phases, key=lambda p: p.window.start_ns), steady

@@ -1,6 +1,7 @@
 """Short slow episodes: the seconds whose progress fell outside the phases, read again in sub-second bins, and the
 runs of low bins that cost something; repeated (or one big) they make a 'recurrent' phase, and those in which the
-process's launches and copies went on at their healthy rate are its other work ('other-work'), not stalls.
+process's launches and copies went on at their healthy rate are its other work ('other-work'), not stalls. Slow phases
+that recur alike join that phase as its longer episodes (`repeated`): one stall said once, not once per occurrence.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ SCAN_FRACTION = 0.9  # seconds under this fraction of the reference rate are rea
 MIN_EPISODE_LOSS_S = 0.1  # an episode must cost this much (its length less its work at the healthy rate)
 MIN_EPISODES = 2  # episodes that make a recurrent stall ...
 BIG_EPISODE_S = 0.5  # ... or one that cost this much
+# Slow phases (MIN_PHASE_S or longer) that recur alike are one stall too: MIN_REPEATS or more, their lengths within
+# ALIKE of each other and so the time from one's start to the next's (a checkpoint every ~6 s, 2 s each, is one story)
+MIN_REPEATS = 3
+ALIKE = 2.0
 WORK_OPS = "(contains(op, 'aunch') OR contains(op, 'emcpy') OR contains(op, 'emset'))"  # thread_seconds.work_calls
 
 
@@ -148,3 +153,59 @@ def recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tuple
                         slowdown=round(base_rate / rate, 2) if rate > 0 else None, episodes=windows,
                         bin_ns=bin_ns, lost_s=round(lost, 3), sql=sql,
                         period_s=round((eps[-1][0] - eps[0][0]) / (len(eps) - 1), 2) if len(eps) > 1 else None)]
+
+
+def stretches_sql(pid: int, spans: list[tuple[int, int]], t0: int, base_rate: float,
+                  marker: Progress | None = None) -> str:
+    """Slow phases as episodes: each (first second, last second) with its start (seconds since the trace start), length
+    and loss (its length less its work at the healthy rate base_rate), from its per-second progress (stall_bins_sql in
+    whole seconds: iterations where a marker counts them, else work calls)."""
+    ks = sorted({k for a, b in spans for k in range(a, b + 1)})
+    listed = ", ".join(f"({int(a)}, {int(b)})" for a, b in spans)
+    return " ".join(f"""
+        WITH b AS ({stall_bins_sql(pid, ks, t0, SECOND_NS, round(base_rate, 3), marker)}),
+        e AS (SELECT * FROM (VALUES {listed}) v(first, last))
+        SELECT e.first * 1.0 AS start_s, (e.last - e.first + 1) * 1.0 AS length_s,
+               (e.last - e.first + 1) - sum(b.n) / {round(base_rate, 3)} AS lost_s
+        FROM e JOIN b ON b.bin BETWEEN e.first AND e.last GROUP BY e.first, e.last
+        ORDER BY start_s""".split())
+
+
+def _alike(values: list[float]) -> bool:
+    return bool(values) and min(values) > 0 and max(values) <= ALIKE * min(values)
+
+
+def repeated(con: duckdb.DuckDBPyConnection, pid: int, t0: int, phases: list[Phase], base_rate: float,
+             steady_ns: int | None, marker: Progress | None = None) -> list[Phase]:
+    """The phases with slow phases that recur alike (MIN_REPEATS or more after the start-up, their lengths and the
+    time between their starts each within ALIKE of the others) made one recurrent phase, with the short episodes of
+    the process's recurrent phase, if any: the same stall every few seconds is one story, its time summed, not
+    MIN_REPEATS findings each too small to count. Other phases are returned as they were."""
+    slow = [p for p in phases if p.kind == "slow" and p.pid == pid
+            and (steady_ns is None or p.window.start_ns >= steady_ns)]
+    lengths = [p.window.duration_ns / SECOND_NS for p in slow]
+    gaps = [(b.window.start_ns - a.window.start_ns) / SECOND_NS for a, b in zip(slow, slow[1:])]
+    if len(slow) < MIN_REPEATS or base_rate <= 0 or not _alike(lengths) or not _alike(gaps):
+        return phases
+    spans = [((p.window.start_ns - t0) // SECOND_NS, (p.window.end_ns - t0) // SECOND_NS - 1) for p in slow]
+    long_sql = stretches_sql(pid, spans, t0, base_rate, marker)
+    short = next((p for p in phases if p.kind == "recurrent" and p.pid == pid), None)
+    sql = long_sql if short is None or not short.sql else (
+        f"SELECT * FROM (SELECT start_s, length_s, lost_s FROM ({long_sql}) UNION ALL "
+        f"SELECT start_s, length_s, lost_s FROM ({short.sql})) ORDER BY start_s")
+    eps = [(float(a), float(d), float(lost)) for a, d, lost in shared_rows(con, sql)]
+    if len(eps) < MIN_REPEATS:
+        return phases
+    windows = [TimeWindow(start_ns=t0 + round(a * SECOND_NS), end_ns=t0 + round((a + d) * SECOND_NS))
+               for a, d, _ in eps]
+    length = sum(d for _, d, _ in eps)
+    lost = sum(lost for _, _, lost in eps)
+    rate = max(base_rate * (length - lost) / length, 0.0)
+    merged = Phase(pid=pid, kind="recurrent", window=TimeWindow(start_ns=windows[0].start_ns,
+                                                                end_ns=windows[-1].end_ns),
+                   work_rate=round(rate, 3), unit=slow[0].unit,
+                   slowdown=round(base_rate / rate, 2) if rate > 0 else None, episodes=windows,
+                   bin_ns=short.bin_ns if short is not None else SECOND_NS, lost_s=round(lost, 3), sql=sql,
+                   period_s=round((eps[-1][0] - eps[0][0]) / (len(eps) - 1), 2), stretches=[p.window for p in slow])
+    kept = [p for p in phases if p not in slow and p is not short]
+    return sorted(kept + [merged], key=lambda p: p.window.start_ns)

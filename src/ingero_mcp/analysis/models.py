@@ -448,23 +448,23 @@ class Progress(BaseModel):
 
 class Phase(BaseModel):
     """A stretch of seconds in which a process's progress rate stayed healthy (baseline) or fell (slow), or a group
-    of short slow episodes (recurrent): stalls under MIN_PHASE_S seconds each, found in sub-second bins."""
+    of slow episodes (recurrent): short stalls found in sub-second bins, and slow phases that recurred alike."""
 
     pid: int
     kind: Literal["baseline", "slow", "recurrent", "other-work"]  # other-work: iterations stopped, its work did not
-    window: TimeWindow = Field(description="the phase; for 'recurrent', from the first episode's start to "
-                                           "the last's end")
+    window: TimeWindow = Field(description="the phase; for 'recurrent', first episode's start to the last's end")
     work_rate: float = Field(description="the process's progress per second, in `unit` (in the episodes)")
     unit: str = Field("launches+copies/s", description="'iterations/s' (a marker call counts them, "
                       "Accounting.progress) or 'launches+copies/s' (launches, copies and memsets: the last resort, no "
                       "marker found)")
     slowdown: float | None = Field(None, description="baseline rate / this phase's (slow and recurrent phases)")
-    episodes: list[TimeWindow] = Field([], description="recurrent: each short slow episode (runs of slow bins)")
+    episodes: list[TimeWindow] = Field([], description="recurrent: each slow episode (runs of slow bins or seconds)")
     bin_ns: int | None = Field(None, description="recurrent: the bin the episodes were read in")
     period_s: float | None = Field(None, description="recurrent: mean time from one episode's start to the next's")
-    lost_s: float | None = Field(None,
-                                 description="recurrent: work-rate loss of the episodes, seconds at the healthy rate")
+    lost_s: float | None = Field(None, description="recurrent: the episodes' work lost, seconds at the healthy rate")
     sql: str | None = Field(None, description="recurrent: the SQL that lists the episodes (start_s, length_s, lost_s)")
+    stretches: list[TimeWindow] = Field([], description="recurrent: its episodes that are slow phases (MIN_PHASE_S "
+                                        "or longer) that recurred alike; the others are short episodes read in bins")
 
 
 class ImportedSecond(BaseModel):

@@ -64,6 +64,11 @@ PROFILER_FIX = "profiler-fix"
 MODEL_HOST_FIX = "model-host-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to PyTorch's CPU kernels (causes.in_calls).
 CPU_OPS_FIX = "cpu-ops-fix"
+# Not a root cause: the fix for host-bound whose host time went mostly to serialising data (causes.culprits.host_work).
+SERIALISING_FIX = "serialising-fix"
+# Not a root cause: the fix for a network wait in sending (the peer slow to take the data), not in receiving.
+NETWORK_SEND_FIX = "network-send-fix"
+SEND_SYSCALLS = frozenset({"sendto", "sendmsg", "sendmmsg", "sendfile", "write", "writev"})  # on a socket
 # Not a root cause: the fix for any wait whose wait-for path ran through a process group's communication thread.
 COLLECTIVE_FIX = "collective-fix"
 # Named from the process lifecycle: children started again and again in a slow phase.
@@ -204,6 +209,12 @@ CATALOGUE: dict[str, list[str]] = {
         "compute them there and read them every N steps); where they must stay on the CPU, use the fused or foreach "
         "implementation (an offloaded optimiser: a vectorised CPU Adam) and overlap it with the GPU's next step.",
     ],
+    SERIALISING_FIX: [
+        "{who} spent {share}% of the time ({window}) serialising data while the GPU waited ({serialising}): a "
+        "checkpoint or a cache written (or read) on the thread that feeds the GPU stops the training for as long. "
+        "Copy the state out and save it from another thread or process (torch.distributed.checkpoint's async_save "
+        "does both), save less often, or save less (the model without the optimiser's state between full saves).",
+    ],
     COLLECTIVE_FIX: [
         "{who} spent {share}% of the time ({window}) waiting on the job's collective communication ({collective}): "
         "an all-reduce ends only when every rank's part has arrived, and gloo runs it on the CPU, so a slow or "
@@ -253,6 +264,11 @@ CATALOGUE: dict[str, list[str]] = {
         "{who} waited {share}% of the time ({window}) on data that came over the network ({waker}: {doing}): fetch "
         "ahead (more DataLoader workers or a deeper prefetch_factor, concurrent requests per worker), cache the data "
         "locally, or fix the slow server.",
+    ],
+    NETWORK_SEND_FIX: [
+        "{who} waited {share}% of the time ({window}) to send over the network ({waker}: {doing}): the receiver did "
+        "not take the data as fast as the thread sent it. Send from another thread or process (a queue the loop only "
+        "puts to), send less often or in batches, or fix the slow receiver.",
     ],
     CPU_THROTTLED: [
         "{who} was runnable but held off the CPU {share}% of the time ({window}) by its cgroup's CPU quota "
@@ -314,6 +330,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return COMPILE_FIX
     if cause == HOST_BOUND and numbers.get("cpu_ops"):
         return CPU_OPS_FIX
+    if cause == HOST_BOUND and numbers.get("serialising"):
+        return SERIALISING_FIX
     if cause == HOST_BOUND and numbers.get("copies"):
         return COPIES_FIX
     if cause == HOST_BOUND and numbers.get("framework"):
@@ -322,9 +340,12 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return WORKER_GIL_FIX
     if cause == INPUT_WAIT and not numbers.get("loader"):
         return WORKERS_FIX
+    if cause == NETWORK_WAIT and numbers.get("syscall") in SEND_SYSCALLS:
+        return NETWORK_SEND_FIX
     if cause == IO_WAIT and numbers.get("io_stop") == "reclaim":
         return IO_RECLAIM_FIX
-    if cause == IO_WAIT and (numbers.get("syscall") in WRITE_SYSCALLS or numbers.get("io_stop") == "fsync"):
+    if cause == IO_WAIT and (numbers.get("syscall") in WRITE_SYSCALLS
+                             or numbers.get("io_stop") in ("fsync", "writeback", "discard")):
         return IO_WRITE_FIX
     return cause
 

@@ -330,19 +330,26 @@ PROFILER = ("(len(list_filter(files, lambda f: f LIKE '%/torch/profiler/%' OR f 
             " > 0 OR len(list_filter(modules, lambda m: m LIKE '%libcupti%' OR m LIKE '%libkineto%')) > 0)")
 
 
-FRAMEWORK_COLUMNS = ("framework_pct", "compiler_pct", "samples", "cpu_ops_pct", "profiler_pct")  # its columns
+# Serialising or deserialising data (torch.save/torch.load, pickle, safetensors, numpy's save/load): a checkpoint or a
+# cache written or read on the thread, which PyTorch's own files hold too but which issues no GPU kernel.
+SERIALISING = ("len(list_filter(files, lambda f: f LIKE '%/torch/serialization.py' OR f LIKE '%/pickle.py' OR "
+               "f LIKE '%/copyreg.py' OR f LIKE '%/safetensors/%' OR f LIKE '%/numpy/lib/format.py' OR "
+               "f LIKE '%/numpy/lib/%npyio%.py')) > 0")
+FRAMEWORK_COLUMNS = ("framework_pct", "compiler_pct", "samples", "cpu_ops_pct", "profiler_pct",
+                     "serialising_pct")  # its columns
 
 
 def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None) -> str:
     """The shares (%) of the thread's on-CPU samples in the window (`calls`: those outside / inside its CUDA calls)
     whose stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), and one of the CUDA runtime compilers
-    (COMPILER_MODULES), the samples, the share in PyTorch's CPU kernels (CPU_OPS) and the share in a profiler
-    (PROFILER)."""
+    (COMPILER_MODULES), the samples, the share in PyTorch's CPU kernels (CPU_OPS), the share in a profiler
+    (PROFILER) and the share serialising data (SERIALISING)."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
             f"sum(n), 1) AS framework_pct, round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: "
             f"{COMPILER_MODULES})) > 0) / sum(n), 1) AS compiler_pct, sum(n) AS samples, "
             f"round(100 * sum(n) FILTER (WHERE {CPU_OPS}) / sum(n), 1) AS cpu_ops_pct, "
-            f"round(100 * sum(n) FILTER (WHERE {PROFILER}) / sum(n), 1) AS profiler_pct "
+            f"round(100 * sum(n) FILTER (WHERE {PROFILER}) / sum(n), 1) AS profiler_pct, "
+            f"round(100 * sum(n) FILTER (WHERE {SERIALISING}) / sum(n), 1) AS serialising_pct "
             f"FROM ({weights_sql('on_cpu', pid, tid, window, calls=calls)})")
 
 

@@ -70,7 +70,14 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
         lost = f" [{c.seconds_lost:.1f} s explained]" if c.seconds_lost is not None else ""
         lines.append(f"{c.severity}: {c.summary}{lost}")
     gpu_bound = [c for c in chains if c.origin == "ingero-mcp" and c.root_cause == rc.GPU_BOUND]
-    if not own and gpu_bound:  # a slow phase that was the GPU's own: said, as no host-side cause
+    low = [c for c in chains if c.origin == "ingero-mcp" and c.root_cause != rc.GPU_BOUND]
+    host_s, gpu_s = (sum(c.seconds_lost or 0.0 for c in cs) for cs in (low, gpu_bound))
+    if not own and gpu_bound and host_s > gpu_s:  # the GPU's own slow stretches explain less than the host's small ones
+        lines.append(f"No cause asserted: {len(low)} LOW finding{'s' if len(low) != 1 else ''} on the host side "
+                     f"({host_s:.1f} s together) and {len(gpu_bound)} slow "
+                     f"stretch{'es' if len(gpu_bound) != 1 else ''} whose pace the GPU's own work set ({gpu_s:.1f} s): "
+                     "the findings below.")
+    elif not own and gpu_bound:  # a slow phase that was the GPU's own: said, as no host-side cause
         lines.append(f"No host-side cause: {gpu_bound[0].summary}.")
     elif not own and acc is not None and acc.complete and acc.threads:
         from ingero_mcp.analysis.causes.context import IDLE_GPU

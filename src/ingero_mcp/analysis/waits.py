@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round
+from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.store.views import SECONDS_TABLE
@@ -35,6 +35,10 @@ WAIT_KINDS: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
     ("gpu", r"\[nvidia", ()),
     ("fsync", r"(^| )_*(do_fsync|vfs_fsync_range|ksys_sync|sync_file_range|file_write_and_wait_range|jbd2_log_wait)",
      ("fsync", "fdatasync")),
+    # a file's data written out on the thread's own time (ext4 flushes a file renamed over another; writeback
+    # throttling), and a deleted or replaced file's blocks freed on the device: writes waited for, as fsync is
+    ("writeback", r"(^| )_*(filemap_fdatawrite|filemap_write_and_wait|writeback_single_inode|wbt_wait)", ()),
+    ("discard", r"(^| )_*(blkdev_issue_discard|__blkdev_issue_discard)", ()),
     ("reclaim",
      r"(^| )_*(shrink_node|try_to_free_pages|throttle_direct_reclaim|balance_dirty_pages|mem_cgroup_handle_over)",
      ()),
@@ -51,14 +55,17 @@ WAIT_KINDS: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
     ("child", r"(^| )_*(do_wait|kernel_wait4)", ("wait4", "waitid")),
 )
 KIND_LABEL = {
-    "gpu": "in the GPU driver", "fsync": "in fsync (flushing a file to disk)", "reclaim": "reclaiming memory",
+    "gpu": "in the GPU driver", "fsync": "in fsync (flushing a file to disk)",
+    "writeback": "writing a file's data out to disk", "discard": "freeing a deleted file's blocks on the disk",
+    "reclaim": "reclaiming memory",
     "disk": "in disk IO", "pipe": "on a pipe", "socket": "on a socket (the network)",
     "unix_socket": "on a Unix-domain socket (another local process)", "poll": "in poll/select/epoll",
     "futex": "on a futex (a lock, a condition or a queue)", "timer": "on a timer (a sleep it chose)",
     "child": "waiting for a child process", "read": "in read()", "write": "in write()", "other": "in the kernel",
 }
 # kinds where a sleep began outside the job: the graph stops at them, whoever ended them
-STOP_KINDS = frozenset({"timer", "disk", "fsync", "reclaim", "socket", "gpu", "child"})
+STOP_KINDS = frozenset({"timer", "disk", "fsync", "writeback", "discard", "reclaim", "socket", "gpu", "child"})
+IO_KINDS = frozenset({"disk", "fsync", "writeback", "discard", "reclaim"})  # sleeps on a device or the memory it backs
 
 
 def wait_kind_sql(frames: str = "st.frames", syscall: str = "i.syscall", sleep_state: str = "sleep_state") -> str:
@@ -212,7 +219,7 @@ def first_intervals(pid: int, tid: int, w: TimeWindow, waker_pid: int, waker_tid
 def summary_sql(hop_sql: str, intervals: str) -> str:
     """What a hop's thread did, as shares of the intervals: 'running' (what its off-CPU rows leave), 'waiting for a
     CPU', 'asleep <kind>' (KIND_LABEL), each at least 5 %, largest first."""
-    label = ("CASE kind " + " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in KIND_LABEL.items())
+    label = ("CASE kind " + " ".join(f"WHEN '{k}' THEN {sql_str(v)}" for k, v in KIND_LABEL.items())
              + " ELSE 'in the kernel' END")
     return " ".join(f"""
         WITH r AS ({hop_sql}), tot AS (SELECT sum(b - a) AS ns FROM ({intervals})),

@@ -18,6 +18,7 @@ X86_64: dict[int, str] = {
     56: "clone", 59: "execve", 72: "fcntl", 76: "truncate", 77: "ftruncate", 213: "epoll_create", 228: "clock_gettime",
     295: "preadv", 296: "pwritev", 299: "recvmmsg", 307: "sendmmsg", 327: "preadv2", 328: "pwritev2",
     435: "clone3", 319: "memfd_create", 285: "fallocate", 187: "readahead",
+    2: "open", 82: "rename", 87: "unlink", 263: "unlinkat", 264: "renameat", 316: "renameat2",  # a file replaced
 }
 
 

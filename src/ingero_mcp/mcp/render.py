@@ -336,7 +336,8 @@ def render_accounting(r: AccountingResult, whole: TimeWindow | None) -> str:
         slow = f", {ph['slowdown']}x slower than the baseline" if ph.get("slowdown") else ""
         if ph["kind"] == "recurrent":
             every = f", one every {ph['period_s']} s" if ph.get("period_s") else ""
-            lines.append(f"phase recurrent of pid {ph['pid']}: {ph['episodes']} short slow episodes from "
+            short = "" if ph.get("stretches") else "short "
+            lines.append(f"phase recurrent of pid {ph['pid']}: {ph['episodes']} {short}slow episodes from "
                          f"{fmt_rel(ph['start_ns'], origin)} to {fmt_rel(ph['end_ns'], origin)}{every}, "
                          f"{ph['lost_s']} s of work lost at the healthy rate{slow}")
             continue

@@ -156,9 +156,9 @@ def build_server(
         each thread it waited on), its wall time split into running outside CUDA calls, running inside
         them, asleep inside them (waiting for the GPU), asleep outside them (of which IO), waiting for a
         CPU, and unknown, as percentages that sum to 100; the phases of each feeding process (healthy
-        baseline vs slow stretches, with the slowdown; 'recurrent': short slow episodes that repeat, with
-        their count, period and work lost); and the causes too small to be chains. Start here
-        to see where the time went; the chains say who took it."""
+        baseline vs slow stretches, with the slowdown; 'recurrent': slow episodes that repeat, short ones and
+        slow stretches that come back alike, with their count, period and work lost); and the causes too small to
+        be chains. Start here to see where the time went; the chains say who took it."""
         return _tools().get_time_accounting(store, since=since, pid=pid, pids=pids)
 
     @tool

@@ -182,7 +182,8 @@ def get_time_accounting(
                for t in acc.threads]
     phases = [{"pid": ph.pid, "kind": ph.kind, "start_ns": ph.window.start_ns, "end_ns": ph.window.end_ns,
                "work_rate": round(ph.work_rate, 1), "slowdown": ph.slowdown, "estimated": acc.estimated,
-               **({"episodes": len(ph.episodes), "period_s": ph.period_s, "lost_s": ph.lost_s}
+               **({"episodes": len(ph.episodes), "period_s": ph.period_s, "lost_s": ph.lost_s,
+                   "stretches": len(ph.stretches)}
                   if ph.kind == "recurrent" else {})}
               for ph in acc.phases]
     lines = [clean(v, 2000) for v in found.verdict]

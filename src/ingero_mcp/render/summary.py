@@ -195,7 +195,8 @@ def _phase_text(p: Phase, t0: int, short: bool = False) -> str:
         every = f" every {p.period_s:,.1f} s" if p.period_s else ""
         lost = f", {p.lost_s:,.1f} s of work lost" if p.lost_s else ""
         n = len(p.episodes)
-        return f"{n} short stall{'s' if n != 1 else ''} {when}{every} ({rate(p.work_rate)} {p.unit} in them{lost})"
+        kind = "short stall" if not p.stretches else "stall"  # stretches: slow phases that recurred alike
+        return f"{n} {kind}{'s' if n != 1 else ''} {when}{every} ({rate(p.work_rate)} {p.unit} in them{lost})"
     slower = f" ({p.slowdown:,.1f}x slower)" if p.slowdown else " (stopped)"
     unit = "/s" if short and p.unit.endswith("/s") else f" {p.unit}"
     return f"{rate(p.work_rate)}{unit} {when}{slower}"

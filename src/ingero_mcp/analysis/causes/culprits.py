@@ -331,6 +331,9 @@ _HOST_WORK = (
      "a CUDA runtime compiler (NVRTC, nvJitLink)"),
     ("cpu_ops", 3, "in PyTorch's CPU kernels", "in PyTorch's CPU kernels (math on tensors kept on the CPU: ATen's "
      "loops, its OpenMP pool), not issuing GPU kernels", "PyTorch's CPU kernels (ATen on CPU tensors, OpenMP)"),
+    ("serialising", 5, "serialising data", "serialising or deserialising data (torch.save or torch.load, pickle, "
+     "numpy's save: a checkpoint or a cache written or read on this thread), not issuing GPU kernels",
+     "serialisation code (torch/serialization.py, pickle, safetensors, numpy's save and load)"),
     ("framework", 0, "in PyTorch's own code", "in PyTorch's own code (the model's layers, autograd, the optimiser: "
      "issuing its kernels)", "PyTorch's own code (the model, autograd, the optimiser; not torch.utils.data)"),
 )
@@ -340,9 +343,10 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: st
               calls: str | None = None) -> tuple[str, dict[str, object], Evidence] | None:
     """What a thread's host work was, where its on-CPU samples in the window (a store with stacks, 20 samples at
     least) say: HOST_WORK_SHARE or more in a profiler (the job being profiled), else in a CUDA runtime compiler (GPU
-    code compiled as the job runs), else in PyTorch's CPU kernels (math on CPU tensors), else in PyTorch's own code
-    (the model's layers, autograd, the optimiser: issuing its kernels). The words (`whose` samples), the numbers its
-    fix cites (`profiling`, `compiling`, `cpu_ops` or `framework`) and the evidence whose SQL recomputes it.
+    code compiled as the job runs), else in PyTorch's CPU kernels (math on CPU tensors), else serialising data (a
+    checkpoint written on the thread), else in PyTorch's own code (the model's layers, autograd, the optimiser:
+    issuing its kernels). The words (`whose` samples), the numbers its fix cites (`profiling`, `compiling`,
+    `cpu_ops`, `serialising` or `framework`) and the evidence whose SQL recomputes it.
     `calls` 'outside': the samples taken outside the thread's CUDA calls only (its running outside them, not its
     copies')."""
     if window is None or not recorded(ctx.con):

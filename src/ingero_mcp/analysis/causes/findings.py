@@ -228,8 +228,9 @@ def _drained(ctx: Ctx, thread: ThreadAccount, seconds: list[SecondAccount]) -> d
 def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
                     steady_from: int | None = None) -> list[Finding]:
     """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""
-    # a recurrent phase's seconds stay in: short episodes must not cut a steady stretch into pieces
-    slow = [p.window for p in phases if p.kind == "slow"]
+    # a recurrent phase's seconds stay in: short episodes must not cut a steady stretch into pieces; its slow phases
+    # that recurred alike (episodes.repeated) are read as the slow phases they are, not here too
+    slow = [p.window for p in phases if p.kind == "slow"] + [w for p in phases for w in p.stretches]
     seconds = [s for s in thread.seconds if not any(w.start_ns <= s.start_ns < w.end_ns for w in slow)]
     if not seconds:
         return []

@@ -11,7 +11,7 @@ import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, sql_round
-from ingero_mcp.analysis.accounting import SECOND_NS, gpu_util_sql
+from ingero_mcp.analysis.accounting import MIN_PHASE_S, SECOND_NS, SLOW_FACTOR, gpu_util_sql
 from ingero_mcp.analysis.causes.context import (
     Ctx,
     Finding,
@@ -142,10 +142,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     agreed = _drained_agreement(ctx, f, ex)
     ev = []
     if ph is not None and ph.sql:
-        ev.append(Evidence(name=f"short slow episodes (runs of {(ph.bin_ns or SECOND_NS) / 1e6:.0f} ms bins under "
-                                f"{100 * SCAN_FRACTION:.0f}% of the healthy work rate, one under "
-                                f"{100 * HEALTHY_FRACTION:.0f}%, each costing {MIN_EPISODE_LOSS_S} s or more)",
-                           value=len(ph.episodes), sql=f"SELECT count(*) FROM ({ph.sql})"))
+        ev.append(Evidence(name=_episodes_label(ph), value=len(ph.episodes), sql=f"SELECT count(*) FROM ({ph.sql})"))
         if ph.period_s is not None:
             ev.append(Evidence(name="mean time from one episode's start to the next's",
                                value=float(ph.period_s), unit="s",
@@ -194,6 +191,19 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         evidence=ev, recommendations=rc.recommend(rc.io_fix(ex.cause, numbers), numbers))
 
 
+def _episodes_label(ph: Phase) -> str:
+    """What a recurrent phase's episodes are: slow stretches that recurred alike, short episodes read in bins, or
+    both."""
+    short = (f"runs of {(ph.bin_ns or SECOND_NS) / 1e6:.0f} ms bins under {100 * SCAN_FRACTION:.0f}% of the healthy "
+             f"work rate, one under {100 * HEALTHY_FRACTION:.0f}%, each costing {MIN_EPISODE_LOSS_S} s or more")
+    if not ph.stretches:
+        return f"short slow episodes ({short})"
+    stretches = (f"{len(ph.stretches)} slow stretches of {MIN_PHASE_S} s or more at {100 / SLOW_FACTOR:.0f}% of the "
+                 "healthy work rate or less, alike in length and spacing")
+    rest = len(ph.episodes) - len(ph.stretches)
+    return f"slow episodes that recur ({stretches}" + (f"; {rest} short: {short})" if rest else ")")
+
+
 def _fell(f: Finding) -> str:
     """'iterations/s fell 4.7x (83 -> 18)': the drop, in its unit, with the two rates."""
     if f.rates is None:
@@ -215,9 +225,15 @@ def _grew(f: Finding) -> str:
 
 def _explanation(f: Finding, ex: Explained, agreed: bool = False) -> str:
     if f.phase is not None:
-        return (f"Read from the time accounting: in the seconds holding {len(f.phase.episodes)} short slow "
-                f"episodes (the process's work rate under {100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, "
-                f"read in sub-second bins), the part of the feeding thread's time {PART_LABEL[f.part]} "
+        episodes = (f"{len(f.phase.episodes)} slow episodes that recur alike (the process's work rate at "
+                    f"{100 / SLOW_FACTOR:.0f}% of its healthy rate or less for {MIN_PHASE_S} s or more" if
+                    f.phase.stretches else
+                    f"{len(f.phase.episodes)} short slow episodes (the process's work rate under "
+                    f"{100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, read in sub-second bins")
+        return (f"Read from the time accounting: in the seconds holding {episodes}"
+                + (", or in short episodes read in sub-second bins"
+                   if len(f.phase.episodes) > len(f.phase.stretches) > 0 else "")
+                + f"), the part of the feeding thread's time {PART_LABEL[f.part]} "
                 f"{_grew(f)}; its cost per unit of CUDA work against the baseline explains {f.seconds_lost:.2f} s of "
                 "the time lost in them. The culprits are read in the episode where it grew most: " + ex.reason + ".")
     if f.mode == "contrast":
@@ -285,7 +301,7 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
                 attach_frames(ctx, _worst(ctx, f), chain)
             if rank > 0 and chain.severity == "HIGH":
                 chain.severity = "MEDIUM"
-            found.append((f, chain))
+            found.append((replace(f, serialising=bool(ex.numbers.get("serialising"))), chain))
         found = _paced(ctx, _one_story(found, wall_s))
         minor += [other_work_line(ctx, t, p) for p in phases if p.kind == "other-work"]
         # a phase that lost progress leads: the steady state around it (host-bound all along, say) is its context
@@ -403,8 +419,10 @@ IO_SHARE = 0.2  # disk IO must explain this share of the stall's seconds to lead
 
 def _io_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[tuple[Finding, CausalChain]]:
     """Disk IO of a thread in a slow phase, with page faults, pageable copies and its own running in the same stall,
-    is one story: the thread writing data out. The IO chain leads (its wait on the device is what the others lead up
-    to) and takes the others' seconds; each stays as evidence with its own numbers."""
+    is one story: the thread writing data out. The IO leads (page faults on fresh pages and staging copies are how
+    the data gets there), unless the thread's own running, its samples in serialisation code, explains more of it:
+    then that code leads (natural_sync_torch_save_ckpt's saves were 3.0 s of torch.save's own work and 1.4 s of IO),
+    the IO's fix after its own. The lead takes the others' seconds; each stays as evidence with its own numbers."""
     io = [(f, c) for f, c in found if c.root_cause == rc.IO_WAIT and f.mode == "contrast"]
     if not io:
         return found
@@ -416,19 +434,25 @@ def _io_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[t
         total = (chain.seconds_lost or 0) + sum(c.seconds_lost or 0 for _g, c in parts)
         if not parts or (chain.seconds_lost or 0) < IO_SHARE * total:
             continue
-        for g, c in parts:
+        own = [(g, c) for g, c in parts if c.root_cause == rc.HOST_BOUND and g.serialising and (
+            c.seconds_lost or 0) > (chain.seconds_lost or 0)]  # its own code serialising the data over the IO
+        lead_f, lead = own[0] if own else (f, chain)
+        rest = [(g, c) for g, c in [(f, chain)] + parts if c is not lead]
+        for g, c in rest:
             out.remove((g, c))
-            chain.evidence.append(Evidence(name=f"in the same stalls ({c.root_cause})",
-                                           value=f"{c.summary} [{c.seconds_lost or 0:.2f} s]"))
-        chain.summary += "; in the same stalls: " + "; ".join(
+            lead.evidence.append(Evidence(name=f"in the same stalls ({c.root_cause})",
+                                          value=f"{c.summary} [{c.seconds_lost or 0:.2f} s]"))
+        lead.summary += "; in the same stalls: " + "; ".join(
             f"{PART_LABEL[g.part]} {100 * g.share:.0f}% ({c.root_cause}) [{c.seconds_lost or 0:.1f} s]"
-            for g, c in parts)
-        start = min([chain.window.start_ns] + [c.window.start_ns for _g, c in parts if c.window])
-        end = max([chain.window.end_ns] + [c.window.end_ns for _g, c in parts if c.window])
-        chain.window = TimeWindow(start_ns=start, end_ns=end)
+            for g, c in rest)
+        if lead is not chain:
+            lead.recommendations += [r for r in chain.recommendations if r not in lead.recommendations]
+        start = min(c.window.start_ns for _g, c in [(f, chain)] + parts if c.window)
+        end = max(c.window.end_ns for _g, c in [(f, chain)] + parts if c.window)
+        lead.window = TimeWindow(start_ns=start, end_ns=end)
         # the parts of one stall never explain more than the stall's time (as findings._within holds each part)
-        chain.seconds_lost = round(min(total, (end - start) / 1e9), 3)
-        _raise(chain, wall_s, f)
+        lead.seconds_lost = round(min(total, (end - start) / 1e9), 3)
+        _raise(lead, wall_s, lead_f)
     return out
 
 

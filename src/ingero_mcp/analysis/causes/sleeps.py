@@ -19,7 +19,7 @@ from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount
 from ingero_mcp.analysis.stack_models import Frame
 from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
 from ingero_mcp.store.views import SECONDS_TABLE
-from ingero_mcp.analysis.waits import KIND_LABEL, WaitPath, doing_text, follow, sleep_kinds_sql
+from ingero_mcp.analysis.waits import IO_KINDS, KIND_LABEL, WaitPath, doing_text, follow, sleep_kinds_sql
 
 TIMED_SLEEPS = frozenset({"nanosleep", "clock_nanosleep"})
 # The standard library's waits for another thread's signal (threading's Condition, Event, Semaphore, Barrier and join;
@@ -259,11 +259,16 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
                 # on loopback a packet's softirq runs in the context of the task at the other end: the peer
                 named = [Culprit(pid=wpid, tids=[wtid], comm=ctx.procs.get(wpid, (None, wcomm, None))[1] or wcomm,
                                  relation=landed, ns=int(wns or 0))] + named
+            peer_who = (ctx.who(wpid, None, named[0].comm) if len(named) > 1
+                        else f"an interrupt ({wctx}, landed on {wcomm})")
             return Explained(cause=rc.NETWORK_WAIT, culprits=named, evidence=ev,
-                             numbers={"syscall": own_syscall or "?"}, confident=f.mode == "contrast",
-                             reason=f"asleep{in_what}, woken by {by} ({100 * share:.0f}% of the sleep){peer}: "
-                                    "it waited on the network")
-        cause = rc.IO_WAIT if (io_ns or 0) > 0 or io or kind in ("disk", "fsync", "reclaim") else rc.SLEEP_KERNEL
+                             numbers={"syscall": own_syscall or "?", "waker": peer_who,
+                                      "doing": f"the thread in {own_syscall or 'a socket call'}()"},
+                             confident=f.mode == "contrast",
+                             reason=f"asleep{in_what}, woken by {by} ({100 * share:.0f}% of the sleep){peer}: " + (
+                                 "it waited for the receiver to take what it sent" if own_syscall in rc.SEND_SYSCALLS
+                                 else "it waited on the network"))
+        cause = rc.IO_WAIT if (io_ns or 0) > 0 or io or kind in IO_KINDS else rc.SLEEP_KERNEL
         reason = (f"asleep{in_what}, woken by {by}"
                   + (f": {100 * (io_ns or 0) / max(int(wns or 1), 1):.0f}% uninterruptible (IO)" if io_ns else ""))
         if kind == "reclaim" and kind_share >= 0.5:
@@ -276,7 +281,8 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
         # Outside a slowdown, a sleep the kernel ends (a packet, a device) is the job waiting for its input: the pace
         # of what feeds it, not lost time, unless it is IO (D state) or it grew in a slow phase.
         return Explained(cause=cause, reason=reason, culprits=named, evidence=ev,
-                         numbers={"syscall": own_syscall or "?"}, confident=cause == rc.IO_WAIT or f.mode == "contrast")
+                         numbers={"syscall": own_syscall or "?", "io_stop": kind},
+                         confident=cause == rc.IO_WAIT or f.mode == "contrast")
     traced = {(int(p), int(x)) for p, x in ctx.traced_threads()}
     pool = _waker_pool(ctx, t.pid, known, total)
     if pool is not None and share < POOL_SHARE and not hedged:
@@ -497,7 +503,7 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         return Explained(cause=rc.WAITING_ON_PROCESS if end_rel != "same process" else rc.WAITING_ON_THREAD,
                          culprits=culprits, evidence=ev, numbers=numbers,
                          reason=f"{woke}{via}; {end_who} was {doing}: it paces the thread with its own sleeps")
-    if path.stop in ("disk", "fsync", "reclaim"):
+    if path.stop in IO_KINDS:
         return Explained(cause=rc.IO_WAIT, culprits=culprits, evidence=ev, numbers={**numbers, "io_stop": path.stop},
                          reason=f"{woke}{via}; {end_who} was {doing}: the wait began in its IO")
     if path.stop == "socket":
