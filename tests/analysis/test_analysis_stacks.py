@@ -11,7 +11,7 @@ import duckdb
 import pytest
 from analysis_fixtures import check_evidence_sql
 from paths import REPO
-from stack_fixtures import PID, T0, S, checkpoint_store, host_bound_store, no_stacks_store
+from stack_fixtures import PID, T0, S, checkpoint_store, host_bound_store, host_work_store, no_stacks_store
 
 from ingero_mcp.analysis import TimeWindow, stacks_of
 from ingero_mcp.analysis.report import build_report
@@ -165,3 +165,36 @@ def test_a_gil_holding_pool_is_named_by_the_code_it_ran(tmp_path: Path) -> None:
     fresh = open_store(db)
     lay_views(fresh)
     assert check_evidence_sql(fresh, [top]) >= 3
+
+
+TORCH = "/usr/lib/python3/site-packages/torch"
+HOST_WORK = {  # what the slow phase's samples ran -> what the host-bound finding says of it, and its fix's words
+    "torch.compile recompiling": ([("_compile", None, f"{TORCH}/_dynamo/convert_frame.py", 700),
+                                   ("__call__", None, f"{TORCH}/_dynamo/eval_frame.py", 500),
+                                   ("train_step", None, "train.py", 88)],
+                                  "compiling GPU code at run time", "Keep shapes few"),
+    "torch.save on the thread": ([("persistent_id", None, f"{TORCH}/serialization.py", 1100),
+                                  ("save", None, f"{TORCH}/serialization.py", 945),
+                                  ("save_checkpoint", None, "train.py", 60)],
+                                 "serialising or deserialising data", "save it from another thread or process"),
+    "a compiled model's own running": ([("call", None, "/tmp/torchinductor_root/ab/cabc.py", 40),
+                                        ("_fn", None, f"{TORCH}/_dynamo/eval_frame.py", 600),
+                                        ("forward", None, f"{TORCH}/nn/modules/module.py", 1700),
+                                        ("train_step", None, "train.py", 88)],
+                                       "in PyTorch's own code (the model's layers", "fused ops (torch.compile)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOST_WORK))
+def test_the_kind_of_host_work_is_read_from_the_files_its_samples_ran(tmp_path: Path, name: str) -> None:
+    """A compile (Dynamo converting a frame: only on a cache miss) is not the model's own running, which passes
+    through Dynamo's eval_frame on every call of compiled code; a torch.save is neither: each gets its own words and
+    fix, the share recomputed by its evidence's SQL."""
+    frames, said, fix = HOST_WORK[name]
+    db = host_work_store(tmp_path / "work.duckdb", frames)
+    chain = next(c for c in build_report(open_store(db)).chains if c.root_cause == "host-bound")
+    assert said in chain.summary, chain.summary
+    assert fix in chain.recommendations[0], chain.recommendations
+    fresh = open_store(db)
+    lay_views(fresh)
+    assert check_evidence_sql(fresh, [chain]) >= 3

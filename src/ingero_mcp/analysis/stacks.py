@@ -313,6 +313,11 @@ FRAMEWORK_FILES = "f LIKE '%/torch/%' AND f NOT LIKE '%/torch/utils/data/%'"
 # The CUDA runtime compilers (NVRTC, nvJitLink, the PTX compiler): a thread running there compiles GPU code as the
 # job runs (a new shape or dtype, a fused or attention kernel built on first use), not launching what is built.
 COMPILER_MODULES = "m LIKE '%libnvrtc%' OR m LIKE '%libnvJitLink%' OR m LIKE '%libnvptxcompiler%'"
+# torch.compile compiling (a first call, or a recompile for a new shape): Dynamo's frame conversion and tracing (its
+# C hook calls convert_frame only on a cache miss), Inductor's graph compile, Triton's compiler. Not eval_frame.py or
+# Inductor's runtime wrappers, which every call of compiled code passes through.
+COMPILER_FILES = ("f LIKE '%/torch/_dynamo/convert_frame.py' OR f LIKE '%/torch/_dynamo/symbolic_convert.py' OR "
+                  "f LIKE '%/torch/_inductor/compile_fx.py' OR f LIKE '%/triton/compiler/%'")
 
 
 # PyTorch's CPU kernels (ATen's loops over CPU tensors, its OpenMP pool) on a stack with no CUDA library: math on CPU
@@ -341,12 +346,13 @@ FRAMEWORK_COLUMNS = ("framework_pct", "compiler_pct", "samples", "cpu_ops_pct", 
 
 def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None) -> str:
     """The shares (%) of the thread's on-CPU samples in the window (`calls`: those outside / inside its CUDA calls)
-    whose stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), and one of the CUDA runtime compilers
-    (COMPILER_MODULES), the samples, the share in PyTorch's CPU kernels (CPU_OPS), the share in a profiler
-    (PROFILER) and the share serialising data (SERIALISING)."""
+    whose stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), and one of the CUDA runtime compilers or
+    torch.compile's (COMPILER_MODULES, COMPILER_FILES), the samples, the share in PyTorch's CPU kernels (CPU_OPS),
+    the share in a profiler (PROFILER) and the share serialising data (SERIALISING)."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
             f"sum(n), 1) AS framework_pct, round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: "
-            f"{COMPILER_MODULES})) > 0) / sum(n), 1) AS compiler_pct, sum(n) AS samples, "
+            f"{COMPILER_MODULES})) > 0 OR len(list_filter(files, lambda f: {COMPILER_FILES})) > 0) / sum(n), 1) "
+            f"AS compiler_pct, sum(n) AS samples, "
             f"round(100 * sum(n) FILTER (WHERE {CPU_OPS}) / sum(n), 1) AS cpu_ops_pct, "
             f"round(100 * sum(n) FILTER (WHERE {PROFILER}) / sum(n), 1) AS profiler_pct, "
             f"round(100 * sum(n) FILTER (WHERE {SERIALISING}) / sum(n), 1) AS serialising_pct "

@@ -326,9 +326,10 @@ _HOST_WORK = (
     ("profiling", 4, "in a profiler", "in a profiler (torch.profiler's records and the trace it builds and writes, "
      "CUPTI's callbacks): the job being profiled, not the model's own work",
      "a profiler (torch/profiler, torch/autograd/profiler*, Kineto, CUPTI)"),
-    ("compiling", 1, "in the CUDA runtime compiler", "compiling GPU code at run time (in the CUDA runtime compiler, "
-     "libnvrtc: kernels built as the job runs, for each new shape or dtype)",
-     "a CUDA runtime compiler (NVRTC, nvJitLink)"),
+    ("compiling", 1, "in a compiler of GPU code (the CUDA runtime's or torch.compile's)", "compiling GPU code at "
+     "run time (the CUDA runtime compiler, or torch.compile tracing and building kernels: again for each new shape "
+     "or dtype)",
+     "a compiler (NVRTC, nvJitLink; torch.compile's Dynamo, Inductor, Triton)"),
     ("cpu_ops", 3, "in PyTorch's CPU kernels", "in PyTorch's CPU kernels (math on tensors kept on the CPU: ATen's "
      "loops, its OpenMP pool), not issuing GPU kernels", "PyTorch's CPU kernels (ATen on CPU tensors, OpenMP)"),
     ("serialising", 5, "serialising data", "serialising or deserialising data (torch.save or torch.load, pickle, "
