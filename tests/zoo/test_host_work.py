@@ -10,6 +10,7 @@ import pytest
 from paths import REPO
 from test_zoo import _report, _top, decompressed
 
+from ingero_mcp.analysis.models import CausalChain
 from ingero_mcp.store import open_store
 
 NATURAL = REPO / "investigations" / "zoo-natural"
@@ -23,6 +24,19 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _share_recomputed(db: Path, chain: CausalChain, kind: str) -> None:
+    """The chain's evidence of its samples' share in `kind` of code: 50% or more, recomputed by its SQL (the share
+    shown is its first column, then framework_share_sql's)."""
+    share = next(e for e in chain.evidence
+                 if e.name.startswith(f"its on-CPU samples outside CUDA calls with a frame in {kind}"))
+    con = open_store(db)
+    try:
+        got = con.execute(share.sql).fetchall()[0]
+    finally:
+        con.close()
+    assert got[0] == share.value >= 50, (got, share.value)
+
+
 def test_a_profiler_left_on_is_named_with_its_fix(stores: Path) -> None:
     """natural_profiler_left_on: 53% of the run in prof.step() (the job's clock), 73-77% of the main thread's samples
     under torch/profiler or torch/autograd/profiler: host-bound said of a profiler, with the profiler's fix (not the
@@ -31,14 +45,7 @@ def test_a_profiler_left_on_is_named_with_its_fix(stores: Path) -> None:
     assert chain.root_cause == "host-bound", chain.summary
     assert "in a profiler" in chain.summary, chain.summary
     assert "profiler left on" in chain.recommendations[0] and "CUDA graph" not in chain.recommendations[0]
-    named = "its on-CPU samples outside CUDA calls with a frame in a profiler"
-    share = next(e for e in chain.evidence if e.name.startswith(named))
-    con = open_store(stores / f"{PROFILED}.duckdb")
-    try:
-        got = con.execute(share.sql).fetchall()[0]
-    finally:
-        con.close()
-    assert got[0] == share.value >= 50, (got, share.value)  # the share shown, first (then framework_share_sql's)
+    _share_recomputed(stores / f"{PROFILED}.duckdb", chain, "a profiler")
 
 
 def test_math_on_cpu_tensors_is_told_from_the_copies_beside_it(stores: Path) -> None:
@@ -70,11 +77,4 @@ def test_a_checkpoint_saved_on_the_main_thread_is_one_story_led_by_its_serialisi
     assert any("waiting for writes to reach the disk" in r for r in chain.recommendations), chain.recommendations
     assert not any("read the data ahead" in r.lower() for r in chain.recommendations), chain.recommendations
     assert chain.frames is not None and "torch/serialization.py" in chain.frames.sentence, chain.frames
-    named = "its on-CPU samples outside CUDA calls with a frame in serialisation code"
-    share = next(e for e in chain.evidence if e.name.startswith(named))
-    con = open_store(stores / f"{SAVES}.duckdb")
-    try:
-        got = con.execute(share.sql).fetchall()[0]
-    finally:
-        con.close()
-    assert got[0] == share.value >= 50, (got, share.value)
+    _share_recomputed(stores / f"{SAVES}.duckdb", chain, "serialisation code")
