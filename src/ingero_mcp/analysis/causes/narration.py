@@ -25,7 +25,7 @@ from ingero_mcp.analysis.causes.context import (
 from ingero_mcp.analysis.causes.culprits import Explained, pool_stem, torch_loader
 from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, MIN_EPISODE_LOSS_S, SCAN_FRACTION
 from ingero_mcp.analysis.causes.explain import _explain
-from ingero_mcp.analysis.causes.findings import contrast_findings, steady_findings
+from ingero_mcp.analysis.causes.findings import contrast_findings, episode_seconds, steady_findings
 from ingero_mcp.analysis.causes.frames import attach_frames
 from ingero_mcp.analysis.drained import drained_wakers_sql
 from ingero_mcp.analysis.models import (
@@ -70,12 +70,38 @@ def _severity(seconds: float, wall_s: float, f: Finding, confident: bool, cause:
     return level
 
 
-def _worst(ctx: Ctx, f: Finding) -> Finding:
-    """A recurrent finding narrowed to its worst episode's seconds, for the explainers (they read one window)."""
-    if f.worst is None:
+def _worst(ctx: Ctx, f: Finding, span: tuple[int, int] | None = None) -> Finding:
+    """A recurrent finding narrowed to its worst episode's seconds (or `span`'s), for the explainers (they read one
+    window)."""
+    span = span or f.worst
+    if span is None:
         return f
-    w = TimeWindow(start_ns=ctx.t0 + f.worst[0] * SECOND_NS, end_ns=ctx.t0 + (f.worst[1] + 1) * SECOND_NS)
-    return replace(f, window=w, ks=f.worst)
+    w = TimeWindow(start_ns=ctx.t0 + span[0] * SECOND_NS, end_ns=ctx.t0 + (span[1] + 1) * SECOND_NS)
+    return replace(f, window=w, ks=span)
+
+
+MAX_EPISODES_READ = 8  # a recurrent finding's other episodes read for their culprits, at most
+
+
+def _every_episode(ctx: Ctx, f: Finding, ex: Explained, baseline: list[TimeWindow]) -> Explained:
+    """A recurrent finding explained in its worst episode, with the culprits of its other episodes that the same
+    cause explains (a program run and waited for at each stall is a new child each time: every one is named); an
+    episode explained by another cause lends nothing. The reason stays the worst episode's, said as such."""
+    if f.worst is None or f.phase is None or not ex.culprits:
+        return ex
+    culprits = list(ex.culprits)
+    for span in [s for s in episode_seconds(ctx, f.phase) if s != f.worst][:MAX_EPISODES_READ]:
+        other = _explain(ctx, _worst(ctx, f, span), baseline)
+        if other.cause != ex.cause:
+            continue
+        for c in other.culprits:
+            same = next((i for i, k in enumerate(culprits) if (k.pid, k.tids, k.comm, k.relation) ==
+                         (c.pid, c.tids, c.comm, c.relation)), None)
+            if same is None:
+                culprits.append(c)
+            else:
+                culprits[same] = culprits[same].model_copy(update={"ns": culprits[same].ns + c.ns})
+    return replace(ex, culprits=culprits)
 
 
 # A drained finding's cause is asserted where the culprit its explainer named first (reading the whole window), with
@@ -295,7 +321,7 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
         found: list[tuple[Finding, CausalChain]] = []
         for i, f in enumerate(contrast_findings(ctx, t, phases, steady_from)
                               + steady_findings(ctx, t, phases, steady_from)):
-            ex = _explain(ctx, _worst(ctx, f), baseline)
+            ex = _every_episode(ctx, f, _explain(ctx, _worst(ctx, f), baseline), baseline)
             chain = _chain(ctx, f, ex, wall_s, i)
             if stacked:
                 attach_frames(ctx, _worst(ctx, f), chain)
