@@ -283,3 +283,10 @@ async def test_the_verdict_reaches_the_model_in_both_halves() -> None:
     (main,) = [t for t in data["threads"] if t["tid"] == 2111]
     assert sum(v for k, v in main["shares_percent"].items() if k != "sleep_io") == pytest.approx(100.0, abs=0.5)
     assert any(p["kind"] == "slow" and p["slowdown"] for p in data["phases"])
+    # each phase's rate in its own unit, in both halves (iterations where a call marks them, not launches/copies),
+    # a slow one's rate not rounded to nothing (0.28/s, not 0)
+    lines = [line for line in text.splitlines() if line.startswith("phase ")]
+    assert len(lines) == len(data["phases"]) and "launches/copies per s" not in text, lines
+    for p, line in zip(data["phases"], lines, strict=True):
+        assert p["unit"] == "iterations/s" and f" {p['unit']}" in line, (p, line)
+        assert p["kind"] != "slow" or (0 < p["work_rate"] < 1 and f"{p['work_rate']:.2f} iterations/s" in line), line

@@ -341,9 +341,11 @@ def render_accounting(r: AccountingResult, whole: TimeWindow | None) -> str:
                          f"{fmt_rel(ph['start_ns'], origin)} to {fmt_rel(ph['end_ns'], origin)}{every}, "
                          f"{ph['lost_s']} s of work lost at the healthy rate{slow}")
             continue
+        unit, v = ph.get("unit") or "launches+copies/s", ph["work_rate"]
+        rate = f"{v:,.0f}" if v >= 10 else f"{v:,.1f}" if v >= 1 else f"{v:,.2f}"  # 0.28/s is not '0'
         lines.append(f"phase {ph['kind']} of pid {ph['pid']}: {fmt_rel(ph['start_ns'], origin)} .. "
-                     f"{fmt_rel(ph['end_ns'], origin)}, {'~' if ph.get('estimated') else ''}{ph['work_rate']:.0f} "
-                     f"launches/copies per s{' (estimated)' if ph.get('estimated') else ''}{slow}")
+                     f"{fmt_rel(ph['end_ns'], origin)}, {'~' if ph.get('estimated') else ''}{rate} "
+                     f"{unit}{' (estimated)' if ph.get('estimated') else ''}{slow}")
     lines += [f"minor: {quote(m, 600)}" for m in r.minor]
     text, _ = fit_lines(head, lines, len(lines))
     return text

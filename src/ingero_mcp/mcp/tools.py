@@ -181,7 +181,8 @@ def get_time_accounting(
                 "shares_percent": {p.removesuffix("_ns"): round(100 * t.total.share(p), 1) for p in SHARES}}
                for t in acc.threads]
     phases = [{"pid": ph.pid, "kind": ph.kind, "start_ns": ph.window.start_ns, "end_ns": ph.window.end_ns,
-               "work_rate": round(ph.work_rate, 1), "slowdown": ph.slowdown, "estimated": acc.estimated,
+               "work_rate": ph.work_rate, "unit": ph.unit, "slowdown": ph.slowdown,
+               "estimated": acc.estimated and ph.unit != "iterations/s",
                **({"episodes": len(ph.episodes), "period_s": ph.period_s, "lost_s": ph.lost_s,
                    "stretches": len(ph.stretches)}
                   if ph.kind == "recurrent" else {})}
