@@ -45,6 +45,8 @@ def test_every_store_explains(path: Path, tmp_path: Path) -> None:
         threads = next((int(e.value) for e in c.evidence if e.name == "threads whose first launches these are"), 1)
         if c.window and c.seconds_lost is not None:
             assert c.seconds_lost <= threads * c.window.duration_ns / 1e9 + 0.01, (c.summary, c.seconds_lost)
+        for e in (e for e in c.evidence if e.name == "feeding time explained (s)"):  # a story's too: its sum
+            assert abs(float(e.value) - (c.seconds_lost or 0)) <= 0.01, (c.summary, e.value, c.seconds_lost)
         for who in c.culprits if c.window else ():  # each of a culprit's threads within the window (a cgroup: one)
             assert who.ns <= max(1, len(who.tids)) * c.window.duration_ns * 1.01 + 1e7, (c.summary, who)
         for text in (c.summary, c.explanation, *c.recommendations):  # a share over 100% is several threads' sum

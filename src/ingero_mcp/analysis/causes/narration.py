@@ -135,6 +135,9 @@ def _drained_agreement(ctx: Ctx, f: Finding, ex: Explained) -> Evidence | None:
                          f"|| round(sum(ns) / 1e9, 2) FROM ({sql})"))
 
 
+EXPLAINED = "feeding time explained (s)"  # the evidence a story's sum updates (_raise)
+
+
 def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> CausalChain:
     if ex.seconds is not None and ex.seconds < f.seconds_lost:  # the cause explains less than the part's time
         f = replace(f, seconds_lost=max(ex.seconds, 0.0))
@@ -202,7 +205,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         ev.append(Evidence(name="GPU utilisation in the window", value=sql_round(f.gpu_util, 1), unit="%",
                            sql=f"SELECT avg(gpu_util_percent) FROM snapshots WHERE ts_ns BETWEEN {f.window.start_ns} "
                                f"AND {f.window.end_ns}"))
-    ev.append(Evidence(name="feeding time explained (s)", value=round(f.seconds_lost, 2), unit="s"))
+    ev.append(Evidence(name=EXPLAINED, value=round(f.seconds_lost, 2), unit="s"))
     ev += ex.evidence
     if agreed is not None:
         ev.append(agreed)
@@ -426,7 +429,10 @@ def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[
 
 
 def _raise(into: CausalChain, wall_s: float, f: Finding) -> None:
-    """A chain that took another's seconds: the severity of the sum (never lowered; start-up stays as it was)."""
+    """A chain that took another's seconds: the severity of the sum (never lowered; start-up stays as it was), and
+    its evidence of the time explained says the sum (each part's own stays beside it, in its summary's [s])."""
+    into.evidence = [e.model_copy(update={"value": round(into.seconds_lost or 0, 2)}) if e.name == EXPLAINED else e
+                     for e in into.evidence]
     if f.drained_s:  # said, not asserted, however many seconds it sums
         return
     share = (into.seconds_lost or 0) / wall_s if wall_s else 0.0
