@@ -70,6 +70,8 @@
 #                                                 natural_inherited_one_cpu
 #   bash bench/gpu/zoo/device_zoo.sh natural20    natural_two_thread_serving natural_locked_sample_cache
 #                                                 natural_healthy_log_rotation
+#   bash bench/gpu/zoo/device_zoo.sh natural21    natural_compile_dynamic_shapes natural_png_snapshots_main_thread
+#                                                 natural_compiled_healthy
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -129,6 +131,7 @@ NATURAL17="natural_grad_norm_per_param natural_spawn_workers_each_epoch natural_
 NATURAL18="natural_http_metrics_push natural_foreach_off_optimizer natural_stream_prefetcher_thread"
 NATURAL19="natural_save_on_cpu_activations natural_manager_dict_counters natural_inherited_one_cpu"
 NATURAL20="natural_two_thread_serving natural_locked_sample_cache natural_healthy_log_rotation"
+NATURAL21="natural_compile_dynamic_shapes natural_png_snapshots_main_thread natural_compiled_healthy"
 names=()
 for a in "$@"; do
   case $a in
@@ -173,11 +176,12 @@ for a in "$@"; do
     natural18) names+=($NATURAL18) ;;
     natural19) names+=($NATURAL19) ;;
     natural20) names+=($NATURAL20) ;;
+    natural21) names+=($NATURAL21) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
@@ -251,8 +255,9 @@ run_one() {
   t_launch=$(clock)
   # shellcheck disable=SC2086
   local limit_s=60
-  # spawn workers import torch afresh every epoch: ~10 s an epoch under tracing, its warm-up alone ~30 s
-  [ "$name" = natural_spawn_workers_each_epoch ] && limit_s=100
+  # spawn workers import torch afresh every epoch: ~10 s an epoch under tracing, its warm-up alone ~30 s; a cold
+  # inductor compile under tracing may take as long
+  case $name in natural_spawn_workers_each_epoch|natural_compile_dynamic_shapes) limit_s=100 ;; esac
   timeout -k 5 $limit_s python3 "$ZOO/$name.py" --truth "$d/$name.truth.json" $ARGS > "$d/scenario.log" 2>&1
   rc=$?
   t_exit=$(clock)
