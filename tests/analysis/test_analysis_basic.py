@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from analysis_fixtures import MS, S, SLOW_SYNC_START, SLOW_SYNCS, T0, US, contention_store
+from stack_fixtures import checkpoint_store
 from ingero_mcp.analysis._sql import AnalysisError
 from ingero_mcp.analysis.context import system_context
 from ingero_mcp.analysis.info import trace_info
@@ -171,3 +172,13 @@ def test_imported_chain_evidence_sql_runs_whatever_the_origin_wrote(tmp_path: Pa
     for chain, n in zip(chains, (2, 3), strict=True):
         stored = next(e for e in chain.evidence if e.name == "stored_chains")
         assert stored.value == n and con.execute(stored.sql).fetchall()[0][0] == n
+
+
+def test_a_sleep_on_the_timeline_says_what_it_waited_in_and_who_ended_it(tmp_path: Path) -> None:
+    """A sleep is not a preemption: its row says its system call and its waker (here the disk's interrupt), not the
+    task the CPU ran next ('CPU taken by' is a preempted thread's)."""
+    con = open_store(checkpoint_store(tmp_path / "ckpt.duckdb"))
+    entries = [e for e in timeline(con, limit=5000).entries if e.kind == "sched"]
+    fsync = [e.description for e in entries if e.description.startswith("off-CPU uninterruptible")]
+    assert fsync and all("in fsync() (woken by an interrupt)" in d for d in fsync), fsync[:3]
+    assert not any("CPU taken by" in e.description for e in entries if "preempted" not in e.description)

@@ -46,11 +46,18 @@ def timeline_sql(window: TimeWindow, pid: int | None, tid: int | None, limit: in
         UNION ALL
         SELECT off_ns, pid, tid, 'sched',
                'off-CPU ' || prev_state
-                  || coalesce(' (CPU taken by ' || coalesce(preemptor_comm, '?') || '[' || preemptor_pid || '])', '')
+                  || CASE WHEN prev_state IN ('preempted', 'new')
+                          THEN coalesce(' (CPU taken by ' || coalesce(preemptor_comm, '?') || '[' || preemptor_pid
+                                        || '])', '')
+                          ELSE coalesce(' in ' || syscall || '()', '')
+                               || CASE WHEN waker_context IN ('irq', 'softirq') THEN ' (woken by an interrupt)'
+                                       ELSE coalesce(' (woken by ' || coalesce(waker_comm, '?') || '[' || waker_pid
+                                                     || '])', '') END END
                   || coalesce(' on cpu ' || cpu, ''),
                coalesce(off_cpu_ns, on_ns - off_ns), coalesce(off_cpu_ns, on_ns - off_ns, 0)
         FROM {rows_of("sched_intervals", "off_ns, on_ns, pid, tid, prev_state, preemptor_comm, preemptor_pid, cpu, "
-                      "off_cpu_ns", sched, "coalesce(off_cpu_ns, on_ns - off_ns, 0)", "off_ns")}
+                      "off_cpu_ns, syscall, waker_comm, waker_pid, waker_context", sched,
+                      "coalesce(off_cpu_ns, on_ns - off_ns, 0)", "off_ns")}
         UNION ALL
         SELECT ts_ns, pid, tid, 'process', event || coalesce(' child ' || child_pid, '') || coalesce(' ' || comm, '')
                   || coalesce(' ' || filename, '') || coalesce(' exit ' || exit_code, ''), NULL, 9e18
