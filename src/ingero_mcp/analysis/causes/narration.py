@@ -254,14 +254,13 @@ def _grew(f: Finding) -> str:
 
 def _explanation(f: Finding, ex: Explained, agreed: bool = False) -> str:
     if f.phase is not None:
-        episodes = (f"{len(f.phase.episodes)} slow episodes that recur alike (the process's work rate at "
-                    f"{100 / SLOW_FACTOR:.0f}% of its healthy rate or less for {MIN_PHASE_S} s or more" if
-                    f.phase.stretches else
-                    f"{len(f.phase.episodes)} short slow episodes (the process's work rate under "
+        n, k = len(f.phase.episodes), len(f.phase.stretches)
+        episodes = (f"{n} slow episodes that recur alike ({k} stretches of {MIN_PHASE_S} s or more with the "
+                    f"process's work rate at {100 / SLOW_FACTOR:.0f}% of its healthy rate or less"
+                    + (f"; {n - k} short, read in sub-second bins" if n > k else "") if k else
+                    f"{n} short slow episodes (the process's work rate under "
                     f"{100 * HEALTHY_FRACTION:.0f}% of its healthy rate over each, read in sub-second bins")
         return (f"Read from the time accounting: in the seconds holding {episodes}"
-                + (", or in short episodes read in sub-second bins"
-                   if len(f.phase.episodes) > len(f.phase.stretches) > 0 else "")
                 + f"), the part of the feeding thread's time {PART_LABEL[f.part]} "
                 f"{_grew(f)}; its cost per unit of CUDA work against the baseline explains {f.seconds_lost:.2f} s of "
                 "the time lost in them. The culprits are read in the episode where it grew most: " + ex.reason + ".")
