@@ -103,7 +103,8 @@ def render_stats(r: StatsResult) -> str:
             f"{fmt_ns(s.max_ns)} | {fmt_ns(s.total_ns)} | {share}{extra}{part}"
         )
     if r.host:
-        lines.append("host events (exact in-kernel counts): source/op | count | pids | total duration")
+        lines.append("host events (exact in-kernel counts): source/op | count | pids | total duration (for "
+                     "sched_switch: the on-CPU time of the slices it ended, summed over tasks)")
         for h in r.host:
             lines.append(
                 f"{quote(h.source, 40)}/{quote(h.op, 60)} | {h.count} | {h.pids} | {fmt_ns(h.sum_duration_ns)}")

@@ -355,7 +355,7 @@ def render_report(console: Console, report: Report, db: str, *, per_process: boo
                                    fmt.secs(h.sum_duration_ns), fmt.nbytes(h.sum_bytes) if h.sum_bytes else "-")):
                 c.cells.append(v)
         print_table(console, "Host events (exact counts from host_aggregates; duration: summed over tasks, in "
-                    "thread-seconds)", cols, names)
+                    "thread-seconds; for sched_switch, the on-CPU time of the slices it ended)", cols, names)
     if report.processes:
         processes_table(console, report.processes, names, None if per_process else 12)
         if per_process:
