@@ -436,3 +436,39 @@ def busy_runners(ctx: Ctx, f: Finding,
                       f"AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]} GROUP BY tid)) "
                       f"WHERE {in_pids} AND tid IN ({kset}) AND k BETWEEN {f.ks[0]} AND {f.ks[1]}")
     return name, culprits, run_ns, wall_ns, who, ev
+
+
+POOL_SHARE = 0.5  # no one waker ended this share of the sleep, but threads of one name together did: a pool
+POOL_MIN, POOL_FOLLOWED = 3, 8  # a pool has this many members at least; the walk is taken from this many at most
+
+
+def waker_pool(ctx: Ctx, job: int, known: list[tuple], total: int) -> list[tuple[int, int, int]] | None:
+    """The wakers that together ended most of the sleep though none did alone: threads of one name and relation
+    (an OpenMP or intra-op pool, the DataLoader's workers), as (pid, tid, ns), largest first; None where there is
+    no such pool."""
+    groups: dict[tuple[str, str | None], list[tuple[int, int, int]]] = defaultdict(list)
+    for wpid, wtid, wcomm, wctx, _n, wns, _io, _sc in known:
+        if wctx in ("irq", "softirq") or wpid is None or wtid is None:
+            continue
+        comm = ctx.names.get(int(wtid)) or wcomm
+        groups[(ctx.relation(job, int(wpid), int(wtid), comm), pool_stem(comm))].append(
+            (int(wpid), int(wtid), int(wns or 0)))
+    best = max(groups.values(), key=lambda g: sum(m[2] for m in g), default=[])
+    if len(best) < POOL_MIN or sum(m[2] for m in best) < POOL_SHARE * total:
+        return None
+    return sorted(best, key=lambda m: -m[2])
+
+
+CONVOY_SHARE = 0.3  # a pool whose members sleep this share of the window, woken by one another, queue for one lock
+
+
+def convoy_sql(pid: int, tids: list[int], w: TimeWindow) -> str:
+    """The share of a pool's window time its threads slept on futexes that another member ended (taking turns at one
+    lock), per member on average."""
+    members = ", ".join(str(int(x)) for x in sorted(set(tids)))
+    return " ".join(f"""
+        SELECT sum(least(end_ns, {w.end_ns}) - greatest(start_ns, {w.start_ns}))::DOUBLE
+               / ({len(set(tids))} * {w.duration_ns}) AS share
+        FROM thread_state WHERE pid = {int(pid)} AND tid IN ({members}) AND state = 'sleeping'
+          AND waker_tid IN ({members}) AND waker_tid <> tid AND waker_context = 'task'
+          AND end_ns > {w.start_ns} AND start_ns < {w.end_ns}""".split())

@@ -12,9 +12,10 @@ from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import SECOND_NS, wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
-from ingero_mcp.analysis.causes.culprits import (Explained, _autograd, _by_name, _channel, _id_range,
-                                                  _is_data_worker, _role, busy_runners, collective, explain_cpu_wait,
-                                                  host_work, pool_stem, ran_text, siblings)
+from ingero_mcp.analysis.causes.culprits import (CONVOY_SHARE, POOL_FOLLOWED, POOL_SHARE, Explained, _autograd,
+                                                  _by_name, _channel, _id_range, _is_data_worker, _role, busy_runners,
+                                                  collective, convoy_sql, explain_cpu_wait, host_work, pool_stem,
+                                                  ran_text, siblings, waker_pool)
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
 from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
@@ -284,7 +285,7 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
                          numbers={"syscall": own_syscall or "?", "io_stop": kind},
                          confident=cause == rc.IO_WAIT or f.mode == "contrast")
     traced = {(int(p), int(x)) for p, x in ctx.traced_threads()}
-    pool = _waker_pool(ctx, t.pid, known, total)
+    pool = waker_pool(ctx, t.pid, known, total)
     if pool is not None and share < POOL_SHARE and not hedged:
         return _explain_pool(ctx, f, pool, traced, ev, culprits, total, kind, in_what)
     # a signalled wait: what the signaller did over all the thread's sleeps (it ran at each signal, by definition)
@@ -292,29 +293,6 @@ def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Ex
     ev += _path_evidence(ctx, path, f"{ctx.who(t.pid, t.tid)} slept")
     # a signalled Python wait: its futex is the signal (a condition, an event, a queue), not a lock the waker holds
     return _explain_path(ctx, f, path, ev, culprits, share, "signal" if hedged else kind, in_what)
-
-
-POOL_SHARE = 0.5  # no one waker ended this share of the sleep, but threads of one name together did: a pool
-
-
-POOL_MIN, POOL_FOLLOWED = 3, 8  # a pool has this many members at least; the walk is taken from this many at most
-
-
-def _waker_pool(ctx: Ctx, job: int, known: list[tuple], total: int) -> list[tuple[int, int, int]] | None:
-    """The wakers that together ended most of the sleep though none did alone: threads of one name and relation
-    (an OpenMP or intra-op pool, the DataLoader's workers), as (pid, tid, ns), largest first; None where there is
-    no such pool."""
-    groups: dict[tuple[str, str | None], list[tuple[int, int, int]]] = defaultdict(list)
-    for wpid, wtid, wcomm, wctx, _n, wns, _io, _sc in known:
-        if wctx in ("irq", "softirq") or wpid is None or wtid is None:
-            continue
-        comm = ctx.names.get(int(wtid)) or wcomm
-        groups[(ctx.relation(job, int(wpid), int(wtid), comm), pool_stem(comm))].append(
-            (int(wpid), int(wtid), int(wns or 0)))
-    best = max(groups.values(), key=lambda g: sum(m[2] for m in g), default=[])
-    if len(best) < POOL_MIN or sum(m[2] for m in best) < POOL_SHARE * total:
-        return None
-    return sorted(best, key=lambda m: -m[2])
 
 
 def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced: set[tuple[int, int]],
@@ -358,21 +336,6 @@ def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced
                            reason=f"{pooled}; they hold one lock in turn: each slept {100 * queued:.0f}% of the window "
                                   "on a futex one of the others released, and the thread queued behind them")
     return ex if ex.reason.startswith(pooled) else replace(ex, reason=f"{pooled}; {ex.reason}")
-
-
-CONVOY_SHARE = 0.3  # a pool whose members sleep this share of the window, woken by one another, queue for one lock
-
-
-def convoy_sql(pid: int, tids: list[int], w: TimeWindow) -> str:
-    """The share of a pool's window time its threads slept on futexes that another member ended (taking turns at one
-    lock), per member on average."""
-    members = ", ".join(str(int(x)) for x in sorted(set(tids)))
-    return " ".join(f"""
-        SELECT sum(least(end_ns, {w.end_ns}) - greatest(start_ns, {w.start_ns}))::DOUBLE
-               / ({len(set(tids))} * {w.duration_ns}) AS share
-        FROM thread_state WHERE pid = {int(pid)} AND tid IN ({members}) AND state = 'sleeping'
-          AND waker_tid IN ({members}) AND waker_tid <> tid AND waker_context = 'task'
-          AND end_ns > {w.start_ns} AND start_ns < {w.end_ns}""".split())
 
 
 GIL_WAIT_MS = (4.5, 5.5)  # timed-out futex waits this long on average: CPython's GIL, its 5 ms switch interval
