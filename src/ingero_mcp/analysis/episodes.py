@@ -152,7 +152,7 @@ def recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tuple
                         work_rate=round(rate, 3), unit="iterations/s" if marker is not None else "launches+copies/s",
                         slowdown=round(base_rate / rate, 2) if rate > 0 else None, episodes=windows,
                         bin_ns=bin_ns, lost_s=round(lost, 3), sql=sql,
-                        period_s=round((eps[-1][0] - eps[0][0]) / (len(eps) - 1), 2) if len(eps) > 1 else None)]
+                        period_s=round((eps[-1][0] - eps[0][0]) / (len(eps) - 1), 2) if len(eps) > 2 else None)]
 
 
 def stretches_sql(pid: int, spans: list[tuple[int, int]], t0: int, base_rate: float,

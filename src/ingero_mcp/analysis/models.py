@@ -581,7 +581,7 @@ class Diagnosis(BaseModel):
     accounting: Accounting
     chains: list[CausalChain]
     minor: list[str] = Field([], description="causes explaining under 1% of the feeding time, a line each")
-    gpu_util_percent: float | None = Field(None, description="mean GPU utilisation of the window's snapshots")
+    gpu_util_percent: float | None = Field(None, description="mean GPU utilisation while the job used CUDA")
     verdict: list[str] = Field([], description="the few lines a user reads first")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import duckdb
 
-from ingero_mcp.analysis._sql import rows, table_complete, ts_in, where
+from ingero_mcp.analysis._sql import pid_list, rows, table_complete, ts_in, where
 from ingero_mcp.analysis.derive import materialize
 from ingero_mcp.analysis.accounting import accounting, recording_notes
 from ingero_mcp.analysis.calls import CallGroup, call_groups
@@ -57,6 +57,20 @@ def build_report(
                   chains=found.chains, minor=found.minor, accounting=acc, notes=notes)
 
 
+def gpu_busy_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
+    """The GPU's mean utilisation in the window's snapshots taken while the processes analysed were using CUDA (their
+    first call to the end of their last): a GPU left idle after the job exited reads 0%, which is not the job's. The
+    window's snapshots where none falls in that span (a job shorter than the snapshot interval)."""
+    only = f"AND pid IN ({pid_list(pids)})" if pids else ""
+    calls = where(ts_in(window))
+    return " ".join(f"""
+        WITH life AS (SELECT min(ts_ns) AS lo, max(ts_ns + coalesce(duration_ns, 0)) AS hi FROM cuda_calls
+                      {calls or 'WHERE TRUE'} {only}),
+        snap AS (SELECT ts_ns, gpu_util_percent FROM snapshots {where(ts_in(window), 'gpu_util_percent IS NOT NULL')})
+        SELECT coalesce((SELECT avg(gpu_util_percent) FROM snap, life WHERE ts_ns BETWEEN life.lo AND life.hi),
+                        (SELECT avg(gpu_util_percent) FROM snap))""".split())
+
+
 def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, pids: list[int] | None = None,
               groups: list[CallGroup] | None = None, whole: TimeWindow | None = None) -> Diagnosis:
     """The accounting, the chains built on it (`groups`: the report's one cuda_calls pass, else made here) and the
@@ -67,7 +81,7 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
     acc = accounting(con, window, pids)
     minor: list[str] = []
     chains = causal_chains(con, window, pids, groups=groups, acc=acc, minor=minor, whole=whole)
-    gpu_mean = rows(con, f"SELECT avg(gpu_util_percent) FROM snapshots {where(ts_in(window))}")[0][0]
+    gpu_mean = rows(con, gpu_busy_sql(window, pids))[0][0]
     gpu = None if gpu_mean is None else float(gpu_mean)
     return Diagnosis(accounting=acc, chains=chains, minor=minor, gpu_util_percent=gpu,
                      verdict=verdict(acc, chains, gpu))

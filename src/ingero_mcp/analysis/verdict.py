@@ -33,7 +33,12 @@ def progress_text(t: ThreadAccount, acc: Accounting) -> str:
     done = [s.iterations for s in t.seconds if s.iterations is not None]
     if marker is None or not done:
         return work_calls(t.total.work_calls, acc) + "; no call recurs once per iteration: progress read in those"
-    return f"{sum(done):,.0f} iterations, one per {marker.label}"
+    by = ""
+    if marker.tid is not None and marker.tid != t.tid:  # the loop's marks made by another thread (a prefetcher's sync)
+        other = next((x for x in acc.threads if x.pid == t.pid and x.tid == marker.tid), None)
+        name = quote(other.comm, 64) if other is not None and other.comm else "thread"
+        by = f" made by {name}[{t.pid}/{marker.tid}]"
+    return f"{sum(done):,.0f} iterations, one per {marker.label}{by}"
 
 
 def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: float | None) -> list[str]:
@@ -101,8 +106,8 @@ def _not_weighed(gpu_util_mean: float) -> str:
     host and the GPU, so not ruled out."""
     from ingero_mcp.analysis.causes.context import IDLE_GPU
 
-    return (f"No host-side cause asserted (GPU {gpu_util_mean:.0f}% busy on average): in the seconds it was over "
-            f"{IDLE_GPU:.0f}% busy, host-side time counts only where nothing was queued on it (after a sync, before "
-            "the next launch), said as LOW findings where it adds up; its idle time while work was queued (gaps "
-            "between kernels, launches slower than the kernels) is not split between host and GPU here, so a "
-            "launch-bound loop is not ruled out.")
+    return (f"No host-side cause asserted (GPU {gpu_util_mean:.0f}% busy on average while the job used it): in the "
+            f"seconds it was over {IDLE_GPU:.0f}% busy, host-side time counts only where nothing was queued on it "
+            "(after a sync, before the next launch), said as LOW findings where it adds up; its idle time while work "
+            "was queued (gaps between kernels, launches slower than the kernels) is not split between host and GPU "
+            "here, so a launch-bound loop is not ruled out.")

@@ -261,7 +261,7 @@ def accounting_table(console: Console, report: Report, names: list[str]) -> None
     """Where the time of each feeding thread (and of the threads it waited on) went, as shares of its wall time."""
     acc = report.accounting
     cols = [Column("thread", right=False, wrap=True), Column("wall"), Column("running outside CUDA"),
-            Column("on CPU in CUDA"), Column("GPU wait"), Column("sleep outside"), Column("of it IO"),
+            Column("on CPU in CUDA"), Column("asleep in CUDA"), Column("sleep outside"), Column("of it IO"),
             Column("CPU wait"), Column("unknown"), Column("launches + copies")]
     for t in (acc.threads if acc else [])[:12]:
         a = t.total
@@ -272,7 +272,9 @@ def accounting_table(console: Console, report: Report, names: list[str]) -> None
                                pct(a.sleep_inside_ns), pct(a.sleep_outside_ns), pct(a.sleep_io_ns), pct(a.cpu_wait_ns),
                                pct(a.off_cpu_unknown_ns), ("~" if acc.estimated else "") + fmt.count(a.work_calls))):
             c.cells.append(v)
-    captions = ["GPU wait: asleep in CUDA calls; the threads that fed the GPU first, then those they waited on"]
+    captions = ["on CPU in CUDA: inside CUDA calls on a CPU (a synchronising call spins there while the GPU works, a "
+                "wait for the GPU too); asleep in CUDA: asleep inside them, waiting for the GPU; the threads that fed "
+                "the GPU first, then those they waited on"]
     if acc and acc.entry_only_launches:
         captions.append("running outside CUDA includes kernel launches (probed entry-only)")
     if acc and acc.estimated:

@@ -294,7 +294,8 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
         if grew is not None:
             return grew
     kids = ctx.alive_children(t.pid, f.window)
-    note = "no child process (worker) alive then" if not kids else f"{len(kids)} child processes alive"
+    note = ("no child process (worker) alive through most of it" if not kids
+            else f"{len(kids)} child process{'es' if len(kids) != 1 else ''} alive through most of it")
     own = f"its own work between CUDA calls ({note})"
     numbers: dict[str, object] = {}
     work = host_work(ctx, f.thread.pid, f.thread.tid, f.window, "its", calls="outside")

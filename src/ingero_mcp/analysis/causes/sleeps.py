@@ -387,9 +387,11 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         one = first.pid == end.pid
         lead = f"{_role(ctx.relation(t.pid, first.pid, first.tid, ctx.names.get(first.tid)))} " + (
             end_who if one else who)
+        # the share is of the sleep the first waker ended: said of it where the walk went on to another thread
+        through = f"through {who}, which ended " if one and end is not first else ""
         return Explained(cause=starved.cause, culprits=starved.culprits, evidence=ev + starved.evidence,
                          numbers={**starved.numbers, "waker": end_who, "doing": doing},
-                         reason=(f"waiting on {lead} ({100 * share:.0f}% of the sleep,{in_what})"
+                         reason=(f"waiting on {lead} ({through}{100 * share:.0f}% of the sleep,{in_what})"
                                  f"{'' if one else via}, which was "
                                  f"{doing}: it waited for a CPU {starved.reason}"))
     if path.stop == "running":
