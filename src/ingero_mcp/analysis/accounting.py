@@ -219,11 +219,12 @@ def _feeders(totals: dict[tuple[int, int], Account]) -> list[tuple[int, int]]:
     return chosen
 
 
-def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = False) -> str:
+def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = False, io: bool = False) -> str:
     """Who ended a thread's sleeps outside (or inside) CUDA calls in the window, by total sleep ended (each sleep's
-    time in the window: one begun long before it, a read() waited in since start-up, counts its part in it only)."""
+    time in the window: one begun long before it, a read() waited in since start-up, counts its part in it only);
+    with `io`, its sleeps in D state only (the accounting's IO part)."""
     lo, hi = (window.start_ns, window.end_ns) if window else (-(2**62), 2**62)
-    cond = "> 0" if inside else "= 0"
+    cond = ("> 0" if inside else "= 0") + (" AND sleep_state = 'D'" if io else "")
     # thread_sleeps (sql/thread_sleeps.sql) holds each sleep's in-call time: made once per connection (or stored in a
     # v3 store), where this query's own ASOF join sorted the thread's spans (7.4M at 10M events) on every run.
     # A waker's syscall is the one its sleeps spent the most time in: the longest single sleep (a 10 ms
@@ -250,13 +251,23 @@ INPUT_WAITS = ("epoll_wait", "epoll_pwait", "epoll_pwait2", "poll", "ppoll", "se
 INPUT_ARRIVED = f"(waker_context = 'softirq' OR (waker_context = 'irq' AND syscall NOT IN {TIMEOUT_WAITS}))"
 
 
+# A client's wait for the reply to what it sent (its user stack at the switch-out): the program asked and cannot go
+# on without the answer, which is no idle server's wait for a request (natural_http_metrics_push's POST per step).
+REPLY_FRAMES = r"getresponse|HTTPResponse\.begin|\.read_response|MultiCallable"
+
+
 def input_ended(pid: int, tid: int, lo: int, hi: int) -> str:
     """INPUT_ARRIVED, and a poll wait's timeouts where input ended such waits of the thread in [lo, hi) too: the ticks
     of an event loop waiting for the network (epoll with a timeout) are its wait for input; a poll wait only its timer
-    ever ended is a sleep the program chose (select_rate_limiter's), or one for something that never came."""
+    ever ended is a sleep the program chose (select_rate_limiter's), or one for something that never came. Never a
+    wait in a client's request for a reply (REPLY_FRAMES on its user stack)."""
     return (f"({INPUT_ARRIVED} OR (waker_context = 'irq' AND syscall IN {TIMEOUT_WAITS} AND EXISTS (SELECT 1 FROM "
             f"thread_sleeps n WHERE n.pid = {int(pid)} AND n.tid = {int(tid)} AND n.waker_context = 'softirq' AND "
-            f"n.syscall IN {TIMEOUT_WAITS} AND n.end_ns > {int(lo)} AND n.start_ns < {int(hi)})))")
+            f"n.syscall IN {TIMEOUT_WAITS} AND n.end_ns > {int(lo)} AND n.start_ns < {int(hi)}))) "
+            f"AND start_ns NOT IN (SELECT i.off_ns FROM sched_intervals i JOIN stacks st ON st.stack_id = i.ustack_id "
+            f"AND st.session_id = i.session_id WHERE i.pid = {int(pid)} AND i.tid = {int(tid)} "
+            f"AND i.on_ns > {int(lo)} AND i.off_ns < {int(hi)} "
+            f"AND regexp_matches(array_to_string(st.frames, ' '), '{REPLY_FRAMES}'))")
 
 
 def idle_sql(pid: int, tid: int, t0: int, window: TimeWindow | None = None) -> str:

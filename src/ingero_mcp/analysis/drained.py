@@ -76,15 +76,17 @@ def drained_sql(pid: int, tid: int, t0: int, lo: int, hi: int) -> str:
 
 def drained_wakers_sql(pid: int, tid: int, lo: int, hi: int, io: bool = False) -> str:
     """Who ended a thread's sleeps outside CUDA calls (in D state with `io`, else S) within its drained gaps in
-    [lo, hi): per waker, the sleep time inside the gaps, most first. What filled the time the GPU had nothing of the
+    [lo, hi): per waker (its name, and its context: a task, or an interrupt landed on it), the sleep time inside the
+    gaps, most first. What filled the time the GPU had nothing of the
     process queued, to set against what the window's sleeps as a whole say."""
     p, t, lo, hi = int(pid), int(tid), int(lo), int(hi)
     state = "= 'D'" if io else "<> 'D'"
     return " ".join(f"""{_gaps_cte(p, t, lo, hi)},
-        s AS (SELECT start_ns AS a, end_ns AS b, waker_pid, waker_tid FROM thread_sleeps
+        s AS (SELECT start_ns AS a, end_ns AS b, waker_pid, waker_tid, waker_comm, waker_context FROM thread_sleeps
               WHERE pid = {p} AND tid = {t} AND inside_ns = 0 AND sleep_state {state} AND end_ns > {lo}
                 AND start_ns < {hi})
-        SELECT s.waker_pid, s.waker_tid, sum(least(s.b, gap.b) - greatest(s.a, gap.a))::BIGINT AS ns
+        SELECT s.waker_pid, s.waker_tid, min(s.waker_comm) AS waker_comm, s.waker_context,
+               sum(least(s.b, gap.b) - greatest(s.a, gap.a))::BIGINT AS ns
         FROM s ASOF JOIN gap ON s.b > gap.a WHERE least(s.b, gap.b) > greatest(s.a, gap.a)
         GROUP BY ALL ORDER BY ns DESC""".split())
 

@@ -85,17 +85,31 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
     elif not own and gpu_bound:  # a slow phase that was the GPU's own: said, as no host-side cause
         lines.append(f"No host-side cause: {gpu_bound[0].summary}.")
     elif not own and acc is not None and acc.complete and acc.threads:
-        from ingero_mcp.analysis.causes.context import IDLE_GPU
+        from ingero_mcp.analysis.causes import pace_threads
+        from ingero_mcp.analysis.causes.context import IDLE_GPU, STEADY_MIN_SHARE
+        from ingero_mcp.analysis.causes.narration import DRAINED
 
-        if gpu_util_mean is not None and gpu_util_mean >= 80:
-            lines.append(f"No host-side cause: the GPU was {gpu_util_mean:.0f}% busy on average, the job is GPU-bound.")
+        feeding_s = sum(t.busy_ns for t in pace_threads(acc)[:1]) / 1e9
+        # the steady state's findings in drained gaps: the feeding thread left the GPU nothing queued after its syncs
+        drained = [c for c in low if DRAINED in c.summary and not c.summary.startswith("during start-up")]
+        drained_s = sum(c.seconds_lost or 0.0 for c in drained)
+        left = bool(feeding_s) and drained_s >= STEADY_MIN_SHARE * feeding_s
+        if gpu_util_mean is not None and gpu_util_mean >= 80 and left:
+            n = len(drained)
+            lines.append(f"No host-side cause asserted: the GPU was {gpu_util_mean:.0f}% busy on average while the job "
+                         f"used it, but its feeding thread left it nothing queued for at least {drained_s:.1f} s "
+                         f"({100 * drained_s / feeding_s:.0f}% of the feeding time) after its syncs: the LOW "
+                         f"finding{'s' if n != 1 else ''} below, said, not asserted.")
+        elif gpu_util_mean is not None and gpu_util_mean >= 80:
+            lines.append(f"No host-side cause: the GPU was {gpu_util_mean:.0f}% busy on average while the job used it, "
+                         "the job is GPU-bound.")
         elif gpu_util_mean is not None and gpu_util_mean >= IDLE_GPU:
             lines.append(_not_weighed(gpu_util_mean))
         else:
-            util = (f" (GPU {gpu_util_mean:.0f}% busy on average)" if gpu_util_mean is not None
-                    else " (GPU utilisation not recorded)")
-            lines.append("No host-side cause explains more than 5% of the feeding time" + util
-                         + ": nothing slowed the feeding threads beyond their steady state.")
+            util = (f"GPU {gpu_util_mean:.0f}% busy on average while the job used it" if gpu_util_mean is not None
+                    else "GPU utilisation not recorded")
+            lines.append(f"No host-side cause explains more than 5% of the feeding time ({util}): nothing slowed the "
+                         "feeding threads beyond their steady state.")
     return lines
 
 

@@ -98,9 +98,10 @@ def _sleeps(pid: int, tid: int, lo: int = -(2**62), hi: int = 2**62) -> str:
             f"LEFT JOIN stacks st ON st.stack_id = i.kstack_id AND st.session_id = i.session_id")
 
 
-def sleep_kinds_sql(pid: int, tid: int, w: TimeWindow, inside: bool = False) -> str:
-    """A thread's sleeps outside (inside) CUDA calls in the window by what they waited in, largest first."""
-    cond = "> 0" if inside else "= 0"
+def sleep_kinds_sql(pid: int, tid: int, w: TimeWindow, inside: bool = False, io: bool = False) -> str:
+    """A thread's sleeps outside (inside) CUDA calls in the window by what they waited in, largest first (with `io`:
+    those in D state)."""
+    cond = ("> 0" if inside else "= 0") + (" AND t.sleep_state = 'D'" if io else "")
     return " ".join(f"""
         WITH s AS ({_sleeps(pid, tid, w.start_ns, w.end_ns)}),
         o AS (SELECT s.kind, s.syscall, least(s.end_ns, {w.end_ns}) - greatest(s.start_ns, {w.start_ns}) AS ns

@@ -121,11 +121,11 @@ def _drained_agreement(ctx: Ctx, f: Finding, ex: Explained) -> Evidence | None:
     lead = [c for c in ex.culprits if c.relation == first.relation and pool_stem(c.comm) == pool_stem(first.comm)]
     sql = drained_wakers_sql(t.pid, t.tid, f.window.start_ns, f.window.end_ns, io=f.part == "io")
     got = rows(ctx.con, sql)
-    total = sum(int(ns or 0) for _p, _t, ns in got)
+    total = sum(int(ns or 0) for *_w, ns in got)
     threads = {(c.pid, tid) for c in lead for tid in c.tids}
     others = {c.pid for c in lead if c.pid is not None and c.pid != t.pid}  # another process: any of its threads
-    named = [(p, tid) for p, tid, _ns in got if (p, tid) in threads or p in others]
-    ended = sum(int(ns or 0) for p, tid, ns in got if (p, tid) in named)
+    named = [(p, tid) for p, tid, *_w, _ns in got if (p, tid) in threads or p in others]
+    ended = sum(int(ns or 0) for p, tid, *_w, ns in got if (p, tid) in named)
     if not total or ended < DRAINED_AGREE * total:
         return None
     keys = ", ".join(f"({int(p)}, {int(tid)})" for p, tid in named)
@@ -135,6 +135,31 @@ def _drained_agreement(ctx: Ctx, f: Finding, ex: Explained) -> Evidence | None:
                          f"|| round(sum(ns) / 1e9, 2) FROM ({sql})"))
 
 
+GAP_ENDERS = "who ended its sleeps inside the drained gaps (share of that sleep)"
+
+
+def _gap_enders(ctx: Ctx, f: Finding) -> Evidence | None:
+    """For a sleep finding in drained gaps, who ended the sleeps inside the gaps themselves (its explainer read the
+    whole window's, where another wait can lead: natural_http_metrics_push's gaps were a POST's reply, its window's
+    sleep mostly the backward's)."""
+    if not f.drained_s or f.part != "sleep_outside":  # IO: the device ends what the disk kept waiting, in or out
+        return None
+    t = f.thread
+    sql = drained_wakers_sql(t.pid, t.tid, f.window.start_ns, f.window.end_ns)
+    got = rows(ctx.con, sql)
+    total = sum(int(ns or 0) for *_w, ns in got)
+    if not total:
+        return None
+    said = []
+    for p, tid, comm, wctx, ns in got[:3]:
+        who = ctx.who(int(p), int(tid), comm) if p is not None and tid is not None else "unknown"
+        said.append(f"{f'an interrupt ({wctx}, landed on {who})' if wctx in ('irq', 'softirq') else who} "
+                    f"{100 * int(ns or 0) / total:.0f}%")
+    return Evidence(name=GAP_ENDERS, value="; ".join(said), sql=sql)
+
+
+# How a finding in drained gaps says so (the verdict reads it).
+DRAINED = "with nothing of the process queued on the GPU"
 EXPLAINED = "feeding time explained (s)"  # the evidence a story's sum updates (_raise)
 
 
@@ -166,7 +191,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     else:
         gpu = f", GPU {f.gpu_util:.0f}% busy" if f.gpu_util is not None else ", GPU utilisation not recorded"
         if f.drained_s:
-            gpu += f" ({f.drained_s:.2f} s of it with nothing of the process queued on the GPU)"
+            gpu += f" ({f.drained_s:.2f} s of it {DRAINED})"
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{gpu}: {ex.reason}"
     agreed = _drained_agreement(ctx, f, ex)
     ev = []
@@ -209,6 +234,8 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     ev += ex.evidence
     if agreed is not None:
         ev.append(agreed)
+    elif (enders := _gap_enders(ctx, f)) is not None:
+        ev.append(enders)
     numbers = {"who": who, "share": f"{pct:.0f}", "window": ctx.span(f.window), "cpus_total": "?", **ex.numbers,
                "loader": any(torch_loader(c.comm) for c in ex.culprits)}
     return CausalChain(
@@ -407,9 +434,9 @@ def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[
     for f, chain in sorted(found, key=lambda fc: -(fc[1].seconds_lost or 0)):
         # the steady state is one story wherever it shows (host-bound before a slowdown and after it); a phase's
         # findings are one where their windows meet
-        # a finding in drained gaps (said, not asserted) never lends its seconds to an asserted one, nor borrows
+        # findings in drained gaps are one story of their own, whatever their causes (_drained_story)
         into = next((c for g, c in out if c.root_cause == chain.root_cause and g.mode == f.mode and c.window
-                     and bool(g.drained_s) == bool(f.drained_s)
+                     and not g.drained_s and not f.drained_s
                      and chain.window and (f.mode == "steady" and g.startup == f.startup
                                            or c.window.start_ns < chain.window.end_ns
                                            and chain.window.start_ns < c.window.end_ns)), None)
@@ -424,7 +451,7 @@ def _one_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[
             into.window = TimeWindow(start_ns=min(into.window.start_ns, chain.window.start_ns),
                                      end_ns=max(into.window.end_ns, chain.window.end_ns))
         _raise(into, wall_s, f)
-    return _io_story(out, wall_s)
+    return _drained_story(_io_story(out, wall_s))
 
 
 def _raise(into: CausalChain, wall_s: float, f: Finding) -> None:
@@ -485,6 +512,37 @@ def _io_story(found: list[tuple[Finding, CausalChain]], wall_s: float) -> list[t
         lead.seconds_lost = round(min(total, (end - start) / 1e9), 3)
         _raise(lead, wall_s, lead_f)
     return out
+
+
+def _part_cause(c: CausalChain) -> str:
+    """A part of a drained story said by its cause, or, where that cause was read over the window and the gaps' own
+    sleeps were ended by others, by who ended those."""
+    enders = next((e.value for e in c.evidence if e.name == GAP_ENDERS), None)
+    return (f"{c.root_cause} as read over the window; inside the gaps its sleeps were ended by {enders}" if enders
+            else c.root_cause)
+
+
+def _drained_story(found: list[tuple[Finding, CausalChain]]) -> list[tuple[Finding, CausalChain]]:
+    """A thread's findings in drained gaps (steady, at a busy GPU) are one story, start-up's and the steady state's
+    apart: the gaps after its syncs, in which it ran, slept or waited with nothing of its process queued on the GPU.
+    The largest leads with its own seconds; the others are said in it with theirs and their causes (evidence), not
+    added: each part's cause is read over the window, and a part the lead's cause did not fill (the step's own code
+    run between a sync and the next launch, beside a command started per step) must not swell the lead's."""
+    for startup in (True, False):
+        group = [(f, c) for f, c in found if f.drained_s and f.mode == "steady" and f.startup == startup
+                 and c.root_cause not in NOT_HOST]
+        if len(group) < 2:
+            continue
+        _lead_f, lead = max(group, key=lambda fc: fc[1].seconds_lost or 0)
+        rest = [(g, c) for g, c in group if c is not lead]
+        for g, c in rest:
+            found.remove((g, c))
+            lead.evidence.append(Evidence(name=f"in the same gaps, nothing queued on the GPU ({c.root_cause})",
+                                          value=f"{c.summary} [{c.seconds_lost or 0:.2f} s]"))
+            lead.recommendations += [r for r in c.recommendations if r not in lead.recommendations]
+        lead.summary += "; in the same gaps: " + "; ".join(f"{PART_LABEL[g.part]} {c.seconds_lost or 0:.2f} s "
+                                                           f"({_part_cause(c)})" for g, c in rest)
+    return found
 
 
 def _merge_same(chains: list[CausalChain]) -> list[CausalChain]:

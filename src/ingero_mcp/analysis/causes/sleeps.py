@@ -30,8 +30,8 @@ WAKER_MIN_SHARE, JOB = 0.01, ("same process", "child process")  # a waker outsid
 JOB_WAKER_MIN_SHARE = 0.001  # ... and a task of the job from 0.1% (a thread that ended a few sleeps: evidence)
 
 
-def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> tuple[str, list[tuple]]:
-    sql = " ".join(wakers_sql(pid, tid, w).split())
+def _wakers(ctx: Ctx, pid: int, tid: int, w: TimeWindow, io: bool = False) -> tuple[str, list[tuple]]:
+    sql = " ".join(wakers_sql(pid, tid, w, io=io).split())
     return sql, shared_rows(ctx.con, sql)
 
 
@@ -161,11 +161,11 @@ def _poll_target(ctx: Ctx, f: Finding, sql: str, known: list[tuple], total: int)
                 "most likely what it polls for"))
 
 
-def _own_kind(ctx: Ctx, f: Finding) -> tuple[str, str | None, float, str]:
-    """What the thread's own sleeps outside CUDA calls waited in (waits.WAIT_KINDS), its system call, the kind's share
-    of the sleep, and the SQL."""
+def _own_kind(ctx: Ctx, f: Finding, io: bool = False) -> tuple[str, str | None, float, str]:
+    """What the thread's own sleeps outside CUDA calls (with `io`: in D state) waited in (waits.WAIT_KINDS), its
+    system call, the kind's share of the sleep, and the SQL."""
     t = f.thread
-    sql = sleep_kinds_sql(t.pid, t.tid, f.window)
+    sql = sleep_kinds_sql(t.pid, t.tid, f.window, io=io)
     got = shared_rows(ctx.con, sql)
     total = sum(int(r[3] or 0) for r in got) or 1
     if not got:
@@ -195,12 +195,12 @@ def explain_sleep(ctx: Ctx, f: Finding, io: bool = False) -> Explained:
 
 def _explain_sleep(ctx: Ctx, f: Finding, io: bool, hedged: list[Evidence]) -> Explained:
     t = f.thread
-    sql, got = _wakers(ctx, t.pid, t.tid, f.window)
+    sql, got = _wakers(ctx, t.pid, t.tid, f.window, io)  # the IO part's sleeps are those in D state
     total = sum(int(r[5] or 0) for r in got) or 1
     known = [r for r in got if r[0] is not None]
     if not known:
         return _sleep_without_waker(ctx, f, io, sql)
-    kind, own_syscall, kind_share, kind_sql = _own_kind(ctx, f)
+    kind, own_syscall, kind_share, kind_sql = _own_kind(ctx, f, io)
     tasks = [r for r in known if r[3] not in ("irq", "softirq")]
     timed_futex = known[0][3] in ("irq", "softirq") and known[0][7] in ("futex", "futex_waitv")
     # a poll/select/epoll wait run out by its timer again and again (an event loop's tick) waits, like a timed futex
