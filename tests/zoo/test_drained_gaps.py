@@ -13,6 +13,7 @@ import pytest
 from paths import REPO
 from test_zoo import _report, _top, decompressed
 
+from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis.report import gpu_busy_sql
 
 NATURAL = REPO / "investigations" / "zoo-natural"
@@ -74,6 +75,39 @@ def test_the_gaps_of_a_commit_per_step_name_its_disk_wait_as_disk(stores: Path) 
     io = next(e for e in chain.evidence if e.name == "in the same gaps, nothing queued on the GPU (io-wait)")
     assert "pt_autograd" not in str(io.value) and "fdatasync" in str(io.value), io.value
     assert any("waiting for writes to reach the disk" in r for r in chain.recommendations), chain.recommendations
+
+
+def test_every_worker_of_a_pool_is_credited_with_what_it_stands_for(stores: Path) -> None:
+    """natural_zlib_compressed_shards: the main thread waited on the pin-memory thread, which two workers woke about
+    equally (each ~9.9 s of its sleep). The walk followed one of them; the other was credited only with what it ended
+    of the main thread's sleep directly (0.18 s). Each now stands for its share of the pin thread's sleep."""
+    chain = _top(_report(stores, ZLIB))[0]
+    workers = {}
+    for c in chain.culprits:
+        if c.relation == "child process":
+            workers[c.pid] = workers.get(c.pid, 0) + (c.ns or 0)
+    assert len(workers) == 2 and min(workers.values()) >= 0.6 * max(workers.values()), workers
+    assert sum(workers.values()) / 1e9 >= 0.8 * _truth(ZLIB)["self"]["wait_s"], workers
+
+
+def test_the_workers_fix_follows_what_the_workers_did(stores: Path) -> None:
+    """natural_zlib_compressed_shards: two workers busy ~92% decompressing (93% of their time in zlib's inflate by
+    their clocks), kept alive all run (persistent_workers was set; no worker exited and came back). The fix no longer
+    tells it to set persistent_workers or to prefetch deeper for workers that never wait, and says what their time
+    went to: inflating data stored compressed."""
+    chain = _top(_report(stores, ZLIB))[0]
+    fix = chain.recommendations[0]
+    assert "persistent_workers" not in fix and "does not help workers that never wait" in fix, fix
+    assert "decompressing data" in fix and "fast codec" in fix, fix
+
+
+def test_workers_advice_says_only_what_is_known() -> None:
+    """The three cases of the workers' fix, from its numbers."""
+    assert "raise prefetch_factor" in rc.workers_advice({})
+    busy = rc.workers_advice({"workers_busy": "97", "workers_restarted": 0})
+    assert "never short of work" in busy and "persistent_workers" not in busy
+    idle = rc.workers_advice({"workers_busy": "60", "workers_restarted": 4})
+    assert "raise prefetch_factor" in idle and "4 were started anew" in idle and "persistent_workers=True" in idle
 
 
 def test_a_reply_awaited_in_the_loop_is_not_idle(stores: Path) -> None:

@@ -66,6 +66,7 @@ MODEL_HOST_FIX = "model-host-fix"
 CPU_OPS_FIX = "cpu-ops-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to serialising data (causes.culprits.host_work).
 SERIALISING_FIX = "serialising-fix"
+DECOMPRESS_FIX = "decompress-fix"
 # Not a root cause: the fix for a network wait in sending (the peer slow to take the data), not in receiving.
 NETWORK_SEND_FIX = "network-send-fix"
 SEND_SYSCALLS = frozenset({"sendto", "sendmsg", "sendmmsg", "sendfile", "write", "writev"})  # on a socket
@@ -215,6 +216,12 @@ CATALOGUE: dict[str, list[str]] = {
         "Copy the state out and save it from another thread or process (torch.distributed.checkpoint's async_save "
         "does both), save less often, or save less (the model without the optimiser's state between full saves).",
     ],
+    DECOMPRESS_FIX: [
+        "{who} spent {share}% of the time ({window}) decompressing data while the GPU waited ({decompressing}): data "
+        "stored compressed is inflated again each time it is read. Store it uncompressed (np.save, not savez_"
+        "compressed; an uncompressed shard format) or with a fast codec (lz4, zstd at a low level), decompress it "
+        "once into a local cache, or do it in DataLoader workers, off the thread that feeds the GPU.",
+    ],
     COLLECTIVE_FIX: [
         "{who} spent {share}% of the time ({window}) waiting on the job's collective communication ({collective}): "
         "an all-reduce ends only when every rank's part has arrived, and gloo runs it on the CPU, so a slow or "
@@ -230,9 +237,7 @@ CATALOGUE: dict[str, list[str]] = {
         "I/O). More workers of the same kind will not help.",
     ],
     INPUT_WAIT: [
-        "{who} slept {share}% of the time ({window}) waiting for its workers: the workers cannot keep up. Add workers "
-        "if CPUs are free, make per-sample work cheaper (vectorised collate, a batch sampler), raise prefetch_factor "
-        "and keep them alive between epochs (persistent_workers=True).",
+        "{who} slept {share}% of the time ({window}) waiting for its workers: the workers cannot keep up.",
     ],
     WORKERS_FIX: [
         "{who} slept {share}% of the time ({window}) waiting for its worker processes: they cannot keep up. "
@@ -330,6 +335,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return COMPILE_FIX
     if cause == HOST_BOUND and numbers.get("cpu_ops"):
         return CPU_OPS_FIX
+    if cause == HOST_BOUND and numbers.get("decompressing"):
+        return DECOMPRESS_FIX
     if cause == HOST_BOUND and numbers.get("serialising"):
         return SERIALISING_FIX
     if cause == HOST_BOUND and numbers.get("copies"):
@@ -350,6 +357,35 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
     return cause
 
 
+def workers_advice(numbers: Mapping[str, object]) -> str:
+    """What to do about DataLoader workers that do not keep up, from what is known of them: busy all the time (a
+    deeper prefetch does not help workers that never wait), idle part of it, started anew in the window (then, and
+    only then, persistent_workers), decompressing data (a codec's fix)."""
+    busy = numbers.get("workers_busy")
+    work = (f" They spent it decompressing data ({numbers['workers_decompressing']}): store the data uncompressed "
+            "or with a fast codec (lz4, zstd at a low level), or decompress it once into a local cache, where every "
+            "epoch inflates it again." if numbers.get("workers_decompressing") else "")
+    if busy is None:
+        advice = ("Add workers if CPUs are free, make per-sample work cheaper (the evidence says where the workers' "
+                  "time went), or raise prefetch_factor.")
+    elif float(str(busy)) >= 90:
+        advice = (f"They ran {busy}% of that time, never short of work: run more of them where CPUs are free, or make "
+                  "per-sample work cheaper (the evidence says where their time went); a larger prefetch_factor does "
+                  "not help workers that never wait.")
+    else:
+        advice = (f"They ran {busy}% of that time: raise prefetch_factor (batches made ahead while they would idle), "
+                  "run more of them where CPUs are free, or make per-sample work cheaper.")
+    advice += work
+    anew = int(str(numbers.get("workers_restarted") or 0))
+    if anew:
+        advice += (f" {anew} were started anew within the window after others exited: keep them alive between "
+                   "epochs (persistent_workers=True).")
+    return advice
+
+
 def recommend(cause: str, numbers: Mapping[str, object]) -> list[str]:
     """The catalogue's recommendations for a root cause, citing the given numbers."""
-    return [text.format_map(_Missing(numbers)) for text in CATALOGUE.get(cause, [])]
+    got = [text.format_map(_Missing(numbers)) for text in CATALOGUE.get(cause, [])]
+    if cause == INPUT_WAIT and got:
+        got[0] += " " + workers_advice(numbers)
+    return got

@@ -14,7 +14,7 @@ from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding, part_ns
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.stacks import FRAMEWORK_COLUMNS, framework_share_sql, recorded
-from ingero_mcp.analysis.waits import SATURATED, WaitPath, busy_share
+from ingero_mcp.analysis.waits import SATURATED, Hop, WaitPath, busy_share
 from ingero_mcp.store.views import SECONDS_TABLE
 
 def holders_sql(ctx: Ctx, pid: int, tid: int, w: TimeWindow) -> str:
@@ -332,6 +332,9 @@ _HOST_WORK = (
      "a compiler (NVRTC, nvJitLink; torch.compile's Dynamo, Inductor, Triton)"),
     ("cpu_ops", 3, "in PyTorch's CPU kernels", "in PyTorch's CPU kernels (math on tensors kept on the CPU: ATen's "
      "loops, its OpenMP pool), not issuing GPU kernels", "PyTorch's CPU kernels (ATen on CPU tensors, OpenMP)"),
+    ("decompressing", 6, "decompressing data", "decompressing data (zlib, zip, gzip, lzma, bz2, zstd, lz4): data "
+     "stored compressed, inflated again each time it is read", "a decompressor (zlib, zipfile, gzip, lzma, "
+     "bz2, zstd, lz4)"),
     ("serialising", 5, "serialising data", "serialising or deserialising data (torch.save or torch.load, pickle, "
      "numpy's save: a checkpoint or a cache written or read on this thread), not issuing GPU kernels",
      "serialisation code (torch/serialization.py, pickle, safetensors, numpy's save and load)"),
@@ -344,10 +347,11 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: st
               calls: str | None = None) -> tuple[str, dict[str, object], Evidence] | None:
     """What a thread's host work was, where its on-CPU samples in the window (a store with stacks, 20 samples at
     least) say: HOST_WORK_SHARE or more in a profiler (the job being profiled), else in a CUDA runtime compiler (GPU
-    code compiled as the job runs), else in PyTorch's CPU kernels (math on CPU tensors), else serialising data (a
-    checkpoint written on the thread), else in PyTorch's own code (the model's layers, autograd, the optimiser:
-    issuing its kernels). The words (`whose` samples), the numbers its fix cites (`profiling`, `compiling`,
-    `cpu_ops`, `serialising` or `framework`) and the evidence whose SQL recomputes it.
+    code compiled as the job runs), else in PyTorch's CPU kernels (math on CPU tensors), else decompressing data
+    (stored compressed), else serialising data (a checkpoint written on the thread), else in PyTorch's own code (the
+    model's layers, autograd, the optimiser: issuing its kernels). The words (`whose` samples), the numbers its fix
+    cites (`profiling`, `compiling`, `cpu_ops`, `decompressing`, `serialising` or `framework`) and the evidence whose
+    SQL recomputes it.
     `calls` 'outside': the samples taken outside the thread's CUDA calls only (its running outside them, not its
     copies')."""
     if window is None or not recorded(ctx.con):
@@ -472,3 +476,48 @@ def convoy_sql(pid: int, tids: list[int], w: TimeWindow) -> str:
         FROM thread_state WHERE pid = {int(pid)} AND tid IN ({members}) AND state = 'sleeping'
           AND waker_tid IN ({members}) AND waker_tid <> tid AND waker_context = 'task'
           AND end_ns > {w.start_ns} AND start_ns < {w.end_ns}""".split())
+
+
+def workers_pace(ctx: Ctx, job: int, end: Hop, w: TimeWindow) -> dict[str, object]:
+    """What the fix for workers that do not keep up can say of them (recommend.workers_advice): the share of the
+    time the walk's end ran, how many processes of its name the job started in the window after one of them had
+    exited in it (workers started anew, an epoch's; not those that exit as the job ends), and whether its samples
+    were mostly decompressing data (host_work)."""
+    name = ctx.procs.get(end.pid, (None, None, None))[1]
+    anew = rows(ctx.con, "SELECT count(DISTINCT p.pid) FROM processes p WHERE p.ppid = ? AND p.comm = ? "
+                         "AND p.first_seen_ns BETWEEN ? AND ? AND EXISTS (SELECT 1 FROM processes q WHERE "
+                         "q.ppid = p.ppid AND q.comm = p.comm AND q.exit_ns >= ? AND q.exit_ns < p.first_seen_ns)",
+                [job, name, w.start_ns, w.end_ns, w.start_ns])[0][0] if name else 0
+    work = host_work(ctx, end.pid, end.tid, w, "their")
+    return {"workers_busy": f"{100 * end.running_ns / end.total_ns:.0f}" if end.total_ns else None,
+            "workers_restarted": int(anew or 0),
+            "workers_decompressing": work[1]["decompressing"] if work and "decompressing" in work[1] else None}
+
+
+def through_pool(ctx: Ctx, culprits: list[Culprit], path: WaitPath) -> None:
+    """Where the walk entered the end's process through a hop that a pool of processes of its name woke (a pin-memory
+    thread woken by either of two workers), credit each other process of that name with the part of the first
+    thread's sleep it stands for, scaled as the walk scaled the end's own: the walk follows the largest waker only, so
+    its fellows, ending as much, kept only what they ended of the first thread's sleep directly (natural_zlib's two
+    workers: 9.38 s and 0.18 s, where each stood for ~9.5 s)."""
+    end = path.end
+    entry = next(i for i, h in enumerate(path.hops) if h.pid == end.pid)
+    name = ctx.procs.get(end.pid, (None, None, None))[1]
+    if entry == 0 or not name:
+        return
+    ended: dict[int, int] = defaultdict(int)
+    for _kind, wpid, _wtid, _comm, _wctx, ns in path.hops[entry - 1].sleeping:
+        if wpid is not None:
+            ended[wpid] += ns
+    own = ended.get(end.pid, 0)
+    if not own:
+        return
+    for pid, ns in ended.items():
+        if pid == end.pid or ctx.procs.get(pid, (None, None, None))[1] != name:
+            continue
+        share = int(path.hops[entry].total_ns * ns / own)
+        got = next((c for c in culprits if c.pid == pid and c.relation == "child process"), None)
+        if got is not None:
+            got.ns = (got.ns or 0) + share
+        else:
+            culprits.append(Culprit(pid=pid, tids=[pid], comm=name, relation="child process", ns=share))

@@ -15,7 +15,7 @@ from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import (CONVOY_SHARE, POOL_FOLLOWED, POOL_SHARE, Explained, _autograd,
                                                   _by_name, _channel, _id_range, _is_data_worker, _role, busy_runners,
                                                   collective, convoy_sql, explain_cpu_wait, host_work, pool_stem,
-                                                  ran_text, siblings, waker_pool)
+                                                  ran_text, siblings, through_pool, waker_pool, workers_pace)
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
 from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
@@ -405,6 +405,7 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                                     "the thread making no CUDA call meanwhile: it waited for a program it ran to "
                                     "finish, not for a worker that feeds it")
         if end_rel == "child process":
+            through_pool(ctx, culprits, path)
             kids = [c for c in culprits if c.relation == "child process"]
             names = _by_name(ctx, kids, also=() if end is first else siblings(ctx, t.pid, end.pid, f.window)) or end_who
             via = via if locked or end is first else f", through {who}"  # the workers are named: the hop between
@@ -414,7 +415,8 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                                  reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
                                         f"sleep,{in_what}{via}), which was {doing}: the worker waited for that "
                                         "thread, not for work")
-            return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, numbers=numbers,
+            return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev,
+                             numbers={**numbers, **workers_pace(ctx, t.pid, end, f.window)},
                              reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
                                     f"sleep,{in_what}{via}), which were {doing}: they do not keep up")
         if end_rel == "same process" and end is first and _autograd(ctx.names.get(end.tid)):
