@@ -18,13 +18,13 @@ from ingero_mcp.analysis.report import gpu_busy_sql
 
 NATURAL = REPO / "investigations" / "zoo-natural"
 SQLITE, HTTP, EPOCHS = "natural_sqlite_metrics_commit", "natural_http_metrics_push", "natural_epoch_worker_restart"
-ZLIB, CONTROL = "natural_zlib_compressed_shards", "natural_queue_backpressure"
+ZLIB, CONTROL, COLD = "natural_zlib_compressed_shards", "natural_queue_backpressure", "natural_cold_npy_files"
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("drained")
-    decompressed(NATURAL, [SQLITE, HTTP, EPOCHS, ZLIB, CONTROL], out)
+    decompressed(NATURAL, [SQLITE, HTTP, EPOCHS, ZLIB, CONTROL, COLD], out)
     return out
 
 
@@ -119,3 +119,23 @@ def test_a_reply_awaited_in_the_loop_is_not_idle(stores: Path) -> None:
     assert not any("was idle" in line for line in report.verdict), report.verdict
     chain = next(c for c in report.chains if "nothing of the process queued on the GPU" in c.summary)
     assert "landed on metricsd" in chain.summary, chain.summary
+
+
+def test_what_a_job_does_after_its_last_cuda_call_is_no_feeding_time(stores: Path) -> None:
+    """natural_cold_npy_files deletes its 48,701 dataset files after its last step (+29.0 s) and exits at +34.3 s:
+    that rmtree's discard waits read as a MEDIUM io-wait 'waiting for writes to reach the disk', and its seconds as
+    feeding time. A process that exits within the trace is accounted up to its last CUDA call's second, said in a
+    note, and no finding lies after it."""
+    report = _report(stores, COLD)
+    con = duckdb.connect(str(stores / f"{COLD}.duckdb"), read_only=True)
+    try:
+        last, t0 = con.execute("SELECT max(ts_ns + coalesce(duration_ns, 0)), (SELECT min(started_ns) FROM sessions) "
+                               "FROM cuda_calls WHERE pid = 1501").fetchall()[0]
+    finally:
+        con.close()
+    last_k = (last - t0) // 1_000_000_000
+    assert all(c.window is None or c.window.start_ns < t0 + (last_k + 1) * 1_000_000_000 for c in report.chains), \
+        [(c.severity, c.root_cause, c.summary[:120]) for c in report.chains]
+    assert any(n.startswith("pid 1501: from +") and "its GPU work was over" in n for n in report.notes), report.notes
+    feeder = next(t for t in report.accounting.threads if t.tid == 1501)
+    assert max(s.k for s in feeder.seconds) == last_k, [s.k for s in feeder.seconds][-3:]

@@ -60,6 +60,46 @@ def seconds_in(window: TimeWindow | None, t0: int) -> str:
     return f"k BETWEEN {int(lo)} AND {int(hi)}"
 
 
+# Per process that used CUDA and exited within the trace: the end of its last CUDA call and its exit.
+WOUND_DOWN_SQL = ("SELECT c.pid, max(c.ts_ns + coalesce(c.duration_ns, 0))::BIGINT AS last_ns, any_value(p.exit_ns) "
+                  "AS exit_ns FROM cuda_calls c JOIN (SELECT pid, max(exit_ns) AS exit_ns FROM processes WHERE exit_ns "
+                  "IS NOT NULL GROUP BY pid) p USING (pid) GROUP BY c.pid ORDER BY c.pid")
+
+
+def wound_down(con: duckdb.DuckDBPyConnection, t0: int) -> list[tuple[int, int, int]]:
+    """(pid, the second of its last CUDA call's end, exit ns) of each process that used CUDA and exited within the
+    trace at least a second after that second began: what it did after its GPU work was over (a dataset deleted,
+    a final sleep, its shutdown) is no part of feeding the GPU (natural_cold_npy_files' 3 s of rmtree after its
+    last step read as a MEDIUM io-wait; natural_text_collate's 5 s sleep swelled its wait on the workers)."""
+    out = []
+    for pid, last_ns, exit_ns in shared_rows(con, WOUND_DOWN_SQL):
+        if last_ns is None or exit_ns is None:
+            continue
+        last_k = (int(last_ns) - t0) // SECOND_NS
+        if int(exit_ns) >= t0 + (last_k + 1) * SECOND_NS:
+            out.append((int(pid), last_k, int(exit_ns)))
+    return out
+
+
+def _after_the_gpu_work(gone: list[tuple[int, int, int]]) -> str:
+    """The predicate on thread_seconds that leaves out each wound-down process's seconds after its last CUDA call's."""
+    return (" AND NOT (" + " OR ".join(f"(pid = {pid} AND k > {last_k})" for pid, last_k, _e in gone) + ")"
+            if gone else "")
+
+
+def wind_down_notes(acc: Accounting) -> list[str]:
+    """A note per feeding process whose seconds after its last CUDA call the accounting left out, where they hold a
+    whole second or more."""
+    if not acc.complete or acc.origin_ns is None:
+        return []
+    fed = {t.pid for t in acc.threads if t.role == "feeder"}
+    t0 = acc.origin_ns
+    return [f"pid {pid}: from +{last_k + 1} s (the second after its last CUDA call's) to its exit at "
+            f"+{(exit_ns - t0) / 1e9:,.1f} s its threads are not accounted: its GPU work was over (SQL: "
+            f"{WOUND_DOWN_SQL})" for pid, last_k, exit_ns in acc.wound_down
+            if pid in fed and exit_ns >= t0 + (last_k + 2) * SECOND_NS]  # a second or more: a process's exit is not
+
+
 def account_sql(where: str, table: str = "thread_seconds") -> str:
     """Per-thread totals of thread_seconds (the SQL behind ThreadAccount.total)."""
     sums = ", ".join(f"sum({c})::BIGINT AS {c}" for c in _COLUMNS)
@@ -142,7 +182,8 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
         return Accounting(complete=False, note="the store has no session")
     if not reads_made_rows(con):  # the report derives first; a caller of the accounting alone may not have
         materialize_seconds(con)
-    in_window = seconds_in(window, t0)
+    gone = wound_down(con, t0)
+    in_window = seconds_in(window, t0) + _after_the_gpu_work(gone)
     only = f" AND pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else ""
     totals = {(int(r[0]), int(r[1])): _account(r[2:]) for r in rows(con, account_sql(in_window + only, SECONDS_TABLE))}
     feeders = _feeders(totals)
@@ -187,7 +228,7 @@ def accounting(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None,
                        "overlapping or inverted intervals (counted below)")
     return Accounting(threads=threads, phases=phases, entry_only_launches=entry_only, launch_coverage=coverage,
                       progress=list(markers.values()), steady_from_ns=steady_from, data_quality=quality,
-                      origin_ns=t0, thread_names=names)
+                      origin_ns=t0, thread_names=names, wound_down=gone)
 
 
 

@@ -543,9 +543,8 @@ class Accounting(BaseModel):
     phases: list[Phase] = []
     progress: list[Progress] = Field([], description="per feeding process, the call that marks its iterations (none: "
                                      "phases are read in launches+copies per second)")
-    steady_from_ns: dict[int, int] = Field({}, description="per feeding process, when it reached its steady "
-                                           "rate: the end of its start-up (its first healthy second, from its "
-                                           "first mark in it)")
+    steady_from_ns: dict[int, int] = Field({}, description="per feeding process, when it reached its steady rate: "
+                                           "the end of its start-up (its first healthy second, from its first mark)")
     data_quality: list[str] = Field([], description="what the accounting had to mend in the rows (overlapping or "
                                     "inverted intervals), with the SQL that counts them; empty: nothing")
     entry_only_launches: bool = Field(False, description="kernel launches were probed entry-only (v4 "
@@ -561,6 +560,7 @@ class Accounting(BaseModel):
     # What the accounting read on the way, for the chains built on it (not part of the report: excluded from JSON).
     origin_ns: int | None = Field(None, exclude=True, description="the trace's first moment (accounting.origin_ns)")
     thread_names: dict[int, str] = Field({}, exclude=True, description="tid -> its latest name (thread_names)")
+    wound_down: list[tuple[int, int, int]] = Field([], exclude=True, description="accounting.wound_down's rows")
 
     @property
     def run_outside_label(self) -> str:

@@ -10,7 +10,7 @@ import duckdb
 
 from ingero_mcp.analysis._sql import pid_list, rows, table_complete, ts_in, where
 from ingero_mcp.analysis.derive import materialize
-from ingero_mcp.analysis.accounting import accounting, recording_notes
+from ingero_mcp.analysis.accounting import accounting, recording_notes, wind_down_notes
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.info import data_quality, events_lost, trace_info
@@ -52,7 +52,7 @@ def build_report(
         info.data_quality = data_quality(con)
     notes += [f"data quality: {q.count:,} {q.what} (SQL: {q.sql})" for q in info.data_quality]
     notes += [f"data quality: {line}" for line in acc.data_quality]
-    notes += recording_notes(acc)
+    notes += recording_notes(acc) + wind_down_notes(acc)
     return Report(window=whole, info=info, verdict=found.verdict, stats=stats.ops, host=stats.host, processes=processes,
                   chains=found.chains, minor=found.minor, accounting=acc, notes=notes)
 
