@@ -49,7 +49,7 @@ def test_a_host_bound_finding_names_its_function_and_its_sql_recomputes_it(tmp_p
     assert top.frames.part == "run_outside"
     assert "default_collate (torch/utils/data/_utils/collate.py:123), called from train_step (train.py:88)" in (
         top.frames.sentence)
-    assert top.frames.sentence.startswith("80% of its ")
+    assert top.frames.sentence.startswith("80% of python3[700]'s "), top.frames.sentence  # named, not 'its'
     ev = next(e for e in top.evidence if "default_collate" in e.name)
     assert ev.value == pytest.approx(80.0, abs=1.5) and ev.unit == "%"
     fresh = open_store(db)
@@ -77,7 +77,8 @@ def test_a_checkpoint_stall_names_write_checkpoint_and_the_kernels_fsync(tmp_pat
     io = next(c for c in report.chains if c.root_cause == "io-wait")
     assert io.frames is not None and io.frames.profile.mode == "off_cpu"
     assert io.frames.profile.io and "blocked in write_checkpoint (ckpt.py:30)" in io.frames.sentence
-    assert io.frames.sentence.startswith("100% of its 6.40 s asleep in IO with a stack (160 sleeps, 100% of its IO ")
+    assert io.frames.sentence.startswith("100% of python3[700]'s 6.40 s asleep in IO with a stack (160 sleeps, 100% of "
+                                         "its IO "), io.frames.sentence
     assert "in the kernel in folio_wait_bit_common" in io.frames.sentence
     fresh = open_store(db)
     lay_views(fresh)

@@ -236,7 +236,7 @@ def test_default_explain_of_the_bundled_trace_fits_one_screen_piped() -> None:
     # the verdict first: who fed the GPU, its progress in iterations
     assert text.index("Verdict") < text.index("1. HIGH") < text.index("Top CUDA ops")
     assert report["verdict"][0].startswith('process "python3"[2111]\'s main thread fed the GPU')
-    assert report["verdict"][0] in text and "iterations/s healthy" in text
+    assert report["verdict"][0] in text and "iterations/s at its baseline" in text
     # the HIGH finding: its cause, window and time explained, what was seen, culprit, and its one fix
     start = (high["window"]["start_ns"] - min(s["started_ns"] for s in report["info"]["sessions"])) / 1e9
     assert f"1. HIGH {high['root_cause']}: +{start:.1f} s to" in text

@@ -117,7 +117,7 @@ async def test_causal_chains_carry_each_findings_code_in_both_halves(host: Path)
     assert frames[0]["frame"] == "default_collate (torch/utils/data/_utils/collate.py:123)"
     assert frames[0]["caller"] == "train_step (train.py:88)"
     text = result.content[0].text
-    assert '  code: "80% of its ' in text
+    assert '  code: "80% of python3[700]\'s ' in text
     shares = f"self {100 * frames[0]['self_share']:.1f}% incl {100 * frames[0]['inclusive_share']:.1f}%"
     assert abs(frames[0]["self_share"] - 0.801) < 0.002, frames[0]  # 4 in 5 of its samples outside its calls
     assert f'frame (on_cpu, pid 700 tid 700): {shares} "default_collate' in text

@@ -86,12 +86,13 @@ CATALOGUE: dict[str, list[str]] = {
         "cap intra-op threads (torch.set_num_threads, OMP_NUM_THREADS) below the CPUs the job may use.",
     ],
     LOCK_OR_GIL: [
-        "{who} slept {share}% of the time ({window}) until {waker} woke it; {waker} was {doing}: pure-Python work in "
-        "another thread holds the GIL. Move it to a process (multiprocessing) or release the GIL (numpy/torch ops, "
-        "C extensions), or make it yield (time.sleep(0) in its loop).",
+        "{who} slept {share}% of the time ({window}) waiting on {waker}, which was {doing}: pure-Python work in "
+        "another thread holds the GIL (a GIL wait times out every 5 ms and asks again, so the holder seldom wakes "
+        "it). Move it to a process (multiprocessing) or release the GIL (numpy/torch ops, C extensions), or make it "
+        "yield (time.sleep(0) in its loop).",
     ],
     LOCK_HELD_FIX: [
-        "{who} slept {share}% of the time ({window}) until {waker} woke it; {waker} was {doing} while it held the lock "
+        "{who} slept {share}% of the time ({window}) waiting on {waker}, which was {doing} while it held the lock "
         "(or the queue) the thread needed: hold a lock only around the shared state's update (never across a sleep, IO "
         "or a wait for others), or give each side its own copy so that neither waits on the other.",
     ],

@@ -165,7 +165,7 @@ def rate(value: float) -> str:
 
 
 def progress_line(t: ThreadAccount, acc: Accounting, t0: int, named: bool) -> str | None:
-    """How fast the process progressed: its healthy rate and each slow or stalling stretch, in its unit
+    """How fast the process progressed: its baseline rate and each slow or stalling stretch, in its unit
     (iterations/s where a call marks them), and how busy the GPU was in its seconds."""
     phases = [p for p in acc.phases if p.pid == t.pid]
     slow = [p for p in phases if p.kind in ("slow", "recurrent")]
@@ -175,7 +175,8 @@ def progress_line(t: ThreadAccount, acc: Accounting, t0: int, named: bool) -> st
     if base is None:
         base = max((p.work_rate for p in phases if p.kind == "baseline"), default=None)
     if base is not None and unit:
-        parts.append(f"{rate(base)} {unit} healthy" + ("" if slow else ", steady"))
+        # its own baseline rate, not a judgement: a job host-bound all along is 'steady' at a rate that is no good
+        parts.append(f"{rate(base)} {unit} at its baseline" + ("" if slow else ", steady"))
     for p in slow[:2]:
         parts.append(_phase_text(p, t0, short=p.unit == unit and base is not None))
     if len(slow) > 2:

@@ -50,7 +50,8 @@ def attach_frames(ctx: Ctx, f: Finding, chain: CausalChain) -> None:
             s.frames = []  # a finding carries its stacks folded (get_stacks gives each frame's file and line)
     words = []
     if own is not None:
-        words.append(_said(ctx, chain, own, "its", calls))
+        # named, not 'its': the line follows the culprits' in the report, and 'its' read as theirs
+        words.append(_said(ctx, chain, own, f"{ctx.who(t.pid, t.tid)}'s", calls))
     for p in culprits:
         group = f"{ctx.who(p.pid, p.tids[0])} and {len(p.tids) - 1} more of its threads'" if p.tids else ""
         words.append(_said(ctx, chain, p, group or f"{ctx.who(p.pid, p.tid)}'s"))

@@ -415,10 +415,13 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                                  reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
                                         f"sleep,{in_what}{via}), which was {doing}: the worker waited for that "
                                         "thread, not for work")
+            one_kid = "," not in names and "-" not in names.rsplit("[", 1)[-1]  # one process named, not a range
             return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev,
                              numbers={**numbers, **workers_pace(ctx, t.pid, end, f.window)},
-                             reason=f"waiting on its worker processes {names} ({100 * share:.0f}% of the "
-                                    f"sleep,{in_what}{via}), which were {doing}: they do not keep up")
+                             reason=f"waiting on its worker process{'' if one_kid else 'es'} {names} "
+                                    f"({100 * share:.0f}% of the sleep,{in_what}{via}), which "
+                                    f"{'was' if one_kid else 'were'} {doing}: {'it does' if one_kid else 'they do'} "
+                                    "not keep up")
         if end_rel == "same process" and end is first and _autograd(ctx.names.get(end.tid)):
             # backward() hands the graph to PyTorch's autograd thread and sleeps until it is done: the step's own
             # host work (its backward's kernels launched there), the same story as the thread's own running
