@@ -111,19 +111,28 @@ def _every_episode(ctx: Ctx, f: Finding, ex: Explained, baseline: list[TimeWindo
 DRAINED_AGREE = 0.5
 
 
-def _drained_agreement(ctx: Ctx, f: Finding, ex: Explained) -> Evidence | None:
+def _gap_wakers(ctx: Ctx, f: Finding) -> tuple[str, list[tuple]] | None:
+    """Who ended a drained sleep finding's sleeps inside its gaps (drained_wakers_sql) and the SQL, read once for
+    _drained_agreement and _gap_enders; None for any other finding."""
+    if not f.drained_s or f.part not in ("sleep_outside", "io"):
+        return None
+    t = f.thread
+    sql = drained_wakers_sql(t.pid, t.tid, f.window.start_ns, f.window.end_ns, io=f.part == "io")
+    return sql, rows(ctx.con, sql)
+
+
+def _drained_agreement(f: Finding, ex: Explained, gaps: tuple[str, list[tuple]] | None) -> Evidence | None:
     """Evidence that the lead culprits ended most (DRAINED_AGREE) of the thread's sleep inside the drained gaps of a
     sleep finding at a busy GPU, or None (not a drained sleep finding, nobody named, or they did not). The lead: the
     first culprit and those of its pool (pool_stem) and relation (175 nvidia-smi children are one)."""
-    if not f.drained_s or f.part not in ("sleep_outside", "io") or not ex.culprits:
+    if gaps is None or not ex.culprits:
         return None
-    t, first = f.thread, ex.culprits[0]
+    sql, got = gaps
+    first = ex.culprits[0]
     lead = [c for c in ex.culprits if c.relation == first.relation and pool_stem(c.comm) == pool_stem(first.comm)]
-    sql = drained_wakers_sql(t.pid, t.tid, f.window.start_ns, f.window.end_ns, io=f.part == "io")
-    got = rows(ctx.con, sql)
     total = sum(int(ns or 0) for *_w, ns in got)
     threads = {(c.pid, tid) for c in lead for tid in c.tids}
-    others = {c.pid for c in lead if c.pid is not None and c.pid != t.pid}  # another process: any of its threads
+    others = {c.pid for c in lead if c.pid is not None and c.pid != f.thread.pid}  # another process: any thread
     named = [(p, tid) for p, tid, *_w, _ns in got if (p, tid) in threads or p in others]
     ended = sum(int(ns or 0) for p, tid, *_w, ns in got if (p, tid) in named)
     if not total or ended < DRAINED_AGREE * total:
@@ -138,15 +147,13 @@ def _drained_agreement(ctx: Ctx, f: Finding, ex: Explained) -> Evidence | None:
 GAP_ENDERS = "who ended its sleeps inside the drained gaps (share of that sleep)"
 
 
-def _gap_enders(ctx: Ctx, f: Finding) -> Evidence | None:
+def _gap_enders(ctx: Ctx, f: Finding, gaps: tuple[str, list[tuple]] | None) -> Evidence | None:
     """For a sleep finding in drained gaps, who ended the sleeps inside the gaps themselves (its explainer read the
     whole window's, where another wait can lead: natural_http_metrics_push's gaps were a POST's reply, its window's
     sleep mostly the backward's)."""
-    if not f.drained_s or f.part != "sleep_outside":  # IO: the device ends what the disk kept waiting, in or out
+    if gaps is None or f.part != "sleep_outside":  # IO: the device ends what the disk kept waiting, in or out
         return None
-    t = f.thread
-    sql = drained_wakers_sql(t.pid, t.tid, f.window.start_ns, f.window.end_ns)
-    got = rows(ctx.con, sql)
+    sql, got = gaps
     total = sum(int(ns or 0) for *_w, ns in got)
     if not total:
         return None
@@ -193,7 +200,8 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         if f.drained_s:
             gpu += f" ({f.drained_s:.2f} s of it {DRAINED})"
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{gpu}: {ex.reason}"
-    agreed = _drained_agreement(ctx, f, ex)
+    gaps = _gap_wakers(ctx, f)
+    agreed = _drained_agreement(f, ex, gaps)
     ev = []
     if ph is not None and ph.sql:
         ev.append(Evidence(name=_episodes_label(ph), value=len(ph.episodes), sql=f"SELECT count(*) FROM ({ph.sql})"))
@@ -234,7 +242,7 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     ev += ex.evidence
     if agreed is not None:
         ev.append(agreed)
-    elif (enders := _gap_enders(ctx, f)) is not None:
+    elif (enders := _gap_enders(ctx, f, gaps)) is not None:
         ev.append(enders)
     numbers = {"who": who, "share": f"{pct:.0f}", "window": ctx.span(f.window), "cpus_total": "?", **ex.numbers,
                "loader": any(torch_loader(c.comm) for c in ex.culprits)}
@@ -533,7 +541,7 @@ def _drained_story(found: list[tuple[Finding, CausalChain]]) -> list[tuple[Findi
                  and c.root_cause not in NOT_HOST]
         if len(group) < 2:
             continue
-        _lead_f, lead = max(group, key=lambda fc: fc[1].seconds_lost or 0)
+        lead = max(group, key=lambda fc: fc[1].seconds_lost or 0)[1]
         rest = [(g, c) for g, c in group if c is not lead]
         for g, c in rest:
             found.remove((g, c))
