@@ -17,7 +17,7 @@ from ingero_mcp.analysis.info import data_quality, events_lost, trace_info
 from ingero_mcp.analysis.models import Diagnosis, Report, TimeWindow
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
-from ingero_mcp.analysis.verdict import verdict
+from ingero_mcp.analysis.verdict import Syncs, verdict
 
 
 def build_report(
@@ -71,6 +71,16 @@ def gpu_busy_sql(window: TimeWindow | None, pids: list[int] | None) -> str:
                         (SELECT avg(gpu_util_percent) FROM snap))""".split())
 
 
+def feeder_syncs_sql(pid: int, tid: int, window: TimeWindow | None) -> str:
+    """A thread's synchronising calls in the window (call_spans 'sync': a stream or device synchronise, a small
+    copy back such as `.item()`): how many, their time together, their median. Calls that return at once found the
+    GPU done with what was queued: the host did not wait for the GPU, the GPU waited for the host."""
+    span = f"AND start_ns >= {int(window.start_ns)} AND start_ns < {int(window.end_ns)}" if window else ""
+    return " ".join(f"""
+        SELECT count(*), coalesce(sum(end_ns - start_ns), 0)::BIGINT, median(end_ns - start_ns)::BIGINT
+        FROM call_spans WHERE pid = {int(pid)} AND tid = {int(tid)} AND call_class = 'sync' {span}""".split())
+
+
 def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, pids: list[int] | None = None,
               groups: list[CallGroup] | None = None, whole: TimeWindow | None = None) -> Diagnosis:
     """The accounting, the chains built on it (`groups`: the report's one cuda_calls pass, else made here) and the
@@ -83,5 +93,13 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
     chains = causal_chains(con, window, pids, groups=groups, acc=acc, minor=minor, whole=whole)
     gpu_mean = rows(con, gpu_busy_sql(window, pids))[0][0]
     gpu = None if gpu_mean is None else float(gpu_mean)
+    syncs = None
+    if acc.complete and acc.threads and acc.imported is None:
+        from ingero_mcp.analysis.causes import pace_threads
+
+        lead = pace_threads(acc)[:1]
+        if lead:
+            n, ns, median = rows(con, feeder_syncs_sql(lead[0].pid, lead[0].tid, window))[0]
+            syncs = Syncs(calls=int(n), ns=int(ns or 0), median_ns=int(median or 0))
     return Diagnosis(accounting=acc, chains=chains, minor=minor, gpu_util_percent=gpu,
-                     verdict=verdict(acc, chains, gpu))
+                     verdict=verdict(acc, chains, gpu, syncs))

@@ -2,9 +2,42 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+from ingero_mcp import units
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis.models import Accounting, CausalChain, ThreadAccount
 from ingero_mcp.sanitize import quote
+
+
+class Syncs(NamedTuple):
+    """The pace thread's synchronising calls in the window (report.feeder_syncs_sql)."""
+
+    calls: int
+    ns: int
+    median_ns: int
+
+
+SYNC_WAIT_SHARE = 0.1  # the syncs' time under this share of the GPU's idle time: the host never waited for the GPU
+
+
+def _gpu_waited(t: ThreadAccount, syncs: Syncs | None, gpu_util_mean: float) -> str | None:
+    """Below a GPU-bound average, the thread's syncs (at least one a second) returned at once: each found the GPU done
+    with all it had queued, so the GPU's idle time was spent waiting for the host, not the host for it. Said with the
+    numbers; no part of the host's time is singled out by it. An idle server (input waited for most of its time) is
+    said by its idle line instead."""
+    busy_s = t.busy_ns / 1e9
+    if syncs is None or not busy_s or t.idle_ns >= 0.5 * t.total.wall_ns or syncs.calls < busy_s:
+        return None
+    idle_gpu_s = (1.0 - gpu_util_mean / 100.0) * busy_s
+    if syncs.ns / 1e9 > SYNC_WAIT_SHARE * idle_gpu_s:
+        return None
+    return (f"The GPU waited for the host, not the host for the GPU: {gpu_util_mean:.0f}% busy on average while the "
+            f"job used it, and the feeding thread's {syncs.calls:,} synchronising calls returned at once (median "
+            f"{units.ns(syncs.median_ns)}, {units.ns(syncs.ns)} in all, {100 * syncs.ns / t.busy_ns:.1f}% of its "
+            "time): it found the GPU done with its work whenever it asked. The job is host-bound as it runs, and no "
+            "part of the thread's time is singled out as the cause: the split above is where that time went while "
+            "the GPU waited.")
 
 
 def _split(t: ThreadAccount, acc: Accounting) -> str:
@@ -41,8 +74,10 @@ def progress_text(t: ThreadAccount, acc: Accounting) -> str:
     return f"{sum(done):,.0f} iterations, one per {marker.label}{by}"
 
 
-def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: float | None) -> list[str]:
-    """Who fed the GPU and where its time went, then the causes that explain the lost time (or why none)."""
+def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: float | None,
+            syncs: Syncs | None = None) -> list[str]:
+    """Who fed the GPU and where its time went, then the causes that explain the lost time (or why none); `syncs`:
+    the pace thread's synchronising calls, which say whether the GPU waited for the host."""
     lines: list[str] = []
     if acc is not None and acc.imported is not None:  # an import: its own accounting leads, then what it could not do
         from ingero_mcp.analysis.imported_verdict import verdict_lines
@@ -94,7 +129,11 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
         drained = [c for c in low if DRAINED in c.summary and not c.summary.startswith("during start-up")]
         drained_s = sum(c.seconds_lost or 0.0 for c in drained)
         left = bool(feeding_s) and drained_s >= STEADY_MIN_SHARE * feeding_s
-        if gpu_util_mean is not None and gpu_util_mean >= 80 and left:
+        waited = (_gpu_waited(pace_threads(acc)[0], syncs, gpu_util_mean)
+                  if gpu_util_mean is not None and gpu_util_mean < 80 and pace_threads(acc) else None)
+        if waited:
+            lines.append(waited)
+        elif gpu_util_mean is not None and gpu_util_mean >= 80 and left:
             n = len(drained)
             lines.append(f"No host-side cause asserted: the GPU was {gpu_util_mean:.0f}% busy on average while the job "
                          f"used it, but its feeding thread left it nothing queued for at least {drained_s:.1f} s "
