@@ -155,6 +155,21 @@ def recurrent(con: duckdb.DuckDBPyConnection, pid: int, t0: int, got: list[tuple
                         period_s=round((eps[-1][0] - eps[0][0]) / (len(eps) - 1), 2) if len(eps) > 2 else None)]
 
 
+STOP_SHARE = 0.5  # an episode whose longest pause between two iterations fills this share of it was a stop
+
+
+def pauses_sql(marker: Progress, windows: list[TimeWindow]) -> str:
+    """Per episode (its index, in order), the longest pause between two consecutive iterations that overlaps it: a
+    stop's own length, which the episode's bins round up to whole bins (natural_subprocess_eval: evaluations of
+    1.07-1.42 s by the job's clock, in windows of 2 s)."""
+    spans = ", ".join(f"({i}, {int(w.start_ns)}, {int(w.end_ns)})" for i, w in enumerate(windows))
+    return " ".join(f"""
+        WITH m AS (SELECT ts_ns AS a, lead(ts_ns) OVER (ORDER BY ts_ns) AS b FROM ({marker.sql})),
+        w(i, lo, hi) AS (VALUES {spans})
+        SELECT w.i, max(m.b - m.a)::BIGINT AS pause_ns FROM w JOIN m ON m.b > w.lo AND m.a < w.hi
+        GROUP BY w.i ORDER BY w.i""".split())
+
+
 def stretches_sql(pid: int, spans: list[tuple[int, int]], t0: int, base_rate: float,
                   marker: Progress | None = None) -> str:
     """Slow phases as episodes: each (first second, last second) with its start (seconds since the trace start), length

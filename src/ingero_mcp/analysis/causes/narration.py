@@ -23,7 +23,7 @@ from ingero_mcp.analysis.causes.context import (
     part_sql,
 )
 from ingero_mcp.analysis.causes.culprits import Explained, pool_stem, torch_loader
-from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, MIN_EPISODE_LOSS_S, SCAN_FRACTION
+from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, MIN_EPISODE_LOSS_S, SCAN_FRACTION, STOP_SHARE, pauses_sql
 from ingero_mcp.analysis.causes.explain import _explain
 from ingero_mcp.analysis.causes.findings import contrast_findings, episode_seconds, steady_findings
 from ingero_mcp.analysis.causes.frames import attach_frames
@@ -181,14 +181,21 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     if _startup(f, ex.cause):
         who = "during start-up, " + who
     ph = f.phase
+    stops = None
     if ph is not None and f.worst is not None:
         n = len(ph.episodes)
         mean = sum(w.duration_ns for w in ph.episodes) / n / 1e9
+        each = f"{mean:.2f} s each"
+        stops = _stops(ctx, t.pid, ph)
+        if stops is not None:
+            lo, hi = min(stops[0]), max(stops[0])
+            each = (f"{lo / 1e9:.2f}" + (f"-{hi / 1e9:.2f}" if hi - lo >= 0.01 * SECOND_NS else "")
+                    + " s each by the longest pause between two iterations")
         every = f", every {ph.period_s:.1f} s" if ph.period_s else ""
         worst = f"+{f.worst[0]:,.1f} s to +{f.worst[1] + 1:,.1f} s"
         drop = f"{_fell(f)} in them" if f.slowdown else "its CUDA work stopped in them"
-        summary = (f"{who} stalled {n} time{'s' if n != 1 else ''} from {ctx.span(f.window)} ({mean:.2f} s "
-                   f"each{every}; {drop}): in those seconds it was {label} {pct:.0f}% of the time (vs "
+        summary = (f"{who} stalled {n} time{'s' if n != 1 else ''} from {ctx.span(f.window)} ({each}"
+                   f"{every}; {drop}): in those seconds it was {label} {pct:.0f}% of the time (vs "
                    f"{100 * (f.base_share or 0):.0f}% in the healthy baseline), {ex.reason} (read in the worst "
                    f"episode, {worst})")
     elif f.mode == "contrast":
@@ -205,6 +212,11 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
     ev = []
     if ph is not None and ph.sql:
         ev.append(Evidence(name=_episodes_label(ph), value=len(ph.episodes), sql=f"SELECT count(*) FROM ({ph.sql})"))
+        if stops is not None:
+            for end, fn, ns in (("shortest", "min", min(stops[0])), ("longest", "max", max(stops[0]))):
+                ev.append(Evidence(name=f"the longest pause between two iterations in an episode: the {end}",
+                                   value=round(ns / 1e9, 3), unit="s",
+                                   sql=f"SELECT round({fn}(pause_ns) / 1e9, 3) FROM ({stops[1]})"))
         if ph.period_s is not None:
             ev.append(Evidence(name="mean time from one episode's start to the next's",
                                value=float(ph.period_s), unit="s",
@@ -253,6 +265,20 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         summary=summary, root_cause=ex.cause, explanation=_explanation(f, ex, agreed is not None),
         seconds_lost=round(f.seconds_lost, 3), window=f.window, culprits=ex.culprits, pids=[t.pid],
         evidence=ev, recommendations=rc.recommend(rc.io_fix(ex.cause, numbers), numbers))
+
+
+def _stops(ctx: Ctx, pid: int, ph: Phase) -> tuple[list[int], str] | None:
+    """The longest pause between two iterations in each of a recurrent phase's episodes, with its SQL
+    (episodes.pauses_sql), where every episode was a stop (the pause fills STOP_SHARE of it); else None: a slowdown
+    that kept iterating is said by its episodes' mean length."""
+    marker = ctx.progress.get(pid)
+    if marker is None or not ph.episodes or ph.unit != "iterations/s":
+        return None
+    sql = pauses_sql(marker, ph.episodes)
+    got = [int(p) for _, p in rows(ctx.con, sql)]
+    if len(got) != len(ph.episodes) or any(p < STOP_SHARE * w.duration_ns for p, w in zip(got, ph.episodes)):
+        return None
+    return got, sql
 
 
 def _episodes_label(ph: Phase) -> str:
