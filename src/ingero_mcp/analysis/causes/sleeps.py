@@ -378,6 +378,8 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
             f"woken by {who} ({100 * share:.0f}% of the sleep{';' if not via else ''}{in_what if not via else ''})")
     doing = doing_text(ctx.con, end)
     numbers = {"waker": end_who, "doing": doing}
+    # where a pool ended the sleep (said before, with its share together), the thread walked from is one of them
+    read = "the one of them read" if pooled else f"{100 * share:.0f}% of the sleep"
     if path.stop == "cpu_wait":
         starved = explain_cpu_wait(ctx, Finding(thread=ThreadAccount(pid=end.pid, tid=end.tid, role="waited-on",
                                                                      total=Account()), part="cpu_wait", window=f.window,
@@ -391,7 +393,7 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         through = f"through {who}, which ended " if one and end is not first else ""
         return Explained(cause=starved.cause, culprits=starved.culprits, evidence=ev + starved.evidence,
                          numbers={**starved.numbers, "waker": end_who, "doing": doing},
-                         reason=(f"waiting on {lead} ({through}{100 * share:.0f}% of the sleep,{in_what})"
+                         reason=(f"waiting on {lead} ({'' if pooled else through}{read},{in_what})"
                                  f"{'' if one else via}, which was "
                                  f"{doing}: it waited for a CPU {starved.reason}"))
     if path.stop == "running":
@@ -400,7 +402,7 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
             span, life = ran
             return Explained(cause=rc.WAITING_ON_PROCESS, culprits=culprits, evidence=[*ev, *life],
                              numbers={**numbers, "child_run": span},
-                             reason=f"waiting on its child process {end_who} ({100 * share:.0f}% of the sleep,"
+                             reason=f"waiting on its child process {end_who} ({read},"
                                     f"{in_what}{via}), which was {doing} from its start to its exit ({span}), "
                                     "the thread making no CUDA call meanwhile: it waited for a program it ran to "
                                     "finish, not for a worker that feeds it")
