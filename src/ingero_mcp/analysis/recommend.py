@@ -56,6 +56,10 @@ WORKERS_FIX = "workers-fix"
 PACED_FIX = "paced-by-timer-fix"
 CHILD_RUN_FIX = "child-run-to-exit-fix"
 COPIES_FIX = "copies-in-pieces-fix"
+# Not a root cause: the fix for host-bound whose many copies an iteration were mostly reads back to the host.
+READS_FIX = "reads-back-fix"
+# Not a root cause: the fix for own-threads-cpu behind PyTorch's autograd thread (the backward pass's launches).
+AUTOGRAD_CPU_FIX = "autograd-cpu-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to compiling GPU code (causes.culprits).
 COMPILE_FIX = "runtime-compile-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to a profiler (causes.culprits.host_work).
@@ -83,7 +87,16 @@ CATALOGUE: dict[str, list[str]] = {
     ],
     OWN_THREADS_CPU: [
         "{who} waited for a CPU {share}% of the time ({window}) behind other threads of its own process ({holders}): "
-        "cap intra-op threads (torch.set_num_threads, OMP_NUM_THREADS) below the CPUs the job may use.",
+        "size the thread pools that hold the CPUs to the CPUs the job may use, counting the feeding thread (the "
+        "code line says which pool): PyTorch's intra-op threads (torch.set_num_threads; an explicit call overrides "
+        "OMP_NUM_THREADS), a BLAS library's (OPENBLAS_NUM_THREADS or MKL_NUM_THREADS set before numpy is imported, "
+        "or threadpoolctl).",
+    ],
+    AUTOGRAD_CPU_FIX: [
+        "{who} waited for a CPU {share}% of the time ({window}) behind PyTorch's autograd thread ({holders}), which "
+        "runs the backward pass and launches its kernels, the two taking turns on the CPUs the job may use: give "
+        "the job another CPU (its CPU mask: taskset -p, the container's cpuset), or launch fewer kernels a step (a "
+        "larger batch, fused ops with torch.compile, a CUDA graph); no thread pool to shrink here.",
     ],
     LOCK_OR_GIL: [
         "{who} slept {share}% of the time ({window}) waiting on {waker}, which was {doing}: pure-Python work in "
@@ -104,7 +117,8 @@ CATALOGUE: dict[str, list[str]] = {
         "{who} slept in IO {share}% of the time ({window}) waiting for writes to reach the disk (fsync, or writes the "
         "device queue could not take): "
         "write from another thread or process (a checkpoint saved in the background, an async writer), write less "
-        "often, or drop the per-step fsync where durability at every step is not needed.",
+        "often, or drop an fsync (or a rename over the old file, after which ext4 writes the new one's data out "
+        "first) where durability at every write is not needed.",
     ],
     IO_RECLAIM_FIX: [
         "{who} slept {share}% of the time ({window}) while the kernel reclaimed memory for it or throttled it: "
@@ -124,8 +138,10 @@ CATALOGUE: dict[str, list[str]] = {
         "(wakers are recorded) to name it.",
     ],
     PAGEABLE_COPIES: [
-        "Copy from pinned host memory: pin_memory=True in the DataLoader, tensor.pin_memory() once for reused "
-        "buffers, and .to('cuda', non_blocking=True); pageable copies ran at {gbs} GB/s here.",
+        "Copy through pinned host memory: pin_memory=True where a DataLoader makes the batches, tensor.pin_memory() "
+        "once for buffers reused every step, a pinned buffer (torch.empty(..., pin_memory=True)) as the target of "
+        "copies back from the GPU, filled with .copy_(x, non_blocking=True); pageable copies took {gbs} GB/s of "
+        "call time here (a call's time includes any wait for the work queued before it).",
     ],
     PINNING_FIX: [
         "Pin host memory once and reuse it: allocate the staging buffer pinned (torch.empty(..., pin_memory=True), "
@@ -167,8 +183,15 @@ CATALOGUE: dict[str, list[str]] = {
     ],
     HOST_BOUND: [
         "{who} spent {share}% of the time ({window}) running its own code between CUDA calls while the GPU waited: "
-        "move batch preparation off the main thread (DataLoader num_workers=N, persistent_workers=True, "
-        "prefetch_factor=2-4), or vectorise it (index a whole batch at once, keep tensors on the GPU).",
+        "make that work cheaper (vectorised over whole batches, on the GPU where it can run there), do it less "
+        "often, or move it off the feeding thread (a batch's preparation into DataLoader workers, num_workers=N; "
+        "other work into a thread or process of its own); the code line says where the time went.",
+    ],
+    READS_FIX: [
+        "{who} spent {share}% of the time ({window}) running its own code between CUDA calls, and read {reads} "
+        "values back to the host an iteration, each a copy and a wait: gather those values on the GPU (torch.stack, "
+        "torch.cat) and read them at once, or every N iterations; where the loop needs each value at once (a "
+        "token's end check), check every N iterations or capture the step in a CUDA graph.",
     ],
     COPIES_FIX: [
         "{who} spent {share}% of the time ({window}) running its own code between CUDA calls, and moved each batch to "
@@ -340,8 +363,12 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return DECOMPRESS_FIX
     if cause == HOST_BOUND and numbers.get("serialising"):
         return SERIALISING_FIX
+    if cause == HOST_BOUND and numbers.get("reads"):
+        return READS_FIX
     if cause == HOST_BOUND and numbers.get("copies"):
         return COPIES_FIX
+    if cause == OWN_THREADS_CPU and numbers.get("autograd"):
+        return AUTOGRAD_CPU_FIX
     if cause == HOST_BOUND and numbers.get("framework"):
         return MODEL_HOST_FIX
     if cause == INPUT_WAIT and numbers.get("worker_gil"):

@@ -276,8 +276,11 @@ def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
         f"{_culprit_names([c], ctx, 1)} {100 * c.ns / total:.0f}%" for c in culprits[:5]) or "none recorded",
         sql=" ".join(sql.split())),
         Evidence(name="how the holders were found", value=method)]
+    # PyTorch's autograd thread (the backward pass) holding the CPUs: no pool to size, the two threads take turns
+    autograd = sum(c.ns for c in culprits if c.relation == "same process" and (c.comm or "").startswith("pt_autograd"))
+    turns = {"autograd": "yes"} if cause == rc.OWN_THREADS_CPU and autograd >= 0.5 * total else {}
     return Explained(cause=cause, reason=reason, culprits=culprits[:5], evidence=ev,
-                     numbers={"holders": names, "cpus": ",".join(map(str, cpus)) or "?"})
+                     numbers={"holders": names, "cpus": ",".join(map(str, cpus)) or "?", **turns})
 
 
 def _role(relation: str) -> str:

@@ -222,8 +222,9 @@ def per_iteration_sql(ctx: Ctx, pid: int, ks: list[tuple[int, int]], what: str) 
     which = " OR ".join(f"k BETWEEN {a} AND {b}" for a, b in ks)
     if what == "work":
         num = f"SELECT sum(work_calls) FROM thread_seconds WHERE pid = {int(pid)} AND ({which})"
-    else:  # 'sync', or 'copy': host-device copies (cuMemcpy* HtoD / DtoH, cudaMemcpy*)
-        op = "contains(op, 'ynchronize')" if what == "sync" else "contains(op, 'emcpy') AND NOT contains(op, 'DtoD')"
+    else:  # 'sync', 'copy': host-device copies (cuMemcpy* HtoD / DtoH, cudaMemcpy*), 'read': those back to the host
+        op = {"sync": "contains(op, 'ynchronize')", "read": "contains(op, 'emcpy') AND memcpy_kind = 'D2H'"}.get(
+            what, "contains(op, 'emcpy') AND NOT contains(op, 'DtoD')")
         num = ("SELECT count(*) FROM cuda_calls, (SELECT min(started_ns) AS t0 FROM sessions) o "
                f"WHERE pid = {int(pid)} AND {op} AND "
                f"({which.replace('k BETWEEN', '(ts_ns - o.t0) // 1000000000 BETWEEN')})")
@@ -305,11 +306,14 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
         own = f"its own work between CUDA calls, {words}; {note}"
     pieces = _copies_per_iteration(ctx, f)
     if pieces is not None:  # a batch moved in many small copies: each dispatched by the thread, and waited for
-        copies, syncs, more = pieces
+        copies, syncs, reads, more = pieces
         ev += more
-        numbers = {**numbers, "copies": f"{copies:,.0f}"}
-        own += (f"; each iteration it made {copies:,.0f} host-device copies and {syncs:,.0f} synchronising calls, "
-                "each issued by the thread: a batch moved in pieces")
+        back = reads >= 0.5 * copies  # mostly values read back (a .tolist() a token, a .cpu() a parameter)
+        numbers = {**numbers, "copies": f"{copies:,.0f}", **({"reads": f"{reads:,.0f}"} if back else {})}
+        own += (f"; each iteration it made {copies:,.0f} host-device copies"
+                + (f" ({reads:,.0f} of them back to the host)" if back else "")
+                + f" and {syncs:,.0f} synchronising calls, each issued by the thread: "
+                + ("results read back one by one" if back else "a batch moved in pieces"))
     busy = _busy_runner(ctx, f, baseline)
     if busy is not None:  # the same rows as a busy-wait for that thread: said, not decided
         culprits, words, more = busy
@@ -325,21 +329,25 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
 MANY_COPIES = 32  # host-device copies per iteration from which a batch is said to move in pieces (a step copies a few)
 
 
-def _copies_per_iteration(ctx: Ctx, f: Finding) -> tuple[float, float, list[Evidence]] | None:
-    """The host-device copies (and synchronising calls) the thread's process made per iteration in the finding's
-    seconds, where MANY_COPIES or more: (copies, syncs, evidence); else None (or no iteration marker)."""
+def _copies_per_iteration(ctx: Ctx, f: Finding) -> tuple[float, float, float, list[Evidence]] | None:
+    """The host-device copies (those back to the host among them, and synchronising calls) the thread's process made
+    per iteration in the finding's seconds, where MANY_COPIES or more: (copies, syncs, reads, evidence); else None
+    (or no iteration marker)."""
     copy_sql = per_iteration_sql(ctx, f.thread.pid, [f.ks], "copy")
     sync_sql = per_iteration_sql(ctx, f.thread.pid, [f.ks], "sync")
-    if copy_sql is None or sync_sql is None:
+    read_sql = per_iteration_sql(ctx, f.thread.pid, [f.ks], "read")
+    if copy_sql is None or sync_sql is None or read_sql is None:
         return None
     copies = rows(ctx.con, copy_sql)[0][0]
     if copies is None or float(copies) < MANY_COPIES:
         return None
     marker = ctx.progress[f.thread.pid]
     syncs = float(rows(ctx.con, sync_sql)[0][0] or 0)
-    return float(copies), syncs, [
+    reads = float(rows(ctx.con, read_sql)[0][0] or 0)
+    return float(copies), syncs, reads, [
         Evidence(name=f"host-device copies per iteration in the window (an iteration: one {marker.label})",
                  value=float(copies), sql=copy_sql),
+        Evidence(name="of them, copies back to the host (device to host) per iteration", value=reads, sql=read_sql),
         Evidence(name="synchronising calls per iteration in the window", value=syncs, sql=sync_sql)]
 
 
