@@ -4,6 +4,7 @@ thread pool the job did not have. Each on the store that showed it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from paths import REPO
 from test_zoo import _report, _top, decompressed
 
 from ingero_mcp.analysis import recommend as rc
+from ingero_mcp.store import open_store
 
 NATURAL = REPO / "investigations" / "zoo-natural"
 SMI, OMP, DECODE = "natural_nvidia_smi_logger", "natural_omp_threads_oversubscribed", "natural_generate_decode"
@@ -58,3 +60,21 @@ def test_host_work_that_is_not_batch_preparation_is_not_said_so(stores: Path) ->
     assert "roc_auc" in " ".join(e.value for e in chain.evidence if isinstance(e.value, str)) or chain.frames
     assert not chain.recommendations[0].split(": ", 1)[-1].lower().startswith("move batch preparation"), \
         chain.recommendations[0]
+
+
+def test_kernels_compiled_per_shape_do_not_hide_the_loops_sync(tmp_path: Path) -> None:
+    """natural_variable_length_batches: a Transformer on batches of random length made 300 steps, one loss.item()
+    each; scores of kernels compiled per length, a few launches each, used up the marker search before the sync was
+    read, and the report said no call recurs once per iteration. The sync marks the steps: one per step in the run."""
+    name = "natural_variable_length_batches"
+    decompressed(NATURAL, [name], tmp_path)
+    truth = json.loads((NATURAL / f"{name}.truth.json").read_text())
+    report = _report(tmp_path, name)
+    marker = next(m for m in report.accounting.progress if m.pid == truth["feeder"]["pid"])
+    lo, hi = truth["baseline_ns"]
+    con = open_store(tmp_path / f"{name}.duckdb")
+    try:
+        marks = con.execute(f"SELECT count(*) FROM ({marker.sql}) WHERE ts_ns BETWEEN ? AND ?", [lo, hi]).fetchall()
+    finally:
+        con.close()
+    assert abs(marks[0][0] - truth["self"]["steps"]) <= 2, (marker.label, marks, truth["self"]["steps"])

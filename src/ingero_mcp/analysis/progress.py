@@ -85,7 +85,7 @@ QUIET_GAP_NS = 1_000_000_000  # a marker's gap this long ...
 BUSY_IN_GAP = 3.0  # ... in which the process made this many iterations' worth of calls: the call stopped, not the work
 
 
-MAX_TRIED = 24  # signatures whose gaps are read, rarest first
+MAX_TRIED = 24  # signatures whose gaps are read, rarest first: so many syncs and copies, and so many others
 
 
 def _has_launch_gaps(con: duckdb.DuckDBPyConnection, pid: int) -> bool:
@@ -119,14 +119,18 @@ def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
         else:
             groups.append([r])
     found: list[list[tuple]] = []  # per rhythm (rarest first), the signatures it kept
-    tried = 0
+    # each class read up to MAX_TRIED: kernels compiled per shape (a few launches each, scores of them) must not use
+    # up the reads before the loop's own sync is reached (natural_variable_length_batches: 300 steps, no marker)
+    tried = {True: 0, False: 0}  # a sync or a copy: read / a launch or another call: read
     for group in groups:
         kept: list[tuple] = []
         # syncs and copies first
         for op, sig, kind, n, _first, _last in sorted(group, key=lambda r: (int(r[2]), int(r[3]))):
-            if len(kept) >= MIN_RHYTHM or tried >= MAX_TRIED:
+            if len(kept) >= MIN_RHYTHM:
                 break
-            tried += 1
+            if tried[int(kind) <= 1] >= MAX_TRIED:
+                continue
+            tried[int(kind) <= 1] += 1
             cover, gap, long_gap, long_end, marks, lo, hi = shared_rows(con, cover_sql(pid, str(op), str(sig)))[0]
             if long_gap is not None and long_gap >= QUIET_GAP_NS:
                 busy = shared_rows(con, gap_work_sql(pid, long_end - long_gap, long_end, lo, hi, marks))[0][0]
@@ -137,7 +141,7 @@ def find_marker(con: duckdb.DuckDBPyConnection, pid: int) -> Progress | None:
                 kept.append((str(op), str(sig), int(kind), int(n), float(cover), gap))
         if kept:
             found.append(kept)
-        if len(kept) >= MIN_RHYTHM and not _outer(kept) or tried >= MAX_TRIED:
+        if len(kept) >= MIN_RHYTHM and not _outer(kept) or min(tried.values()) >= MAX_TRIED:
             break
     fallback = _pick(found)
     if not fallback:
