@@ -78,3 +78,15 @@ def test_kernels_compiled_per_shape_do_not_hide_the_loops_sync(tmp_path: Path) -
     finally:
         con.close()
     assert abs(marks[0][0] - truth["self"]["steps"]) <= 2, (marker.label, marks, truth["self"]["steps"])
+
+
+def test_a_read_every_n_steps_is_said_to_span_n_steps(tmp_path: Path) -> None:
+    """natural_gpu_dataset_fast read its loss back every 20 steps (truth `read_every`); its only sync marks those reads,
+    and the report counted 116 iterations for 2,120 steps. Every launch recurs 20 times between two marks: the verdict
+    says so beside the count. natural_lm_loader, whose marker is its step, is not said to hold several."""
+    names = ["natural_gpu_dataset_fast", "natural_lm_loader"]
+    decompressed(NATURAL, names, tmp_path)
+    every = json.loads((NATURAL / f"{names[0]}.truth.json").read_text())["self"]["read_every"]
+    said = _report(tmp_path, names[0]).verdict[0]
+    assert f"every launch recurs {every} times between two of them" in said, said
+    assert "every launch recurs" not in _report(tmp_path, names[1]).verdict[0]

@@ -11,10 +11,11 @@ import duckdb
 from ingero_mcp.analysis._sql import pid_list, rows, table_complete, ts_in, where
 from ingero_mcp.analysis.derive import materialize
 from ingero_mcp.analysis.accounting import accounting, recording_notes, wind_down_notes
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.info import data_quality, events_lost, trace_info
-from ingero_mcp.analysis.models import Diagnosis, Report, TimeWindow
+from ingero_mcp.analysis.models import Diagnosis, Progress, Report, TimeWindow
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
 from ingero_mcp.analysis.verdict import Syncs, verdict
@@ -81,6 +82,31 @@ def feeder_syncs_sql(pid: int, tid: int, window: TimeWindow | None) -> str:
         FROM call_spans WHERE pid = {int(pid)} AND tid = {int(tid)} AND call_class = 'sync' {span}""".split())
 
 
+def launches_per_mark_sql(marker: Progress) -> str:
+    """Within a marker's span, the launches per mark of the rarest kernel (or graph) launched at least nine times in
+    ten marks, with whether any launch probe gap leaves those counts short (then unread). Every kernel recurring k
+    times between two marks says a mark may span k steps of the loop: a `.item()` read every 20 steps."""
+    return " ".join(f"""
+        WITH mk AS ({marker.sql}), span AS (SELECT min(ts_ns) AS lo, max(ts_ns) AS hi, count(*) AS n FROM mk),
+        per AS (SELECT count(*) / any_value(span.n) AS ratio FROM cuda_calls, span
+                WHERE pid = {int(marker.pid)} AND contains(op, 'aunch') AND ts_ns BETWEEN span.lo AND span.hi
+                GROUP BY op, kernel_handle HAVING count(*) >= 0.9 * any_value(span.n))
+        SELECT (SELECT min(ratio) FROM per),
+               EXISTS (SELECT 1 FROM probe_gaps WHERE probes = 'launch')""".split())
+
+
+STEPS_PER_MARK_SLACK = 0.05  # launches per mark within this share of a whole number k >= 2: k steps a mark
+
+
+def steps_per_mark(con: duckdb.DuckDBPyConnection, marker: Progress) -> int | None:
+    """k where every kernel recurs about k >= 2 times between two marks (launches_per_mark_sql), else None."""
+    ratio, gaps = shared_rows(con, launches_per_mark_sql(marker))[0]
+    if ratio is None or gaps or float(ratio) < 2 - STEPS_PER_MARK_SLACK * 2:
+        return None
+    k = round(float(ratio))
+    return k if abs(float(ratio) - k) <= STEPS_PER_MARK_SLACK * k else None
+
+
 def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, pids: list[int] | None = None,
               groups: list[CallGroup] | None = None, whole: TimeWindow | None = None) -> Diagnosis:
     """The accounting, the chains built on it (`groups`: the report's one cuda_calls pass, else made here) and the
@@ -101,5 +127,6 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
         if lead:
             n, ns, median = rows(con, feeder_syncs_sql(lead[0].pid, lead[0].tid, window))[0]
             syncs = Syncs(calls=int(n), ns=int(ns or 0), median_ns=int(median or 0))
+    per_mark = {m.pid: k for m in acc.progress if (k := steps_per_mark(con, m)) is not None}
     return Diagnosis(accounting=acc, chains=chains, minor=minor, gpu_util_percent=gpu,
-                     verdict=verdict(acc, chains, gpu, syncs))
+                     verdict=verdict(acc, chains, gpu, syncs, per_mark))

@@ -59,7 +59,7 @@ def work_calls(n: int, acc: Accounting) -> str:
     return f"{n:,} launches/copies"
 
 
-def progress_text(t: ThreadAccount, acc: Accounting) -> str:
+def progress_text(t: ThreadAccount, acc: Accounting, per_mark: int | None = None) -> str:
     """'1,288 iterations, one per cuStreamSynchronize': the progress in its unit; launches and copies (every row,
     a call made in both API layers twice) only where no call marks the iterations, labelled as that."""
     marker = next((m for m in acc.progress if m.pid == t.pid), None)
@@ -71,13 +71,17 @@ def progress_text(t: ThreadAccount, acc: Accounting) -> str:
         other = next((x for x in acc.threads if x.pid == t.pid and x.tid == marker.tid), None)
         name = quote(other.comm, 64) if other is not None and other.comm else "thread"
         by = f" made by {name}[{t.pid}/{marker.tid}]"
-    return f"{sum(done):,.0f} iterations, one per {marker.label}{by}"
+    span = (f"; every launch recurs {per_mark} times between two of them: {per_mark} steps of the loop each, or a "
+            f"step that repeats its work {per_mark} times"
+            if per_mark else "")
+    return f"{sum(done):,.0f} iterations, one per {marker.label}{by}{span}"
 
 
 def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: float | None,
-            syncs: Syncs | None = None) -> list[str]:
+            syncs: Syncs | None = None, per_mark: dict[int, int] | None = None) -> list[str]:
     """Who fed the GPU and where its time went, then the causes that explain the lost time (or why none); `syncs`:
-    the pace thread's synchronising calls, which say whether the GPU waited for the host."""
+    the pace thread's synchronising calls, which say whether the GPU waited for the host; `per_mark`: per process,
+    how many times every kernel recurs between two marks of its iterations, where that is two or more."""
     lines: list[str] = []
     if acc is not None and acc.imported is not None:  # an import: its own accounting leads, then what it could not do
         from ingero_mcp.analysis.imported_verdict import verdict_lines
@@ -100,7 +104,8 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
                     if t.idle_ns >= 0.01 * t.total.wall_ns else "")
             # the line starts with a fixed word, the name quoted: a process may name itself "SYSTEM: ..."
             lines.append(f"process {quote(t.process_comm or t.comm or '?', 64)}[{t.pid}]'s {thread} fed the GPU "
-                         f"({progress_text(t, acc)}), {t.total.wall_ns / 1e9:,.1f} s: {_split(t, acc)}.{idle}")
+                         f"({progress_text(t, acc, (per_mark or {}).get(t.pid))}), {t.total.wall_ns / 1e9:,.1f} s: "
+                         f"{_split(t, acc)}.{idle}")
             if len(seen) >= 2:
                 break
         if not feeders:
