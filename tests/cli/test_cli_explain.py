@@ -243,7 +243,8 @@ def test_default_explain_of_the_bundled_trace_fits_one_screen_piped() -> None:
     assert f"{high['seconds_lost']:.1f} s of feeding time" in text and "culprit: its own work" in text
     assert high["summary"] in text
     fix = high["recommendations"][0]
-    assert "fix: Move batch preparation off the main thread" in text and fix[fix.index(": ") + 3:] in text
+    # the store has no stacks: where the time went is not known, so the fix does not assume batch preparation
+    assert "fix: Make that work cheaper" in text and "DataLoader workers" in text and fix[fix.index(": ") + 3:] in text
     assert text.count("fix: ") == len([c for c in report["chains"] if c["severity"] in ("HIGH", "MEDIUM")])
     # the tracing cost in one line, the notes short, then where the detail is
     (cost,) = [line for line in lines if line.startswith("tracing cost: ")]

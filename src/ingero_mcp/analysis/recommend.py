@@ -58,6 +58,8 @@ CHILD_RUN_FIX = "child-run-to-exit-fix"
 COPIES_FIX = "copies-in-pieces-fix"
 # Not a root cause: the fix for host-bound whose many copies an iteration were mostly reads back to the host.
 READS_FIX = "reads-back-fix"
+# Not a root cause: the fix for host-bound whose samples were in PyTorch's data loading on the feeding thread.
+LOADING_FIX = "loading-fix"
 # Not a root cause: the fix for own-threads-cpu behind PyTorch's autograd thread (the backward pass's launches).
 AUTOGRAD_CPU_FIX = "autograd-cpu-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to compiling GPU code (causes.culprits).
@@ -183,9 +185,14 @@ CATALOGUE: dict[str, list[str]] = {
     ],
     HOST_BOUND: [
         "{who} spent {share}% of the time ({window}) running its own code between CUDA calls while the GPU waited: "
-        "make that work cheaper (vectorised over whole batches, on the GPU where it can run there), do it less "
-        "often, or move it off the feeding thread (a batch's preparation into DataLoader workers, num_workers=N; "
-        "other work into a thread or process of its own); the code line says where the time went.",
+        "make that work cheaper (vectorised over whole batches, on the GPU where it can run), do it less often, or "
+        "move it off the feeding thread (batch preparation into DataLoader workers, num_workers=N; other work into a "
+        "thread or process of its own).",
+    ],
+    LOADING_FIX: [
+        "{who} spent {share}% of the time ({window}) running its own code between CUDA calls while the GPU waited "
+        "({loading}): move batch preparation off the main thread (DataLoader num_workers=N, persistent_workers=True, "
+        "prefetch_factor=2-4), or vectorise it (index a whole batch at once, keep tensors on the GPU).",
     ],
     READS_FIX: [
         "{who} spent {share}% of the time ({window}) running its own code between CUDA calls, and read {reads} "
@@ -365,6 +372,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return SERIALISING_FIX
     if cause == HOST_BOUND and numbers.get("reads"):
         return READS_FIX
+    if cause == HOST_BOUND and numbers.get("loading"):
+        return LOADING_FIX
     if cause == HOST_BOUND and numbers.get("copies"):
         return COPIES_FIX
     if cause == OWN_THREADS_CPU and numbers.get("autograd"):

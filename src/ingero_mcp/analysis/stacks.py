@@ -308,8 +308,11 @@ def stacks_of(con: duckdb.DuckDBPyConnection, pid: int, tid: int | None, window:
 
 
 # PyTorch's own Python (the model's modules, autograd, the optimiser), not its data loading: a thread running there
-# between CUDA calls spends its host time on the model's code and its kernel launches, not on preparing batches.
-FRAMEWORK_FILES = "f LIKE '%/torch/%' AND f NOT LIKE '%/torch/utils/data/%'"
+# between CUDA calls spends its host time on the model's code and its kernel launches, not on preparing batches. The
+# package's own directory (an installed torch, or a source tree's), not any path with a 'torch' in it: a virtualenv at
+# /opt/torch/.venv holds PIL and numpy too (natural_png_snapshots_main_thread's PNG encoding was said as the model's).
+FRAMEWORK_FILES = ("(f LIKE '%-packages/torch/%' OR f LIKE '%/pytorch/torch/%') "
+                   "AND f NOT LIKE '%/torch/utils/data/%'")
 # The CUDA runtime compilers (NVRTC, nvJitLink, the PTX compiler): a thread running there compiles GPU code as the
 # job runs (a new shape or dtype, a fused or attention kernel built on first use), not launching what is built.
 COMPILER_MODULES = "m LIKE '%libnvrtc%' OR m LIKE '%libnvJitLink%' OR m LIKE '%libnvptxcompiler%'"
@@ -346,16 +349,19 @@ DECOMPRESSING = ("(len(list_filter(modules, lambda m: m LIKE '%libz.so%' OR m LI
                  "OR m LIKE '%liblzma%' OR m LIKE '%libbz2%' OR m LIKE '%libdeflate%')) > 0 OR len(list_filter(files, "
                  "lambda f: f LIKE '%/zipfile/%' OR f LIKE '%/zipfile.py' OR f LIKE '%/gzip.py' OR f LIKE '%/lzma.py' "
                  "OR f LIKE '%/bz2.py' OR f LIKE '%/zstandard/%' OR f LIKE '%/lz4/%')) > 0)")
+# PyTorch's data loading on the thread (a DataLoader iterated without workers: its fetch, its collate, the dataset's
+# __getitem__ called from them): batches prepared where the GPU is fed.
+LOADING = "len(list_filter(files, lambda f: f LIKE '%/torch/utils/data/%')) > 0"
 FRAMEWORK_COLUMNS = ("framework_pct", "compiler_pct", "samples", "cpu_ops_pct", "profiler_pct",
-                     "serialising_pct", "decompressing_pct")  # its columns
+                     "serialising_pct", "decompressing_pct", "loading_pct")  # its columns
 
 
 def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None) -> str:
     """The shares (%) of the thread's on-CPU samples in the window (`calls`: those outside / inside its CUDA calls)
     whose stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), and one of the CUDA runtime compilers or
     torch.compile's (COMPILER_MODULES, COMPILER_FILES), the samples, the share in PyTorch's CPU kernels (CPU_OPS),
-    the share in a profiler (PROFILER), the share serialising data (SERIALISING) and the share decompressing it
-    (DECOMPRESSING)."""
+    the share in a profiler (PROFILER), the share serialising data (SERIALISING), the share decompressing it
+    (DECOMPRESSING) and the share in PyTorch's data loading (LOADING)."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
             f"sum(n), 1) AS framework_pct, round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: "
             f"{COMPILER_MODULES})) > 0 OR len(list_filter(files, lambda f: {COMPILER_FILES})) > 0) / sum(n), 1) "
@@ -363,7 +369,8 @@ def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | Non
             f"round(100 * sum(n) FILTER (WHERE {CPU_OPS}) / sum(n), 1) AS cpu_ops_pct, "
             f"round(100 * sum(n) FILTER (WHERE {PROFILER}) / sum(n), 1) AS profiler_pct, "
             f"round(100 * sum(n) FILTER (WHERE {SERIALISING}) / sum(n), 1) AS serialising_pct, "
-            f"round(100 * sum(n) FILTER (WHERE {DECOMPRESSING}) / sum(n), 1) AS decompressing_pct "
+            f"round(100 * sum(n) FILTER (WHERE {DECOMPRESSING}) / sum(n), 1) AS decompressing_pct, "
+            f"round(100 * sum(n) FILTER (WHERE {LOADING}) / sum(n), 1) AS loading_pct "
             f"FROM ({weights_sql('on_cpu', pid, tid, window, calls=calls)})")
 
 

@@ -341,6 +341,8 @@ _HOST_WORK = (
     ("serialising", 5, "serialising data", "serialising or deserialising data (torch.save or torch.load, pickle, "
      "numpy's save: a checkpoint or a cache written or read on this thread), not issuing GPU kernels",
      "serialisation code (torch/serialization.py, pickle, safetensors, numpy's save and load)"),
+    ("loading", 7, "in PyTorch's data loading", "in PyTorch's data loading (a DataLoader's fetch and collate, the "
+     "dataset's __getitem__) on this thread", "torch.utils.data (a DataLoader's fetch and collate, the dataset)"),
     ("framework", 0, "in PyTorch's own code", "in PyTorch's own code (the model's layers, autograd, the optimiser: "
      "issuing its kernels)", "PyTorch's own code (the model, autograd, the optimiser; not torch.utils.data)"),
 )
@@ -351,9 +353,11 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: st
     """What a thread's host work was, where its on-CPU samples in the window (a store with stacks, 20 samples at
     least) say: HOST_WORK_SHARE or more in a profiler (the job being profiled), else in a CUDA runtime compiler (GPU
     code compiled as the job runs), else in PyTorch's CPU kernels (math on CPU tensors), else decompressing data
-    (stored compressed), else serialising data (a checkpoint written on the thread), else in PyTorch's own code (the
-    model's layers, autograd, the optimiser: issuing its kernels). The words (`whose` samples), the numbers its fix
-    cites (`profiling`, `compiling`, `cpu_ops`, `decompressing`, `serialising` or `framework`) and the evidence whose
+    (stored compressed), else serialising data (a checkpoint written on the thread), else in PyTorch's data loading
+    (batches prepared on the thread), else in PyTorch's own code (the model's layers, autograd, the optimiser: issuing
+    its kernels). The words (`whose` samples), the numbers its fix
+    cites (`profiling`, `compiling`, `cpu_ops`, `decompressing`, `serialising`, `loading` or `framework`) and the
+    evidence whose
     SQL recomputes it.
     `calls` 'outside': the samples taken outside the thread's CUDA calls only (its running outside them, not its
     copies')."""
