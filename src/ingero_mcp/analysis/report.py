@@ -98,9 +98,8 @@ def launches_per_mark_sql(marker: Progress) -> str:
 STEPS_PER_MARK_SLACK = 0.05  # launches per mark within this share of a whole number k >= 2: k steps a mark
 
 
-def steps_per_mark(con: duckdb.DuckDBPyConnection, marker: Progress) -> int | None:
-    """k where every kernel recurs about k >= 2 times between two marks (launches_per_mark_sql), else None."""
-    ratio, gaps = shared_rows(con, launches_per_mark_sql(marker))[0]
+def steps_per_mark(ratio: float | None, gaps: bool) -> int | None:
+    """k where every kernel recurs about k >= 2 times between two marks (launches_per_mark_sql's row), else None."""
     if ratio is None or gaps or float(ratio) < 2 - STEPS_PER_MARK_SLACK * 2:
         return None
     k = round(float(ratio))
@@ -127,6 +126,11 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
         if lead:
             n, ns, median = rows(con, feeder_syncs_sql(lead[0].pid, lead[0].tid, window))[0]
             syncs = Syncs(calls=int(n), ns=int(ns or 0), median_ns=int(median or 0))
-    per_mark = {m.pid: k for m in acc.progress if (k := steps_per_mark(con, m)) is not None}
+    # asked here, not in a helper or a comprehension given the connection: the report reads what it hands on
+    per_mark: dict[int, int] = {}
+    for m in acc.progress:
+        k = steps_per_mark(*shared_rows(con, launches_per_mark_sql(m))[0])
+        if k is not None:
+            per_mark[m.pid] = k
     return Diagnosis(accounting=acc, chains=chains, minor=minor, gpu_util_percent=gpu,
                      verdict=verdict(acc, chains, gpu, syncs, per_mark))
