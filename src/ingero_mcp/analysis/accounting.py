@@ -149,6 +149,13 @@ def _names(con: duckdb.DuckDBPyConnection) -> tuple[dict[int, str], dict[int, st
     return threads, procs
 
 
+def latest_name_sql(tid_col: str, comm_expr: str) -> str:
+    """SQL for a thread's latest name (as thread_names has it; the row's own comm where none was recorded), so that
+    evidence SQL names a waker as the text does: a spawned worker woke it as python3, named pt_data_worker later."""
+    return (f"coalesce((SELECT arg_max(n.comm, coalesce(n.last_seen_ns, 0)) FROM threads n WHERE n.tid = {tid_col} "
+            f"AND n.comm IS NOT NULL), {comm_expr})")
+
+
 def thread_names(con: duckdb.DuckDBPyConnection) -> dict[int, str]:
     """tid -> its latest name (main threads: the process name when no thread name was recorded)."""
     return _names(con)[0]
@@ -277,8 +284,8 @@ def wakers_sql(pid: int, tid: int, window: TimeWindow | None, inside: bool = Fal
                      AND end_ns > {int(lo)} AND start_ns < {int(hi)} AND inside_ns {cond}),
         c AS (SELECT waker_pid, waker_tid, arg_max(syscall, ns) AS syscall
               FROM (SELECT waker_pid, waker_tid, syscall, sum(dur_ns) AS ns FROM s GROUP BY ALL) GROUP BY ALL)
-        SELECT s.waker_pid, s.waker_tid, min(waker_comm) AS waker_comm, min(waker_context) AS waker_context,
-               count(*) AS sleeps, sum(dur_ns)::BIGINT AS sleep_ns,
+        SELECT s.waker_pid, s.waker_tid, {latest_name_sql('s.waker_tid', 'min(waker_comm)')} AS waker_comm,
+               min(waker_context) AS waker_context, count(*) AS sleeps, sum(dur_ns)::BIGINT AS sleep_ns,
                sum(dur_ns) FILTER (WHERE sleep_state = 'D')::BIGINT AS io_ns, any_value(c.syscall) AS syscall
         FROM s LEFT JOIN c
           ON c.waker_pid IS NOT DISTINCT FROM s.waker_pid AND c.waker_tid IS NOT DISTINCT FROM s.waker_tid

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 import duckdb
 
-from ingero_mcp.analysis.accounting import SECOND_NS
+from ingero_mcp.analysis.accounting import SECOND_NS, latest_name_sql
 from ingero_mcp.analysis.answers import shared_rows
 
 # Calls that queue work on the GPU: launches, copies, memsets (any API, runtime or driver).
@@ -85,10 +85,11 @@ def drained_wakers_sql(pid: int, tid: int, lo: int, hi: int, io: bool = False) -
         s AS (SELECT start_ns AS a, end_ns AS b, waker_pid, waker_tid, waker_comm, waker_context FROM thread_sleeps
               WHERE pid = {p} AND tid = {t} AND inside_ns = 0 AND sleep_state {state} AND end_ns > {lo}
                 AND start_ns < {hi})
-        SELECT s.waker_pid, s.waker_tid, min(s.waker_comm) AS waker_comm, s.waker_context,
+        SELECT s.waker_pid, s.waker_tid, {latest_name_sql('s.waker_tid', 'min(s.waker_comm)')} AS waker_comm,
+               s.waker_context,
                sum(least(s.b, gap.b) - greatest(s.a, gap.a))::BIGINT AS ns
         FROM s ASOF JOIN gap ON s.b > gap.a WHERE least(s.b, gap.b) > greatest(s.a, gap.a)
-        GROUP BY ALL ORDER BY ns DESC""".split())
+        GROUP BY s.waker_pid, s.waker_tid, s.waker_context ORDER BY ns DESC""".split())
 
 
 def drained_parts(con: duckdb.DuckDBPyConnection, pid: int, tid: int, t0: int, lo: int,
