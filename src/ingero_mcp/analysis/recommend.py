@@ -64,6 +64,8 @@ LOADING_FIX = "loading-fix"
 AUTOGRAD_CPU_FIX = "autograd-cpu-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to compiling GPU code (causes.culprits).
 COMPILE_FIX = "runtime-compile-fix"
+# Not a root cause: the fix for host-bound whose host time went mostly to importing modules (causes.culprits).
+IMPORTING_FIX = "importing-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to a profiler (causes.culprits.host_work).
 PROFILER_FIX = "profiler-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to PyTorch's own code (causes.in_calls).
@@ -223,6 +225,11 @@ CATALOGUE: dict[str, list[str]] = {
         "shape). Keep shapes few: pad or bucket variable lengths to a handful of sizes, warm each one up before "
         "timing, and keep the process (and its kernel caches) alive between runs.",
     ],
+    IMPORTING_FIX: [
+        "{who} spent {share}% of the time ({window}) on host work while the GPU waited ({importing}): Python loading "
+        "modules as the job runs. Import what the loop uses once, at start-up, not inside the step or a function it "
+        "calls for the first time mid-run; a process started for each piece of work pays its imports each time.",
+    ],
     PROFILER_FIX: [
         "{who} spent {share}% of the time ({window}) on host work while the GPU waited ({profiling}): a profiler left "
         "on charges every step for its records and every cycle for the trace it builds and writes. Profile a few "
@@ -233,7 +240,7 @@ CATALOGUE: dict[str, list[str]] = {
         "{who} spent {share}% of the time ({window}) on the model's own host work while the GPU waited ({framework}): "
         "the cost of issuing the model's many small kernels one by one. Give the GPU fewer, larger pieces: a larger "
         "batch, fused ops (torch.compile), the step captured in a CUDA graph "
-        "(torch.compile(mode=\"reduce-overhead\")), and no per-step .item() / .cpu() (read metrics every N steps).",
+        "(torch.compile(mode=\"reduce-overhead\")).",
     ],
     CPU_OPS_FIX: [
         "{who} spent {share}% of the time ({window}) on host work while the GPU waited ({cpu_ops}): math on tensors "
@@ -364,6 +371,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return PROFILER_FIX
     if cause == HOST_BOUND and numbers.get("compiling"):
         return COMPILE_FIX
+    if cause == HOST_BOUND and numbers.get("importing"):
+        return IMPORTING_FIX
     if cause == HOST_BOUND and numbers.get("cpu_ops"):
         return CPU_OPS_FIX
     if cause == HOST_BOUND and numbers.get("decompressing"):
@@ -397,8 +406,14 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
 def workers_advice(numbers: Mapping[str, object]) -> str:
     """What to do about DataLoader workers that do not keep up, from what is known of them: busy all the time (a
     deeper prefetch does not help workers that never wait), idle part of it, started anew in the window (then, and
-    only then, persistent_workers), decompressing data (a codec's fix)."""
+    only then, persistent_workers), decompressing data (a codec's fix), starting up (importing modules: not more of
+    them, which start alike)."""
     busy = numbers.get("workers_busy")
+    if numbers.get("workers_importing"):
+        return ("Each new worker imports the program and its libraries before its first batch (the spawn or "
+                "forkserver start method re-runs the script's imports), and more of them start alike. Keep them "
+                "alive between epochs (persistent_workers=True), start them once before the loop, and keep the "
+                "script's top level light (heavy imports and setup under if __name__ == '__main__':).")
     work = (f" They spent it decompressing data ({numbers['workers_decompressing']}): store the data uncompressed "
             "or with a fast codec (lz4, zstd at a low level), or decompress it once into a local cache, where every "
             "epoch inflates it again." if numbers.get("workers_decompressing") else "")
@@ -424,5 +439,8 @@ def recommend(cause: str, numbers: Mapping[str, object]) -> list[str]:
     """The catalogue's recommendations for a root cause, citing the given numbers."""
     got = [text.format_map(_Missing(numbers)) for text in CATALOGUE.get(cause, [])]
     if cause == INPUT_WAIT and got:
+        if numbers.get("workers_importing"):  # busy, but with their own start-up: not short of hands
+            got[0] = got[0].replace("the workers cannot keep up.",
+                                    f"the workers were starting up ({numbers['workers_importing']}).")
         got[0] += " " + workers_advice(numbers)
     return got

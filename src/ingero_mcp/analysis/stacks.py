@@ -352,8 +352,12 @@ DECOMPRESSING = ("(len(list_filter(modules, lambda m: m LIKE '%libz.so%' OR m LI
 # PyTorch's data loading on the thread (a DataLoader iterated without workers: its fetch, its collate, the dataset's
 # __getitem__ called from them): batches prepared where the GPU is fed.
 LOADING = "len(list_filter(files, lambda f: f LIKE '%/torch/utils/data/%')) > 0"
+# Python importing modules (its import system's frames: finding, loading and compiling a module's code): a new
+# process's start-up (a spawned DataLoader worker imports the program and its libraries again before its first batch),
+# or a module first imported mid-run. natural_spawn_workers_each_epoch's new workers spent 60% of their time in it.
+IMPORTING = "len(list_filter(files, lambda f: f LIKE '<frozen importlib._bootstrap%')) > 0"
 FRAMEWORK_COLUMNS = ("framework_pct", "compiler_pct", "samples", "cpu_ops_pct", "profiler_pct",
-                     "serialising_pct", "decompressing_pct", "loading_pct")  # its columns
+                     "serialising_pct", "decompressing_pct", "loading_pct", "importing_pct")  # its columns
 
 
 def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None) -> str:
@@ -361,7 +365,7 @@ def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | Non
     whose stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), and one of the CUDA runtime compilers or
     torch.compile's (COMPILER_MODULES, COMPILER_FILES), the samples, the share in PyTorch's CPU kernels (CPU_OPS),
     the share in a profiler (PROFILER), the share serialising data (SERIALISING), the share decompressing it
-    (DECOMPRESSING) and the share in PyTorch's data loading (LOADING)."""
+    (DECOMPRESSING), the share in PyTorch's data loading (LOADING) and the share importing modules (IMPORTING)."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
             f"sum(n), 1) AS framework_pct, round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: "
             f"{COMPILER_MODULES})) > 0 OR len(list_filter(files, lambda f: {COMPILER_FILES})) > 0) / sum(n), 1) "
@@ -370,7 +374,8 @@ def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | Non
             f"round(100 * sum(n) FILTER (WHERE {PROFILER}) / sum(n), 1) AS profiler_pct, "
             f"round(100 * sum(n) FILTER (WHERE {SERIALISING}) / sum(n), 1) AS serialising_pct, "
             f"round(100 * sum(n) FILTER (WHERE {DECOMPRESSING}) / sum(n), 1) AS decompressing_pct, "
-            f"round(100 * sum(n) FILTER (WHERE {LOADING}) / sum(n), 1) AS loading_pct "
+            f"round(100 * sum(n) FILTER (WHERE {LOADING}) / sum(n), 1) AS loading_pct, "
+            f"round(100 * sum(n) FILTER (WHERE {IMPORTING}) / sum(n), 1) AS importing_pct "
             f"FROM ({weights_sql('on_cpu', pid, tid, window, calls=calls)})")
 
 

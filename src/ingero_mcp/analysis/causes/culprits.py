@@ -276,11 +276,37 @@ def explain_cpu_wait(ctx: Ctx, f: Finding, job: int | None = None) -> Explained:
         f"{_culprit_names([c], ctx, 1)} {100 * c.ns / total:.0f}%" for c in culprits[:5]) or "none recorded",
         sql=" ".join(sql.split())),
         Evidence(name="how the holders were found", value=method)]
+    confined = _confined(ctx, job, w) if cause in (rc.OWN_WORKERS_CPU, rc.OWN_THREADS_CPU) else None
+    if confined is not None:  # the job's own tasks queued on one or two CPUs of many: where they may run, not how many
+        reason += confined[0]
+        ev.append(confined[1])
     # PyTorch's autograd thread (the backward pass) holding the CPUs: no pool to size, the two threads take turns
     autograd = sum(c.ns for c in culprits if c.relation == "same process" and (c.comm or "").startswith("pt_autograd"))
     turns = {"autograd": "yes"} if cause == rc.OWN_THREADS_CPU and autograd >= 0.5 * total else {}
     return Explained(cause=cause, reason=reason, culprits=culprits[:5], evidence=ev,
                      numbers={"holders": names, "cpus": ",".join(map(str, cpus)) or "?", **turns})
+
+
+CONFINED_CPUS = 2  # the job's threads all on this many CPUs or fewer, of a host with more: said where they queued
+
+
+def _confined(ctx: Ctx, job: int, w: TimeWindow) -> tuple[str, Evidence] | None:
+    """Where the job's threads (its process and its children's) queued behind each other, the CPUs they ran on in the
+    window, if CONFINED_CPUS or fewer for more threads than that, on a host with more CPUs: the scheduler moves a
+    waiting thread to a free CPU where its CPU mask allows, so a mask (taskset, a cpuset, a launcher's binding) likely
+    keeps them there (natural_inherited_one_cpu: a process and 3 workers on CPU 2 of 16). Words and evidence."""
+    sql = (f"SELECT list(DISTINCT i.cpu ORDER BY i.cpu) AS cpus, count(DISTINCT i.tid) AS threads, (SELECT "
+           f"max(cpu_count) FROM sessions) AS host_cpus FROM sched_intervals i WHERE i.pid IN (SELECT pid FROM "
+           f"processes WHERE pid = {int(job)} OR ppid = {int(job)}) AND i.on_ns >= {int(w.start_ns)} "
+           f"AND i.on_ns < {int(w.end_ns)} AND i.cpu IS NOT NULL")
+    cpus, threads, host = rows(ctx.con, sql)[0]
+    if not cpus or len(cpus) > CONFINED_CPUS or not host or int(host) <= len(cpus) or int(threads) <= len(cpus):
+        return None
+    where = f"CPU {cpus[0]}" if len(cpus) == 1 else f"CPUs {','.join(map(str, cpus))}"
+    return (f"; the job's {threads} threads ran on {where} only, of the host's {host}: a CPU mask (taskset, a cpuset, "
+            "a launcher's CPU binding) likely keeps them there"), Evidence(
+        name="CPUs the job's threads ran on in the window (list, threads, host CPUs)",
+        value=f"{where}; {threads} threads; {host} CPUs", sql=sql)
 
 
 def _role(relation: str) -> str:
@@ -333,6 +359,9 @@ _HOST_WORK = (
      "run time (the CUDA runtime compiler, or torch.compile tracing and building kernels: again for each new shape "
      "or dtype)",
      "a compiler (NVRTC, nvJitLink; torch.compile's Dynamo, Inductor, Triton)"),
+    ("importing", 8, "importing modules", "importing modules (Python finding, loading and compiling code: a new "
+     "process starting up, as spawned workers do before their first batch, or a module first imported mid-run)",
+     "Python's import system (<frozen importlib._bootstrap>)"),
     ("cpu_ops", 3, "in PyTorch's CPU kernels", "in PyTorch's CPU kernels (math on tensors kept on the CPU: ATen's "
      "loops, its OpenMP pool), not issuing GPU kernels", "PyTorch's CPU kernels (ATen on CPU tensors, OpenMP)"),
     ("decompressing", 6, "decompressing data", "decompressing data (zlib, zip, gzip, lzma, bz2, zstd, lz4): data "
@@ -352,11 +381,13 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: st
               calls: str | None = None) -> tuple[str, dict[str, object], Evidence] | None:
     """What a thread's host work was, where its on-CPU samples in the window (a store with stacks, 20 samples at
     least) say: HOST_WORK_SHARE or more in a profiler (the job being profiled), else in a CUDA runtime compiler (GPU
-    code compiled as the job runs), else in PyTorch's CPU kernels (math on CPU tensors), else decompressing data
+    code compiled as the job runs), else importing modules (a process starting up), else in PyTorch's CPU kernels
+    (math on CPU tensors), else decompressing data
     (stored compressed), else serialising data (a checkpoint written on the thread), else in PyTorch's data loading
     (batches prepared on the thread), else in PyTorch's own code (the model's layers, autograd, the optimiser: issuing
     its kernels). The words (`whose` samples), the numbers its fix
-    cites (`profiling`, `compiling`, `cpu_ops`, `decompressing`, `serialising`, `loading` or `framework`) and the
+    cites (`profiling`, `compiling`, `importing`, `cpu_ops`, `decompressing`, `serialising`, `loading` or
+    `framework`) and the
     evidence whose
     SQL recomputes it.
     `calls` 'outside': the samples taken outside the thread's CUDA calls only (its running outside them, not its
@@ -489,7 +520,7 @@ def workers_pace(ctx: Ctx, job: int, end: Hop, w: TimeWindow) -> dict[str, objec
     """What the fix for workers that do not keep up can say of them (recommend.workers_advice): the share of the
     time the walk's end ran, how many processes of its name the job started in the window after one of them had
     exited in it (workers started anew, an epoch's; not those that exit as the job ends), and whether its samples
-    were mostly decompressing data (host_work)."""
+    were mostly decompressing data or importing modules (host_work: starting up)."""
     name = ctx.procs.get(end.pid, (None, None, None))[1]
     anew = rows(ctx.con, "SELECT count(DISTINCT p.pid) FROM processes p WHERE p.ppid = ? AND p.comm = ? "
                          "AND p.first_seen_ns BETWEEN ? AND ? AND EXISTS (SELECT 1 FROM processes q WHERE "
@@ -498,7 +529,8 @@ def workers_pace(ctx: Ctx, job: int, end: Hop, w: TimeWindow) -> dict[str, objec
     work = host_work(ctx, end.pid, end.tid, w, "their")
     return {"workers_busy": f"{100 * end.running_ns / end.total_ns:.0f}" if end.total_ns else None,
             "workers_restarted": int(anew or 0),
-            "workers_decompressing": work[1]["decompressing"] if work and "decompressing" in work[1] else None}
+            "workers_decompressing": work[1]["decompressing"] if work and "decompressing" in work[1] else None,
+            "workers_importing": work[1]["importing"] if work and "importing" in work[1] else None}
 
 
 def through_pool(ctx: Ctx, culprits: list[Culprit], path: WaitPath) -> None:

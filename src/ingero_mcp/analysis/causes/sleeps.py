@@ -10,7 +10,7 @@ from dataclasses import replace
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
-from ingero_mcp.analysis.accounting import SECOND_NS, wakers_sql
+from ingero_mcp.analysis.accounting import SECOND_NS, latest_name_sql, wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import (CONVOY_SHARE, POOL_FOLLOWED, POOL_SHARE, Explained, _autograd,
                                                   _by_name, _channel, _id_range, _is_data_worker, _role, busy_runners,
@@ -112,8 +112,9 @@ def _signaller(ctx: Ctx, f: Finding, frame: Frame, known: list[tuple]) -> tuple[
     slept = (f"FROM sched_intervals i JOIN stacks u ON u.session_id = i.session_id AND u.stack_id = i.ustack_id WHERE "
              f"i.pid = {t.pid} AND i.tid = {t.tid} AND i.sleep_ns > 0 AND i.off_ns < {hi} AND "
              f"i.off_ns + i.sleep_ns > {lo} AND ")
-    sql = (f"SELECT i.waker_pid, i.waker_tid, min(i.waker_comm) AS waker_comm, count(*) AS sleeps {slept}"
-           f"i.waker_context = 'task' AND {hit} GROUP BY ALL ORDER BY sleeps DESC, i.waker_tid")
+    sql = (f"SELECT i.waker_pid, i.waker_tid, {latest_name_sql('i.waker_tid', 'min(i.waker_comm)')} AS waker_comm, "
+           f"count(*) AS sleeps {slept}"
+           f"i.waker_context = 'task' AND {hit} GROUP BY i.waker_pid, i.waker_tid ORDER BY sleeps DESC, i.waker_tid")
     got = rows(ctx.con, sql)
     signalled = sum(int(r[3]) for r in got)
     if not got or int(got[0][3]) < max(10, 0.5 * signalled):
@@ -418,12 +419,13 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                                         f"sleep,{in_what}{via}), which was {doing}: the worker waited for that "
                                         "thread, not for work")
             one_kid = "," not in names and "-" not in names.rsplit("[", 1)[-1]  # one process named, not a range
-            return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev,
-                             numbers={**numbers, **workers_pace(ctx, t.pid, end, f.window)},
+            pace = workers_pace(ctx, t.pid, end, f.window)
+            verdict = (f"{'it was' if one_kid else 'they were'} starting up, importing modules" if
+                       pace["workers_importing"] else f"{'it does' if one_kid else 'they do'} not keep up")
+            return Explained(cause=rc.INPUT_WAIT, culprits=culprits, evidence=ev, numbers={**numbers, **pace},
                              reason=f"waiting on its worker process{'' if one_kid else 'es'} {names} "
                                     f"({100 * share:.0f}% of the sleep,{in_what}{via}), which "
-                                    f"{'was' if one_kid else 'were'} {doing}: {'it does' if one_kid else 'they do'} "
-                                    "not keep up")
+                                    f"{'was' if one_kid else 'were'} {doing}: {verdict}")
         if end_rel == "same process" and end is first and _autograd(ctx.names.get(end.tid)):
             # backward() hands the graph to PyTorch's autograd thread and sleeps until it is done: the step's own
             # host work (its backward's kernels launched there), the same story as the thread's own running
