@@ -15,12 +15,13 @@ from ingero_mcp.store import open_store
 from ingero_mcp.store.views import lay_views
 
 NATURAL = REPO / "investigations" / "zoo-natural"
-SPAWN, ONE_CPU = "natural_spawn_workers_each_epoch", "natural_inherited_one_cpu"
+SPAWN, ONE_CPU, CACHE = "natural_spawn_workers_each_epoch", "natural_inherited_one_cpu", "natural_locked_sample_cache"
+MANAGER, PNG = "natural_manager_dict_counters", "natural_png_snapshots_main_thread"
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return decompressed(NATURAL, [SPAWN, ONE_CPU], tmp_path_factory.mktemp("held_out_words"))
+    return decompressed(NATURAL, [SPAWN, ONE_CPU, CACHE, MANAGER, PNG], tmp_path_factory.mktemp("held_out_words"))
 
 
 def test_workers_starting_up_are_not_said_to_fall_behind(stores: Path) -> None:
@@ -58,7 +59,52 @@ def test_a_job_held_to_one_cpu_is_said_so(stores: Path) -> None:
     con = open_store(stores / f"{ONE_CPU}.duckdb")
     try:
         lay_views(con)
-        cpus, threads, host = con.execute(ev.sql).fetchall()[0]
+        cpus, threads, host, n = con.execute(ev.sql).fetchall()[0]
+        assert check_evidence_sql(con, [chain]) == sum(1 for e in chain.evidence if e.sql)
     finally:
         con.close()
-    assert cpus == [2] and host == 16 and f"{threads} threads" in str(ev.value), (cpus, threads, host, ev.value)
+    assert (cpus, n, host) == ("CPU 2", 1, 16) and f"{threads} threads" in str(ev.value), (cpus, threads, ev.value)
+
+
+def test_a_pool_queued_for_its_own_lock_is_not_given_the_gils_fix(stores: Path) -> None:
+    """Four pool threads took turns at the cache's threading.Lock, held while a miss was inflated (zlib, which lets
+    the GIL go): their stacks slept in CachedDataset._decoded on a semaphore, 1% in the GIL's timed wait. Said as the
+    program's own lock, where it is taken, with the lock's fix, not the GIL's."""
+    chain = next(c for c in _top(_report(stores, CACHE)) if c.root_cause == rc.LOCK_OR_GIL)
+    assert "a lock of the program's own, taken in CachedDataset._decoded" in chain.summary, chain.summary
+    fix = chain.recommendations[0]
+    assert "GIL" not in fix and "hold that lock only around" in fix, fix
+    con = open_store(stores / f"{CACHE}.duckdb")
+    try:
+        lay_views(con)
+        assert check_evidence_sql(con, [chain]) == sum(1 for e in chain.evidence if e.sql)
+    finally:
+        con.close()
+
+
+def test_the_gaps_work_is_read_in_the_gaps(stores: Path) -> None:
+    """The step kept its counters and every loss in a Manager's dict and list: six proxy round trips a step, in the
+    gaps after each sync where nothing was queued. Over the window the main thread ran the model's code (72% of its
+    samples); in the gaps, 54% of them talked to the manager, whose thread ended all its sleeps there. The gaps'
+    finding says what ran in the gaps, with the fix for shared objects, not the model's."""
+    chain = next(c for c in _report(stores, MANAGER).chains if c.root_cause == rc.HOST_BOUND)
+    assert "in the gaps with nothing queued talking to another process" in chain.summary, chain.summary
+    fix = chain.recommendations[0]
+    assert "pickled, sent to another process" in fix, fix
+    # the gaps' sleeps were the manager's replies: the window's wait (the backward's) lends them no fix
+    assert not any("many small kernels" in r for r in chain.recommendations), chain.recommendations
+    con = open_store(stores / f"{MANAGER}.duckdb")
+    try:
+        lay_views(con)
+        assert check_evidence_sql(con, [chain]) == sum(1 for e in chain.evidence if e.sql)
+    finally:
+        con.close()
+
+
+def test_compressing_is_not_said_as_decompressing(stores: Path) -> None:
+    """PNG snapshots encoded on the main thread every few steps: zlib's deflate under PIL's encoder. Said as data
+    compressed on the thread, with a fix that lowers the level or moves it, not one about data stored compressed."""
+    chain = next(c for c in _top(_report(stores, PNG)) if c.root_cause == rc.HOST_BOUND)
+    assert "compressing data (zlib's deflate" in chain.summary and "decompressing" not in chain.summary, chain.summary
+    fix = chain.recommendations[0]
+    assert "compress_level=1" in fix and "inflated again" not in fix, fix

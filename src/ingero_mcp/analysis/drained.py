@@ -43,6 +43,12 @@ def _gaps_cte(p: int, t: int, lo: int, hi: int) -> str:
                   AND NOT EXISTS (SELECT 1 FROM pg WHERE pg.start_ns < g.b AND pg.end_ns > g.a))"""
 
 
+def drained_gaps_sql(pid: int, tid: int, lo: int, hi: int) -> str:
+    """The thread's drained gaps ending in [lo, hi) as intervals (a, b): what ran in them (its samples) is what kept
+    the GPU from the process's next work."""
+    return " ".join(f"{_gaps_cte(int(pid), int(tid), int(lo), int(hi))} SELECT a, b FROM gap".split())
+
+
 def drained_sql(pid: int, tid: int, t0: int, lo: int, hi: int) -> str:
     """Per second k (from t0) and part: a thread's time in the drained gaps of [lo, hi), and each gap's whole time
     ('gap'). A gap runs from the end of one of the thread's synchronising calls (call_spans 'sync') during which the

@@ -47,6 +47,8 @@ CPU_IDLE_WAIT = "runnable-while-idle"
 PINNING_FIX = "pinning-churn-fix"
 # Not a root cause: the fix for a lock (gil-or-lock) whose holder slept while it held it, in any process.
 LOCK_HELD_FIX = "lock-held-asleep-fix"
+# Not a root cause: the fix for a pool queued for one lock whose stacks show a lock of the program's own, not the GIL.
+LOCK_CONVOY_FIX = "lock-convoy-fix"
 # Not a root cause: the fix for a wait on a worker process whose own thread held its GIL (causes.sleeps).
 WORKER_GIL_FIX = "worker-gil-fix"
 # Not a root cause: the fix for a wait on worker processes that are not a PyTorch DataLoader's (narration: no worker
@@ -66,6 +68,8 @@ AUTOGRAD_CPU_FIX = "autograd-cpu-fix"
 COMPILE_FIX = "runtime-compile-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to importing modules (causes.culprits).
 IMPORTING_FIX = "importing-fix"
+# Not a root cause: the fix for host-bound whose host time went mostly to talking to another process (multiprocessing).
+IPC_FIX = "ipc-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to a profiler (causes.culprits.host_work).
 PROFILER_FIX = "profiler-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to PyTorch's own code (causes.in_calls).
@@ -75,6 +79,7 @@ CPU_OPS_FIX = "cpu-ops-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to serialising data (causes.culprits.host_work).
 SERIALISING_FIX = "serialising-fix"
 DECOMPRESS_FIX = "decompress-fix"
+COMPRESS_FIX = "compress-fix"
 # Not a root cause: the fix for a network wait in sending (the peer slow to take the data), not in receiving.
 NETWORK_SEND_FIX = "network-send-fix"
 SEND_SYSCALLS = frozenset({"sendto", "sendmsg", "sendmmsg", "sendfile", "write", "writev"})  # on a socket
@@ -107,6 +112,12 @@ CATALOGUE: dict[str, list[str]] = {
         "another thread holds the GIL (a GIL wait times out every 5 ms and asks again, so the holder seldom wakes "
         "it). Move it to a process (multiprocessing) or release the GIL (numpy/torch ops, C extensions), or make it "
         "yield (time.sleep(0) in its loop).",
+    ],
+    LOCK_CONVOY_FIX: [
+        "{who} slept {share}% of the time ({window}) waiting on {waker}, whose pool takes one lock of the program's "
+        "own in turn ({lock_own}) and holds it over its work: hold that lock only around the shared state's update "
+        "(the lookup, the insert), do the slow work (decoding, inflating, IO) outside it, or split it (a lock per key "
+        "or shard, a cache per thread).",
     ],
     LOCK_HELD_FIX: [
         "{who} slept {share}% of the time ({window}) waiting on {waker}, which was {doing} while it held the lock "
@@ -225,6 +236,12 @@ CATALOGUE: dict[str, list[str]] = {
         "shape). Keep shapes few: pad or bucket variable lengths to a handful of sizes, warm each one up before "
         "timing, and keep the process (and its kernel caches) alive between runs.",
     ],
+    IPC_FIX: [
+        "{who} spent {share}% of the time ({window}) on host work while the GPU waited ({ipc}): every access to an "
+        "object shared through multiprocessing (a Manager's dict or list, a Queue, a Pipe) is pickled, sent to "
+        "another process and waited for. Touch it less often (keep counters and losses local, publish them every N "
+        "steps in one update), or share state without a round trip (shared memory, a multiprocessing.Value).",
+    ],
     IMPORTING_FIX: [
         "{who} spent {share}% of the time ({window}) on host work while the GPU waited ({importing}): Python loading "
         "modules as the job runs. Import what the loop uses once, at start-up, not inside the step or a function it "
@@ -253,6 +270,12 @@ CATALOGUE: dict[str, list[str]] = {
         "checkpoint or a cache written (or read) on the thread that feeds the GPU stops the training for as long. "
         "Copy the state out and save it from another thread or process (torch.distributed.checkpoint's async_save "
         "does both), save less often, or save less (the model without the optimiser's state between full saves).",
+    ],
+    COMPRESS_FIX: [
+        "{who} spent {share}% of the time ({window}) compressing data while the GPU waited ({compressing}): output "
+        "written compressed (a PNG, a gzip file, a compressed save) on the thread that feeds the GPU. Use a lower "
+        "level (PNG compress_level=1, gzip level 1) or a faster codec (lz4, zstd at a low level), write "
+        "uncompressed what only the job reads back, or compress in another thread or process.",
     ],
     DECOMPRESS_FIX: [
         "{who} spent {share}% of the time ({window}) decompressing data while the GPU waited ({decompressing}): data "
@@ -363,6 +386,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return COLLECTIVE_FIX
     if cause == LOCK_OR_GIL and numbers.get("lock_held") == "asleep":
         return LOCK_HELD_FIX
+    if cause == LOCK_OR_GIL and numbers.get("lock_own"):
+        return LOCK_CONVOY_FIX
     if cause in (WAITING_ON_THREAD, WAITING_ON_PROCESS) and numbers.get("paced"):
         return PACED_FIX
     if cause == WAITING_ON_PROCESS and numbers.get("child_run"):
@@ -373,8 +398,12 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return COMPILE_FIX
     if cause == HOST_BOUND and numbers.get("importing"):
         return IMPORTING_FIX
+    if cause == HOST_BOUND and numbers.get("ipc"):
+        return IPC_FIX
     if cause == HOST_BOUND and numbers.get("cpu_ops"):
         return CPU_OPS_FIX
+    if cause == HOST_BOUND and numbers.get("compressing"):
+        return COMPRESS_FIX
     if cause == HOST_BOUND and numbers.get("decompressing"):
         return DECOMPRESS_FIX
     if cause == HOST_BOUND and numbers.get("serialising"):

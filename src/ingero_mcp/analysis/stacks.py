@@ -75,19 +75,21 @@ def _in_calls(calls: str | None, at: str, alias: str) -> str:
 
 
 def weights_sql(mode: str, pid: int, tid: int | list[int] | None, window: TimeWindow, io: bool = False,
-                calls: str | None = None) -> str:
+                calls: str | None = None, within: str | None = None) -> str:
     """Per distinct (user stack, kernel stack): how many samples or intervals, the ns they stand for, and each
     stack's frames with the index of its frame of interest. on_cpu: samples, each 1e9 / sample_hz ns of its
     process's session; off_cpu: sleeps that began at a switch-out with a stack, clipped to the window (`calls`
     'outside' / 'inside': only the samples taken, the sleeps begun, outside / inside the thread's CUDA calls,
-    call_spans; asleep outside them, not in IO)."""
+    call_spans; asleep outside them, not in IO; `within`: a query of intervals (a, b), only the samples in one of
+    them, such as the drained gaps)."""
     lo, hi = _lo_hi(window)
+    inside = f" AND EXISTS (SELECT 1 FROM ({within}) g WHERE g.a <= x.ts_ns AND x.ts_ns < g.b)" if within else ""
     if mode == "on_cpu":
         s = (f"SELECT x.session_id, x.ustack_id, x.kstack_id, count(*) AS n, "
              f"sum(1000000000 // nullif(src.sample_hz, 0))::BIGINT AS ns FROM stack_samples x "
              f"LEFT JOIN stack_sources src ON src.session_id = x.session_id AND src.pid = x.pid "
-             f"WHERE {_who(pid, tid, 'x.')} AND x.ts_ns >= {lo} AND x.ts_ns < {hi}{_in_calls(calls, 'x.ts_ns', 'x')} "
-             "GROUP BY ALL")
+             f"WHERE {_who(pid, tid, 'x.')} AND x.ts_ns >= {lo} AND x.ts_ns < {hi}{_in_calls(calls, 'x.ts_ns', 'x')}"
+             f"{inside} GROUP BY ALL")
     else:
         s = (f"SELECT session_id, ustack_id, kstack_id, count(*) AS n, "
              f"sum(least(off_ns + sleep_ns, {hi}) - greatest(off_ns, {lo}))::BIGINT AS ns FROM sched_intervals i "
@@ -349,23 +351,36 @@ DECOMPRESSING = ("(len(list_filter(modules, lambda m: m LIKE '%libz.so%' OR m LI
                  "OR m LIKE '%liblzma%' OR m LIKE '%libbz2%' OR m LIKE '%libdeflate%')) > 0 OR len(list_filter(files, "
                  "lambda f: f LIKE '%/zipfile/%' OR f LIKE '%/zipfile.py' OR f LIKE '%/gzip.py' OR f LIKE '%/lzma.py' "
                  "OR f LIKE '%/bz2.py' OR f LIKE '%/zstandard/%' OR f LIKE '%/lz4/%')) > 0)")
+# Compressing data (zlib's deflate under PNG or gzip output, zstd's, lz4's, bzip2's compressors): the same libraries
+# as decompressing, the other direction (natural_png_snapshots_main_thread's PNG encoding was deflate, not inflate).
+COMPRESSING = ("len(list_filter(frames, lambda f: f LIKE 'deflate%' OR f LIKE 'ZSTD_compress%' OR f LIKE "
+               "'LZ4_compress%' OR f LIKE 'BZ2_bzCompress%' OR f LIKE 'lzma_%encoder%' OR f LIKE 'ImagingZipEncode%' "
+               "OR f LIKE 'zlib_compress%' OR f LIKE 'zlib_Compress_compress%')) > 0")
 # PyTorch's data loading on the thread (a DataLoader iterated without workers: its fetch, its collate, the dataset's
 # __getitem__ called from them): batches prepared where the GPU is fed.
 LOADING = "len(list_filter(files, lambda f: f LIKE '%/torch/utils/data/%')) > 0"
+# Talking to another process through multiprocessing (a Manager's proxies, a Queue, a Pipe: each access pickled, sent
+# and answered), its innermost Python frame there: natural_manager_dict_counters' gaps between steps were 54% of it.
+# The innermost only: a worker's whole stack sits on multiprocessing's process start.
+IPC = "coalesce(files[uleaf] LIKE '%/multiprocessing/%', false)"
 # Python importing modules (its import system's frames: finding, loading and compiling a module's code): a new
 # process's start-up (a spawned DataLoader worker imports the program and its libraries again before its first batch),
 # or a module first imported mid-run. natural_spawn_workers_each_epoch's new workers spent 60% of their time in it.
 IMPORTING = "len(list_filter(files, lambda f: f LIKE '<frozen importlib._bootstrap%')) > 0"
 FRAMEWORK_COLUMNS = ("framework_pct", "compiler_pct", "samples", "cpu_ops_pct", "profiler_pct",
-                     "serialising_pct", "decompressing_pct", "loading_pct", "importing_pct")  # its columns
+                     "serialising_pct", "decompressing_pct", "loading_pct", "importing_pct", "ipc_pct",
+                     "compressing_pct")  # its columns
 
 
-def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None) -> str:
+def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None,
+                        within: str | None = None) -> str:
     """The shares (%) of the thread's on-CPU samples in the window (`calls`: those outside / inside its CUDA calls)
     whose stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), and one of the CUDA runtime compilers or
     torch.compile's (COMPILER_MODULES, COMPILER_FILES), the samples, the share in PyTorch's CPU kernels (CPU_OPS),
     the share in a profiler (PROFILER), the share serialising data (SERIALISING), the share decompressing it
-    (DECOMPRESSING), the share in PyTorch's data loading (LOADING) and the share importing modules (IMPORTING)."""
+    (DECOMPRESSING), the share in PyTorch's data loading (LOADING), the share importing modules (IMPORTING) and the
+    share talking to another process (IPC) and the share compressing data (COMPRESSING); `within`: as
+    weights_sql's."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
             f"sum(n), 1) AS framework_pct, round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: "
             f"{COMPILER_MODULES})) > 0 OR len(list_filter(files, lambda f: {COMPILER_FILES})) > 0) / sum(n), 1) "
@@ -375,8 +390,36 @@ def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | Non
             f"round(100 * sum(n) FILTER (WHERE {SERIALISING}) / sum(n), 1) AS serialising_pct, "
             f"round(100 * sum(n) FILTER (WHERE {DECOMPRESSING}) / sum(n), 1) AS decompressing_pct, "
             f"round(100 * sum(n) FILTER (WHERE {LOADING}) / sum(n), 1) AS loading_pct, "
-            f"round(100 * sum(n) FILTER (WHERE {IMPORTING}) / sum(n), 1) AS importing_pct "
-            f"FROM ({weights_sql('on_cpu', pid, tid, window, calls=calls)})")
+            f"round(100 * sum(n) FILTER (WHERE {IMPORTING}) / sum(n), 1) AS importing_pct, "
+            f"round(100 * sum(n) FILTER (WHERE {IPC}) / sum(n), 1) AS ipc_pct, "
+            f"round(100 * sum(n) FILTER (WHERE {COMPRESSING}) / sum(n), 1) AS compressing_pct "
+            f"FROM ({weights_sql('on_cpu', pid, tid, window, calls=calls, within=within)})")
+
+
+# CPython's GIL: a thread asks for it on a condition variable with a timeout (its 5 ms switch interval), so a GIL
+# wait's stack holds pthread_cond_timedwait (take_gil where the interpreter's frames are kept). A threading.Lock is
+# a semaphore wait, and Condition, Event, queue and futures waits run through the standard library's Python files.
+GIL_WAIT_FRAMES = ("pthread_cond_timedwait", "take_gil", "PyEval_RestoreThread", "PyEval_AcquireThread")
+SIGNAL_WAIT_FILES = ("f LIKE '%/threading.py' OR f LIKE '%/queue.py' OR f LIKE '%/concurrent/futures/%' OR "
+                     "f LIKE '%/multiprocessing/%'")
+
+
+def lock_waits_sql(pid: int, tids: list[int], window: TimeWindow) -> str:
+    """Where threads of a process slept with a stack in the window, outside the GIL's waits and the standard
+    library's waits for a signal (its innermost Python frame in threading, queue, futures or multiprocessing): the
+    Python function most of that sleep waited in (its file and line), its share (%) of all their stacked sleep, then
+    the GIL's share and the signal waits' share. What is left waits on a lock of the program's own, taken in that
+    function (natural_locked_sample_cache: a cache's lock held over zlib)."""
+    gil = " OR ".join(f"list_contains(frames, '{f}')" for f in GIL_WAIT_FRAMES)
+    signalled = SIGNAL_WAIT_FILES.replace("f LIKE", "files[uleaf] LIKE")  # the innermost Python frame's file
+    return (f"WITH x AS (SELECT *, coalesce({gil}, false) AS gil, coalesce({signalled}, false) AS signalled "
+            f"FROM ({weights_sql('off_cpu', pid, tids, window)})), "
+            "t AS (SELECT sum(ns) AS ns, sum(ns) FILTER (WHERE gil) AS gil_ns, sum(ns) FILTER (WHERE signalled) AS "
+            "signal_ns FROM x) SELECT round(100 * sum(x.ns) / any_value(t.ns), 1) AS pct, x.frames[x.uleaf] AS "
+            "function, x.files[x.uleaf] AS file, x.lines[x.uleaf] AS line, round(100 * coalesce(any_value(t.gil_ns), "
+            "0) / any_value(t.ns), 1) AS gil_pct, round(100 * coalesce(any_value(t.signal_ns), 0) / any_value(t.ns), "
+            "1) AS signalled_pct FROM x, t WHERE NOT x.gil AND NOT x.signalled AND x.files[x.uleaf] IS NOT NULL "
+            "GROUP BY ALL ORDER BY pct DESC, function LIMIT 1")
 
 
 def recorded(con: duckdb.DuckDBPyConnection) -> bool:

@@ -295,14 +295,14 @@ def _confined(ctx: Ctx, job: int, w: TimeWindow) -> tuple[str, Evidence] | None:
     window, if CONFINED_CPUS or fewer for more threads than that, on a host with more CPUs: the scheduler moves a
     waiting thread to a free CPU where its CPU mask allows, so a mask (taskset, a cpuset, a launcher's binding) likely
     keeps them there (natural_inherited_one_cpu: a process and 3 workers on CPU 2 of 16). Words and evidence."""
-    sql = (f"SELECT list(DISTINCT i.cpu ORDER BY i.cpu) AS cpus, count(DISTINCT i.tid) AS threads, (SELECT "
-           f"max(cpu_count) FROM sessions) AS host_cpus FROM sched_intervals i WHERE i.pid IN (SELECT pid FROM "
-           f"processes WHERE pid = {int(job)} OR ppid = {int(job)}) AND i.on_ns >= {int(w.start_ns)} "
-           f"AND i.on_ns < {int(w.end_ns)} AND i.cpu IS NOT NULL")
-    cpus, threads, host = rows(ctx.con, sql)[0]
-    if not cpus or len(cpus) > CONFINED_CPUS or not host or int(host) <= len(cpus) or int(threads) <= len(cpus):
+    sql = (f"SELECT CASE WHEN count(DISTINCT i.cpu) = 1 THEN 'CPU ' ELSE 'CPUs ' END || string_agg(DISTINCT "
+           f"i.cpu::VARCHAR, ',' ORDER BY i.cpu::VARCHAR) AS cpus, count(DISTINCT i.tid) AS threads, (SELECT "
+           f"max(cpu_count) FROM sessions) AS host_cpus, count(DISTINCT i.cpu) AS n_cpus FROM sched_intervals i "
+           f"WHERE i.pid IN (SELECT pid FROM processes WHERE pid = {int(job)} OR ppid = {int(job)}) "
+           f"AND i.on_ns >= {int(w.start_ns)} AND i.on_ns < {int(w.end_ns)} AND i.cpu IS NOT NULL")
+    where, threads, host, n = rows(ctx.con, sql)[0]
+    if not n or int(n) > CONFINED_CPUS or not host or int(host) <= int(n) or int(threads) <= int(n):
         return None
-    where = f"CPU {cpus[0]}" if len(cpus) == 1 else f"CPUs {','.join(map(str, cpus))}"
     return (f"; the job's {threads} threads ran on {where} only, of the host's {host}: a CPU mask (taskset, a cpuset, "
             "a launcher's CPU binding) likely keeps them there"), Evidence(
         name="CPUs the job's threads ran on in the window (list, threads, host CPUs)",
@@ -364,12 +364,17 @@ _HOST_WORK = (
      "Python's import system (<frozen importlib._bootstrap>)"),
     ("cpu_ops", 3, "in PyTorch's CPU kernels", "in PyTorch's CPU kernels (math on tensors kept on the CPU: ATen's "
      "loops, its OpenMP pool), not issuing GPU kernels", "PyTorch's CPU kernels (ATen on CPU tensors, OpenMP)"),
+    ("compressing", 10, "compressing data", "compressing data (zlib's deflate under PNG or gzip output, zstd, lz4, "
+     "bz2): output written compressed on this thread", "a compressor (zlib's deflate, zstd, lz4, bz2, lzma)"),
     ("decompressing", 6, "decompressing data", "decompressing data (zlib, zip, gzip, lzma, bz2, zstd, lz4): data "
      "stored compressed, inflated again each time it is read", "a decompressor (zlib, zipfile, gzip, lzma, "
      "bz2, zstd, lz4)"),
     ("serialising", 5, "serialising data", "serialising or deserialising data (torch.save or torch.load, pickle, "
      "numpy's save: a checkpoint or a cache written or read on this thread), not issuing GPU kernels",
      "serialisation code (torch/serialization.py, pickle, safetensors, numpy's save and load)"),
+    ("ipc", 9, "talking to another process", "talking to another process through multiprocessing (a Manager's "
+     "proxies, a Queue, a Pipe: each access pickled, sent and waited for)", "multiprocessing's connections, "
+     "proxies and queues (its innermost Python frame)"),
     ("loading", 7, "in PyTorch's data loading", "in PyTorch's data loading (a DataLoader's fetch and collate, the "
      "dataset's __getitem__) on this thread", "torch.utils.data (a DataLoader's fetch and collate, the dataset)"),
     ("framework", 0, "in PyTorch's own code", "in PyTorch's own code (the model's layers, autograd, the optimiser: "
@@ -377,30 +382,30 @@ _HOST_WORK = (
 )
 
 
-def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: str,
-              calls: str | None = None) -> tuple[str, dict[str, object], Evidence] | None:
+def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: str, calls: str | None = None,
+              within: tuple[str, str] | None = None) -> tuple[str, dict[str, object], Evidence] | None:
     """What a thread's host work was, where its on-CPU samples in the window (a store with stacks, 20 samples at
     least) say: HOST_WORK_SHARE or more in a profiler (the job being profiled), else in a CUDA runtime compiler (GPU
     code compiled as the job runs), else importing modules (a process starting up), else in PyTorch's CPU kernels
-    (math on CPU tensors), else decompressing data
-    (stored compressed), else serialising data (a checkpoint written on the thread), else in PyTorch's data loading
+    (math on CPU tensors), else compressing data (output written compressed), else decompressing data
+    (stored compressed), else serialising data (a checkpoint written on the thread), else talking to another process
+    (multiprocessing's proxies and queues), else in PyTorch's data loading
     (batches prepared on the thread), else in PyTorch's own code (the model's layers, autograd, the optimiser: issuing
-    its kernels). The words (`whose` samples), the numbers its fix
-    cites (`profiling`, `compiling`, `importing`, `cpu_ops`, `decompressing`, `serialising`, `loading` or
-    `framework`) and the
-    evidence whose
+    its kernels). The words (`whose` samples), the numbers its fix cites (`profiling`, `compiling`, `importing`,
+    `cpu_ops`, `compressing`, `decompressing`, `serialising`, `ipc`, `loading` or `framework`) and the evidence whose
     SQL recomputes it.
     `calls` 'outside': the samples taken outside the thread's CUDA calls only (its running outside them, not its
-    copies')."""
+    copies'). `within`: (a query of intervals (a, b), what they are) the samples in them only (the drained gaps)."""
     if window is None or not recorded(ctx.con):
         return None
-    sql = framework_share_sql(pid, tid, window, calls)
-    got = rows(ctx.con, sql)[0]
+    sql = framework_share_sql(pid, tid, window, calls, within[0] if within else None)
+    got = shared_rows(ctx.con, sql)[0]
     if int(got[2] or 0) < 20:
         return None
     for key, column, where, what, code in _HOST_WORK:
         if got[column] is not None and float(got[column]) >= HOST_WORK_SHARE:
-            samples = f"{whose} on-CPU samples{f' {calls} CUDA calls' if calls else ''}"
+            samples = (f"{whose} on-CPU samples{f' {calls} CUDA calls' if calls else ''}"
+                       f"{f' {within[1]}' if within else ''}")
             share = f"{float(got[column]):.0f}% of {samples}"
             return f"{share} {what}", {key: f"{share} {where}"}, Evidence(  # the share shown first, the rest beside
                 name=f"{samples} with a frame in {code}", value=float(got[column]), unit="%",

@@ -14,7 +14,7 @@ from ingero_mcp.analysis.accounting import SECOND_NS, gpu_util_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _culprit_names, busy_runners, host_work, ran_text
 from ingero_mcp.analysis.causes.findings import _k_range
-from ingero_mcp.analysis.drained import QUEUES
+from ingero_mcp.analysis.drained import QUEUES, drained_gaps_sql
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.progress import per_second_sql
 
@@ -299,7 +299,9 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
             else f"{len(kids)} child process{'es' if len(kids) != 1 else ''} alive through most of it")
     own = f"its own work between CUDA calls ({note})"
     numbers: dict[str, object] = {}
-    work = host_work(ctx, f.thread.pid, f.thread.tid, f.window, "its", calls="outside")
+    work = _gap_work(ctx, f) if f.drained_s else None
+    if work is None:
+        work = host_work(ctx, f.thread.pid, f.thread.tid, f.window, "its", calls="outside")
     if work is not None:  # the stacks say where that work was: compiling GPU code, or PyTorch's own code
         words, numbers, share_ev = work
         ev.append(share_ev)
@@ -324,6 +326,15 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
                          reason=f"{own}; meanwhile {words}: if it waits for {them} in a loop (a busy-wait), {them} "
                                 f"{sets} the pace, else the GPU waits on its own work")
     return Explained(cause=rc.HOST_BOUND, evidence=ev, numbers=numbers, reason=f"{own}: the GPU waits on it")
+
+
+def _gap_work(ctx: Ctx, f: Finding) -> tuple[str, dict[str, object], Evidence] | None:
+    """What a finding in drained gaps ran in the gaps themselves, where its samples there say (host_work within
+    drained_gaps_sql): the window's running is mostly the step's own, the gaps' what kept the GPU from the next
+    (natural_manager_dict_counters: the model's code over the window, a Manager's proxy round trips in the gaps)."""
+    gaps = drained_gaps_sql(f.thread.pid, f.thread.tid, f.window.start_ns, f.window.end_ns)
+    return host_work(ctx, f.thread.pid, f.thread.tid, f.window, "its", calls="outside",
+                     within=(gaps, "in the gaps with nothing queued"))
 
 
 MANY_COPIES = 32  # host-device copies per iteration from which a batch is said to move in pieces (a step copies a few)

@@ -121,6 +121,9 @@ def _gap_wakers(ctx: Ctx, f: Finding) -> tuple[str, list[tuple]] | None:
     return sql, rows(ctx.con, sql)
 
 
+AGREED = "sleep inside the drained gaps ended by the culprits named, of all of it (s)"
+
+
 def _drained_agreement(f: Finding, ex: Explained, gaps: tuple[str, list[tuple]] | None) -> Evidence | None:
     """Evidence that the lead culprits ended most (DRAINED_AGREE) of the thread's sleep inside the drained gaps of a
     sleep finding at a busy GPU, or None (not a drained sleep finding, nobody named, or they did not). The lead: the
@@ -138,7 +141,7 @@ def _drained_agreement(f: Finding, ex: Explained, gaps: tuple[str, list[tuple]] 
     if not total or ended < DRAINED_AGREE * total:
         return None
     keys = ", ".join(f"({int(p)}, {int(tid)})" for p, tid in named)
-    return Evidence(name="sleep inside the drained gaps ended by the culprits named, of all of it (s)",
+    return Evidence(name=AGREED,
                     value=f"{ended / 1e9:.2f} of {total / 1e9:.2f}",
                     sql=(f"SELECT round(sum(ns) FILTER (WHERE (waker_pid, waker_tid) IN ({keys})) / 1e9, 2) || ' of ' "
                          f"|| round(sum(ns) / 1e9, 2) FROM ({sql})"))
@@ -556,6 +559,14 @@ def _part_cause(c: CausalChain) -> str:
             else c.root_cause)
 
 
+def _gaps_filled(c: CausalChain) -> bool:
+    """Whether a drained part's cause is the gaps' own: no sleeps in the gaps read apart, or the culprits it names
+    ended most of them (natural_manager_dict_counters: the window's sleep was the backward's, the gaps' the manager's
+    replies; the backward's fix is not the gaps')."""
+    names = {e.name for e in c.evidence}
+    return GAP_ENDERS not in names or AGREED in names
+
+
 def _drained_story(found: list[tuple[Finding, CausalChain]]) -> list[tuple[Finding, CausalChain]]:
     """A thread's findings in drained gaps (steady, at a busy GPU) are one story, start-up's and the steady state's
     apart: the gaps after its syncs, in which it ran, slept or waited with nothing of its process queued on the GPU.
@@ -573,7 +584,8 @@ def _drained_story(found: list[tuple[Finding, CausalChain]]) -> list[tuple[Findi
             found.remove((g, c))
             lead.evidence.append(Evidence(name=f"in the same gaps, nothing queued on the GPU ({c.root_cause})",
                                           value=f"{c.summary} [{c.seconds_lost or 0:.2f} s]"))
-            lead.recommendations += [r for r in c.recommendations if r not in lead.recommendations]
+            if _gaps_filled(c):  # a part whose gaps' sleeps others ended: its fix is the window's wait's, not theirs
+                lead.recommendations += [r for r in c.recommendations if r not in lead.recommendations]
         lead.summary += "; in the same gaps: " + "; ".join(f"{PART_LABEL[g.part]} {c.seconds_lost or 0:.2f} s "
                                                            f"({_part_cause(c)})" for g, c in rest)
     return found

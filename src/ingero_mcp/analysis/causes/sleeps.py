@@ -18,7 +18,7 @@ from ingero_mcp.analysis.causes.culprits import (CONVOY_SHARE, POOL_FOLLOWED, PO
                                                   ran_text, siblings, through_pool, waker_pool, workers_pace)
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
-from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
+from ingero_mcp.analysis.stacks import leaf_sql, lock_waits_sql, profile, recorded, self_share_sql
 from ingero_mcp.store.views import SECONDS_TABLE
 from ingero_mcp.analysis.waits import IO_KINDS, KIND_LABEL, WaitPath, doing_text, follow, sleep_kinds_sql
 
@@ -333,10 +333,30 @@ def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced
         if queued >= CONVOY_SHARE:
             ev.append(Evidence(name=f"share of the window the {len(pool)} threads named {name} slept on futexes "
                                     "that one of them ended", value=sql_round(queued, 3), sql=sql))
+            own = _own_lock(ctx, t.pid, [m[1] for m in pool], f.window)  # not the GIL: a lock of the program's
+            if own is not None:
+                ev.append(own[1])
+            lock_text = f" (a lock of the program's own, taken in {own[0]})" if own else ""
             return replace(ex, cause=rc.LOCK_OR_GIL, evidence=ev,
-                           reason=f"{pooled}; they hold one lock in turn: each slept {100 * queued:.0f}% of the window "
-                                  "on a futex one of the others released, and the thread queued behind them")
+                           numbers={**ex.numbers, **({"lock_own": own[0]} if own else {})},
+                           reason=f"{pooled}; they hold one lock in turn{lock_text}: each slept {100 * queued:.0f}% "
+                                  "of the window on a futex one of the others released, and the thread queued behind "
+                                  "them")
     return ex if ex.reason.startswith(pooled) else replace(ex, reason=f"{pooled}; {ex.reason}")
+
+
+def _own_lock(ctx: Ctx, pid: int, tids: list[int], w: TimeWindow) -> tuple[str, Evidence] | None:
+    """Where a pool that queues for one lock slept, by its stacks: half of it or more in one Python function, outside
+    the GIL's waits (under a fifth of it) and the standard library's waits for a signal: a lock of the program's own
+    taken there (the function's label), with its evidence; else None (no stacks, the GIL, or it cannot tell)."""
+    sql = lock_waits_sql(pid, tids, w)
+    got = rows(ctx.con, sql) if recorded(ctx.con) else []
+    if not got or float(got[0][0] or 0) < 50 or float(got[0][4] or 0) >= 20:
+        return None
+    return Frame(function=got[0][1], file=got[0][2], line=got[0][3]).label(), Evidence(
+        name="the pool's stacked sleep in one Python function, outside the GIL's and the standard library's waits "
+             "(share; then the function, file, line, the GIL's share, the signal waits' share)",
+        value=float(got[0][0]), unit="%", sql=sql)
 
 
 GIL_WAIT_MS = (4.5, 5.5)  # timed-out futex waits this long on average: CPython's GIL, its 5 ms switch interval
