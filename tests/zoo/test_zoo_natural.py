@@ -23,6 +23,7 @@ from natural_checks_18 import CHECKS_18
 from natural_checks_19 import CHECKS_19
 from natural_checks_20 import CHECKS_20
 from natural_checks_21 import CHECKS_21
+from natural_checks_22 import CHECKS_22
 from natural_shares import SHARE_SLACK, feeder_shares
 from paths import REPO
 from test_zoo import SECOND, _report, _top, decompressed
@@ -523,6 +524,7 @@ CHECKS |= CHECKS_18
 CHECKS |= CHECKS_19
 CHECKS |= CHECKS_20
 CHECKS |= CHECKS_21
+CHECKS |= CHECKS_22
 
 
 def test_every_natural_store_has_its_check() -> None:

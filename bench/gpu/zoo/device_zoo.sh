@@ -72,6 +72,8 @@
 #                                                 natural_healthy_log_rotation
 #   bash bench/gpu/zoo/device_zoo.sh natural21    natural_compile_dynamic_shapes natural_png_snapshots_main_thread
 #                                                 natural_compiled_healthy
+#   bash bench/gpu/zoo/device_zoo.sh natural22    natural_tensor_str_logging natural_anomaly_mode_left_on
+#                                                 natural_healthy_textfile_exporter
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -132,6 +134,7 @@ NATURAL18="natural_http_metrics_push natural_foreach_off_optimizer natural_strea
 NATURAL19="natural_save_on_cpu_activations natural_manager_dict_counters natural_inherited_one_cpu"
 NATURAL20="natural_two_thread_serving natural_locked_sample_cache natural_healthy_log_rotation"
 NATURAL21="natural_compile_dynamic_shapes natural_png_snapshots_main_thread natural_compiled_healthy"
+NATURAL22="natural_tensor_str_logging natural_anomaly_mode_left_on natural_healthy_textfile_exporter"
 names=()
 for a in "$@"; do
   case $a in
@@ -177,11 +180,12 @@ for a in "$@"; do
     natural19) names+=($NATURAL19) ;;
     natural20) names+=($NATURAL20) ;;
     natural21) names+=($NATURAL21) ;;
+    natural22) names+=($NATURAL22) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|natural22|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
