@@ -51,19 +51,21 @@ def test_a_waker_renamed_after_it_woke_is_named_alike_by_text_and_sql(stores: Pa
 
 def test_a_job_held_to_one_cpu_is_said_so(stores: Path) -> None:
     """The whole job narrowed to one CPU at its start (a mis-set launcher's binding): the main thread's workers waited
-    for a CPU behind each other on CPU 2, never moved to the host's other 15. The report says where they ran and that
-    a CPU mask likely keeps them there, with SQL that recomputes it."""
+    for a CPU behind each other on CPU 2, never moved to the host's other 15, most of them idle. The report says where
+    they ran, that other CPUs were free, and that a CPU mask likely keeps them there, with SQL that recomputes it."""
     chain = next(c for c in _top(_report(stores, ONE_CPU)) if c.root_cause == rc.OWN_WORKERS_CPU)
-    assert "threads ran on CPU 2 only, of the host's 16: a CPU mask" in chain.summary, chain.summary
+    assert "threads ran on CPU 2 only, of the host's 16, while" in chain.summary, chain.summary
+    assert "other CPUs were idle half that time or more: a CPU mask" in chain.summary, chain.summary
     ev = next(e for e in chain.evidence if e.name.startswith("CPUs the job's threads ran on"))
     con = open_store(stores / f"{ONE_CPU}.duckdb")
     try:
         lay_views(con)
-        cpus, threads, host, n = con.execute(ev.sql).fetchall()[0]
+        cpus, threads, host, n, idle, recorded = con.execute(ev.sql).fetchall()[0]
         assert check_evidence_sql(con, [chain]) == sum(1 for e in chain.evidence if e.sql)
     finally:
         con.close()
-    assert (cpus, n, host) == ("CPU 2", 1, 16) and f"{threads} threads" in str(ev.value), (cpus, threads, ev.value)
+    assert (cpus, n, host) == ("CPU 2", 1, 16) and f"{threads} threads" in str(ev.value), ev.value
+    assert 1 <= idle < recorded and f"; {idle} idle" in str(ev.value), (idle, ev.value)  # the scheduler had free CPUs
 
 
 def test_a_pool_queued_for_its_own_lock_is_not_given_the_gils_fix(stores: Path) -> None:

@@ -292,21 +292,38 @@ CONFINED_CPUS = 2  # the job's threads all on this many CPUs or fewer, of a host
 
 def _confined(ctx: Ctx, job: int, w: TimeWindow) -> tuple[str, Evidence] | None:
     """Where the job's threads (its process and its children's) queued behind each other, the CPUs they ran on in the
-    window, if CONFINED_CPUS or fewer for more threads than that, on a host with more CPUs: the scheduler moves a
-    waiting thread to a free CPU where its CPU mask allows, so a mask (taskset, a cpuset, a launcher's binding) likely
-    keeps them there (natural_inherited_one_cpu: a process and 3 workers on CPU 2 of 16). Words and evidence."""
-    sql = (f"SELECT CASE WHEN count(DISTINCT i.cpu) = 1 THEN 'CPU ' ELSE 'CPUs ' END || string_agg(DISTINCT "
-           f"i.cpu::VARCHAR, ',' ORDER BY i.cpu::VARCHAR) AS cpus, count(DISTINCT i.tid) AS threads, (SELECT "
-           f"max(cpu_count) FROM sessions) AS host_cpus, count(DISTINCT i.cpu) AS n_cpus FROM sched_intervals i "
-           f"WHERE i.pid IN (SELECT pid FROM processes WHERE pid = {int(job)} OR ppid = {int(job)}) "
-           f"AND i.on_ns >= {int(w.start_ns)} AND i.on_ns < {int(w.end_ns)} AND i.cpu IS NOT NULL")
-    where, threads, host, n = rows(ctx.con, sql)[0]
+    window, if CONFINED_CPUS or fewer for more threads than that, on a host with more CPUs, and (where per-CPU time was
+    recorded) other CPUs idle half the window or more: the scheduler moves a waiting thread to a free CPU where its
+    CPU mask allows, so a mask (taskset, a cpuset, a launcher's binding) likely keeps them there
+    (natural_inherited_one_cpu: a process and 3 workers on CPU 2 of 16, 14 others idle). Words and evidence."""
+    lo, hi = int(w.start_ns), int(w.end_ns)
+    occ = (f"SELECT cpu, sum(sum_duration_ns) AS on_ns, sum(sum_duration_ns) FILTER (WHERE pid = 0) AS idle_ns FROM "
+           f"host_aggregates WHERE op = 'sched_switch' AND cpu IS NOT NULL AND bucket_start_ns < {hi} AND "
+           f"bucket_start_ns + bucket_ns > {lo} GROUP BY cpu" if ctx.has_cpu_aggregates
+           else "SELECT NULL::INTEGER AS cpu, 0 AS on_ns, 0 AS idle_ns WHERE false")
+    sql = " ".join(f"""
+        WITH j AS (SELECT i.cpu, i.tid FROM sched_intervals i
+                   WHERE i.pid IN (SELECT pid FROM processes WHERE pid = {int(job)} OR ppid = {int(job)})
+                     AND i.on_ns >= {lo} AND i.on_ns < {hi} AND i.cpu IS NOT NULL),
+        occ AS ({occ})
+        SELECT CASE WHEN count(DISTINCT j.cpu) = 1 THEN 'CPU ' ELSE 'CPUs ' END
+                   || string_agg(DISTINCT j.cpu::VARCHAR, ',' ORDER BY j.cpu::VARCHAR) AS cpus,
+               count(DISTINCT j.tid) AS threads, (SELECT max(cpu_count) FROM sessions) AS host_cpus,
+               count(DISTINCT j.cpu) AS n_cpus,
+               (SELECT count(*) FROM occ WHERE cpu NOT IN (SELECT cpu FROM j) AND idle_ns >= 0.5 * on_ns) AS idle_cpus,
+               (SELECT count(*) FROM occ) AS cpus_recorded
+        FROM j""".split())
+    where, threads, host, n, idle, recorded_cpus = rows(ctx.con, sql)[0]
     if not n or int(n) > CONFINED_CPUS or not host or int(host) <= int(n) or int(threads) <= int(n):
         return None
-    return (f"; the job's {threads} threads ran on {where} only, of the host's {host}: a CPU mask (taskset, a cpuset, "
-            "a launcher's CPU binding) likely keeps them there"), Evidence(
-        name="CPUs the job's threads ran on in the window (list, threads, host CPUs)",
-        value=f"{where}; {threads} threads; {host} CPUs", sql=sql)
+    if recorded_cpus and not idle:
+        return None  # no other CPU was free: the scheduler had nowhere to move them, whatever the mask
+    free = (f", while {idle} other CPU{'s were' if idle != 1 else ' was'} idle half that time or more"
+            if recorded_cpus else "")
+    return (f"; the job's {threads} threads ran on {where} only, of the host's {host}{free}: a CPU mask (taskset, a "
+            "cpuset, a launcher's CPU binding) likely keeps them there"), Evidence(
+        name="CPUs the job's threads ran on in the window (list, threads, host CPUs; other CPUs idle half of it)",
+        value=f"{where}; {threads} threads; {host} CPUs" + (f"; {idle} idle" if recorded_cpus else ""), sql=sql)
 
 
 def _role(relation: str) -> str:
