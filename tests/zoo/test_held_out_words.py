@@ -11,12 +11,23 @@ from paths import REPO
 from test_zoo import _report, _top, decompressed
 
 from ingero_mcp.analysis import recommend as rc
+from ingero_mcp.analysis.models import CausalChain
 from ingero_mcp.store import open_store
 from ingero_mcp.store.views import lay_views
 
 NATURAL = REPO / "investigations" / "zoo-natural"
 SPAWN, ONE_CPU, CACHE = "natural_spawn_workers_each_epoch", "natural_inherited_one_cpu", "natural_locked_sample_cache"
 MANAGER, PNG = "natural_manager_dict_counters", "natural_png_snapshots_main_thread"
+
+
+def _recomputed(stores: Path, name: str, chains: list[CausalChain]) -> None:
+    """Every evidence SQL of the chains, run on a fresh read-only connection, gives back the value shown."""
+    con = open_store(stores / f"{name}.duckdb")
+    try:
+        lay_views(con)
+        assert check_evidence_sql(con, chains) == sum(1 for c in chains for e in c.evidence if e.sql)
+    finally:
+        con.close()
 
 
 @pytest.fixture(scope="module")
@@ -38,15 +49,10 @@ def test_a_waker_renamed_after_it_woke_is_named_alike_by_text_and_sql(stores: Pa
     """A spawned worker woke the main thread as python3 and was named pt_data_worker later: the text names it by its
     latest name, so the evidence SQL that recomputes the wakers does too (the fresh-clone CI caught the two apart)."""
     report = _report(stores, SPAWN)
-    con = open_store(stores / f"{SPAWN}.duckdb")
-    try:
-        lay_views(con)
-        own = [c for c in report.chains if c.origin == "ingero-mcp"]
-        named = [e for c in own for e in c.evidence if e.name.startswith("who ended the sleeps") and e.sql]
-        assert named and any("pt_data_worker" in str(e.value) for e in named)
-        assert check_evidence_sql(con, own) == sum(1 for c in own for e in c.evidence if e.sql)
-    finally:
-        con.close()
+    own = [c for c in report.chains if c.origin == "ingero-mcp"]
+    named = [e for c in own for e in c.evidence if e.name.startswith("who ended the sleeps") and e.sql]
+    assert named and any("pt_data_worker" in str(e.value) for e in named)
+    _recomputed(stores, SPAWN, own)
 
 
 def test_a_job_held_to_one_cpu_is_said_so(stores: Path) -> None:
@@ -57,11 +63,11 @@ def test_a_job_held_to_one_cpu_is_said_so(stores: Path) -> None:
     assert "threads ran on CPU 2 only, of the host's 16, while" in chain.summary, chain.summary
     assert "other CPUs were idle half that time or more: a CPU mask" in chain.summary, chain.summary
     ev = next(e for e in chain.evidence if e.name.startswith("CPUs the job's threads ran on"))
+    _recomputed(stores, ONE_CPU, [chain])
     con = open_store(stores / f"{ONE_CPU}.duckdb")
     try:
         lay_views(con)
         cpus, threads, host, n, idle, recorded = con.execute(ev.sql).fetchall()[0]
-        assert check_evidence_sql(con, [chain]) == sum(1 for e in chain.evidence if e.sql)
     finally:
         con.close()
     assert (cpus, n, host) == ("CPU 2", 1, 16) and f"{threads} threads" in str(ev.value), ev.value
@@ -76,12 +82,7 @@ def test_a_pool_queued_for_its_own_lock_is_not_given_the_gils_fix(stores: Path) 
     assert "a lock of the program's own, taken in CachedDataset._decoded" in chain.summary, chain.summary
     fix = chain.recommendations[0]
     assert "GIL" not in fix and "hold that lock only around" in fix, fix
-    con = open_store(stores / f"{CACHE}.duckdb")
-    try:
-        lay_views(con)
-        assert check_evidence_sql(con, [chain]) == sum(1 for e in chain.evidence if e.sql)
-    finally:
-        con.close()
+    _recomputed(stores, CACHE, [chain])
 
 
 def test_the_gaps_work_is_read_in_the_gaps(stores: Path) -> None:
@@ -95,12 +96,7 @@ def test_the_gaps_work_is_read_in_the_gaps(stores: Path) -> None:
     assert "pickled, sent to another process" in fix, fix
     # the gaps' sleeps were the manager's replies: the window's wait (the backward's) lends them no fix
     assert not any("many small kernels" in r for r in chain.recommendations), chain.recommendations
-    con = open_store(stores / f"{MANAGER}.duckdb")
-    try:
-        lay_views(con)
-        assert check_evidence_sql(con, [chain]) == sum(1 for e in chain.evidence if e.sql)
-    finally:
-        con.close()
+    _recomputed(stores, MANAGER, [chain])
 
 
 def test_compressing_is_not_said_as_decompressing(stores: Path) -> None:
