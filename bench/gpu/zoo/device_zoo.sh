@@ -74,6 +74,8 @@
 #                                                 natural_compiled_healthy
 #   bash bench/gpu/zoo/device_zoo.sh natural22    natural_tensor_str_logging natural_anomaly_mode_left_on
 #                                                 natural_healthy_textfile_exporter
+#   bash bench/gpu/zoo/device_zoo.sh natural23    natural_word2vec_cpu_negatives natural_triplet_mining_cpu
+#                                                 natural_healthy_nanogpt_memmap
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -135,6 +137,7 @@ NATURAL19="natural_save_on_cpu_activations natural_manager_dict_counters natural
 NATURAL20="natural_two_thread_serving natural_locked_sample_cache natural_healthy_log_rotation"
 NATURAL21="natural_compile_dynamic_shapes natural_png_snapshots_main_thread natural_compiled_healthy"
 NATURAL22="natural_tensor_str_logging natural_anomaly_mode_left_on natural_healthy_textfile_exporter"
+NATURAL23="natural_word2vec_cpu_negatives natural_triplet_mining_cpu natural_healthy_nanogpt_memmap"
 names=()
 for a in "$@"; do
   case $a in
@@ -181,11 +184,12 @@ for a in "$@"; do
     natural20) names+=($NATURAL20) ;;
     natural21) names+=($NATURAL21) ;;
     natural22) names+=($NATURAL22) ;;
+    natural23) names+=($NATURAL23) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|natural22|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|natural22|natural23|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
