@@ -58,6 +58,8 @@ WORKERS_FIX = "workers-fix"
 PACED_FIX = "paced-by-timer-fix"
 CHILD_RUN_FIX = "child-run-to-exit-fix"
 COPIES_FIX = "copies-in-pieces-fix"
+# Not a root cause: the fix for host-bound whose host time went mostly to turning tensors into text (causes.culprits).
+TENSOR_TEXT_FIX = "tensor-text-fix"
 # Not a root cause: the fix for host-bound whose many copies an iteration were mostly reads back to the host.
 READS_FIX = "reads-back-fix"
 # Not a root cause: the fix for host-bound whose samples were in PyTorch's data loading on the feeding thread.
@@ -242,6 +244,12 @@ CATALOGUE: dict[str, list[str]] = {
         "another process and waited for. Touch it less often (keep counters and losses local, publish them every N "
         "steps in one update), or share state without a round trip (shared memory, a multiprocessing.Value).",
     ],
+    TENSOR_TEXT_FIX: [
+        "{who} spent {share}% of the time ({window}) on host work while the GPU waited ({tensor_text}): a GPU tensor "
+        "put into text (a log message's argument, an f-string, print) is copied back to the host, a synchronisation "
+        "each time, and formatted in Python, every step. Log plain numbers read once (loss.item() after the "
+        "step; torch.stack(values).tolist() for several), and log every N steps; keep tensors out of log messages.",
+    ],
     IMPORTING_FIX: [
         "{who} spent {share}% of the time ({window}) on host work while the GPU waited ({importing}): Python loading "
         "modules as the job runs. Import what the loop uses once, at start-up, not inside the step or a function it "
@@ -400,6 +408,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return IMPORTING_FIX
     if cause == HOST_BOUND and numbers.get("ipc"):
         return IPC_FIX
+    if cause == HOST_BOUND and numbers.get("tensor_text"):
+        return TENSOR_TEXT_FIX
     if cause == HOST_BOUND and numbers.get("cpu_ops"):
         return CPU_OPS_FIX
     if cause == HOST_BOUND and numbers.get("compressing"):

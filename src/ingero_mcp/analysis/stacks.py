@@ -315,6 +315,11 @@ def stacks_of(con: duckdb.DuckDBPyConnection, pid: int, tid: int | None, window:
 # /opt/torch/.venv holds PIL and numpy too (natural_png_snapshots_main_thread's PNG encoding was said as the model's).
 FRAMEWORK_FILES = ("(f LIKE '%-packages/torch/%' OR f LIKE '%/pytorch/torch/%') "
                    "AND f NOT LIKE '%/torch/utils/data/%'")
+# A sample whose innermost Python frame is Python's standard library (not an installed package): the thread ran that
+# library's code when sampled, whatever PyTorch frames lie above (natural_anomaly_mode_left_on: autograd's anomaly
+# mode formatting a stack trace for every node, traceback.py under the model's forward, was said as the model's code).
+STDLIB_LEAF = ("coalesce(list_filter(files, lambda f: f LIKE '%.py')[1] LIKE '%/lib/python3%' AND "
+               "list_filter(files, lambda f: f LIKE '%.py')[1] NOT LIKE '%-packages/%', false)")
 # The CUDA runtime compilers (NVRTC, nvJitLink, the PTX compiler): a thread running there compiles GPU code as the
 # job runs (a new shape or dtype, a fused or attention kernel built on first use), not launching what is built.
 COMPILER_MODULES = "m LIKE '%libnvrtc%' OR m LIKE '%libnvJitLink%' OR m LIKE '%libnvptxcompiler%'"
@@ -367,23 +372,29 @@ IPC = "coalesce(files[uleaf] LIKE '%/multiprocessing/%', false)"
 # process's start-up (a spawned DataLoader worker imports the program and its libraries again before its first batch),
 # or a module first imported mid-run. natural_spawn_workers_each_epoch's new workers spent 60% of their time in it.
 IMPORTING = "len(list_filter(files, lambda f: f LIKE '<frozen importlib._bootstrap%')) > 0"
+# Turning tensors into text (str, repr, format, print: torch's _tensor_str, which reads a GPU tensor's values back to
+# the host, a synchronisation each, and formats them in Python): natural_tensor_str_logging's logging formatter
+# printed four GPU tensors a step, 77% of the main thread's samples.
+TENSOR_TEXT = "len(list_filter(files, lambda f: f LIKE '%/torch/_tensor_str.py')) > 0"
 FRAMEWORK_COLUMNS = ("framework_pct", "compiler_pct", "samples", "cpu_ops_pct", "profiler_pct",
                      "serialising_pct", "decompressing_pct", "loading_pct", "importing_pct", "ipc_pct",
-                     "compressing_pct")  # its columns
+                     "compressing_pct", "tensor_text_pct")  # its columns
 
 
 def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None,
                         within: str | None = None) -> str:
     """The shares (%) of the thread's on-CPU samples in the window (`calls`: those outside / inside its CUDA calls)
-    whose stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), and one of the CUDA runtime compilers or
+    whose stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), its innermost Python frame not the standard
+    library's (STDLIB_LEAF), and one of the CUDA runtime compilers or
     torch.compile's (COMPILER_MODULES, COMPILER_FILES), the samples, the share in PyTorch's CPU kernels (CPU_OPS),
     the share in a profiler (PROFILER), the share serialising data (SERIALISING), the share decompressing it
     (DECOMPRESSING), the share in PyTorch's data loading (LOADING), the share importing modules (IMPORTING) and the
-    share talking to another process (IPC) and the share compressing data (COMPRESSING); `within`: as
-    weights_sql's."""
-    return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0) / "
-            f"sum(n), 1) AS framework_pct, round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: "
-            f"{COMPILER_MODULES})) > 0 OR len(list_filter(files, lambda f: {COMPILER_FILES})) > 0) / sum(n), 1) "
+    share talking to another process (IPC), the share compressing data (COMPRESSING) and the share turning tensors
+    into text (TENSOR_TEXT); `within`: as weights_sql's."""
+    return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0 AND "
+            f"NOT {STDLIB_LEAF}) / sum(n), 1) AS framework_pct, "
+            f"round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: {COMPILER_MODULES})) > 0 OR "
+            f"len(list_filter(files, lambda f: {COMPILER_FILES})) > 0) / sum(n), 1) "
             f"AS compiler_pct, sum(n) AS samples, "
             f"round(100 * sum(n) FILTER (WHERE {CPU_OPS}) / sum(n), 1) AS cpu_ops_pct, "
             f"round(100 * sum(n) FILTER (WHERE {PROFILER}) / sum(n), 1) AS profiler_pct, "
@@ -392,7 +403,8 @@ def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | Non
             f"round(100 * sum(n) FILTER (WHERE {LOADING}) / sum(n), 1) AS loading_pct, "
             f"round(100 * sum(n) FILTER (WHERE {IMPORTING}) / sum(n), 1) AS importing_pct, "
             f"round(100 * sum(n) FILTER (WHERE {IPC}) / sum(n), 1) AS ipc_pct, "
-            f"round(100 * sum(n) FILTER (WHERE {COMPRESSING}) / sum(n), 1) AS compressing_pct "
+            f"round(100 * sum(n) FILTER (WHERE {COMPRESSING}) / sum(n), 1) AS compressing_pct, "
+            f"round(100 * sum(n) FILTER (WHERE {TENSOR_TEXT}) / sum(n), 1) AS tensor_text_pct "
             f"FROM ({weights_sql('on_cpu', pid, tid, window, calls=calls, within=within)})")
 
 

@@ -88,6 +88,7 @@ class Finding:
     unit: str = "launches+copies/s"  # what the rates count (Phase.unit)
     worst: tuple[int, int] | None = None  # recurrent: the seconds of the episode where the part grew most (explained)
     drained_s: float | None = None  # steady at a busy GPU: the part's time with nothing queued on it (drained.py)
+    bound_s: float | None = None  # steady at a busy GPU: the GPU's idle time the part held at least (idle_bound.py)
     serialising: bool = False  # host-bound whose samples say it serialised data (culprits.host_work): a write-out
 
 

@@ -394,6 +394,9 @@ _HOST_WORK = (
      "proxies and queues (its innermost Python frame)"),
     ("loading", 7, "in PyTorch's data loading", "in PyTorch's data loading (a DataLoader's fetch and collate, the "
      "dataset's __getitem__) on this thread", "torch.utils.data (a DataLoader's fetch and collate, the dataset)"),
+    ("tensor_text", 11, "turning tensors into text", "turning tensors into text (str, repr, print, an f-string or "
+     "a log record of a tensor: torch's formatter reads a GPU tensor's values back, a synchronisation each, and "
+     "formats them in Python)", "torch's tensor printing (torch/_tensor_str.py)"),
     ("framework", 0, "in PyTorch's own code", "in PyTorch's own code (the model's layers, autograd, the optimiser: "
      "issuing its kernels)", "PyTorch's own code (the model, autograd, the optimiser; not torch.utils.data)"),
 )
@@ -407,10 +410,11 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: st
     (math on CPU tensors), else compressing data (output written compressed), else decompressing data
     (stored compressed), else serialising data (a checkpoint written on the thread), else talking to another process
     (multiprocessing's proxies and queues), else in PyTorch's data loading
-    (batches prepared on the thread), else in PyTorch's own code (the model's layers, autograd, the optimiser: issuing
+    (batches prepared on the thread), else turning tensors into text (str or print of a tensor), else in PyTorch's
+    own code (the model's layers, autograd, the optimiser: issuing
     its kernels). The words (`whose` samples), the numbers its fix cites (`profiling`, `compiling`, `importing`,
-    `cpu_ops`, `compressing`, `decompressing`, `serialising`, `ipc`, `loading` or `framework`) and the evidence whose
-    SQL recomputes it.
+    `cpu_ops`, `compressing`, `decompressing`, `serialising`, `ipc`, `loading`, `tensor_text` or `framework`) and
+    the evidence whose SQL recomputes it.
     `calls` 'outside': the samples taken outside the thread's CUDA calls only (its running outside them, not its
     copies'). `within`: (a query of intervals (a, b), what they are) the samples in them only (the drained gaps)."""
     if window is None or not recorded(ctx.con):

@@ -18,6 +18,7 @@ from ingero_mcp.analysis.causes.context import (
     part_ns,
 )
 from ingero_mcp.analysis.drained import drained_parts
+from ingero_mcp.analysis.idle_bound import BOUND_PARTS, idle_bound
 from ingero_mcp.analysis.models import PARTS, Account, Phase, SecondAccount, ThreadAccount, TimeWindow
 
 def work_done(a: Account) -> float:
@@ -301,4 +302,45 @@ def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
                                  gpu_util=_util(seconds, w), util_known=util_known, ks=ks,
                                  startup=in_startup(w, steady_from),
                                  drained_s=lost / 1e9 if run[0] in busy else None))
+    unsampled = {s.k for s in seconds if s.gpu_util_percent is None}  # inside a span: the bound's SQL skips them
+    return _bounded(ctx, thread, [s for s in seconds if s.k in busy], found, wall, steady_from, busy | unsampled)
+
+
+def _busy_spans(busy: list[SecondAccount], steady_from: int | None, read: set[int]) -> list[list[int]]:
+    """The busy-GPU seconds as spans, before the process reached its steady rate and after it apart, cut where
+    seconds not `read` (a slow phase's, an idle GPU's) lie between: every second of a span's range is busy or
+    unsampled, so its range recomputes it."""
+    out = []
+    for group in ([s.k for s in busy if steady_from is not None and s.start_ns < steady_from],
+                  [s.k for s in busy if steady_from is None or s.start_ns >= steady_from]):
+        span: list[int] = []
+        for k in group:
+            if span and any(j not in read for j in range(span[-1] + 1, k)):
+                out.append(span)
+                span = []
+            span.append(k)
+        if span:
+            out.append(span)
+    return out
+
+
+def _bounded(ctx: Ctx, thread: ThreadAccount, busy: list[SecondAccount], found: list[Finding], wall: int,
+             steady_from: int | None, read: set[int]) -> list[Finding]:
+    """found, with the parts that held STEADY_MIN_SHARE of the feeding time or more of the GPU's idle time over a
+    span of busy-GPU seconds, by counting (idle_bound.py): each as a steady finding of that bound, in place of the
+    part's drained finding in the span where the bound is the larger (the gaps after syncs are in the idle time)."""
+    for span in _busy_spans(busy, steady_from, read):
+        if len(span) < 2:
+            continue
+        w = TimeWindow(start_ns=ctx.t0 + span[0] * SECOND_NS, end_ns=ctx.t0 + (span[-1] + 1) * SECOND_NS)
+        for p in BOUND_PARTS:
+            bound = idle_bound(ctx.con, thread.pid, thread.tid, p, span)
+            same = [f for f in found if f.part == p and f.window.start_ns < w.end_ns and w.start_ns < f.window.end_ns]
+            if bound * 1e9 < STEADY_MIN_SHARE * wall or any(f.seconds_lost >= bound for f in same):
+                continue
+            acc = sum_seconds(thread.seconds, w)
+            found = [f for f in found if f not in same] + [Finding(
+                thread=thread, part=p, window=w, seconds_lost=bound, mode="steady",
+                share=part_ns(acc, p) / acc.wall_ns if acc.wall_ns else 0.0, gpu_util=gpu_util_in(busy, [w]),
+                ks=(span[0], span[-1]), startup=in_startup(w, steady_from), bound_s=bound)]
     return found

@@ -12,22 +12,15 @@ import duckdb
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, sql_round
 from ingero_mcp.analysis.accounting import MIN_PHASE_S, SECOND_NS, SLOW_FACTOR, gpu_util_sql
-from ingero_mcp.analysis.causes.context import (
-    Ctx,
-    Finding,
-    HIGH_SHARE,
-    MEDIUM_SHARE,
-    MINOR_SHARE,
-    _context,
-    _seconds_sql,
-    part_sql,
-)
+from ingero_mcp.analysis.causes.context import HIGH_SHARE, MEDIUM_SHARE, MINOR_SHARE, Ctx, Finding, _context
+from ingero_mcp.analysis.causes.context import _seconds_sql, part_sql
 from ingero_mcp.analysis.causes.culprits import Explained, pool_stem, torch_loader
 from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, MIN_EPISODE_LOSS_S, SCAN_FRACTION, STOP_SHARE, pauses_sql
 from ingero_mcp.analysis.causes.explain import _explain
 from ingero_mcp.analysis.causes.findings import contrast_findings, episode_seconds, steady_findings
 from ingero_mcp.analysis.causes.frames import attach_frames
 from ingero_mcp.analysis.drained import drained_wakers_sql
+from ingero_mcp.analysis.idle_bound import BOUNDED, bound_evidence, bound_reason
 from ingero_mcp.analysis.models import (
     PART_LABEL,
     SEVERITY_RANK,
@@ -209,6 +202,8 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
         gpu = f", GPU {f.gpu_util:.0f}% busy" if f.gpu_util is not None else ", GPU utilisation not recorded"
         if f.drained_s:
             gpu += f" ({f.drained_s:.2f} s of it {DRAINED})"
+        elif f.bound_s:
+            gpu += f" (of its idle time, at least {f.bound_s:.2f} s fell in this part: {BOUNDED})"
         summary = f"{who} was {label} {pct:.0f}% of the time from {ctx.span(f.window)}{gpu}: {ex.reason}"
     gaps = _gap_wakers(ctx, f)
     agreed = _drained_agreement(f, ex, gaps)
@@ -254,6 +249,8 @@ def _chain(ctx: Ctx, f: Finding, ex: Explained, wall_s: float, n: int) -> Causal
                            sql=f"SELECT avg(gpu_util_percent) FROM snapshots WHERE ts_ns BETWEEN {f.window.start_ns} "
                                f"AND {f.window.end_ns}"))
     ev.append(Evidence(name=EXPLAINED, value=round(f.seconds_lost, 2), unit="s"))
+    if f.bound_s:
+        ev.append(bound_evidence(t.pid, t.tid, f.part, f.ks, f.bound_s))
     ev += ex.evidence
     if agreed is not None:
         ev.append(agreed)
@@ -340,6 +337,8 @@ def _explanation(f: Finding, ex: Explained, agreed: bool = False) -> str:
                 + ("The culprits named ended most of the sleep inside those stretches (evidence)." if agreed else
                    "The cause is read over all of the part's time in the window, not only those stretches: said, "
                    "not asserted."))
+    if f.bound_s:
+        return f"{bound_reason(f.bound_s, PART_LABEL[f.part], f.share)} {ex.reason}."
     return (f"Read from the time accounting: while the GPU was idle, the feeding thread was {PART_LABEL[f.part]} "
             f"{100 * f.share:.1f}% of the time; {f.seconds_lost:.2f} s of GPU-idle time is attributed to it. "
             + ex.reason + ".")
