@@ -315,11 +315,25 @@ def stacks_of(con: duckdb.DuckDBPyConnection, pid: int, tid: int | None, window:
 # /opt/torch/.venv holds PIL and numpy too (natural_png_snapshots_main_thread's PNG encoding was said as the model's).
 FRAMEWORK_FILES = ("(f LIKE '%-packages/torch/%' OR f LIKE '%/pytorch/torch/%') "
                    "AND f NOT LIKE '%/torch/utils/data/%'")
+# A sample's innermost Python frame's file (NULL on a stack without one).
+PY_LEAF = "list_filter(files, lambda f: f LIKE '%.py')[1]"
 # A sample whose innermost Python frame is Python's standard library (not an installed package): the thread ran that
 # library's code when sampled, whatever PyTorch frames lie above (natural_anomaly_mode_left_on: autograd's anomaly
 # mode formatting a stack trace for every node, traceback.py under the model's forward, was said as the model's code).
-STDLIB_LEAF = ("coalesce(list_filter(files, lambda f: f LIKE '%.py')[1] LIKE '%/lib/python3%' AND "
-               "list_filter(files, lambda f: f LIKE '%.py')[1] NOT LIKE '%-packages/%', false)")
+STDLIB_LEAF = f"coalesce({PY_LEAF} LIKE '%/lib/python3%' AND {PY_LEAF} NOT LIKE '%-packages/%', false)"
+# A stack in a CUDA library (the driver, the runtime, PyTorch's CUDA code): the thread was issuing GPU work.
+CUDA_STACK = ("len(list_filter(modules, lambda m: m LIKE '%libcuda%' OR m LIKE '%libcudart%' OR "
+              "m LIKE '%libtorch_cuda%')) > 0")
+# Python that PyTorch generated or runs to launch compiled kernels: torch.compile's Inductor output (its cache folder,
+# /tmp/torchinductor_<user> by default) and Triton's launchers.
+GENERATED_FILES = "f LIKE '%/torchinductor_%' OR f LIKE '%-packages/triton/%'"
+# The thread issuing the model's kernels: its innermost Python frame in PyTorch's own files (or code it generated), or
+# a CUDA library on the stack, and not the standard library's code. Not any PyTorch frame on the stack: a program's
+# own Python called from a Module's forward runs under torch/nn/modules (natural_triplet_mining_cpu's selector, a
+# Python loop over pairs under the loss module's forward: 97% of its samples had a PyTorch frame, 28% were issuing GPU
+# work).
+FRAMEWORK = (f"(len(list_filter([{PY_LEAF}], lambda f: ({FRAMEWORK_FILES}) OR {GENERATED_FILES})) > 0 OR "
+             f"{CUDA_STACK}) AND NOT {STDLIB_LEAF}")
 # The CUDA runtime compilers (NVRTC, nvJitLink, the PTX compiler): a thread running there compiles GPU code as the
 # job runs (a new shape or dtype, a fused or attention kernel built on first use), not launching what is built.
 COMPILER_MODULES = "m LIKE '%libnvrtc%' OR m LIKE '%libnvJitLink%' OR m LIKE '%libnvptxcompiler%'"
@@ -334,8 +348,7 @@ COMPILER_FILES = ("f LIKE '%/torch/_dynamo/convert_frame.py' OR f LIKE '%/torch/
 # tensors (an optimiser or metrics kept on the CPU), not the issuing of GPU kernels.
 CPU_OPS = ("(len(list_filter(modules, lambda m: m LIKE '%libgomp%')) > 0 OR len(list_filter(frames, lambda f: "
            "f LIKE 'at::TensorIteratorBase::%' OR f LIKE '%at::internal::invoke_parallel%' OR f LIKE 'at::native::%'"
-           ")) > 0) AND len(list_filter(modules, lambda m: m LIKE '%libcuda%' OR m LIKE '%libcudart%' OR "
-           "m LIKE '%libtorch_cuda%')) = 0")
+           f")) > 0) AND NOT {CUDA_STACK}")
 
 
 # A profiler at work in the process: PyTorch's (torch.profiler and the autograd profiler's Python, which builds and
@@ -384,15 +397,14 @@ FRAMEWORK_COLUMNS = ("framework_pct", "compiler_pct", "samples", "cpu_ops_pct", 
 def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None,
                         within: str | None = None) -> str:
     """The shares (%) of the thread's on-CPU samples in the window (`calls`: those outside / inside its CUDA calls)
-    whose stack holds a frame of PyTorch's own Python (FRAMEWORK_FILES), its innermost Python frame not the standard
-    library's (STDLIB_LEAF), and one of the CUDA runtime compilers or
+    issuing the model's kernels (FRAMEWORK: its innermost Python frame PyTorch's own, or a CUDA library on the
+    stack), in one of the CUDA runtime compilers or
     torch.compile's (COMPILER_MODULES, COMPILER_FILES), the samples, the share in PyTorch's CPU kernels (CPU_OPS),
     the share in a profiler (PROFILER), the share serialising data (SERIALISING), the share decompressing it
     (DECOMPRESSING), the share in PyTorch's data loading (LOADING), the share importing modules (IMPORTING) and the
     share talking to another process (IPC), the share compressing data (COMPRESSING) and the share turning tensors
     into text (TENSOR_TEXT); `within`: as weights_sql's."""
-    return (f"SELECT round(100 * sum(n) FILTER (WHERE len(list_filter(files, lambda f: {FRAMEWORK_FILES})) > 0 AND "
-            f"NOT {STDLIB_LEAF}) / sum(n), 1) AS framework_pct, "
+    return (f"SELECT round(100 * sum(n) FILTER (WHERE {FRAMEWORK}) / sum(n), 1) AS framework_pct, "
             f"round(100 * sum(n) FILTER (WHERE len(list_filter(modules, lambda m: {COMPILER_MODULES})) > 0 OR "
             f"len(list_filter(files, lambda f: {COMPILER_FILES})) > 0) / sum(n), 1) "
             f"AS compiler_pct, sum(n) AS samples, "

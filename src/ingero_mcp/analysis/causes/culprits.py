@@ -366,6 +366,7 @@ def _autograd(comm: str | None) -> bool:
 
 
 HOST_WORK_SHARE = 50  # % of a thread's on-CPU samples in one kind of code that says what its host work was
+HOST_WORK_SAMPLES = 20  # on-CPU samples from which a thread's host work is read at all
 # What the samples say, first match wins: (the numbers' key its fix cites, the query's column, where the samples
 # were, what that work is, the code its evidence counts).
 _HOST_WORK = (
@@ -398,7 +399,8 @@ _HOST_WORK = (
      "a log record of a tensor: torch's formatter reads a GPU tensor's values back, a synchronisation each, and "
      "formats them in Python)", "torch's tensor printing (torch/_tensor_str.py)"),
     ("framework", 0, "in PyTorch's own code", "in PyTorch's own code (the model's layers, autograd, the optimiser: "
-     "issuing its kernels)", "PyTorch's own code (the model, autograd, the optimiser; not torch.utils.data)"),
+     "issuing its kernels)", "PyTorch's own code issuing kernels (the innermost Python frame PyTorch's, not "
+     "torch.utils.data, or a CUDA library on the stack)"),
 )
 
 
@@ -421,7 +423,7 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: st
         return None
     sql = framework_share_sql(pid, tid, window, calls, within[0] if within else None)
     got = shared_rows(ctx.con, sql)[0]
-    if int(got[2] or 0) < 20:
+    if int(got[2] or 0) < HOST_WORK_SAMPLES:
         return None
     for key, column, where, what, code in _HOST_WORK:
         if got[column] is not None and float(got[column]) >= HOST_WORK_SHARE:

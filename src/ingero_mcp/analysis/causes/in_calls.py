@@ -11,12 +11,15 @@ import duckdb
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.accounting import SECOND_NS, gpu_util_sql
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding
-from ingero_mcp.analysis.causes.culprits import Explained, _culprit_names, busy_runners, host_work, ran_text
+from ingero_mcp.analysis.causes.culprits import HOST_WORK_SAMPLES, Explained, _culprit_names, busy_runners, host_work
+from ingero_mcp.analysis.causes.culprits import ran_text
 from ingero_mcp.analysis.causes.findings import _k_range
 from ingero_mcp.analysis.drained import QUEUES, drained_gaps_sql
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.progress import per_second_sql
+from ingero_mcp.analysis.stacks import framework_share_sql, recorded
 
 def call_class_sql(pid: int, tid: int, ks: tuple[int, int], t0: int) -> str:
     """In-call time of a thread by kind of call (call_spans.call_class) over seconds ks, with bytes moved."""
@@ -299,8 +302,8 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
             else f"{len(kids)} child process{'es' if len(kids) != 1 else ''} alive through most of it")
     own = f"its own work between CUDA calls ({note})"
     numbers: dict[str, object] = {}
-    work = _gap_work(ctx, f) if f.drained_s else None
-    if work is None:
+    work, gaps_read = _gap_work(ctx, f) if f.drained_s else (None, False)
+    if work is None and not gaps_read:  # where the gaps' samples say no one kind, the window's kind is not theirs
         work = host_work(ctx, f.thread.pid, f.thread.tid, f.window, "its", calls="outside")
     if work is not None:  # the stacks say where that work was: compiling GPU code, or PyTorch's own code
         words, numbers, share_ev = work
@@ -337,13 +340,19 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
     return Explained(cause=rc.HOST_BOUND, evidence=ev, numbers=numbers, reason=f"{own}: the GPU waits on it")
 
 
-def _gap_work(ctx: Ctx, f: Finding) -> tuple[str, dict[str, object], Evidence] | None:
+def _gap_work(ctx: Ctx, f: Finding) -> tuple[tuple[str, dict[str, object], Evidence] | None, bool]:
     """What a finding in drained gaps ran in the gaps themselves, where its samples there say (host_work within
     drained_gaps_sql): the window's running is mostly the step's own, the gaps' what kept the GPU from the next
-    (natural_manager_dict_counters: the model's code over the window, a Manager's proxy round trips in the gaps)."""
+    (natural_manager_dict_counters: the model's code over the window, a Manager's proxy round trips in the gaps);
+    and whether the gaps held enough samples to be read (then no one kind there is an answer too: a per-step HTTP
+    push or SQLite commit in the gaps is not the model's code that fills the window)."""
     gaps = drained_gaps_sql(f.thread.pid, f.thread.tid, f.window.start_ns, f.window.end_ns)
-    return host_work(ctx, f.thread.pid, f.thread.tid, f.window, "its", calls="outside",
+    work = host_work(ctx, f.thread.pid, f.thread.tid, f.window, "its", calls="outside",
                      within=(gaps, "in the gaps with nothing queued"))
+    if work is not None or not recorded(ctx.con):
+        return work, work is not None
+    sampled = shared_rows(ctx.con, framework_share_sql(f.thread.pid, f.thread.tid, f.window, "outside", gaps))[0][2]
+    return None, int(sampled or 0) >= HOST_WORK_SAMPLES
 
 
 MANY_COPIES = 32  # host-device copies per iteration from which a batch is said to move in pieces (a step copies a few)
