@@ -223,6 +223,23 @@ GAP_HELD = (*(p for p in PARTS if p != "gpu_wait"), "in_call")
 DRAINED_MIN = 0.1  # a part's time in drained gaps, as a share of the second, that makes a busy-GPU second count
 
 
+def _cut(ks: list[int], read: set[int]) -> list[list[int]]:
+    """Seconds (ascending) as spans, cut where a second not `read` lies between two."""
+    out: list[list[int]] = []
+    for k in ks:
+        if out and all(j in read for j in range(out[-1][-1] + 1, k)):
+            out[-1].append(k)
+        else:
+            out.append([k])
+    return out
+
+
+def _before_and_after(busy: list[SecondAccount], steady_from: int | None) -> tuple[list[SecondAccount], ...]:
+    """The seconds before the process reached its steady rate and those after, apart."""
+    return ([s for s in busy if steady_from is not None and s.start_ns < steady_from],
+            [s for s in busy if steady_from is None or s.start_ns >= steady_from])
+
+
 def _drained_spans(busy: list[SecondAccount], drained: dict[int, dict[str, int]], steady_from: int | None,
                    read: set[int]) -> list[list[int]]:
     """The busy-GPU seconds read for drained gaps, before the process reached its steady rate and after it apart:
@@ -232,17 +249,9 @@ def _drained_spans(busy: list[SecondAccount], drained: dict[int, dict[str, int]]
     little of a second to count alone (natural_sqlite_metrics_commit: the GPU had nothing queued 12% of the run, 7%
     of it running Python, 5% in fdatasync)."""
     out = []
-    for group in ([s for s in busy if steady_from is not None and s.start_ns < steady_from],
-                  [s for s in busy if steady_from is None or s.start_ns >= steady_from]):
+    for group in _before_and_after(busy, steady_from):
         ks = [s.k for s in group if drained.get(s.k, {}).get("gap", 0) >= DRAINED_MIN * s.wall_ns]
-        span: list[int] = []
-        for k in (s.k for s in group if ks and ks[0] <= s.k <= ks[-1]):
-            if span and any(j not in read for j in range(span[-1] + 1, k)):
-                out.append(span)
-                span = []
-            span.append(k)
-        if span:
-            out.append(span)
+        out += _cut([s.k for s in group if ks and ks[0] <= s.k <= ks[-1]], read)
     return out
 
 
@@ -310,18 +319,7 @@ def _busy_spans(busy: list[SecondAccount], steady_from: int | None, read: set[in
     """The busy-GPU seconds as spans, before the process reached its steady rate and after it apart, cut where
     seconds not `read` (a slow phase's, an idle GPU's) lie between: every second of a span's range is busy or
     unsampled, so its range recomputes it."""
-    out = []
-    for group in ([s.k for s in busy if steady_from is not None and s.start_ns < steady_from],
-                  [s.k for s in busy if steady_from is None or s.start_ns >= steady_from]):
-        span: list[int] = []
-        for k in group:
-            if span and any(j not in read for j in range(span[-1] + 1, k)):
-                out.append(span)
-                span = []
-            span.append(k)
-        if span:
-            out.append(span)
-    return out
+    return [span for group in _before_and_after(busy, steady_from) for span in _cut([s.k for s in group], read)]
 
 
 def _bounded(ctx: Ctx, thread: ThreadAccount, busy: list[SecondAccount], found: list[Finding], wall: int,
