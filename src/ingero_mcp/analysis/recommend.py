@@ -54,6 +54,8 @@ WORKER_GIL_FIX = "worker-gil-fix"
 # Not a root cause: the fix for a wait on worker processes that are not a PyTorch DataLoader's (narration: no worker
 # named pt_data_*): a server over a socket, a pool of its own; the DataLoader's knobs are said only as a conditional.
 WORKERS_FIX = "workers-fix"
+# Not a root cause: the fix for a wait on worker processes that took turns at something they share (causes.turns).
+WORKERS_TURNS_FIX = "workers-turns-fix"
 # Not a root cause: the fix for a wait on a thread or process that sleeps on its own timer between what it hands over.
 PACED_FIX = "paced-by-timer-fix"
 CHILD_RUN_FIX = "child-run-to-exit-fix"
@@ -308,6 +310,13 @@ CATALOGUE: dict[str, list[str]] = {
     INPUT_WAIT: [
         "{who} slept {share}% of the time ({window}) waiting for its workers: the workers cannot keep up.",
     ],
+    WORKERS_TURNS_FIX: [
+        "{who} slept {share}% of the time ({window}) waiting for its worker processes, which took turns: each slept "
+        "{workers_turns}% of that time{workers_turns_in} until another of them woke it, queued for something they "
+        "share (a lock around their reads such as fcntl.flock or a multiprocessing.Lock, or one file or connection), "
+        "so more of them will not help. Give each worker its own (open files and connections in each worker, e.g. in "
+        "a DataLoader's worker_init_fn) and take no lock around reads of data no one writes.",
+    ],
     WORKERS_FIX: [
         "{who} slept {share}% of the time ({window}) waiting for its worker processes: they cannot keep up. "
         "Make their per-item work cheaper, or run more of them if CPUs are free; where the job asks for one item at a "
@@ -430,6 +439,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return MODEL_HOST_FIX
     if cause == INPUT_WAIT and numbers.get("worker_gil"):
         return WORKER_GIL_FIX
+    if cause == INPUT_WAIT and numbers.get("workers_turns"):
+        return WORKERS_TURNS_FIX
     if cause == INPUT_WAIT and not numbers.get("loader"):
         return WORKERS_FIX
     if cause == NETWORK_WAIT and numbers.get("syscall") in SEND_SYSCALLS:

@@ -16,6 +16,7 @@ X86_64: dict[int, str] = {
     271: "ppoll", 281: "epoll_pwait", 288: "accept4", 426: "io_uring_enter", 441: "epoll_pwait2",
     449: "futex_waitv", 18: "pwrite64", 20: "writev", 3: "close", 10: "mprotect", 28: "madvise", 40: "sendfile",
     56: "clone", 59: "execve", 72: "fcntl", 76: "truncate", 77: "ftruncate", 213: "epoll_create", 228: "clock_gettime",
+    73: "flock",  # a file lock taken (DataLoader workers serialised around their reads)
     295: "preadv", 296: "pwritev", 299: "recvmmsg", 307: "sendmmsg", 327: "preadv2", 328: "pwritev2",
     435: "clone3", 319: "memfd_create", 285: "fallocate", 187: "readahead",
     2: "open", 82: "rename", 87: "unlink", 263: "unlinkat", 264: "renameat", 316: "renameat2",  # a file replaced

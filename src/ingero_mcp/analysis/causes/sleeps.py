@@ -12,6 +12,7 @@ from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import SECOND_NS, latest_name_sql, wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
+from ingero_mcp.analysis.causes.turns import with_turns
 from ingero_mcp.analysis.causes.culprits import (CONVOY_SHARE, POOL_FOLLOWED, POOL_SHARE, Explained, _autograd,
                                                   _by_name, _channel, _id_range, _is_data_worker, _role, busy_runners,
                                                   collective, convoy_sql, explain_cpu_wait, host_work, pool_stem,
@@ -365,7 +366,8 @@ GIL_WAIT_MS = (4.5, 5.5)  # timed-out futex waits this long on average: CPython'
 def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culprits: list[Culprit], share: float,
                   kind: str, in_what: str, pooled: str | None = None) -> Explained:
     """_explain_walk's cause, and whether the path ran through the job's collective communication (its fix)."""
-    ex = _explain_walk(ctx, f, path, ev, culprits, share, kind, in_what, pooled)
+    ex = with_turns(ctx, _explain_walk(ctx, f, path, ev, culprits, share, kind, in_what, pooled), f.thread.pid,
+                    path.end.pid, f.window)  # workers that queue for what they share: not too few of them
     found = collective(ctx, path)
     return ex if found is None else replace(ex, numbers={**ex.numbers, **found[0]}, evidence=[*ex.evidence, found[1]])
 
