@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from ingero_mcp.analysis import diagnose
-from ingero_mcp.analysis.answers import STORED, decode, encode
+from ingero_mcp.analysis.answers import STORED, decode, encode, recording, shared_rows
 from ingero_mcp.analysis.models import TimeWindow
 from ingero_mcp.analysis.window import trace_window
 from ingero_mcp.demo import generate
@@ -150,3 +150,17 @@ def test_answers_kept_for_the_process_follow_the_store(store: Path, tmp_path: Pa
                 "WHERE op = 'cudaLaunchKernel' LIMIT 1")
     con.close()
     assert launches() == before + 1
+
+
+def test_a_question_asked_twice_while_recorded_runs_once() -> None:
+    """Two findings over one window ask one question: the finish runs it once (a sequence counts the runs), and a
+    question with parameters is not recorded (a recorded answer's SQL must recompute it alone)."""
+    con = duckdb.connect()
+    con.execute("CREATE SEQUENCE runs START 1").fetchall()
+    with recording() as asked:
+        first = shared_rows(con, "SELECT nextval('runs')")
+        again = shared_rows(con, "SELECT nextval('runs')")
+        assert shared_rows(con, "SELECT ?::INTEGER + 1", [41]) == [(42,)]
+    assert first == again == [(1,)]
+    assert [sql for sql, _ in asked.values()] == ["SELECT nextval('runs')"]
+    assert con.execute("SELECT nextval('runs')").fetchall() == [(2,)]

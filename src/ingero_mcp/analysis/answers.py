@@ -79,9 +79,12 @@ def shared_rows(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[objec
     connection state but the views): read from the store's recorded answers or the process's, else run and kept."""
     recording = _RECORDING.get()
     key = key_of(sql, params)
-    if recording is not None:
+    if recording is not None:  # asked twice while recorded (two findings over one window): run once
+        if key in recording:
+            return list(recording[key][1])
         got = rows(con, sql, params)
-        recording[key] = (sql, got)
+        if not params:  # a recorded answer's SQL recomputes it alone: a question with parameters is not recorded
+            recording[key] = (sql, got)
         return got
     where = _where(con)
     if where is not None:

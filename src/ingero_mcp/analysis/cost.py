@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import duckdb
 
-from ingero_mcp.analysis._sql import rows, tidy
+from ingero_mcp.analysis._sql import tidy
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.launches import has_launch_gaps, launch_coverage_sql
 from ingero_mcp.analysis.models import (
@@ -134,19 +134,20 @@ ENTRY_ONLY_SQL = "SELECT count(*) FROM cuda_calls WHERE duration_ns IS NULL AND 
 def tracing_cost(con: duckdb.DuckDBPyConnection) -> TracingCost | None:
     """The store's tracing cost and launch recording, or None where it has none (stores before v4)."""
     costs = [ProbeCost(probe=p, cost_ns=None if c is None else float(c), method=m)
-             for p, c, m in rows(con, PROBE_COSTS_SQL)]
+             for p, c, m in shared_rows(con, PROBE_COSTS_SQL)]
     per = shared_rows(con, process_cost_sql())
-    entry_only = int(rows(con, ENTRY_ONLY_SQL)[0][0])
+    entry_only = int(shared_rows(con, ENTRY_ONLY_SQL)[0][0])
     has_gaps = has_launch_gaps(con)
     if not costs and not per and not entry_only and not has_gaps:
         return None
-    names = {int(p): c for p, c in rows(con, "SELECT pid, comm FROM processes WHERE comm IS NOT NULL")}
-    added, wall, share = rows(con, session_cost_sql())[0]
-    intervals, sched_added, pages, page_added, samples, sample_added, total_share = rows(con, tracepoint_cost_sql())[0]
-    coverage = rows(con, launch_coverage_sql())[0][0] if has_gaps else 1.0
-    collector_cpu, collector_cpu_recording = rows(con, COLLECTOR_CPU_SQL)[0]
+    names = {int(p): c for p, c in shared_rows(con, "SELECT pid, comm FROM processes WHERE comm IS NOT NULL")}
+    added, wall, share = shared_rows(con, session_cost_sql())[0]
+    tracepoints = shared_rows(con, tracepoint_cost_sql())[0]
+    intervals, sched_added, pages, page_added, samples, sample_added, total_share = tracepoints
+    coverage = shared_rows(con, launch_coverage_sql())[0][0] if has_gaps else 1.0
+    collector_cpu, collector_cpu_recording = shared_rows(con, COLLECTOR_CPU_SQL)[0]
     programs = [BpfProgramTime(program=str(p), runs=int(n or 0), run_time_ns=int(t or 0))
-                for p, n, t in rows(con, BPF_PROGRAMS_SQL)]
+                for p, n, t in shared_rows(con, BPF_PROGRAMS_SQL)]
     return TracingCost(
         added_ns=None if added is None else int(added), wall_ns=None if wall is None else int(wall),
         share=None if share is None else float(share),

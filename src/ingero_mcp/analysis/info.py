@@ -43,11 +43,11 @@ def trace_info(con: duckdb.DuckDBPyConnection, overlaps: bool = True) -> TraceIn
     ]
     coverage = [
         TableCoverage(table_name=t, complete=bool(c), note=n)
-        for t, c, n in rows(con, "SELECT table_name, bool_and(complete), string_agg(DISTINCT note, '; ') FROM "
+        for t, c, n in shared_rows(con, "SELECT table_name, bool_and(complete), string_agg(DISTINCT note, '; ') FROM "
                                  "table_coverage GROUP BY table_name ORDER BY table_name")
     ]
     union = " UNION ALL ".join(f"SELECT '{t}', count(*) FROM {t}" for t in TABLES)
-    counts = {t: int(n) for t, n in rows(con, union)}
+    counts = {t: int(n) for t, n in shared_rows(con, union)}
     quality = data_quality(con, overlaps)
     return TraceInfo(
         sessions=sessions,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import duckdb
 
-from ingero_mcp.analysis._sql import pid_list, rows, table_complete, ts_in, where
+from ingero_mcp.analysis._sql import pid_list, table_complete, ts_in, where
 from ingero_mcp.analysis.derive import materialize
 from ingero_mcp.analysis.accounting import accounting, recording_notes, wind_down_notes
 from ingero_mcp.analysis.answers import shared_rows
@@ -116,7 +116,7 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
     acc = accounting(con, window, pids)
     minor: list[str] = []
     chains = causal_chains(con, window, pids, groups=groups, acc=acc, minor=minor, whole=whole)
-    gpu_mean = rows(con, gpu_busy_sql(window, pids))[0][0]
+    gpu_mean = shared_rows(con, gpu_busy_sql(window, pids))[0][0]
     gpu = None if gpu_mean is None else float(gpu_mean)
     syncs = None
     if acc.complete and acc.threads and acc.imported is None:
@@ -124,7 +124,7 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
 
         lead = pace_threads(acc)[:1]
         if lead:
-            n, ns, median = rows(con, feeder_syncs_sql(lead[0].pid, lead[0].tid, window))[0]
+            n, ns, median = shared_rows(con, feeder_syncs_sql(lead[0].pid, lead[0].tid, window))[0]
             syncs = Syncs(calls=int(n), ns=int(ns or 0), median_ns=int(median or 0))
     # asked here, not in a helper or a comprehension given the connection: the report reads what it hands on
     per_mark: dict[int, int] = {}

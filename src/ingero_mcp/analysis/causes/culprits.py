@@ -313,7 +313,7 @@ def _confined(ctx: Ctx, job: int, w: TimeWindow) -> tuple[str, Evidence] | None:
                (SELECT count(*) FROM occ WHERE cpu NOT IN (SELECT cpu FROM j) AND idle_ns >= 0.5 * on_ns) AS idle_cpus,
                (SELECT count(*) FROM occ) AS cpus_recorded
         FROM j""".split())
-    where, threads, host, n, idle, recorded_cpus = rows(ctx.con, sql)[0]
+    where, threads, host, n, idle, recorded_cpus = shared_rows(ctx.con, sql)[0]
     if not n or int(n) > CONFINED_CPUS or not host or int(host) <= int(n) or int(threads) <= int(n):
         return None
     if recorded_cpus and not idle:

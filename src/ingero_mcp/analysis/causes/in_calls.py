@@ -9,7 +9,6 @@ from collections import defaultdict
 import duckdb
 
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.accounting import SECOND_NS, gpu_util_sql
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding
@@ -49,7 +48,7 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
     used the GPU meanwhile."""
     t = f.thread
     sql = call_class_sql(t.pid, t.tid, f.ks, ctx.t0)
-    now = {r[0]: (int(r[1]), int(r[2] or 0), r[3]) for r in rows(ctx.con, sql)}
+    now = {r[0]: (int(r[1]), int(r[2] or 0), r[3]) for r in shared_rows(ctx.con, sql)}
     wall = max(1, (f.ks[1] - f.ks[0] + 1) * SECOND_NS)
     base: dict[str, int] = defaultdict(int)
     base_wall = 0
@@ -58,7 +57,7 @@ def explain_in_calls(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explai
     if spans:  # one query for every baseline window (short episodes cut the baseline into many), once per thread
         key = (t.pid, t.tid, tuple(spans))
         if key not in ctx.cache:
-            ctx.cache[key] = rows(ctx.con, baseline_class_sql(t.pid, t.tid, spans, ctx.t0))
+            ctx.cache[key] = shared_rows(ctx.con, baseline_class_sql(t.pid, t.tid, spans, ctx.t0))
         for r in ctx.cache[key]:
             base[r[0]] += int(r[1] or 0)
     # Contrast: the kind whose share grew against the baseline. Steady: the baseline is the same time seen whole
@@ -142,7 +141,7 @@ def _copies(ctx: Ctx, f: Finding, top: str, got: tuple[int, int, object], wall: 
     t = f.thread
     lo, hi = ctx.t0 + f.ks[0] * SECOND_NS, ctx.t0 + (f.ks[1] + 1) * SECOND_NS
     qsql = queued_copies_sql(t.pid, t.tid, top, lo, hi)
-    clean_ns, queued_ns = (int(v) for v in rows(ctx.con, qsql)[0])
+    clean_ns, queued_ns = (int(v) for v in shared_rows(ctx.con, qsql)[0])
     own_s = (clean_ns + max(0.0, queued_ns - kernels_ns)) / 1e9
     if own_s >= f.seconds_lost:
         return plain
@@ -164,7 +163,7 @@ def _context_creation(ctx: Ctx, f: Finding, alloc_ns: int) -> Explained | None:
     use (driver initialisation), a cold start, not the caching allocator churning."""
     sql = (f"SELECT op, ts_ns, round(duration_ns / 1e9, 3) AS s FROM cuda_calls WHERE pid = {f.thread.pid} "
            f"ORDER BY ts_ns LIMIT 1")
-    got = rows(ctx.con, sql)
+    got = shared_rows(ctx.con, sql)
     if not got or got[0][2] is None:
         return None
     op, ts, secs = got[0][0], int(got[0][1]), float(got[0][2])
@@ -191,11 +190,11 @@ def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str
            f"sum(duration_ns)::BIGINT AS in_calls_ns FROM cuda_calls c "
            f"WHERE ts_ns BETWEEN {lo} AND {hi} AND c.pid NOT IN ({', '.join(map(str, sorted(fam)))}) "
            f"GROUP BY c.pid ORDER BY calls DESC")
-    got = [r for r in rows(ctx.con, sql) if not ctx.is_collector(int(r[0]))]
+    got = [r for r in shared_rows(ctx.con, sql) if not ctx.is_collector(int(r[0]))]
     gsql = (f"SELECT pid, max(used_memory_bytes) AS mem, avg(sm_util_percent) AS sm FROM gpu_processes "
             f"WHERE ts_ns BETWEEN {lo} AND {hi} AND pid NOT IN ({', '.join(map(str, sorted(fam)))}) GROUP BY pid")
     try:
-        nvml = [r for r in rows(ctx.con, gsql) if not ctx.is_collector(int(r[0]))]
+        nvml = [r for r in shared_rows(ctx.con, gsql) if not ctx.is_collector(int(r[0]))]
     except duckdb.Error:
         nvml = []
     if not got and not nvml:
@@ -245,7 +244,7 @@ def _grew_per_iteration(ctx: Ctx, f: Finding, baseline: list[TimeWindow], what: 
     base_sql = per_iteration_sql(ctx, pid, [_k_range(ctx, w) for w in baseline], what)
     if now_sql is None or base_sql is None:
         return None
-    now, base = rows(ctx.con, now_sql)[0][0], rows(ctx.con, base_sql)[0][0]
+    now, base = shared_rows(ctx.con, now_sql)[0][0], shared_rows(ctx.con, base_sql)[0][0]
     if now is None or base is None or float(now) < MORE_PER_ITERATION * max(float(base), 0.5) \
             or float(now) - float(base) < (10 if what == "work" else 2):
         return None
@@ -274,19 +273,19 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
     sql = (f"WITH o AS (SELECT min(started_ns) AS t0 FROM sessions) SELECT sum(count)::BIGINT AS pages, "
            "count(DISTINCT bucket_start_ns) AS seconds FROM host_aggregates, o WHERE op = 'mm_page_alloc' AND "
            f"pid = {t.pid} AND (bucket_start_ns - o.t0) // 1000000000 BETWEEN {k0} AND {k1}")
-    pages, _secs = rows(ctx.con, sql)[0]
+    pages, _secs = shared_rows(ctx.con, sql)[0]
     rate = int(pages or 0) / max(1, k1 - k0 + 1)
     base_rate = None
     if baseline:
         tot = n = 0
         for w in baseline:
             b0, b1 = _k_range(ctx, w)
-            p, _s = rows(ctx.con, sql.replace(f"BETWEEN {k0} AND {k1}", f"BETWEEN {b0} AND {b1}"))[0]
+            p, _s = shared_rows(ctx.con, sql.replace(f"BETWEEN {k0} AND {k1}", f"BETWEEN {b0} AND {b1}"))[0]
             tot += int(p or 0)
             n += b1 - b0 + 1
         base_rate = tot / max(n, 1)
     rate_sql = f"SELECT round(coalesce(pages, 0) / {k1 - k0 + 1})::BIGINT FROM ({' '.join(sql.split())})"
-    ev = [Evidence(name="pages allocated by the process per second", value=int(rows(ctx.con, rate_sql)[0][0]),
+    ev = [Evidence(name="pages allocated by the process per second", value=int(shared_rows(ctx.con, rate_sql)[0][0]),
                    sql=rate_sql)]
     if rate >= 20_000 and (base_rate is None or rate >= 4 * max(base_rate, 1)):
         return Explained(cause=rc.PAGE_FAULTS, evidence=ev,
@@ -367,12 +366,12 @@ def _copies_per_iteration(ctx: Ctx, f: Finding) -> tuple[float, float, float, li
     read_sql = per_iteration_sql(ctx, f.thread.pid, [f.ks], "read")
     if copy_sql is None or sync_sql is None or read_sql is None:
         return None
-    copies = rows(ctx.con, copy_sql)[0][0]
+    copies = shared_rows(ctx.con, copy_sql)[0][0]
     if copies is None or float(copies) < MANY_COPIES:
         return None
     marker = ctx.progress[f.thread.pid]
-    syncs = float(rows(ctx.con, sync_sql)[0][0] or 0)
-    reads = float(rows(ctx.con, read_sql)[0][0] or 0)
+    syncs = float(shared_rows(ctx.con, sync_sql)[0][0] or 0)
+    reads = float(shared_rows(ctx.con, read_sql)[0][0] or 0)
     return float(copies), syncs, reads, [
         Evidence(name=f"host-device copies per iteration in the window (an iteration: one {marker.label})",
                  value=float(copies), sql=copy_sql),
@@ -390,7 +389,7 @@ def _copies_issuer(ctx: Ctx, f: Finding) -> tuple[str, float, Evidence] | None:
            f"min(started_ns) AS t0 FROM sessions) o WHERE pid = {f.thread.pid} AND contains(op, 'emcpy') AND NOT "
            f"contains(op, 'DtoD') AND (ts_ns - o.t0) // 1000000000 BETWEEN {k0} AND {k1} GROUP BY tid "
            "ORDER BY pct DESC, tid LIMIT 1")
-    got = rows(ctx.con, sql)
+    got = shared_rows(ctx.con, sql)
     if not got or int(got[0][0]) == f.thread.tid or float(got[0][1]) < 50.0:
         return None
     tid, pct = int(got[0][0]), float(got[0][1])
@@ -418,7 +417,7 @@ def _busy_runner(ctx: Ctx, f: Finding,
     sql = (f"SELECT round(100.0 * sum(run_outside_ns + run_inside_ns) / max(w), 1) FROM thread_seconds, (SELECT "
            f"max(s) AS w FROM (SELECT sum(wall_ns) AS s FROM thread_seconds WHERE pid = {f.thread.pid} AND tid IN "
            f"({tids}) AND ({ranges}) GROUP BY tid)) WHERE pid = {f.thread.pid} AND tid IN ({tids}) AND ({ranges})")
-    base = rows(ctx.con, sql)[0][0]
+    base = shared_rows(ctx.con, sql)[0][0]
     share = 100 * run_ns / wall_ns
     if base is None or share < BUSY_GREW * float(base):
         return None

@@ -11,6 +11,7 @@ import duckdb
 
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, sql_round
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import MIN_PHASE_S, SECOND_NS, SLOW_FACTOR, gpu_util_sql
 from ingero_mcp.analysis.causes.context import HIGH_SHARE, MEDIUM_SHARE, MINOR_SHARE, Ctx, Finding, _context
 from ingero_mcp.analysis.causes.context import _seconds_sql, part_sql
@@ -275,7 +276,7 @@ def _stops(ctx: Ctx, pid: int, ph: Phase) -> tuple[list[int], str] | None:
     if marker is None or not ph.episodes or ph.unit != "iterations/s":
         return None
     sql = pauses_sql(marker, ph.episodes)
-    got = [int(p) for _, p in rows(ctx.con, sql)]
+    got = [int(p) for _, p in shared_rows(ctx.con, sql)]
     if len(got) != len(ph.episodes) or any(p < STOP_SHARE * w.duration_ns for p, w in zip(got, ph.episodes)):
         return None
     return got, sql

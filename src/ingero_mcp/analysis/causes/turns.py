@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ingero_mcp.analysis import recommend as rc
-from ingero_mcp.analysis._sql import rows, sql_round, sql_str
+from ingero_mcp.analysis._sql import sql_round, sql_str
+from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx
 from ingero_mcp.analysis.causes.culprits import Explained
 from ingero_mcp.analysis.models import Evidence, TimeWindow
@@ -42,7 +43,7 @@ def workers_turns(ctx: Ctx, job: int, end_pid: int, w: TimeWindow) -> tuple[dict
     if not name:
         return None
     sql = turns_sql(job, name, w)
-    share, syscall = rows(ctx.con, sql)[0]
+    share, syscall = shared_rows(ctx.con, sql)[0]
     if share is None or float(share) < TURNS_SHARE:
         return None
     named = f" in {syscall}()" if syscall and not str(syscall).startswith("syscall_") else ""
