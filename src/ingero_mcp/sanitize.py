@@ -174,13 +174,18 @@ def clean_data(value: Any, cap: int = DEFAULT_CAP, key_caps: dict[str, int] | No
     if isinstance(value, str):
         return clean(value, cap)
     if isinstance(value, dict):
+        caps = key_caps or {}
         return {
-            clean(str(key), DEFAULT_CAP): clean_data(item, (key_caps or {}).get(str(key), cap), key_caps)
+            (key if type(key) is str and len(key) <= DEFAULT_CAP and _plain(key) else clean(str(key), DEFAULT_CAP)):
+            (item if type(item) in _AS_IS else clean_data(item, caps.get(str(key), cap), key_caps))
             for key, item in value.items()
         }
     if isinstance(value, list | tuple):
-        return [clean_data(item, cap, key_caps) for item in value]
+        return [item if type(item) in _AS_IS else clean_data(item, cap, key_caps) for item in value]
     return value
+
+
+_AS_IS = frozenset({int, float, bool, type(None)})  # clean_data returns these as they are: not looked into
 
 
 if __name__ == "__main__":  # regenerate the precomputed classes: python -m ingero_mcp.sanitize
