@@ -56,6 +56,7 @@ WORKER_GIL_FIX = "worker-gil-fix"
 WORKERS_FIX = "workers-fix"
 # Not a root cause: the fix for a wait on worker processes that took turns at something they share (causes.turns).
 WORKERS_TURNS_FIX = "workers-turns-fix"
+WORKERS_SERVER_FIX = "workers-server-fix"
 # Not a root cause: the fix for a wait on a thread or process that sleeps on its own timer between what it hands over.
 PACED_FIX = "paced-by-timer-fix"
 CHILD_RUN_FIX = "child-run-to-exit-fix"
@@ -317,6 +318,14 @@ CATALOGUE: dict[str, list[str]] = {
         "so more of them will not help. Give each worker its own (open files and connections in each worker, e.g. in "
         "a DataLoader's worker_init_fn) and take no lock around reads of data no one writes.",
     ],
+    WORKERS_SERVER_FIX: [
+        "{who} slept {share}% of the time ({window}) waiting for its worker processes, which themselves waited on "
+        "{workers_server}: each slept {workers_turns}% of that time{workers_turns_in} until it answered. One process "
+        "that all of them ask (a multiprocessing.Manager's server behind a dict, list or queue proxy; a cache or "
+        "database server) answers them in turn, so more workers will not help. Keep what they share where each reads "
+        "it directly (a tensor in shared memory, a memory-mapped file, a copy in each worker), or ask for a whole "
+        "batch at once rather than for each sample.",
+    ],
     WORKERS_FIX: [
         "{who} slept {share}% of the time ({window}) waiting for its worker processes: they cannot keep up. "
         "Make their per-item work cheaper, or run more of them if CPUs are free; where the job asks for one item at a "
@@ -439,6 +448,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return MODEL_HOST_FIX
     if cause == INPUT_WAIT and numbers.get("worker_gil"):
         return WORKER_GIL_FIX
+    if cause == INPUT_WAIT and numbers.get("workers_server"):
+        return WORKERS_SERVER_FIX
     if cause == INPUT_WAIT and numbers.get("workers_turns"):
         return WORKERS_TURNS_FIX
     if cause == INPUT_WAIT and not numbers.get("loader"):

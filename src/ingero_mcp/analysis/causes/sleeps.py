@@ -367,7 +367,7 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                   kind: str, in_what: str, pooled: str | None = None) -> Explained:
     """_explain_walk's cause, and whether the path ran through the job's collective communication (its fix)."""
     ex = with_turns(ctx, _explain_walk(ctx, f, path, ev, culprits, share, kind, in_what, pooled), f.thread.pid,
-                    path.end.pid, f.window)  # workers that queue for what they share: not too few of them
+                    path, f.window)  # workers that queue for what they share: not too few of them
     found = collective(ctx, path)
     return ex if found is None else replace(ex, numbers={**ex.numbers, **found[0]}, evidence=[*ex.evidence, found[1]])
 
