@@ -28,6 +28,7 @@ from natural_checks_23 import CHECKS_23
 from natural_checks_24 import CHECKS_24
 from natural_checks_25 import CHECKS_25
 from natural_checks_26 import CHECKS_26
+from natural_checks_27 import CHECKS_27
 from natural_shares import SHARE_SLACK, feeder_shares
 from paths import REPO
 from test_zoo import SECOND, _report, _top, decompressed
@@ -533,6 +534,7 @@ CHECKS |= CHECKS_23
 CHECKS |= CHECKS_24
 CHECKS |= CHECKS_25
 CHECKS |= CHECKS_26
+CHECKS |= CHECKS_27
 
 
 def test_every_natural_store_has_its_check() -> None:

@@ -82,6 +82,8 @@
 #                                                 natural_healthy_elastic_timer
 #   bash bench/gpu/zoo/device_zoo.sh natural26    natural_manager_dict_sample_cache natural_tensor_from_ndarray_list
 #                                                 natural_healthy_simclr_busy_workers
+#   bash bench/gpu/zoo/device_zoo.sh natural27    natural_pk_sampler_label_scan natural_glob_in_getitem
+#                                                 natural_healthy_async_eval_popen
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -147,6 +149,7 @@ NATURAL23="natural_word2vec_cpu_negatives natural_triplet_mining_cpu natural_hea
 NATURAL24="natural_bpe_collate_main_thread natural_activation_hist_hooks natural_healthy_gpu_hook_stats"
 NATURAL25="natural_flock_hdf5_workers natural_log_queue_fsync_listener natural_healthy_elastic_timer"
 NATURAL26="natural_manager_dict_sample_cache natural_tensor_from_ndarray_list natural_healthy_simclr_busy_workers"
+NATURAL27="natural_pk_sampler_label_scan natural_glob_in_getitem natural_healthy_async_eval_popen"
 names=()
 for a in "$@"; do
   case $a in
@@ -197,11 +200,12 @@ for a in "$@"; do
     natural24) names+=($NATURAL24) ;;
     natural25) names+=($NATURAL25) ;;
     natural26) names+=($NATURAL26) ;;
+    natural27) names+=($NATURAL27) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|natural22|natural23|natural24|natural25|natural26|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|natural22|natural23|natural24|natural25|natural26|natural27|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
