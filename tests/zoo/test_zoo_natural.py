@@ -554,11 +554,6 @@ KNOWN: dict[str, str] = {  # a natural job whose check fails, with why
         "not scorable as written: the job's own GPU measure failed on the H200 (gpu_step_ms None), which its "
         "check needs; the report's HIGH host-bound is true by the job's clocks (queueing its step 80% of the "
         "run)"),
-    "natural_compile_dynamic_shapes": (
-        "held out (natural21), failed at its one score: its run, 99.9% in steps recompiling for new lengths (inductor, "
-        "4 recompiles, 11 steps in 21 s), is one slow phase against a warm-up baseline that compiled too, so no part "
-        "of the main thread's time grew and no HIGH or MEDIUM finding names the compile; the verdict says the GPU "
-        "waited for the host (6% busy), no part singled out"),
     "natural_tensor_str_logging": (
         "held out (natural22), failed at its one score with no finding at a GPU 65% busy; since, a MEDIUM host-bound "
         "of the idle time the main thread's running must have held (4.49 s, by counting), said as tensors turned into "

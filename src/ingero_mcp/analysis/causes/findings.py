@@ -262,6 +262,15 @@ def _drained(ctx: Ctx, thread: ThreadAccount, seconds: list[SecondAccount]) -> d
     return drained_parts(ctx.con, thread.pid, thread.tid, ctx.t0, lo, hi)
 
 
+def explained_phases(phases: list[Phase], contrast: list[Finding]) -> list[Phase]:
+    """The phases with the slow ones no part stood out in left out: a slow phase whose every part cost more alike
+    (against a baseline that was host-bound too, no part grew) is read as the rest of the run is, by steady_findings
+    (natural_compile_dynamic_shapes: recompiles filled the whole measured run, its baseline the last 2 s)."""
+    return [p for p in phases if p.kind != "slow" or any(
+        f.mode == "contrast" and f.window.start_ns < p.window.end_ns and f.window.end_ns > p.window.start_ns
+        for f in contrast)]
+
+
 def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
                     steady_from: int | None = None) -> list[Finding]:
     """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""

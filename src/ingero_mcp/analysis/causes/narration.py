@@ -18,7 +18,7 @@ from ingero_mcp.analysis.causes.context import _seconds_sql, part_sql
 from ingero_mcp.analysis.causes.culprits import Explained, pool_stem, torch_loader
 from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, MIN_EPISODE_LOSS_S, SCAN_FRACTION, STOP_SHARE, pauses_sql
 from ingero_mcp.analysis.causes.explain import _explain
-from ingero_mcp.analysis.causes.findings import contrast_findings, episode_seconds, steady_findings
+from ingero_mcp.analysis.causes.findings import contrast_findings, episode_seconds, explained_phases, steady_findings
 from ingero_mcp.analysis.causes.frames import attach_frames
 from ingero_mcp.analysis.drained import drained_wakers_sql
 from ingero_mcp.analysis.idle_bound import BOUNDED, bound_evidence, bound_reason
@@ -385,8 +385,9 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
         wall_s = t.busy_ns / 1e9  # the feeding time: an idle wait for input is not (accounting.idle_sql)
         steady_from = acc.steady_from_ns.get(t.pid)
         found: list[tuple[Finding, CausalChain]] = []
-        for i, f in enumerate(contrast_findings(ctx, t, phases, steady_from)
-                              + steady_findings(ctx, t, phases, steady_from)):
+        contrast = contrast_findings(ctx, t, phases, steady_from)
+        steady = steady_findings(ctx, t, explained_phases(phases, contrast), steady_from)
+        for i, f in enumerate(contrast + steady):
             ex = _every_episode(ctx, f, _explain(ctx, _worst(ctx, f), baseline), baseline)
             chain = _chain(ctx, f, ex, wall_s, i)
             if stacked:

@@ -520,8 +520,11 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
         return Explained(cause=rc.WAITING_ON_PROCESS, culprits=culprits, evidence=ev, numbers=numbers, confident=False,
                          reason=f"{woke}{via}; {end_who} is not traced, so what it did is not recorded")
     # 'sleeper' (they take turns), 'interrupt', 'mixed', 'depth': the last thread's own share is the answer
-    cause = rc.INPUT_WAIT if end_rel == "child process" else rc.WAITING_ON_THREAD if end_rel == "same process" \
-        else rc.WAITING_ON_PROCESS
+    # a walk through PyTorch's autograd thread: its backward pass waited on that process, which a loader's workers
+    # never feed (they hand batches to the loop's next(); natural_compile_dynamic_shapes: inductor's compile pool)
+    backward = end is not first and _autograd(ctx.names.get(first.tid))
+    cause = rc.INPUT_WAIT if end_rel == "child process" and not backward else rc.WAITING_ON_THREAD \
+        if end_rel == "same process" else rc.WAITING_ON_PROCESS
     turns = f"; it waits on {ctx.who(t.pid, t.tid)} in turn" if path.stop == "sleeper" else ""
     return Explained(cause=cause, culprits=culprits, evidence=ev, numbers=numbers, confident=path.stop != "mixed",
                      reason=f"{woke}{via}; {end_who} was {doing}{turns}")
