@@ -271,6 +271,21 @@ def explained_phases(phases: list[Phase], contrast: list[Finding]) -> list[Phase
         for f in contrast)]
 
 
+def steady_context(found: list[tuple[str, str, str, float]]) -> list[bool]:
+    """Which of a thread's findings (mode, cause, severity, seconds) are context to a phase that lost progress: the
+    steady ones, where a phase (contrast, not LOW) lost progress; the phase is the news. But a steady finding of the
+    phase's lead cause that explains more seconds than the phase's findings together is not: the phase was a worse
+    stretch of what held all along, which leads (natural_pk_sampler_label_scan: the sampler's scan 12.5 s of the run,
+    1.3x worse for 12 s)."""
+    lost: dict[str, float] = {}
+    for mode, cause, severity, seconds in found:
+        if mode == "contrast" and severity != "LOW":
+            lost[cause] = lost.get(cause, 0.0) + seconds
+    lead = max(lost, key=lambda c: lost[c]) if lost else None
+    return [mode == "steady" and lead is not None and not (cause == lead and seconds > sum(lost.values()))
+            for mode, cause, _, seconds in found]
+
+
 def steady_findings(ctx: Ctx, thread: ThreadAccount, phases: list[Phase],
                     steady_from: int | None = None) -> list[Finding]:
     """Outside slow phases: the parts that filled stretches (2 s or more) in which the GPU sat idle."""

@@ -18,7 +18,8 @@ from ingero_mcp.analysis.causes.context import _seconds_sql, part_sql
 from ingero_mcp.analysis.causes.culprits import Explained, pool_stem, torch_loader
 from ingero_mcp.analysis.episodes import HEALTHY_FRACTION, MIN_EPISODE_LOSS_S, SCAN_FRACTION, STOP_SHARE, pauses_sql
 from ingero_mcp.analysis.causes.explain import _explain
-from ingero_mcp.analysis.causes.findings import contrast_findings, episode_seconds, explained_phases, steady_findings
+from ingero_mcp.analysis.causes.findings import contrast_findings, episode_seconds, explained_phases, steady_context
+from ingero_mcp.analysis.causes.findings import steady_findings
 from ingero_mcp.analysis.causes.frames import attach_frames
 from ingero_mcp.analysis.drained import drained_wakers_sql
 from ingero_mcp.analysis.idle_bound import BOUNDED, bound_evidence, bound_reason
@@ -397,15 +398,15 @@ def accounting_chains(con: duckdb.DuckDBPyConnection, acc: Accounting, window: T
             found.append((replace(f, serialising=bool(ex.numbers.get("serialising"))), chain))
         found = _paced(ctx, _one_story(found, wall_s))
         minor += [other_work_line(ctx, t, p) for p in phases if p.kind == "other-work"]
-        # a phase that lost progress leads: the steady state around it (host-bound all along, say) is its context
-        lost = any(f.mode == "contrast" and c.severity != "LOW" for f, c in found)
-        for f, chain in found:
+        # a phase that lost progress leads, the steady state around it its context (findings.steady_context)
+        context = steady_context([(f.mode, c.root_cause, c.severity, c.seconds_lost or 0) for f, c in found])
+        for (f, chain), is_context in zip(found, context):
             if wall_s and chain.seconds_lost is not None and chain.seconds_lost / wall_s < MINOR_SHARE:
                 minor.append(f"{chain.root_cause}: {chain.summary} ({chain.seconds_lost:.2f} s)")
                 continue
-            if lost and f.mode == "steady" and chain.severity == "HIGH":
+            if is_context and chain.severity == "HIGH":
                 chain.severity = "MEDIUM"
-            chains.append((min(rank, 1) * 2 + (f.mode == "steady" and lost), chain))
+            chains.append((min(rank, 1) * 2 + is_context, chain))
     order = SEVERITY_RANK
     # contrast before steady context (odd keys), then severity, the job before other GPU users, seconds explained
     return [c for _, c in sorted(chains, key=lambda kc: (kc[0] % 2, order[kc[1].severity], kc[0],
