@@ -84,6 +84,8 @@
 #                                                 natural_healthy_simclr_busy_workers
 #   bash bench/gpu/zoo/device_zoo.sh natural27    natural_pk_sampler_label_scan natural_glob_in_getitem
 #                                                 natural_healthy_async_eval_popen
+#   bash bench/gpu/zoo/device_zoo.sh natural28    natural_weighted_sampler_epochs natural_sqlite_unindexed_getitem
+#                                                 natural_healthy_pde_producer_process
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -150,6 +152,7 @@ NATURAL24="natural_bpe_collate_main_thread natural_activation_hist_hooks natural
 NATURAL25="natural_flock_hdf5_workers natural_log_queue_fsync_listener natural_healthy_elastic_timer"
 NATURAL26="natural_manager_dict_sample_cache natural_tensor_from_ndarray_list natural_healthy_simclr_busy_workers"
 NATURAL27="natural_pk_sampler_label_scan natural_glob_in_getitem natural_healthy_async_eval_popen"
+NATURAL28="natural_weighted_sampler_epochs natural_sqlite_unindexed_getitem natural_healthy_pde_producer_process"
 names=()
 for a in "$@"; do
   case $a in
@@ -201,11 +204,12 @@ for a in "$@"; do
     natural25) names+=($NATURAL25) ;;
     natural26) names+=($NATURAL26) ;;
     natural27) names+=($NATURAL27) ;;
+    natural28) names+=($NATURAL28) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|natural22|natural23|natural24|natural25|natural26|natural27|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|natural22|natural23|natural24|natural25|natural26|natural27|natural28|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
@@ -280,8 +284,8 @@ run_one() {
   # shellcheck disable=SC2086
   local limit_s=60
   # spawn workers import torch afresh every epoch: ~10 s an epoch under tracing, its warm-up alone ~30 s; a cold
-  # inductor compile under tracing may take as long
-  case $name in natural_spawn_workers_each_epoch|natural_compile_dynamic_shapes) limit_s=100 ;; esac
+  # inductor compile under tracing may take as long; the weighted sampler's set-up draws 4M indices twice
+  case $name in natural_spawn_workers_each_epoch|natural_compile_dynamic_shapes|natural_weighted_sampler_epochs) limit_s=100 ;; esac
   timeout -k 5 $limit_s python3 "$ZOO/$name.py" --truth "$d/$name.truth.json" $ARGS > "$d/scenario.log" 2>&1
   rc=$?
   t_exit=$(clock)
