@@ -211,6 +211,9 @@ def _other_gpu_users(ctx: Ctx, pid: int, f: Finding) -> tuple[list[Culprit], str
     return culprits, text, sql
 
 
+# Fresh memory's cost at most: 4 KiB per 2 us (a minor fault's median is ~1 us; the staged page-fault storm's thread,
+# 91% on its CPU, allocated 2 GB/s), zeroing and mapping included; huge pages cost less per byte.
+ALLOC_BYTES_PER_S = 2e9
 MORE_PER_ITERATION = 2.0  # launches+copies (or syncs) per iteration grew this many times: the work came in pieces
 
 
@@ -274,6 +277,8 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
            "count(DISTINCT bucket_start_ns) AS seconds FROM host_aggregates, o WHERE op = 'mm_page_alloc' AND "
            f"pid = {t.pid} AND (bucket_start_ns - o.t0) // 1000000000 BETWEEN {k0} AND {k1}")
     pages, _secs = shared_rows(ctx.con, sql)[0]
+    alloc_bytes = shared_rows(ctx.con, sql.replace("count(DISTINCT bucket_start_ns) AS seconds",
+                                                    "sum(sum_bytes)::BIGINT AS bytes"))[0][1]
     rate = int(pages or 0) / max(1, k1 - k0 + 1)
     base_rate = None
     if baseline:
@@ -287,7 +292,11 @@ def explain_run_outside(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Exp
     rate_sql = f"SELECT round(coalesce(pages, 0) / {k1 - k0 + 1})::BIGINT FROM ({' '.join(sql.split())})"
     ev = [Evidence(name="pages allocated by the process per second", value=int(shared_rows(ctx.con, rate_sql)[0][0]),
                    sql=rate_sql)]
-    if rate >= 20_000 and (base_rate is None or rate >= 4 * max(base_rate, 1)):
+    # what the allocations could have cost at most, per second, against the part's time they must explain (its growth
+    # over the baseline, or its share): a surge too small to fill it is not where the time went (a 4M-index draw's list)
+    most_s = (alloc_bytes if alloc_bytes is not None else int(pages or 0) * 4096) / ALLOC_BYTES_PER_S / (k1 - k0 + 1)
+    grown = f.share - f.base_share if f.mode == "contrast" and f.base_share is not None else f.share
+    if rate >= 20_000 and (base_rate is None or rate >= 4 * max(base_rate, 1)) and most_s >= 0.5 * grown:
         return Explained(cause=rc.PAGE_FAULTS, evidence=ev,
                          reason=(f"allocating {rate:,.0f} pages/s ({rate * 4096 / 1e9:.1f} GB/s of fresh memory"
                                  + (f", vs {base_rate:,.0f}/s before" if base_rate is not None else "")
