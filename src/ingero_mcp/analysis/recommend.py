@@ -67,6 +67,8 @@ TENSOR_TEXT_FIX = "tensor-text-fix"
 READS_FIX = "reads-back-fix"
 # Not a root cause: the fix for host-bound whose samples were in PyTorch's data loading on the feeding thread.
 LOADING_FIX = "loading-fix"
+# Not a root cause: the fix for host-bound whose data loading was a DataLoader's sampler (causes.sampler).
+SAMPLER_FIX = "sampler-fix"
 # Not a root cause: the fix for own-threads-cpu behind PyTorch's autograd thread (the backward pass's launches).
 AUTOGRAD_CPU_FIX = "autograd-cpu-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to compiling GPU code (causes.culprits).
@@ -211,6 +213,12 @@ CATALOGUE: dict[str, list[str]] = {
         "{who} spent {share}% of the time ({window}) running its own code between CUDA calls while the GPU waited "
         "({loading}): move batch preparation off the main thread (DataLoader num_workers=N, persistent_workers=True, "
         "prefetch_factor=2-4), or vectorise it (index a whole batch at once, keep tensors on the GPU).",
+    ],
+    SAMPLER_FIX: [
+        "{who} spent {share}% of the time ({window}) running its own code between CUDA calls while the GPU waited "
+        "({sampling}): a DataLoader's sampler runs in the main process whatever num_workers, so more workers do not "
+        "help; make its __iter__ cheap (what it draws from computed once, before the loop; an epoch's indices drawn "
+        "at once, vectorised, and reused or sliced), or pass index lists made ahead as the batch_sampler.",
     ],
     READS_FIX: [
         "{who} spent {share}% of the time ({window}) running its own code between CUDA calls, and read {reads} "
@@ -438,6 +446,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return SERIALISING_FIX
     if cause == HOST_BOUND and numbers.get("reads"):
         return READS_FIX
+    if cause == HOST_BOUND and numbers.get("sampling"):
+        return SAMPLER_FIX
     if cause == HOST_BOUND and numbers.get("loading"):
         return LOADING_FIX
     if cause == HOST_BOUND and numbers.get("copies"):

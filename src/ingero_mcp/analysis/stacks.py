@@ -377,6 +377,11 @@ COMPRESSING = ("len(list_filter(frames, lambda f: f LIKE 'deflate%' OR f LIKE 'Z
 # PyTorch's data loading on the thread (a DataLoader iterated without workers: its fetch, its collate, the dataset's
 # __getitem__ called from them): batches prepared where the GPU is fed.
 LOADING = "len(list_filter(files, lambda f: f LIKE '%/torch/utils/data/%')) > 0"
+# Of that, a DataLoader's sampler drawing the batches' indices (its iterator's _next_index, torch's sampler.py): run in
+# the main process, on the thread that iterates the loader, whatever num_workers (natural_pk_sampler_label_scan,
+# natural_weighted_sampler_epochs: the workers idle while it drew).
+SAMPLING = ("len(list_filter(frames, lambda f: ends_with(f, '._next_index'))) > 0 OR "
+            "len(list_filter(files, lambda f: f LIKE '%/torch/utils/data/sampler.py')) > 0")
 # Talking to another process through multiprocessing (a Manager's proxies, a Queue, a Pipe: each access pickled, sent
 # and answered), its innermost Python frame there: natural_manager_dict_counters' gaps between steps were 54% of it.
 # The innermost only: a worker's whole stack sits on multiprocessing's process start.
@@ -417,6 +422,14 @@ def framework_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | Non
             f"round(100 * sum(n) FILTER (WHERE {IPC}) / sum(n), 1) AS ipc_pct, "
             f"round(100 * sum(n) FILTER (WHERE {COMPRESSING}) / sum(n), 1) AS compressing_pct, "
             f"round(100 * sum(n) FILTER (WHERE {TENSOR_TEXT}) / sum(n), 1) AS tensor_text_pct "
+            f"FROM ({weights_sql('on_cpu', pid, tid, window, calls=calls, within=within)})")
+
+
+def sampling_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None = None,
+                       within: str | None = None) -> str:
+    """The share (%) of the thread's on-CPU samples in the window in a DataLoader's sampler (SAMPLING), and the
+    samples; `calls` and `within` as framework_share_sql's."""
+    return (f"SELECT round(100 * sum(n) FILTER (WHERE {SAMPLING}) / sum(n), 1) AS sampling_pct, sum(n) AS samples "
             f"FROM ({weights_sql('on_cpu', pid, tid, window, calls=calls, within=within)})")
 
 

@@ -12,6 +12,7 @@ from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows, sql_round
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding, part_ns
+from ingero_mcp.analysis.causes.sampler import sampler_work
 from ingero_mcp.analysis.models import Culprit, Evidence, TimeWindow
 from ingero_mcp.analysis.stacks import FRAMEWORK_COLUMNS, framework_share_sql, recorded
 from ingero_mcp.analysis.waits import SATURATED, Hop, WaitPath, busy_share
@@ -427,6 +428,8 @@ def host_work(ctx: Ctx, pid: int, tid: int, window: TimeWindow | None, whose: st
         return None
     for key, column, where, what, code in _HOST_WORK:
         if got[column] is not None and float(got[column]) >= HOST_WORK_SHARE:
+            if key == "loading" and (drawn := sampler_work(ctx, pid, tid, window, whose, calls, within)):
+                return drawn  # batches' indices drawn: the workers' fix does not reach a sampler
             samples = (f"{whose} on-CPU samples{f' {calls} CUDA calls' if calls else ''}"
                        f"{f' {within[1]}' if within else ''}")
             share = f"{float(got[column]):.0f}% of {samples}"
