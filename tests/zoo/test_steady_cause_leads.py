@@ -32,6 +32,9 @@ def test_a_steady_cause_is_context_to_a_phase_unless_it_is_the_phase_cause_and_l
     # the phase's cause, larger than that cause's share of the phase but not than the whole phase: context
     assert steady_context([("contrast", host, "HIGH", 4.0), ("contrast", other, "MEDIUM", 3.0),
                            ("steady", host, "HIGH", 6.0)]) == [False, False, True]
+    # the GPU's own pace all along is no host-side story to lead with (gpu_work_grows without NVML's rows)
+    slower = rc.GPU_SLOWER
+    assert steady_context([("contrast", slower, "MEDIUM", 6.5), ("steady", slower, "HIGH", 10.4)]) == [False, True]
     # a phase said LOW lost no progress worth leading with: nothing is context
     assert steady_context([("contrast", host, "LOW", 0.4), ("steady", host, "HIGH", 12.5)]) == [False, False]
     assert steady_context([("steady", host, "HIGH", 12.5)]) == [False]

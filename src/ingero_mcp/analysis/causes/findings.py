@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis.accounting import SECOND_NS, second_runs, seconds_within, sum_seconds
 from ingero_mcp.analysis.causes.context import (
     Ctx,
@@ -271,6 +272,11 @@ def explained_phases(phases: list[Phase], contrast: list[Finding]) -> list[Phase
         for f in contrast)]
 
 
+# Readings of the GPU's own pace: a thread that waited on its GPU all along was GPU-bound, no host-side story to lead
+# with however long (gpu_work_grows without NVML's rows: its baseline's waits said as the hedged gpu-slower).
+GPU_SIDE = frozenset({rc.GPU_BOUND, rc.GPU_SLOWER})
+
+
 def steady_context(found: list[tuple[str, str, str, float]]) -> list[bool]:
     """Which of a thread's findings (mode, cause, severity, seconds) are context to a phase that lost progress: the
     steady ones, where a phase (contrast, not LOW) lost progress; the phase is the news. But a steady finding of the
@@ -282,7 +288,8 @@ def steady_context(found: list[tuple[str, str, str, float]]) -> list[bool]:
         if mode == "contrast" and severity != "LOW":
             lost[cause] = lost.get(cause, 0.0) + seconds
     lead = max(lost, key=lambda c: lost[c]) if lost else None
-    return [mode == "steady" and lead is not None and not (cause == lead and seconds > sum(lost.values()))
+    return [mode == "steady" and lead is not None and not (cause == lead and seconds > sum(lost.values())
+                                                           and cause not in GPU_SIDE)
             for mode, cause, _, seconds in found]
 
 
