@@ -457,7 +457,8 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
             if work is not None and "compiling" in work[1]:
                 how, extra = f"({work[0]})", work[1]
                 ev.append(work[2])
-            return Explained(cause=rc.HOST_BOUND, culprits=culprits, evidence=ev, numbers={**numbers, **extra},
+            mine = [k for k in culprits if end.tid in k.tids] or culprits  # the backward's thread, not other wakers
+            return Explained(cause=rc.HOST_BOUND, culprits=mine, evidence=ev, numbers={**numbers, **extra},
                              reason=f"{woke}; {end_who}, PyTorch's autograd thread, which runs the backward pass the "
                                     f"thread hands it and wakes it when done, was {doing}: the step's own backward "
                                     f"{how} is host work the GPU waits on")
