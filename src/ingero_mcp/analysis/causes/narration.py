@@ -138,8 +138,8 @@ def _drained_agreement(f: Finding, ex: Explained, gaps: tuple[str, list[tuple]] 
     keys = ", ".join(f"({int(p)}, {int(tid)})" for p, tid in named)
     return Evidence(name=AGREED,
                     value=f"{ended / 1e9:.2f} of {total / 1e9:.2f}",
-                    sql=(f"SELECT round(sum(ns) FILTER (WHERE (waker_pid, waker_tid) IN ({keys})) / 1e9, 2) || ' of ' "
-                         f"|| round(sum(ns) / 1e9, 2) FROM ({sql})"))
+                    sql=(f"SELECT printf('%.2f of %.2f', sum(ns) FILTER (WHERE (waker_pid, waker_tid) IN ({keys})) "
+                         f"/ 1e9, sum(ns) / 1e9) FROM ({sql})"))
 
 
 GAP_ENDERS = "who ended its sleeps inside the drained gaps (share of that sleep)"
