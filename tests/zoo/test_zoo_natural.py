@@ -580,6 +580,11 @@ KNOWN: dict[str, str] = {  # a natural job whose check fails, with why
         "busy while iterations fell 24.6x, read as the GPU's own work (gpu-bound, LOW); the GPU was busy with "
         "cuDNN's autotuning trials for each new input side (cudnn.benchmark, 14 new sides in 15 steps: 97.6% of the "
         "run), which the report does not name (441 syncs per iteration against 8 before; libcudnn in the stacks)"),
+    "natural_healthy_niced_shard_prep": (
+        "held out (natural30), not scorable as written: the job's own GPU measure failed on the H200 (its backward's "
+        "GPU time None, so gpu_busy_share None), which its check asserts before its GPU-bound rules; every assertion "
+        "before that one passed, and the report (GPU-bound at 93%, no finding, the nice-19 decoys not blamed) is "
+        "true by the job's clocks (1.4% slower beside the decoys than alone)"),
 }
 
 
