@@ -575,11 +575,6 @@ KNOWN: dict[str, str] = {  # a natural job whose check fails, with why
         "store committed is trimmed to the run's first 6 s, and the check compares the findings' seconds with the "
         "whole run's clocks (its HIGH wait on the workers must hold half the main thread's 9.9 s off its CPU in "
         "next(): 2.1 s of the 6 s kept)"),
-    "natural_cudnn_benchmark_multiscale": (
-        "held out (natural29), failed at its one score with no finding above LOW: 'no host-side cause', the GPU 94% "
-        "busy while iterations fell 24.6x, read as the GPU's own work (gpu-bound, LOW); the GPU was busy with "
-        "cuDNN's autotuning trials for each new input side (cudnn.benchmark, 14 new sides in 15 steps: 97.6% of the "
-        "run), which the report does not name (441 syncs per iteration against 8 before; libcudnn in the stacks)"),
     "natural_healthy_niced_shard_prep": (
         "held out (natural30), not scorable as written: the job's own GPU measure failed on the H200 (its backward's "
         "GPU time None, so gpu_busy_share None), which its check asserts before its GPU-bound rules; every assertion "

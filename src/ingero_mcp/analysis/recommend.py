@@ -69,6 +69,8 @@ READS_FIX = "reads-back-fix"
 LOADING_FIX = "loading-fix"
 # Not a root cause: the fix for host-bound whose data loading was a DataLoader's sampler (causes.sampler).
 SAMPLER_FIX = "sampler-fix"
+# Not a root cause: the fix for gpu-slower whose process was in cuDNN's autotuning (causes.autotune).
+AUTOTUNE_FIX = "autotune-fix"
 # Not a root cause: the fix for own-threads-cpu behind PyTorch's autograd thread (the backward pass's launches).
 AUTOGRAD_CPU_FIX = "autograd-cpu-fix"
 # Not a root cause: the fix for host-bound whose host time went mostly to compiling GPU code (causes.culprits).
@@ -177,6 +179,13 @@ CATALOGUE: dict[str, list[str]] = {
     GPU_SLOWER: [
         "The host waited longer for the GPU and no other process was seen using it: profile the GPU side of the "
         "window ({window}) with nsys or torch.profiler to see which kernels grew.",
+    ],
+    AUTOTUNE_FIX: [
+        "The GPU was busy with cuDNN's autotuning ({autotuning}, {window}): with torch.backends.cudnn.benchmark on, "
+        "each convolution times its candidate kernels at every input shape not seen before, and shapes that keep "
+        "changing (multi-scale inputs, variable lengths) keep it tuning. Where shapes vary, turn it off "
+        "(torch.backends.cudnn.benchmark = False), or give the model a few fixed shapes (pad or bucket the inputs) so "
+        "that each is tuned once, early.",
     ],
     GPU_BOUND: [
         "The GPU was busy all through {window}: the host was not the limit, and nothing on the host will make it "
@@ -426,6 +435,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
         return PACED_FIX
     if cause == WAITING_ON_PROCESS and numbers.get("child_run"):
         return CHILD_RUN_FIX
+    if cause == GPU_SLOWER and numbers.get("autotuning"):
+        return AUTOTUNE_FIX
     if cause == HOST_BOUND and numbers.get("profiling"):
         return PROFILER_FIX
     if cause == HOST_BOUND and numbers.get("compiling"):

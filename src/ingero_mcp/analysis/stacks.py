@@ -394,6 +394,12 @@ IMPORTING = "len(list_filter(files, lambda f: f LIKE '<frozen importlib._bootstr
 # the host, a synchronisation each, and formats them in Python): natural_tensor_str_logging's logging formatter
 # printed four GPU tensors a step, 77% of the main thread's samples.
 TENSOR_TEXT = "len(list_filter(files, lambda f: f LIKE '%/torch/_tensor_str.py')) > 0"
+# A library timing candidate kernels on the GPU before it picks one: cuDNN's benchmark mode (its frontend's
+# time_sorted_plan, the find API's get_plans_from_find, the legacy cudnnFind* calls) runs each convolution's candidates
+# at every input shape it has not seen, a synchronisation each (natural_cudnn_benchmark_multiscale: its two threads'
+# samples under time_sorted_plan through a slow phase at a busy GPU).
+AUTOTUNING = ("len(list_filter(frames, lambda f: contains(f, 'time_sorted_plan') OR contains(f, 'get_plans_from_find') "
+              "OR starts_with(f, 'cudnnFind'))) > 0")
 FRAMEWORK_COLUMNS = ("framework_pct", "compiler_pct", "samples", "cpu_ops_pct", "profiler_pct",
                      "serialising_pct", "decompressing_pct", "loading_pct", "importing_pct", "ipc_pct",
                      "compressing_pct", "tensor_text_pct")  # its columns
@@ -431,6 +437,13 @@ def sampling_share_sql(pid: int, tid: int, window: TimeWindow, calls: str | None
     samples; `calls` and `within` as framework_share_sql's."""
     return (f"SELECT round(100 * sum(n) FILTER (WHERE {SAMPLING}) / sum(n), 1) AS sampling_pct, sum(n) AS samples "
             f"FROM ({weights_sql('on_cpu', pid, tid, window, calls=calls, within=within)})")
+
+
+def autotuning_share_sql(pid: int, window: TimeWindow) -> str:
+    """The share (%) of a process's on-CPU samples in the window (all its threads) in a library's autotuning
+    (AUTOTUNING), and the samples."""
+    return (f"SELECT round(100 * sum(n) FILTER (WHERE {AUTOTUNING}) / sum(n), 1) AS autotuning_pct, sum(n) AS samples "
+            f"FROM ({weights_sql('on_cpu', pid, None, window)})")
 
 
 # CPython's GIL: a thread asks for it on a condition variable with a timeout (its 5 ms switch interval), so a GIL

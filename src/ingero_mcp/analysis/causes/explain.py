@@ -9,6 +9,7 @@ from collections.abc import Callable
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import rows
 from ingero_mcp.analysis.answers import shared_rows
+from ingero_mcp.analysis.causes.autotune import autotuning
 from ingero_mcp.analysis.causes.context import GPU_SATURATED, Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import Explained, _id_range, explain_cpu_wait
 from ingero_mcp.analysis.causes.findings import gpu_util_in
@@ -58,6 +59,9 @@ def _gpu_bound(ctx: Ctx, f: Finding, baseline: list[TimeWindow]) -> Explained | 
         return None  # another process on the GPU: its explainer names it (gpu-shared)
     base = gpu_util_in(f.thread.seconds, baseline)
     before = f" (vs {base:.0f}% in the healthy baseline)" if base is not None else ""
+    tuned = autotuning(ctx, f, before)  # trials the program asked for on top of its steps: said, with their fix
+    if tuned is not None:
+        return tuned
     grew = _grew_per_iteration(ctx, f, baseline, "work")
     more, numbers, ev = "", {"gpu": f"{f.gpu_util:.0f}", "more_work": ""}, []
     if grew is not None:
