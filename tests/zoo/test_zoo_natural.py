@@ -32,6 +32,7 @@ from natural_checks_27 import CHECKS_27
 from natural_checks_28 import CHECKS_28
 from natural_checks_29 import CHECKS_29
 from natural_checks_30 import CHECKS_30
+from natural_checks_31 import CHECKS_31
 from natural_shares import SHARE_SLACK, feeder_shares
 from paths import REPO
 from test_zoo import SECOND, _report, _top, decompressed
@@ -541,6 +542,7 @@ CHECKS |= CHECKS_27
 CHECKS |= CHECKS_28
 CHECKS |= CHECKS_29
 CHECKS |= CHECKS_30
+CHECKS |= CHECKS_31
 
 
 def test_every_natural_store_has_its_check() -> None:

@@ -90,6 +90,8 @@
 #                                                 natural_healthy_sleepy_fetch_workers
 #   bash bench/gpu/zoo/device_zoo.sh natural30    natural_gzip_seek_getitem natural_epoch_loss_list_stats
 #                                                 natural_healthy_niced_shard_prep
+#   bash bench/gpu/zoo/device_zoo.sh natural31    natural_registry_lock_export natural_pool_map_augment
+#                                                 natural_healthy_shard_verify_thread
 #   bash bench/gpu/zoo/device_zoo.sh cpu_hog ...  any scenarios by name
 #
 # Start no scenario after ZOO_BUDGET_S (450) s; $OUT is re-packed after each scenario. Each scenario's
@@ -159,6 +161,7 @@ NATURAL27="natural_pk_sampler_label_scan natural_glob_in_getitem natural_healthy
 NATURAL28="natural_weighted_sampler_epochs natural_sqlite_unindexed_getitem natural_healthy_pde_producer_process"
 NATURAL29="natural_cudnn_benchmark_multiscale natural_arrow_row_access_main natural_healthy_sleepy_fetch_workers"
 NATURAL30="natural_gzip_seek_getitem natural_epoch_loss_list_stats natural_healthy_niced_shard_prep"
+NATURAL31="natural_registry_lock_export natural_pool_map_augment natural_healthy_shard_verify_thread"
 names=()
 for a in "$@"; do
   case $a in
@@ -213,11 +216,12 @@ for a in "$@"; do
     natural28) names+=($NATURAL28) ;;
     natural29) names+=($NATURAL29) ;;
     natural30) names+=($NATURAL30) ;;
+    natural31) names+=($NATURAL31) ;;
     all) names+=($FIRST $SECOND $THIRD $FOURTH $FIFTH $SIXTH $SEVENTH $EIGHTH $NINTH $TENTH) ;;
     *) names+=("$a") ;;
   esac
 done
-[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|natural22|natural23|natural24|natural25|natural26|natural27|natural28|natural29|natural30|all|SCENARIO..." >&2; exit 2; }
+[ ${#names[@]} -gt 0 ] || { echo "usage: $0 first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty_first|natural|natural2|natural3|natural4|natural5|natural6|natural7|natural8|natural9|natural10|natural11|natural12|natural13|natural14|natural15|natural16|natural17|natural18|natural19|natural20|natural21|natural22|natural23|natural24|natural25|natural26|natural27|natural28|natural29|natural30|natural31|all|SCENARIO..." >&2; exit 2; }
 mkdir -p "$OUT"
 rm -rf "$WORK"; mkdir -p "$WORK"
 LOG=$WORK/driver.log
