@@ -2,7 +2,8 @@
 not seen) is the GPU's work per step grown by trials the program asked for, said as such with the setting that makes
 them, not 'no host-side cause' (natural_cudnn_benchmark_multiscale, held out in natural29: nothing above LOW while
 iterations fell 24.6x and 97.6% of the run went to the trials). A saturated GPU whose steps' own kernels grew (staged
-gpu_work_grows: no autotuning in its samples) stays the GPU's own pace."""
+gpu_work_grows: no autotuning in its samples) stays the GPU's own pace. A window that is autotuning all through (no
+slow phase stands out) says the trials beside the busy GPU, where it would have said 'GPU-bound'."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ from test_held_out_words import NATURAL, _recomputed
 from test_zoo import _report, _top, decompressed
 
 from ingero_mcp.analysis import recommend as rc
+from ingero_mcp.analysis.info import trace_info
+from ingero_mcp.analysis.models import TimeWindow
+from ingero_mcp.analysis.report import build_report
+from ingero_mcp.store import open_store
 
-CUDNN, GROWS = "natural_cudnn_benchmark_multiscale", "gpu_work_grows"
+CUDNN, GROWS, CONTROL = "natural_cudnn_benchmark_multiscale", "gpu_work_grows", "natural_healthy_niced_shard_prep"
 
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = decompressed(NATURAL, [CUDNN], tmp_path_factory.mktemp("autotune"))
+    out = decompressed(NATURAL, [CUDNN, CONTROL], tmp_path_factory.mktemp("autotune"))
     return decompressed(NATURAL.parent / "zoo-v11", [GROWS], out)
 
 
@@ -39,3 +44,21 @@ def test_a_gpu_whose_own_kernels_grew_is_not_autotuning(stores: Path) -> None:
     assert not any("autotuning" in c.summary for c in report.chains), [c.summary for c in report.chains]
     assert not any(c.root_cause == rc.GPU_SLOWER and c.severity != "LOW" for c in report.chains), \
         [(c.root_cause, c.severity, c.summary) for c in report.chains]
+
+
+def test_a_window_autotuning_all_through_says_so_beside_the_busy_gpu(stores: Path) -> None:
+    con = open_store(stores / f"{CUDNN}.duckdb")
+    try:
+        start = trace_info(con).window.start_ns  # type: ignore[union-attr]
+        # +20 s to +24 s: inside the autotuning, steady at ~1 iteration/s, the GPU ~95% busy
+        report = build_report(con, TimeWindow(start_ns=start + 20 * 10**9, end_ns=start + 24 * 10**9))
+    finally:
+        con.close()
+    said = " ".join(report.verdict)
+    assert "cuDNN's autotuning" in said and "benchmark" in said, report.verdict
+    assert "the job is GPU-bound" not in said, report.verdict
+
+
+def test_a_gpu_bound_job_without_autotuning_is_still_said_gpu_bound(stores: Path) -> None:
+    said = " ".join(_report(stores, CONTROL).verdict)
+    assert "the job is GPU-bound" in said and "autotuning" not in said, said

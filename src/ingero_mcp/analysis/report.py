@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import duckdb
 
+from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis._sql import pid_list, table_complete, ts_in, where
 from ingero_mcp.analysis.derive import materialize
 from ingero_mcp.analysis.accounting import accounting, recording_notes, wind_down_notes
@@ -15,10 +16,10 @@ from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.calls import CallGroup, call_groups
 from ingero_mcp.analysis.chains import causal_chains
 from ingero_mcp.analysis.info import data_quality, events_lost, trace_info
-from ingero_mcp.analysis.models import Diagnosis, Progress, Report, TimeWindow
+from ingero_mcp.analysis.models import Accounting, CausalChain, Diagnosis, Progress, Report, TimeWindow
 from ingero_mcp.analysis.processes import per_process_breakdown
 from ingero_mcp.analysis.stats import trace_stats
-from ingero_mcp.analysis.verdict import Syncs, verdict
+from ingero_mcp.analysis.verdict import GPU_BOUND_MEAN, Syncs, verdict
 
 
 def build_report(
@@ -126,6 +127,7 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
         if lead:
             n, ns, median = shared_rows(con, feeder_syncs_sql(lead[0].pid, lead[0].tid, window))[0]
             syncs = Syncs(calls=int(n), ns=int(ns or 0), median_ns=int(median or 0))
+    tuning = _autotuning(con, acc, chains, gpu, whole or window)
     # asked here, not in a helper or a comprehension given the connection: the report reads what it hands on
     per_mark: dict[int, int] = {}
     for m in acc.progress:
@@ -133,4 +135,27 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
         if k is not None:
             per_mark[m.pid] = k
     return Diagnosis(accounting=acc, chains=chains, minor=minor, gpu_util_percent=gpu,
-                     verdict=verdict(acc, chains, gpu, syncs, per_mark))
+                     verdict=verdict(acc, chains, gpu, syncs, per_mark, tuning))
+
+
+def _autotuning(con: duckdb.DuckDBPyConnection, acc: Accounting, chains: list[CausalChain], gpu: float | None,
+                window: TimeWindow | None) -> str | None:
+    """Where the verdict would say a busy GPU set the pace with nothing found (verdict.GPU_BOUND_MEAN), the lead
+    process's share of on-CPU samples in cuDNN's autotuning, said, where half or more (causes.autotune): the
+    trials its GPU ran all through the window, which no slow phase stands out from."""
+    from ingero_mcp.analysis.stacks import recorded
+
+    if (gpu is None or gpu < GPU_BOUND_MEAN or window is None or not window.duration_ns or not acc.complete
+            or not acc.threads or acc.imported is not None
+            or any(c.origin == "ingero-mcp" and (c.severity != "LOW" or c.root_cause == rc.GPU_BOUND) for c in chains)
+            or not recorded(con)):
+        return None
+    from ingero_mcp.analysis.causes import pace_threads
+    from ingero_mcp.analysis.causes.autotune import autotuning_share
+
+    lead = pace_threads(acc)[:1]
+    pct = autotuning_share(con, lead[0].pid, window) if lead else None
+    if pct is None:
+        return None
+    t = lead[0]
+    return f"{pct:.0f}% of {t.process_comm or t.comm or '?'}[{t.pid}]'s on-CPU samples (all its threads)"

@@ -77,11 +77,16 @@ def progress_text(t: ThreadAccount, acc: Accounting, per_mark: int | None = None
     return f"{sum(done):,.0f} iterations, one per {marker.label}{by}{span}"
 
 
+GPU_BOUND_MEAN = 80  # %: the GPU's mean utilisation from which a run with nothing found is said to be GPU-bound
+
+
 def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: float | None,
-            syncs: Syncs | None = None, per_mark: dict[int, int] | None = None) -> list[str]:
+            syncs: Syncs | None = None, per_mark: dict[int, int] | None = None,
+            autotuning: str | None = None) -> list[str]:
     """Who fed the GPU and where its time went, then the causes that explain the lost time (or why none); `syncs`:
     the pace thread's synchronising calls, which say whether the GPU waited for the host; `per_mark`: per process,
-    how many times every kernel recurs between two marks of its iterations, where that is two or more."""
+    how many times every kernel recurs between two marks of its iterations, where that is two or more; `autotuning`:
+    the share of the lead process's samples in cuDNN's autotuning, where a busy GPU would be said to set the pace."""
     lines: list[str] = []
     if acc is not None and acc.imported is not None:  # an import: its own accounting leads, then what it could not do
         from ingero_mcp.analysis.imported_verdict import verdict_lines
@@ -138,13 +143,19 @@ def verdict(acc: Accounting | None, chains: list[CausalChain], gpu_util_mean: fl
                   if gpu_util_mean is not None and gpu_util_mean < 80 and pace_threads(acc) else None)
         if waited:
             lines.append(waited)
-        elif gpu_util_mean is not None and gpu_util_mean >= 80 and left:
+        elif gpu_util_mean is not None and gpu_util_mean >= GPU_BOUND_MEAN and left:
             n = len(drained)
             lines.append(f"No host-side cause asserted: the GPU was {gpu_util_mean:.0f}% busy on average while the job "
                          f"used it, but its feeding thread left it nothing queued for at least {drained_s:.1f} s "
                          f"({100 * drained_s / feeding_s:.0f}% of the feeding time) after its syncs: the LOW "
                          f"finding{'s' if n != 1 else ''} below, said, not asserted.")
-        elif gpu_util_mean is not None and gpu_util_mean >= 80:
+        elif gpu_util_mean is not None and gpu_util_mean >= GPU_BOUND_MEAN and autotuning:
+            lines.append(f"No host-side cause asserted: the GPU was {gpu_util_mean:.0f}% busy on average while the job "
+                         f"used it, but {autotuning} were in cuDNN's autotuning, timing each convolution's candidate "
+                         "kernels on the GPU at input shapes not seen before (torch.backends.cudnn.benchmark): its "
+                         "work was in part those trials. Where shapes vary, turn it off, or give the model a few fixed "
+                         "shapes so that each is tuned once.")
+        elif gpu_util_mean is not None and gpu_util_mean >= GPU_BOUND_MEAN:
             lines.append(f"No host-side cause: the GPU was {gpu_util_mean:.0f}% busy on average while the job used it, "
                          "the job is GPU-bound.")
         elif gpu_util_mean is not None and gpu_util_mean >= IDLE_GPU:

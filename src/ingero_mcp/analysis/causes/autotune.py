@@ -4,14 +4,25 @@ program asked for on top of its steps: the GPU's work per step grew, and the pro
 
 from __future__ import annotations
 
+import duckdb
+
 from ingero_mcp.analysis import recommend as rc
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import HOST_WORK_SAMPLES, Explained
-from ingero_mcp.analysis.models import Evidence
+from ingero_mcp.analysis.models import Evidence, TimeWindow
 from ingero_mcp.analysis.stacks import autotuning_share_sql
 
 AUTOTUNE_SHARE = 50  # % of the process's on-CPU samples in the window in autotuning that say the phase was that
+
+
+def autotuning_share(con: duckdb.DuckDBPyConnection, pid: int, window: TimeWindow) -> float | None:
+    """The share (%) of the process's on-CPU samples in the window (all its threads) in autotuning, where there were
+    HOST_WORK_SAMPLES and AUTOTUNE_SHARE of them were in it; None otherwise."""
+    pct, samples = shared_rows(con, autotuning_share_sql(pid, window))[0]
+    if pct is None or int(samples or 0) < HOST_WORK_SAMPLES or float(pct) < AUTOTUNE_SHARE:
+        return None
+    return float(pct)
 
 
 def autotuning(ctx: Ctx, f: Finding, before: str) -> Explained | None:
