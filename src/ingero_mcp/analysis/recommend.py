@@ -47,6 +47,8 @@ CPU_IDLE_WAIT = "runnable-while-idle"
 PINNING_FIX = "pinning-churn-fix"
 # Not a root cause: the fix for a lock (gil-or-lock) whose holder slept while it held it, in any process.
 LOCK_HELD_FIX = "lock-held-asleep-fix"
+# Not a root cause: the fix for a lock of the program's own that another thread held over its work (causes.locks).
+LOCK_OVER_WORK_FIX = "lock-held-over-work-fix"
 # Not a root cause: the fix for a pool queued for one lock whose stacks show a lock of the program's own, not the GIL.
 LOCK_CONVOY_FIX = "lock-convoy-fix"
 # Not a root cause: the fix for a wait on a worker process whose own thread held its GIL (causes.sleeps).
@@ -127,6 +129,12 @@ CATALOGUE: dict[str, list[str]] = {
         "own in turn ({lock_own}) and holds it over its work: hold that lock only around the shared state's update "
         "(the lookup, the insert), do the slow work (decoding, inflating, IO) outside it, or split it (a lock per key "
         "or shard, a cache per thread).",
+    ],
+    LOCK_OVER_WORK_FIX: [
+        "{who} slept {share}% of the time ({window}) on a lock of the program's own ({lock_own}) that {waker} held "
+        "while it was {doing}: hold that lock only around the shared state's update (copy or swap what the slow work "
+        "needs under it) and do the slow work (serialising, compressing, IO) outside it, or give each side its own "
+        "copy so that neither waits on the other.",
     ],
     LOCK_HELD_FIX: [
         "{who} slept {share}% of the time ({window}) waiting on {waker}, which was {doing} while it held the lock "
@@ -427,6 +435,8 @@ def io_fix(cause: str, numbers: Mapping[str, object]) -> str:
     own."""
     if numbers.get("collective"):
         return COLLECTIVE_FIX
+    if cause == LOCK_OR_GIL and numbers.get("lock_held") == "running":
+        return LOCK_OVER_WORK_FIX
     if cause == LOCK_OR_GIL and numbers.get("lock_held") == "asleep":
         return LOCK_HELD_FIX
     if cause == LOCK_OR_GIL and numbers.get("lock_own"):

@@ -564,12 +564,14 @@ def workers_pace(ctx: Ctx, job: int, end: Hop, w: TimeWindow) -> dict[str, objec
             "workers_importing": work[1]["importing"] if work and "importing" in work[1] else None}
 
 
-def through_pool(ctx: Ctx, culprits: list[Culprit], path: WaitPath) -> None:
+def through_pool(ctx: Ctx, culprits: list[Culprit], path: WaitPath, job: int) -> None:
     """Where the walk entered the end's process through a hop that a pool of processes of its name woke (a pin-memory
     thread woken by either of two workers), credit each other process of that name with the part of the first
     thread's sleep it stands for, scaled as the walk scaled the end's own: the walk follows the largest waker only, so
     its fellows, ending as much, kept only what they ended of the first thread's sleep directly (natural_zlib's two
-    workers: 9.38 s and 0.18 s, where each stood for ~9.5 s)."""
+    workers: 9.38 s and 0.18 s, where each stood for ~9.5 s). Never the job's own process (`job`), named as its
+    children are where it forked them (natural_pool_map_augment: a thread of the main process woke the pool's result
+    handler too, and the main process was listed among the pool's processes)."""
     end = path.end
     entry = next(i for i, h in enumerate(path.hops) if h.pid == end.pid)
     name = ctx.procs.get(end.pid, (None, None, None))[1]
@@ -583,7 +585,7 @@ def through_pool(ctx: Ctx, culprits: list[Culprit], path: WaitPath) -> None:
     if not own:
         return
     for pid, ns in ended.items():
-        if pid == end.pid or ctx.procs.get(pid, (None, None, None))[1] != name:
+        if pid in (end.pid, job) or ctx.procs.get(pid, (None, None, None))[1] != name:
             continue
         share = int(path.hops[entry].total_ns * ns / own)
         got = next((c for c in culprits if c.pid == pid and c.relation == "child process"), None)

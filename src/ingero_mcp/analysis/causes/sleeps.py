@@ -12,6 +12,7 @@ from ingero_mcp.analysis._sql import TIMEOUT_WAITS, rows, sql_round, sql_str
 from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.accounting import SECOND_NS, latest_name_sql, wakers_sql
 from ingero_mcp.analysis.causes.context import Ctx, Finding
+from ingero_mcp.analysis.causes.locks import held_lock, own_lock
 from ingero_mcp.analysis.causes.turns import with_turns
 from ingero_mcp.analysis.causes.culprits import (CONVOY_SHARE, POOL_FOLLOWED, POOL_SHARE, Explained, _autograd,
                                                   _by_name, _channel, _id_range, _is_data_worker, _role, busy_runners,
@@ -19,7 +20,7 @@ from ingero_mcp.analysis.causes.culprits import (CONVOY_SHARE, POOL_FOLLOWED, PO
                                                   ran_text, siblings, through_pool, waker_pool, workers_pace)
 from ingero_mcp.analysis.models import Account, Culprit, Evidence, ThreadAccount, TimeWindow
 from ingero_mcp.analysis.stack_models import Frame
-from ingero_mcp.analysis.stacks import leaf_sql, lock_waits_sql, profile, recorded, self_share_sql
+from ingero_mcp.analysis.stacks import leaf_sql, profile, self_share_sql
 from ingero_mcp.store.views import SECONDS_TABLE
 from ingero_mcp.analysis.waits import IO_KINDS, KIND_LABEL, WaitPath, doing_text, follow, sleep_kinds_sql
 
@@ -334,7 +335,7 @@ def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced
         if queued >= CONVOY_SHARE:
             ev.append(Evidence(name=f"share of the window the {len(pool)} threads named {name} slept on futexes "
                                     "that one of them ended", value=sql_round(queued, 3), sql=sql))
-            own = _own_lock(ctx, t.pid, [m[1] for m in pool], f.window)  # not the GIL: a lock of the program's
+            own = own_lock(ctx, t.pid, [m[1] for m in pool], f.window)  # not the GIL: a lock of the program's
             if own is not None:
                 ev.append(own[1])
             lock_text = f" (a lock of the program's own, taken in {own[0]})" if own else ""
@@ -346,20 +347,6 @@ def _explain_pool(ctx: Ctx, f: Finding, pool: list[tuple[int, int, int]], traced
     return ex if ex.reason.startswith(pooled) else replace(ex, reason=f"{pooled}; {ex.reason}")
 
 
-def _own_lock(ctx: Ctx, pid: int, tids: list[int], w: TimeWindow) -> tuple[str, Evidence] | None:
-    """Where a pool that queues for one lock slept, by its stacks: half of it or more in one Python function, outside
-    the GIL's waits (under a fifth of it) and the standard library's waits for a signal: a lock of the program's own
-    taken there (the function's label), with its evidence; else None (no stacks, the GIL, or it cannot tell)."""
-    sql = lock_waits_sql(pid, tids, w)
-    got = rows(ctx.con, sql) if recorded(ctx.con) else []
-    if not got or float(got[0][0] or 0) < 50 or float(got[0][4] or 0) >= 20:
-        return None
-    return Frame(function=got[0][1], file=got[0][2], line=got[0][3]).label(), Evidence(
-        name="the pool's stacked sleep in one Python function, outside the GIL's and the standard library's waits "
-             "(share; then the function, file, line, the GIL's share, the signal waits' share)",
-        value=float(got[0][0]), unit="%", sql=sql)
-
-
 GIL_WAIT_MS = (4.5, 5.5)  # timed-out futex waits this long on average: CPython's GIL, its 5 ms switch interval
 
 
@@ -368,6 +355,7 @@ def _explain_path(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
     """_explain_walk's cause, and whether the path ran through the job's collective communication (its fix)."""
     ex = with_turns(ctx, _explain_walk(ctx, f, path, ev, culprits, share, kind, in_what, pooled), f.thread.pid,
                     path, f.window)  # workers that queue for what they share: not too few of them
+    ex = held_lock(ctx, f, path, ex, kind, pooled)  # a lock of the program's own, held by the waker over its work
     found = collective(ctx, path)
     return ex if found is None else replace(ex, numbers={**ex.numbers, **found[0]}, evidence=[*ex.evidence, found[1]])
 
@@ -430,7 +418,7 @@ def _explain_walk(ctx: Ctx, f: Finding, path: WaitPath, ev: list[Evidence], culp
                                     "the thread making no CUDA call meanwhile: it waited for a program it ran to "
                                     "finish, not for a worker that feeds it")
         if end_rel == "child process":
-            through_pool(ctx, culprits, path)
+            through_pool(ctx, culprits, path, t.pid)
             kids = [c for c in culprits if c.relation == "child process"]
             names = _by_name(ctx, kids, also=() if end is first else siblings(ctx, t.pid, end.pid, f.window)) or end_who
             via = via if locked or end is first else f", through {who}"  # the workers are named: the hop between
