@@ -127,7 +127,13 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
         if lead:
             n, ns, median = shared_rows(con, feeder_syncs_sql(lead[0].pid, lead[0].tid, window))[0]
             syncs = Syncs(calls=int(n), ns=int(ns or 0), median_ns=int(median or 0))
-    tuning = _autotuning(con, acc, chains, gpu, whole or window)
+    tuning, span = None, whole or window
+    lead_pid = _gpu_bound_lead(acc, chains, gpu, span)
+    if lead_pid is not None and span is not None:  # the verdict would say GPU-bound: unless it was cuDNN's trials
+        from ingero_mcp.analysis.causes.autotune import autotuning_share
+
+        pct = autotuning_share(con, lead_pid[0], span)
+        tuning = f"{pct:.0f}% of {lead_pid[1]}'s on-CPU samples (all its threads)" if pct is not None else None
     # asked here, not in a helper or a comprehension given the connection: the report reads what it hands on
     per_mark: dict[int, int] = {}
     for m in acc.progress:
@@ -138,24 +144,16 @@ def diagnosis(con: duckdb.DuckDBPyConnection, window: TimeWindow | None = None, 
                      verdict=verdict(acc, chains, gpu, syncs, per_mark, tuning))
 
 
-def _autotuning(con: duckdb.DuckDBPyConnection, acc: Accounting, chains: list[CausalChain], gpu: float | None,
-                window: TimeWindow | None) -> str | None:
-    """Where the verdict would say a busy GPU set the pace with nothing found (verdict.GPU_BOUND_MEAN), the lead
-    process's share of on-CPU samples in cuDNN's autotuning, said, where half or more (causes.autotune): the
-    trials its GPU ran all through the window, which no slow phase stands out from."""
-    from ingero_mcp.analysis.stacks import recorded
-
+def _gpu_bound_lead(acc: Accounting, chains: list[CausalChain], gpu: float | None,
+                    window: TimeWindow | None) -> tuple[int, str] | None:
+    """The lead process (pid, name) where the verdict would say a busy GPU set the pace with nothing found
+    (verdict.GPU_BOUND_MEAN): whose share of on-CPU samples in cuDNN's autotuning the verdict then says, where half or
+    more (causes.autotune), the trials its GPU ran all through the window, which no slow phase stands out from."""
     if (gpu is None or gpu < GPU_BOUND_MEAN or window is None or not window.duration_ns or not acc.complete
             or not acc.threads or acc.imported is not None
-            or any(c.origin == "ingero-mcp" and (c.severity != "LOW" or c.root_cause == rc.GPU_BOUND) for c in chains)
-            or not recorded(con)):
+            or any(c.origin == "ingero-mcp" and (c.severity != "LOW" or c.root_cause == rc.GPU_BOUND) for c in chains)):
         return None
     from ingero_mcp.analysis.causes import pace_threads
-    from ingero_mcp.analysis.causes.autotune import autotuning_share
 
     lead = pace_threads(acc)[:1]
-    pct = autotuning_share(con, lead[0].pid, window) if lead else None
-    if pct is None:
-        return None
-    t = lead[0]
-    return f"{pct:.0f}% of {t.process_comm or t.comm or '?'}[{t.pid}]'s on-CPU samples (all its threads)"
+    return (lead[0].pid, f"{lead[0].process_comm or lead[0].comm or '?'}[{lead[0].pid}]") if lead else None

@@ -11,14 +11,16 @@ from ingero_mcp.analysis.answers import shared_rows
 from ingero_mcp.analysis.causes.context import Ctx, Finding
 from ingero_mcp.analysis.causes.culprits import HOST_WORK_SAMPLES, Explained
 from ingero_mcp.analysis.models import Evidence, TimeWindow
-from ingero_mcp.analysis.stacks import autotuning_share_sql
+from ingero_mcp.analysis.stacks import autotuning_share_sql, recorded
 
 AUTOTUNE_SHARE = 50  # % of the process's on-CPU samples in the window in autotuning that say the phase was that
 
 
 def autotuning_share(con: duckdb.DuckDBPyConnection, pid: int, window: TimeWindow) -> float | None:
     """The share (%) of the process's on-CPU samples in the window (all its threads) in autotuning, where there were
-    HOST_WORK_SAMPLES and AUTOTUNE_SHARE of them were in it; None otherwise."""
+    HOST_WORK_SAMPLES and AUTOTUNE_SHARE of them were in it; None otherwise (a store without stacks included)."""
+    if not recorded(con):
+        return None
     pct, samples = shared_rows(con, autotuning_share_sql(pid, window))[0]
     if pct is None or int(samples or 0) < HOST_WORK_SAMPLES or float(pct) < AUTOTUNE_SHARE:
         return None
